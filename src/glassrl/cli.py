@@ -1,0 +1,50 @@
+"""The `glassrl` command: one sub-command per module in glassrl.commands.
+
+Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
+``run(args) -> int``; it imports heavy libraries (torch, transformers) inside
+``run`` so that ``glassrl --help`` stays fast. A :class:`GlassrlError` raised
+anywhere becomes a one-line message and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from glassrl import __version__
+from glassrl.errors import GlassrlError
+
+# name on the command line -> module in glassrl.commands
+COMMANDS = {
+    "explain": "glassrl.commands.explain",
+    "init-model": "glassrl.commands.init_model",
+    "sft": "glassrl.commands.sft",
+    "rm": "glassrl.commands.rm",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="glassrl", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"glassrl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        command = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(command)
+        command.set_defaults(_run=module.run, _parser=command)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except GlassrlError as err:
+        print(f"glassrl {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -24,11 +24,15 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; with ``only``, just that command's module is imported."""
     parser = argparse.ArgumentParser(prog="glassrl", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"glassrl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name)  # listed, not imported: keeps `glassrl explain` fast
+            continue
         module = importlib.import_module(module_name)
         command = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(command)
@@ -37,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    first = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(only=first if first in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
         return int(args._run(args) or 0)

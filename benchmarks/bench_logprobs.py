@@ -1,0 +1,150 @@
+"""Peak memory of per-token log-probs: naive full-vocabulary log-softmax vs glassrl's chunked path.
+
+    .venv/bin/python benchmarks/bench_logprobs.py            # B = 1
+    .venv/bin/python benchmarks/bench_logprobs.py --batch 2
+    .venv/bin/python benchmarks/bench_logprobs.py --backward   # + forward/backward (minutes on 2 cores)
+
+Setting: V = 151,936 (a real large vocabulary), T = 1,024 response tokens,
+H = 256, float32, LM head without bias, chunk_size = 128 (the default).
+
+- naive:   logits = lm_head(hidden) (B, T, V); log_softmax(logits).gather(targets)
+- chunked: glassrl.models.logprobs.logprobs_from_hidden (gather - logsumexp per chunk)
+
+Each variant runs in a fresh subprocess (CPU). The process allocates its inputs
+(hidden, LM-head weight, targets) in place, reads its current RSS (/proc/self/statm)
+as the baseline (checking that setting up never went higher), runs the variant
+once, and reads ``ru_maxrss`` (the high-water RSS) afterwards: the difference
+is the peak memory the computation added. Large tensors are
+mmap-backed in glibc and returned on free, so RSS follows torch's live
+tensors. On a GPU the same variants also run with
+``torch.cuda.max_memory_allocated`` minus the memory allocated before the call.
+
+With ``--backward``, "+bwd" variants make hidden and the LM-head weight require grad
+and backpropagate the sum of log-probs; "no-ckpt" is the chunked path without
+torch.utils.checkpoint (what the chunks would keep alive for backward).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+
+from glassrl.models.logprobs import _chunk, logprobs_from_hidden, naive_logprobs
+
+V, T, H, CHUNK = 151_936, 1_024, 256, 128
+FORWARD = ["naive", "chunked"]
+BACKWARD = ["naive+bwd", "chunked-no-ckpt+bwd", "chunked+bwd"]
+
+
+def _inputs(batch: int, device: str, grad: bool):
+    """Built in place, so that setting up never allocates more than it keeps (the baseline stays honest)."""
+    gen = torch.Generator(device).manual_seed(0)
+    hidden = torch.randn(batch, T, H, generator=gen, device=device).requires_grad_(grad)
+    head = torch.nn.Linear(H, V, bias=False, device="meta")
+    weight = torch.randn(V, H, generator=gen, device=device).div_(H**0.5)
+    head.weight = torch.nn.Parameter(weight, requires_grad=grad)
+    targets = torch.randint(0, V, (batch, T), generator=gen, device=device)
+    return hidden, head, targets
+
+
+def _rss_kb() -> int:
+    """Current resident set size in KiB (Linux /proc)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() // 1024
+
+
+def _chunked_no_checkpoint(hidden, head, targets):
+    """The chunked loop with the checkpoint removed: each chunk's logits stay alive for backward."""
+    parts = [
+        _chunk(head, hidden[:, s : s + CHUNK], targets[:, s : s + CHUNK], 1.0, False)[0] for s in range(0, T, CHUNK)
+    ]
+    return torch.cat(parts, dim=1)
+
+
+def _run(variant: str, hidden, head, targets) -> torch.Tensor:
+    if variant.startswith("naive"):
+        out = naive_logprobs(head(hidden), targets)
+    elif variant.startswith("chunked-no-ckpt"):
+        out = _chunked_no_checkpoint(hidden, head, targets)
+    else:
+        out = logprobs_from_hidden(hidden, head, targets, chunk_size=CHUNK)[0]
+    if variant.endswith("+bwd"):
+        out.sum().backward()
+    return out
+
+
+def child(variant: str, batch: int) -> None:
+    """Run one variant on CPU; print JSON {peak_mb, seconds}."""
+    torch.set_grad_enabled(variant.endswith("+bwd"))
+    hidden, head, targets = _inputs(batch, "cpu", variant.endswith("+bwd"))
+    base_kb = _rss_kb()
+    # ru_maxrss is a high-water mark: if setting up had gone above the current RSS,
+    # a smaller peak during the call would be invisible.
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base_kb < 8 * 1024, "setup overshoot"
+    start = time.perf_counter()
+    _run(variant, hidden, head, targets)
+    seconds = time.perf_counter() - start
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"peak_mb": (peak_kb - base_kb) / 1024, "seconds": seconds}))
+
+
+def gpu(variant: str, batch: int) -> float:
+    torch.set_grad_enabled(variant.endswith("+bwd"))
+    hidden, head, targets = _inputs(batch, "cuda", variant.endswith("+bwd"))
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    _run(variant, hidden, head, targets)
+    torch.cuda.synchronize()
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+    del hidden, head, targets
+    torch.cuda.empty_cache()
+    return peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--backward", action="store_true", help="also measure forward+backward")
+    parser.add_argument("--child", choices=FORWARD + BACKWARD, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.batch)
+        return
+    variants = FORWARD + (BACKWARD if args.backward else [])
+
+    print(f"per-token log-probs, V={V:,} T={T} H={H} B={args.batch} float32, chunk_size={CHUNK}")
+    print("CPU peak = ru_maxrss after the call minus the RSS after allocating inputs, fresh process per variant")
+    cpu = {}
+    for variant in variants:
+        cmd = [sys.executable, __file__, "--child", variant, "--batch", str(args.batch)]
+        cpu[variant] = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        print(f"  {variant:22s} peak {cpu[variant]['peak_mb']:8.0f} MiB   time {cpu[variant]['seconds']:6.2f} s")
+    _ratios("CPU", {variant: r["peak_mb"] for variant, r in cpu.items()})
+
+    if torch.cuda.is_available():
+        print(f"GPU ({torch.cuda.get_device_name()}) peak = max_memory_allocated minus allocated before the call")
+        peaks = {variant: gpu(variant, args.batch) for variant in variants}
+        for variant, peak in peaks.items():
+            print(f"  {variant:22s} peak {peak:8.0f} MiB")
+        _ratios("GPU", peaks)
+
+
+def _ratios(where: str, peaks: dict[str, float]) -> None:
+    fwd = peaks["chunked"] / peaks["naive"]
+    verdict = "met" if fwd <= 0.25 else "NOT met"
+    print(f"{where} ratio chunked/naive, forward: {fwd:.3f} (1/{1 / fwd:.1f}); goal <= 1/4: {verdict}")
+    if "naive+bwd" in peaks:
+        bwd = peaks["chunked+bwd"] / peaks["naive+bwd"]
+        no_ckpt = peaks["chunked-no-ckpt+bwd"] / peaks["naive+bwd"]
+        print(f"{where} ratio chunked/naive, forward+backward: {bwd:.3f} with checkpoint, {no_ckpt:.3f} without")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""Load the four roles from a local Hugging Face checkpoint directory.
+
+- actor and reference: :func:`load_causal_lm` (``AutoModelForCausalLM``);
+- critic and reward model: :func:`load_scalar_model`, a model giving one scalar
+  per position, read with :func:`scalar_outputs` as ``(B, L)`` where ``L`` is the
+  full sequence length (prompt + response).
+
+Two scalar heads (the registry ``SCALAR_HEADS``):
+
+- ``"token-classification"``: ``AutoModelForTokenClassification`` with
+  ``num_labels=1`` — the backbone plus a ``score`` Linear(H, 1);
+- ``"value-head"``: :class:`~glassrl.models.value_head.CausalLMWithValueHead`,
+  the whole causal LM plus a ``v_head`` Linear(H, 1).
+
+The critic is initialised from the actor with ``load_scalar_model(actor_path)``
+(plain causal-LM checkpoint: backbone copied, head fresh) or from the reward
+model with ``load_scalar_model(rm_path)`` (backbone and head copied). A
+checkpoint that already carries a scalar head must be loaded with the same
+``head``; a mismatch is an error rather than a silently dropped head.
+
+Seeding: a fresh head is drawn from torch's global RNG (normal, std =
+``config.initializer_range``, bias 0 — the Hugging Face ``_init_weights`` rule,
+used for both heads), so ``torch.manual_seed(s)`` before loading makes it
+reproducible.
+
+No model is ever downloaded: paths must be local directories holding a
+``config.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from glassrl.errors import GlassrlError
+from glassrl.models.logprobs import position_ids_from_mask
+from glassrl.models.value_head import VALUE_HEAD_MARKER, CausalLMWithValueHead
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` -> ``cuda`` when a GPU is visible, else ``cpu``; otherwise ``torch.device(name)``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise GlassrlError(f"device: {name!r} is not a device; use 'auto', 'cpu', 'cuda' or 'cuda:N'") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise GlassrlError(f"device: {name!r} asked for, but no CUDA device is visible; use 'auto' or 'cpu'")
+    return device
+
+
+def resolve_dtype(name: str, device: torch.device | str) -> torch.dtype:
+    """``"auto"`` -> float32 on CPU, bfloat16 on CUDA; else one of ``DTYPES``."""
+    if name == "auto":
+        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    if name not in DTYPES:
+        raise GlassrlError(f"dtype: unknown {name!r}; valid: {', '.join(['auto', *DTYPES])}")
+    return DTYPES[name]
+
+
+def _checkpoint_dir(path: str | Path) -> Path:
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise GlassrlError(f"{path}: not a Hugging Face checkpoint directory (no config.json)")
+    return path
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
+    """``AutoTokenizer`` from a local directory; ``pad_token`` falls back to ``eos_token``.
+
+    Padding side is left to callers (prompts are left-padded, responses right-padded).
+    """
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise GlassrlError(f"{path}: cannot load a tokenizer: {err}") from None
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise GlassrlError(f"{path}: tokenizer has neither a pad_token nor an eos_token")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(path: str | Path, *, dtype: str = "auto", device: str = "auto") -> PreTrainedModel:
+    """Actor or reference model (``AutoModelForCausalLM``), in eval mode; trainers call ``.train()``."""
+    path = _checkpoint_dir(path)
+    dev = resolve_device(device)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, dev), local_files_only=True)
+    return model.to(dev).eval()
+
+
+def _load_token_classification(path: Path, dtype: torch.dtype, device: torch.device) -> nn.Module:
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    if _is_token_classification(config) and config.num_labels != 1:
+        raise GlassrlError(
+            f"{path}: token-classification checkpoint has {config.num_labels} labels; a scalar model needs 1"
+        )
+    config.num_labels = 1
+    # Dropout on the score head would make values noisy in training; verl sets
+    # classifier_dropout = 0 for its critic (verl, workers/fsdp_workers.py, critic init).
+    config.classifier_dropout = 0.0
+    model = AutoModelForTokenClassification.from_pretrained(path, config=config, dtype=dtype, local_files_only=True)
+    return model.to(device)
+
+
+SCALAR_HEADS: dict[str, Callable[[Path, torch.dtype, torch.device], nn.Module]] = {
+    "token-classification": _load_token_classification,
+    "value-head": CausalLMWithValueHead.from_pretrained,
+}
+
+
+def _is_token_classification(config) -> bool:
+    return any(arch.endswith("ForTokenClassification") for arch in (config.architectures or []))
+
+
+def _checkpoint_head(path: Path) -> str | None:
+    """The scalar head a checkpoint already carries, or None for a plain (causal-LM) checkpoint."""
+    if (path / VALUE_HEAD_MARKER).is_file():
+        return "value-head"
+    if _is_token_classification(AutoConfig.from_pretrained(path, local_files_only=True)):
+        return "token-classification"
+    return None
+
+
+def load_scalar_model(
+    path: str | Path, *, head: str = "token-classification", dtype: str = "auto", device: str = "auto"
+) -> nn.Module:
+    """Critic or reward model giving one scalar per position; read it with :func:`scalar_outputs`.
+
+    ``path`` is a causal-LM checkpoint (fresh head, seeded by torch's RNG) or a
+    scalar checkpoint saved with the same ``head`` (head loaded). Eval mode.
+    """
+    if head not in SCALAR_HEADS:
+        raise GlassrlError(f"head: unknown {head!r}; valid: {', '.join(SCALAR_HEADS)}")
+    path = _checkpoint_dir(path)
+    found = _checkpoint_head(path)
+    if found is not None and found != head:
+        raise GlassrlError(f"{path}: holds a {found!r} scalar model; load it with head={found!r}, not {head!r}")
+    dev = resolve_device(device)
+    return SCALAR_HEADS[head](path, resolve_dtype(dtype, dev), dev).eval()
+
+
+def scalar_outputs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-position scalars ``(B, L)`` from either head type, in float32.
+
+    ``position_ids`` default to ``(attention_mask.cumsum(-1) - 1).clamp(min=0)``
+    so that left-padded rows get the same positions as unpadded ones.
+    """
+    if position_ids is None:
+        position_ids = position_ids_from_mask(attention_mask)
+    attention_mask = attention_mask.long()
+    if isinstance(model, CausalLMWithValueHead):
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)  # (B, L)
+    else:
+        logits = model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).logits  # (B, L, 1)
+        out = logits.squeeze(-1)  # (B, L)
+    return out.float()

@@ -1,0 +1,147 @@
+"""Per-token log-probs and entropy of the response, without full-vocabulary float32 log-softmax.
+
+Layout (DESIGN §1): ``input_ids`` (B, P+T) = left-padded prompt ⊕ right-padded
+response; the logits at absolute position ``P-1+i`` predict response token
+``i``, so ``logprobs[:, i] = log π(y_i | s_i)``.
+
+The naive route builds logits (B, T, V) in float32 and a log-softmax of the
+same size: at V = 151,936 and T = 1,024 that is 0.6 GB per row for each. Here
+the backbone runs once, the LM head is applied to ``chunk_size`` response
+positions at a time, and each chunk is reduced at once to
+``gather(target) - logsumexp`` (B, C) — the idea of Liger Kernel's fused linear
+cross-entropy (Hsu et al. 2024, "Liger Kernel", §3.3), and of verl's
+``logprobs_from_logits_v2`` (verl/utils/torch_functional.py).
+
+Autograd: without care, each chunk's backward keeps its float32 logits
+(logsumexp saves its input) and, with entropy, the softmax as well — (B, T, V)
+again in total. So when gradients are on, each chunk runs under
+``torch.utils.checkpoint`` and only its hidden slice (B, C, H) is kept; backward
+recomputes one chunk's logits at a time (one extra LM-head matmul per chunk).
+Measured (``benchmarks/bench_logprobs.py --backward``, CPU, V = 151,936,
+T = 1,024, B = 1): forward+backward peak 536 MiB with the checkpoint, 976 MiB
+without, 1,807 MiB naive; forward alone 155 MiB vs 1,211 MiB naive.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from glassrl.errors import GlassrlError
+
+# Config fields by which some architectures transform logits after the LM head
+# (Gemma 2 soft-capping, Cohere / Granite scaling); the chunked path applies the
+# bare head, so it refuses them rather than return wrong numbers.
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``attention_mask`` (B, L) -> position ids (B, L): 0 at the first real token of each row.
+
+    Left padding gets position 0 (its value never matters: padding is masked out).
+    """
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _chunk(
+    lm_head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """hidden (B, C, H), targets (B, C) -> log-probs (B, C), entropy (B, C) or None."""
+    # Temperature scales the logits before the softmax, as in sampling
+    # (verl, workers/actor/dp_actor.py: logits.div_(temperature)).
+    logits = lm_head(hidden).float() / temperature  # (B, C, V)
+    lse = torch.logsumexp(logits, dim=-1)  # (B, C)
+    logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse  # (B, C)
+    if not with_entropy:
+        return logprobs, None
+    # H = logsumexp(z) - Σ_v softmax(z)_v z_v (verl, utils/torch_functional.py, entropy_from_logits).
+    entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)  # (B, C)
+    return logprobs, entropy
+
+
+def logprobs_from_hidden(
+    hidden: torch.Tensor,
+    lm_head: nn.Module,
+    targets: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    chunk_size: int = 128,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The chunked core: ``hidden`` (B, T, H) at the positions that predict ``targets`` (B, T).
+
+    Returns log-probs (B, T) and entropy (B, T) (or None), both float32, of
+    ``softmax(lm_head(hidden) / temperature)``. Peak extra memory is a few
+    (B, chunk_size, V) float32 tensors, in forward and in backward.
+    """
+    grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in lm_head.parameters()))
+    logprobs, entropies = [], []
+    for start in range(0, hidden.shape[1], chunk_size):
+        h = hidden[:, start : start + chunk_size]  # (B, C, H)
+        t = targets[:, start : start + chunk_size]  # (B, C)
+        if grad:
+            lp, ent = checkpoint(_chunk, lm_head, h, t, temperature, with_entropy, use_reentrant=False)
+        else:
+            lp, ent = _chunk(lm_head, h, t, temperature, with_entropy)
+        logprobs.append(lp)
+        entropies.append(ent)
+    entropy = torch.cat(entropies, dim=1) if with_entropy else None  # (B, T)
+    return torch.cat(logprobs, dim=1), entropy  # (B, T)
+
+
+def response_logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_len: int,
+    *,
+    temperature: float = 1.0,
+    chunk_size: int = 128,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log π(y_i | s_i) for the last ``response_len`` = T tokens of ``input_ids`` (B, P+T).
+
+    Runs the causal LM's decoder once (position ids from the mask, so left
+    padding is transparent), keeps hidden states at positions P-1 … P+T-2, and
+    applies the LM head chunk by chunk (:func:`logprobs_from_hidden`).
+    Returns log-probs (B, T) and entropy (B, T) or None, float32; values on
+    response padding are finite and meaningless — mask them with response_mask.
+    Gradients flow to the model when grad mode is on.
+    """
+    for field in _LOGIT_TRANSFORMS:
+        if getattr(model.config, field, None) not in (None, 1.0):
+            raise GlassrlError(
+                f"model: {model.config.model_type} sets {field}={getattr(model.config, field)}, "
+                "which the chunked log-prob path does not apply"
+            )
+    prompt_len = input_ids.shape[1] - response_len
+    if response_len < 1 or prompt_len < 1:
+        raise ValueError(f"need a prompt and a response; got length {input_ids.shape[1]}, response_len {response_len}")
+    hidden = model.get_decoder()(
+        input_ids=input_ids,
+        attention_mask=attention_mask.long(),
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+    ).last_hidden_state  # (B, P+T, H)
+    hidden = hidden[:, prompt_len - 1 : -1]  # (B, T, H): position P-1+i predicts token i
+    targets = input_ids[:, prompt_len:]  # (B, T)
+    return logprobs_from_hidden(
+        hidden,
+        model.get_output_embeddings(),
+        targets,
+        temperature=temperature,
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
+    )
+
+
+def naive_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Reference: ``log_softmax(logits (B, T, V)).gather(targets (B, T))`` -> (B, T), float32."""
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def naive_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Reference: ``-Σ_v p_v log p_v`` of ``softmax(logits (B, T, V))`` -> (B, T), float32."""
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    return -(logp.exp() * logp).sum(-1)

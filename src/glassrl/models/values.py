@@ -1,0 +1,29 @@
+"""Critic values aligned with the response tokens (DESIGN §1).
+
+``values[:, i] = V(s_i)`` is the critic's scalar at absolute position
+``P-1+i``: the position *before* response token ``y_i`` (the last prompt token
+for ``i = 0``). So ``V(s_i)`` has not seen ``a_i = y_i`` and estimates
+``r_i + γ r_{i+1} + …`` — it includes ``r_i`` (Schulman et al. 2016, GAE, §2:
+V(s_t) is the value of the state before acting at t).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from glassrl.models.loading import scalar_outputs
+
+
+def response_values(
+    critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_len: int
+) -> torch.Tensor:
+    """``input_ids``, ``attention_mask`` (B, P+T) -> values (B, T), float32; T = ``response_len``.
+
+    Values on response padding are finite and meaningless: mask them with response_mask.
+    """
+    prompt_len = input_ids.shape[1] - response_len
+    if response_len < 1 or prompt_len < 1:
+        raise ValueError(f"need a prompt and a response; got length {input_ids.shape[1]}, response_len {response_len}")
+    scalars = scalar_outputs(critic, input_ids, attention_mask)  # (B, P+T)
+    return scalars[:, prompt_len - 1 : -1]  # (B, T): position P-1+i holds V(s_i)

@@ -1,0 +1,71 @@
+"""Several reward sources with weights: score = Σ_k w_k · s_k, each source reported on its own.
+
+Each response's combined result keeps every source's own result in
+``details["sources"]`` (label -> :class:`RewardResult`), so metrics can show each
+component. Process rewards combine the same way: each source's step rewards are
+weighted by its w_k, and steps ending at the same character offset are summed.
+
+If any source failed for a response (timeout or error), the combined result is
+that failure, its message naming the source: a weighted sum that quietly left a
+component out would be a different reward.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from glassrl.errors import GlassrlError
+from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
+
+
+class CombinedReward:
+    """``[(source, weight), ...]`` -> one result per response; labels are the sources' names.
+
+    A name used twice gets a suffix (``user_function``, ``user_function:2``) so
+    that every component keeps its own label.
+    """
+
+    name = "combined"
+
+    def __init__(self, sources: Sequence[tuple[RewardSource, float]]) -> None:
+        if not sources:
+            raise GlassrlError("combined reward: no sources given")
+        labelled: list[tuple[str, RewardSource, float]] = []
+        seen: dict[str, int] = {}
+        for source, weight in sources:
+            if not isinstance(source, RewardSource):
+                raise GlassrlError(f"combined reward: {source!r} is not a reward source (needs .name and .score)")
+            if not math.isfinite(weight):
+                raise GlassrlError(
+                    f"combined reward: source {source.name!r} has weight {weight!r}, expected a finite number"
+                )
+            seen[source.name] = seen.get(source.name, 0) + 1
+            label = source.name if seen[source.name] == 1 else f"{source.name}:{seen[source.name]}"
+            labelled.append((label, source, float(weight)))
+        self.sources = tuple(labelled)
+
+    def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
+        per_source = [source.score(requests) for _, source, _ in self.sources]
+        for (label, _, _), results in zip(self.sources, per_source):
+            if len(results) != len(requests):
+                # A broken source is a programming error, not a bad response.
+                raise RuntimeError(
+                    f"reward source {label!r} returned {len(results)} results for {len(requests)} requests"
+                )
+        combined = []
+        for j in range(len(requests)):
+            own = {label: per_source[k][j] for k, (label, _, _) in enumerate(self.sources)}
+            details = {"sources": own, "weights": {label: w for label, _, w in self.sources}}
+            failed = next((label for label, result in own.items() if not result.is_ok), None)
+            if failed is not None:
+                status = RewardResult.timeout if own[failed].status == "timeout" else RewardResult.error
+                combined.append(status(f"{failed}: {own[failed].message}", details))
+                continue
+            total = sum(w * own[label].score for label, _, w in self.sources)  # Σ_k w_k · s_k
+            steps: dict[int, float] = {}
+            for label, _, w in self.sources:
+                for end, reward in own[label].process_rewards:
+                    steps[end] = steps.get(end, 0.0) + w * reward
+            combined.append(RewardResult.ok(total, sorted(steps.items()), details))
+        return combined

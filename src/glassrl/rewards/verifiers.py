@@ -1,0 +1,149 @@
+"""Rule verifiers for the bundled tasks: exact match, numeric answer, arith-verify.
+
+The bundled task formats (src/glassrl/data/tasks.py):
+
+- ``add``: prompt ``"{a}+{b}="``, answer ``"{a+b}"``; metadata ``a, b, sum``.
+- ``arith-verify``: prompt ``"请问{a}+{b}={c}？"`` with answer ``"是的，等于{a+b}！"``
+  when ``c == a+b``, else ``"不是，等于{a+b}！"``; English variant ``"Is {a}+{b}={c}?"``
+  with ``"Yes, it equals {a+b}!"`` / ``"No, it equals {a+b}!"``; metadata
+  ``a, b, c, sum, is_true, lang``.
+
+Text is compared after Unicode NFKC normalisation, which maps full-width forms to
+their ASCII twins (``"，"`` -> ``","``, ``"２"`` -> ``"2"``), so a verifier does not
+care which punctuation width the model picked.
+
+A record without the reference a verifier needs is an ``error`` result (a data
+problem), never a 0. A response that states no answer is a wrong answer: 0.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from typing import Sequence
+
+from glassrl.rewards.base import RewardRequest, RewardResult
+
+# A number not glued to a preceding digit: in "3-5" the "-" is an operator, not a sign.
+_NUMBER = re.compile(r"(?<!\d)-?\d+(?:\.\d+)?")
+_COMMAS = ("，", ",")
+
+
+def normalize_text(text: str) -> str:
+    """NFKC (full-width -> ASCII forms) and runs of whitespace collapsed to one space."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+def extract_last_number(text: str) -> str | None:
+    """The last number in ``text`` in canonical form ("2.0" -> "2"), or None if there is none."""
+    found = _NUMBER.findall(unicodedata.normalize("NFKC", text))
+    if not found:
+        return None
+    value = float(found[-1])
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+class ExactMatchVerifier:
+    """1.0 when the normalised response equals the normalised reference answer, else 0.0."""
+
+    name = "exact_match"
+
+    def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
+        results = []
+        for request in requests:
+            answer = request.record.answer
+            if answer is None:
+                results.append(RewardResult.error(f"{request.record.source}: no reference answer to match"))
+                continue
+            results.append(RewardResult.ok(float(normalize_text(request.response) == normalize_text(answer))))
+        return results
+
+
+class NumericVerifier:
+    """1.0 when the last number in the response equals the reference number, else 0.0.
+
+    The reference is ``metadata["sum"]`` (the bundled tasks) or else the last number
+    of the reference answer.
+    """
+
+    name = "numeric"
+
+    def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
+        results = []
+        for request in requests:
+            record = request.record
+            if "sum" in record.metadata:
+                reference: str | None = str(record.metadata["sum"])
+            else:
+                reference = extract_last_number(record.answer) if record.answer is not None else None
+            if reference is None:
+                message = f"{record.source}: no reference number (metadata 'sum' or a number in the answer)"
+                results.append(RewardResult.error(message))
+                continue
+            stated = extract_last_number(request.response)
+            right = stated is not None and math.isclose(float(stated), float(reference), rel_tol=1e-9, abs_tol=1e-9)
+            results.append(RewardResult.ok(float(right), details={"stated": stated, "reference": reference}))
+        return results
+
+
+class ArithVerifyVerifier:
+    """The arith-verify task: the verdict (yes/no) and the stated sum must both be right.
+
+    Score: 1.0 when both are right; with ``partial_credit`` 0.5 when only the verdict
+    is right; else 0.0.
+
+    With ``process_rewards`` the response is two steps, which gives the GRPO
+    process-reward estimator (Shao et al. 2024, DeepSeekMath, §4.1.3) real step ends:
+    step 1 is the verdict, up to and including the first comma (``"，"`` or ``","``),
+    rewarded 1.0 when the verdict is right; step 2 is the rest, ending at the end of
+    the response, rewarded 1.0 when the stated sum is right. A response without a
+    comma (or with nothing after it) is one step carrying the outcome score.
+    """
+
+    name = "arith_verify"
+
+    def __init__(self, partial_credit: bool = False, process_rewards: bool = False) -> None:
+        self.partial_credit = partial_credit
+        self.process_rewards = process_rewards
+
+    def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
+        return [self._one(request) for request in requests]
+
+    def _one(self, request: RewardRequest) -> RewardResult:
+        metadata = request.record.metadata
+        missing = [key for key in ("is_true", "sum") if key not in metadata]
+        if missing:
+            return RewardResult.error(f"{request.record.source}: arith_verify needs metadata {missing[0]!r}")
+        response = request.response
+        comma = min((i for i in (response.find(c) for c in _COMMAS) if i >= 0), default=-1)
+        verdict_text = response[:comma] if comma >= 0 else response
+        number_text = response[comma + 1 :] if comma >= 0 else response
+        verdict = _verdict(verdict_text)
+        stated = extract_last_number(number_text)
+        verdict_ok = verdict is not None and verdict == bool(metadata["is_true"])
+        sum_ok = stated is not None and float(stated) == float(metadata["sum"])
+        if verdict_ok and sum_ok:
+            score = 1.0
+        elif verdict_ok and self.partial_credit:
+            score = 0.5
+        else:
+            score = 0.0
+        steps: list[tuple[int, float]] = []
+        if self.process_rewards:
+            if 0 <= comma < len(response) - 1:
+                steps = [(comma + 1, float(verdict_ok)), (len(response), float(sum_ok))]
+            elif response:
+                steps = [(len(response), score)]
+        details = {"verdict": verdict, "stated": stated, "verdict_ok": verdict_ok, "sum_ok": sum_ok}
+        return RewardResult.ok(score, steps, details)
+
+
+def _verdict(text: str) -> bool | None:
+    """"是…"/"yes…" -> True, "不…"/"no…" -> False, anything else -> None (no verdict)."""
+    text = normalize_text(text).lower()
+    if text.startswith("不") or re.match(r"no\b", text):
+        return False
+    if text.startswith("是") or re.match(r"yes\b", text):
+        return True
+    return None

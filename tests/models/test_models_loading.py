@@ -1,0 +1,218 @@
+"""Loading the four roles from a tiny local checkpoint; dtype/device resolution; value-head save/load."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from glassrl.errors import GlassrlError
+from glassrl.models import (
+    CausalLMWithValueHead,
+    load_causal_lm,
+    load_scalar_model,
+    load_tokenizer,
+    resolve_device,
+    resolve_dtype,
+    scalar_outputs,
+)
+from glassrl.models.value_head import VALUE_HEAD_MARKER, VALUE_HEAD_WEIGHTS
+
+IDS = torch.tensor([[5, 17, 42, 8, 99, 3], [7, 7, 61, 2, 30, 11]])
+MASK = torch.ones_like(IDS)
+
+
+def _assert_same_tensors(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def _decoder(model) -> torch.nn.Module:
+    """The decoder (embeddings, layers, final norm) of any of our model types."""
+    if isinstance(model, CausalLMWithValueHead):
+        model = model.backbone
+    return model.get_decoder()
+
+
+def _backbone_state(model) -> dict:
+    return _decoder(model).state_dict()
+
+
+def _head(model) -> torch.nn.Linear:
+    return model.v_head if isinstance(model, CausalLMWithValueHead) else model.score
+
+
+# --- dtype and device -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "device", "expected"),
+    [
+        ("auto", "cpu", torch.float32),
+        ("auto", "cuda", torch.bfloat16),
+        ("auto", torch.device("cuda:0"), torch.bfloat16),
+        ("float32", "cuda", torch.float32),
+        ("bfloat16", "cpu", torch.bfloat16),
+        ("float16", "cpu", torch.float16),
+    ],
+)
+def test_resolve_dtype_table(name, device, expected):
+    assert resolve_dtype(name, device) == expected
+
+
+def test_resolve_dtype_unknown_lists_valid():
+    with pytest.raises(GlassrlError, match=r"dtype: unknown 'fp8'; valid: auto, float32, bfloat16, float16"):
+        resolve_dtype("fp8", "cpu")
+
+
+def test_resolve_device():
+    assert resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(GlassrlError, match="device: 'gpu0'"):
+        resolve_device("gpu0")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised when no CUDA device is visible")
+def test_resolve_device_cuda_without_gpu():
+    with pytest.raises(GlassrlError, match="no CUDA device"):
+        resolve_device("cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_auto_loads_bfloat16_on_gpu(tiny_lm_path):
+    model = load_causal_lm(tiny_lm_path)
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert next(model.parameters()).device.type == "cuda"
+
+
+# --- tokenizer ----------------------------------------------------------------
+
+
+def test_load_tokenizer_pads_with_eos(tiny_tokenizer_path):
+    tok = load_tokenizer(tiny_tokenizer_path)
+    assert tok.pad_token == "</s>" == tok.eos_token
+    assert tok("w5 w6")["input_ids"] == [5, 6]
+
+
+def test_load_tokenizer_missing_path_names_it(tmp_path):
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(GlassrlError, match="no-such-model"):
+        load_tokenizer(missing)
+
+
+# --- actor and reference --------------------------------------------------------
+
+
+def test_load_causal_lm_matches_saved_weights(tiny_lm_path):
+    model = load_causal_lm(tiny_lm_path, dtype="auto", device="cpu")
+    assert not model.training
+    assert next(model.parameters()).dtype == torch.float32
+    direct = AutoModelForCausalLM.from_pretrained(tiny_lm_path)
+    _assert_same_tensors(model.state_dict(), direct.state_dict())
+
+
+def test_load_causal_lm_dtype(tiny_lm_path):
+    model = load_causal_lm(tiny_lm_path, dtype="bfloat16", device="cpu")
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+
+
+def test_load_causal_lm_missing_path_names_it(tmp_path):
+    with pytest.raises(GlassrlError, match=r"empty-dir.*config\.json"):
+        load_causal_lm(tmp_path / "empty-dir", device="cpu")
+
+
+# --- critic and reward model ------------------------------------------------------
+
+
+@pytest.mark.parametrize("head", ["token-classification", "value-head"])
+def test_critic_from_actor_copies_backbone(tiny_lm_path, head):
+    actor = load_causal_lm(tiny_lm_path, device="cpu")
+    torch.manual_seed(1)
+    critic = load_scalar_model(tiny_lm_path, head=head, device="cpu")
+    _assert_same_tensors(_backbone_state(critic), actor.get_decoder().state_dict())
+    assert _head(critic).weight.shape == (1, 32)
+    assert not critic.training
+    out = scalar_outputs(critic, IDS, MASK)
+    assert out.shape == IDS.shape and out.dtype == torch.float32
+
+
+@pytest.mark.parametrize("head", ["token-classification", "value-head"])
+def test_fresh_head_follows_torch_seed(tiny_lm_path, head):
+    heads = []
+    for seed in (3, 3, 4):
+        torch.manual_seed(seed)
+        heads.append(_head(load_scalar_model(tiny_lm_path, head=head, device="cpu")).weight.detach().clone())
+    assert torch.equal(heads[0], heads[1])
+    assert not torch.equal(heads[0], heads[2])
+    # HF's rule for a fresh Linear: normal(0, initializer_range = 0.3); 32 draws, so a loose bound.
+    assert 0.1 < heads[0].std().item() < 0.6
+
+
+def test_token_classification_head_has_no_dropout(tiny_lm_path):
+    critic = load_scalar_model(tiny_lm_path, device="cpu").train()
+    assert critic.dropout.p == 0.0
+    torch.testing.assert_close(scalar_outputs(critic, IDS, MASK), scalar_outputs(critic, IDS, MASK), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("head", ["token-classification", "value-head"])
+def test_critic_from_reward_model_copies_backbone_and_head(tiny_lm_path, tmp_path, head):
+    torch.manual_seed(5)
+    rm = load_scalar_model(tiny_lm_path, head=head, device="cpu")
+    with torch.no_grad():  # make the RM differ from any fresh initialisation
+        _head(rm).weight.add_(1.0)
+        _head(rm).bias.fill_(0.25)
+        _decoder(rm).embed_tokens.weight.mul_(1.5)
+    rm.save_pretrained(tmp_path / "rm")
+    torch.manual_seed(6)
+    critic = load_scalar_model(tmp_path / "rm", head=head, device="cpu")
+    _assert_same_tensors(_backbone_state(critic), _backbone_state(rm))
+    _assert_same_tensors(_head(critic).state_dict(), _head(rm).state_dict())
+    assert torch.equal(scalar_outputs(critic, IDS, MASK), scalar_outputs(rm, IDS, MASK))
+
+
+def test_value_head_round_trip(tiny_lm_path, tmp_path):
+    torch.manual_seed(7)
+    model = load_scalar_model(tiny_lm_path, head="value-head", device="cpu")
+    model.save_pretrained(tmp_path / "vh")
+    names = {p.name for p in (tmp_path / "vh").iterdir()}
+    assert {"config.json", "model.safetensors", VALUE_HEAD_WEIGHTS, VALUE_HEAD_MARKER} <= names
+    marker = json.loads((tmp_path / "vh" / VALUE_HEAD_MARKER).read_text())
+    assert marker["head"] == "value-head" and marker["hidden_size"] == 32
+
+    loaded = load_scalar_model(tmp_path / "vh", head="value-head", device="cpu")
+    assert torch.equal(scalar_outputs(loaded, IDS, MASK), scalar_outputs(model, IDS, MASK))
+    # The backbone directory is a plain HF causal-LM checkpoint.
+    lm = load_causal_lm(tmp_path / "vh", device="cpu")
+    _assert_same_tensors(lm.state_dict(), model.backbone.state_dict())
+
+
+def test_head_mismatch_is_an_error(tiny_lm_path, tmp_path):
+    load_scalar_model(tiny_lm_path, head="value-head", device="cpu").save_pretrained(tmp_path / "vh")
+    with pytest.raises(GlassrlError, match="holds a 'value-head' scalar model"):
+        load_scalar_model(tmp_path / "vh", head="token-classification", device="cpu")
+    load_scalar_model(tiny_lm_path, device="cpu").save_pretrained(tmp_path / "tc")
+    with pytest.raises(GlassrlError, match="holds a 'token-classification' scalar model"):
+        load_scalar_model(tmp_path / "tc", head="value-head", device="cpu")
+
+
+def test_unknown_head_lists_valid(tiny_lm_path):
+    with pytest.raises(GlassrlError, match="head: unknown 'mlp'; valid: token-classification, value-head"):
+        load_scalar_model(tiny_lm_path, head="mlp", device="cpu")
+
+
+@pytest.mark.parametrize("head", ["token-classification", "value-head"])
+def test_scalar_outputs_ignore_left_padding(tiny_lm_path, head):
+    """Default position ids come from the mask: a left-padded row scores like the unpadded one."""
+    torch.manual_seed(8)
+    model = load_scalar_model(tiny_lm_path, head=head, device="cpu")
+    row = torch.tensor([[5, 17, 42, 8]])
+    padded = torch.tensor([[0, 0, 5, 17, 42, 8]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1]])
+    with torch.no_grad():
+        alone = scalar_outputs(model, row, torch.ones_like(row))
+        batched = scalar_outputs(model, padded, mask)
+    torch.testing.assert_close(batched[:, 2:], alone, rtol=1e-5, atol=1e-5)

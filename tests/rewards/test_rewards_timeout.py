@@ -1,0 +1,84 @@
+"""call_with_timeout / WorkerPool: ok, timeout (worker killed and replaced), error, any thread."""
+
+from __future__ import annotations
+
+import operator
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+from glassrl.rewards.timeout import WorkerPool, call_with_timeout
+
+
+@pytest.fixture(scope="module")
+def pool():
+    pool = WorkerPool(1)
+    yield pool
+    pool.close()
+
+
+def in_thread(fn, *args):
+    out = []
+    thread = threading.Thread(target=lambda: out.append(fn(*args)))
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+def test_ok_returns_the_value(pool):
+    outcome = pool.call(operator.add, (2, 3), 5.0)
+    assert (outcome.status, outcome.value) == ("ok", 5)
+
+
+def test_sleeping_function_times_out_and_the_pool_still_works(pool):
+    outcome = pool.call(time.sleep, (30,), 0.5)
+    assert outcome.status == "timeout" and "0.5 s" in outcome.message
+    assert pool.call(operator.mul, (6, 7), 5.0).value == 42
+
+
+def test_raising_function_is_an_error_with_type_and_message(pool):
+    outcome = pool.call(operator.truediv, (1, 0), 5.0)
+    assert outcome.status == "error" and outcome.message == "ZeroDivisionError: division by zero"
+    # sys.exit inside user code is an error result, not the end of the worker
+    assert pool.call(sys.exit, (2,), 5.0).message == "SystemExit: 2"
+    assert pool.call(operator.add, (1, 1), 5.0).value == 2
+
+
+def test_a_dying_worker_is_an_error_and_is_replaced(pool):
+    outcome = pool.call(os._exit, (3,), 5.0)
+    assert outcome.status == "error" and "exit code 3" in outcome.message
+    assert pool.call(operator.add, (1, 2), 5.0).value == 3
+
+
+def test_unpicklable_function_is_an_error(pool):
+    outcome = pool.call(lambda: 1, (), 5.0)
+    assert outcome.status == "error" and "cannot send" in outcome.message
+
+
+def test_timeouts_work_from_a_non_main_thread(pool):
+    assert in_thread(pool.call, time.sleep, (30,), 0.3).status == "timeout"
+    assert in_thread(pool.call, operator.add, (4, 4), 5.0).value == 8
+
+
+def test_concurrent_callers_share_the_pool():
+    pool = WorkerPool(2)
+    try:
+        results = [None] * 4
+        threads = [
+            threading.Thread(target=lambda i=i: results.__setitem__(i, pool.call(operator.add, (i, i), 5.0))) for i in range(4)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [r.value for r in results] == [0, 2, 4, 6]
+    finally:
+        pool.close()
+
+
+def test_call_with_timeout_default_pool():
+    assert call_with_timeout(operator.sub, (5, 3), 5.0).value == 2
+    assert in_thread(call_with_timeout, time.sleep, (30,), 0.3).status == "timeout"

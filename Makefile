@@ -6,6 +6,8 @@ BIN    := $(VENV)/bin
 # torch is pinned so that pip takes the CPU build from local disk instead of a
 # multi-GB CUDA build; override on a GPU machine: make test TORCH_SPEC=torch==2.13.0
 TORCH_SPEC ?= torch==2.13.0
+# The preset `make demo` trains: examples/$(ALGO).yaml, e.g. make demo ALGO=ppo
+ALGO   ?= grpo
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo test install bench clean
@@ -19,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m glassrl.demo
+	$(BIN)/python -m glassrl.demo --algo $(ALGO)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -21,6 +21,8 @@ COMMANDS = {
     "init-model": "glassrl.commands.init_model",
     "sft": "glassrl.commands.sft",
     "rm": "glassrl.commands.rm",
+    "train": "glassrl.commands.train",
+    "report": "glassrl.commands.report",
 }
 
 

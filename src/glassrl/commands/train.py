@@ -1,0 +1,39 @@
+"""`glassrl train CONFIG [key=value ...] [--resume]`: RL training (PPO, GRPO and relatives)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "train a policy with reinforcement learning (PPO, GRPO, ...) as CONFIG says; --resume continues a run"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="YAML file of TrainConfig fields (see examples/grpo.yaml, examples/ppo.yaml)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="override a config field, e.g. algo.lam=0.9")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the latest checkpoint in output_dir (same config)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import math
+
+    from rich.console import Console
+    from transformers.utils import logging as hf_logging
+
+    from glassrl.config import load_config
+    from glassrl.trainer.config import TrainConfig, print_resolved, resolve
+    from glassrl.trainer.loop import Trainer
+
+    hf_logging.disable_progress_bar()  # per-shard bars on every checkpoint would drown the progress bar
+    cfg = load_config(TrainConfig, args.config, args.overrides)
+    console = Console()
+    print_resolved(resolve(cfg), console)
+    trainer = Trainer(cfg, resume=args.resume, console=console)
+    metrics = trainer.train()
+    before = trainer.initial_eval
+    after = metrics.get("eval/accuracy", math.nan)
+    if trainer.test_records:
+        start = f"{before:.3f} -> " if before is not None else ""
+        console.print(f"held-out accuracy (greedy, {len(trainer.test_records)} prompts): {start}{after:.3f}")
+    console.print(f"run directory: {cfg.output_dir}", markup=False)
+    return 0

@@ -1,0 +1,147 @@
+"""Preference pairs for reward-model training: the bundled set and JSONL files.
+
+The bundled set, ``task:arith-verify-preferences``, is generated from the
+arith-verify task ("Is 3+4=8?"), so it needs no download and its train and
+test splits are exactly the task's (disjoint) splits. For each prompt:
+
+- ``chosen``   = the task's reference answer (right verdict, right sum);
+- ``rejected`` = a wrong response of one of three kinds, drawn per prompt from
+  a generator seeded by ``(seed, split, index)``:
+
+  ============== ================ ========== =======
+  kind           verdict          sum        margin
+  ============== ================ ========== =======
+  wrong-verdict  flipped          right      1.0
+  wrong-sum      right            wrong      1.0
+  both-wrong     flipped          wrong      2.0
+  ============== ================ ========== =======
+
+  The margin counts the mistakes in the rejected response: with the margin
+  loss (Touvron et al. 2023, Llama 2, §3.2.2, eq. 2) a response with two
+  mistakes must score further below the reference than one with one mistake.
+  A wrong sum is the true sum shifted by ±1 or ±10 (an off-by-one or a
+  carry slip), never negative.
+
+A ``data`` config string is ``task:arith-verify-preferences`` (train split),
+``task:arith-verify-preferences/test``, or the path of a JSONL file: one
+object per line with ``"prompt"``, ``"chosen"``, ``"rejected"`` (strings) and
+an optional ``"margin"`` (number).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from glassrl.data.records import PreferencePair, PromptRecord
+from glassrl.errors import GlassrlError
+
+BUNDLED = "task:arith-verify-preferences"
+
+# kind -> (verdict flipped, sum wrong, margin = number of mistakes)
+REJECTION_KINDS: dict[str, tuple[bool, bool, float]] = {
+    "wrong-verdict": (True, False, 1.0),
+    "wrong-sum": (False, True, 1.0),
+    "both-wrong": (True, True, 2.0),
+}
+# Off-by-one and carry slips: the mistakes a small adder plausibly makes.
+_SUM_SLIPS = (-10, -1, 1, 10)
+# (true, false) verdict words that start an arith-verify answer (glassrl.data.tasks.arith_verify).
+_VERDICT_WORDS = {"zh": ("是的", "不是"), "en": ("Yes", "No")}
+
+
+def preference_pairs(split: str, *, seed: int = 0, size: int | None = None) -> list[PreferencePair]:
+    """The bundled arith-verify preference set: one pair per arith-verify prompt of ``split``.
+
+    Deterministic in ``(split, seed, size)``; see the module docstring for how the
+    rejected response and its margin are chosen.
+    """
+    from glassrl.data.tasks import load_task
+
+    records = load_task("arith-verify", split, seed=seed, size=size)
+    pairs = []
+    for index, record in enumerate(records):
+        rng = random.Random(f"arith-verify-preferences/{seed}/{split}/{index}")
+        kind = rng.choice(sorted(REJECTION_KINDS))
+        flip, wrong_sum, margin = REJECTION_KINDS[kind]
+        pairs.append(
+            PreferencePair(
+                prompt=_text(record),
+                chosen=record.answer,
+                rejected=_wrong_answer(record, flip=flip, wrong_sum=wrong_sum, rng=rng),
+                margin=margin,
+                source=f"{BUNDLED}/{split}#{index} ({kind})",
+            )
+        )
+    return pairs
+
+
+def _text(record: PromptRecord) -> str:
+    if not isinstance(record.prompt, str):
+        raise GlassrlError(f"{record.source}: preference pairs need a plain-text prompt")
+    return record.prompt
+
+
+def _wrong_answer(record: PromptRecord, *, flip: bool, wrong_sum: bool, rng: random.Random) -> str:
+    """Edit the reference answer: swap its verdict word and/or replace its sum (its only number)."""
+    meta = record.metadata
+    answer, total = str(record.answer), meta["sum"]
+    if flip:
+        words = _VERDICT_WORDS[meta["lang"]]
+        right, wrong = (words[0], words[1]) if meta["is_true"] else (words[1], words[0])
+        answer = wrong + answer.removeprefix(right)
+    if wrong_sum:
+        slipped = rng.choice([total + d for d in _SUM_SLIPS if total + d >= 0])
+        answer = answer.replace(str(total), str(slipped))
+    return answer
+
+
+def load_preference_file(path: str | Path) -> list[PreferencePair]:
+    """Read preference pairs from a JSONL file; errors name ``file:line`` and the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise GlassrlError(f"preference file not found: {path}")
+    pairs = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise GlassrlError(f"{where}: not valid JSON: {err.msg}") from None
+            if not isinstance(row, dict):
+                raise GlassrlError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            for field in ("prompt", "chosen", "rejected"):
+                if field not in row:
+                    raise GlassrlError(f'{where}: missing field "{field}"')
+                if not isinstance(row[field], str):
+                    raise GlassrlError(f'{where}: field "{field}" must be a string, got {type(row[field]).__name__}')
+            margin = row.get("margin")
+            if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))):
+                raise GlassrlError(f'{where}: field "margin" must be a number, got {margin!r}')
+            pairs.append(
+                PreferencePair(
+                    prompt=row["prompt"],
+                    chosen=row["chosen"],
+                    rejected=row["rejected"],
+                    margin=None if margin is None else float(margin),
+                    source=where,
+                )
+            )
+    if not pairs:
+        raise GlassrlError(f"{path}: no preference pairs in the file")
+    return pairs
+
+
+def load_preferences(spec: str) -> list[PreferencePair]:
+    """Resolve a ``data`` config string: ``task:arith-verify-preferences[/SPLIT]`` (SPLIT
+    defaults to train) or a JSONL path."""
+    if spec.startswith("task:"):
+        name, _, split = spec.partition("/")
+        if name != BUNDLED:
+            raise GlassrlError(f"data: unknown preference task {name!r} in {spec!r}; valid: {BUNDLED}")
+        return preference_pairs(split or "train")
+    return load_preference_file(spec)

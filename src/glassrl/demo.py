@@ -1,0 +1,194 @@
+"""``make demo`` (``python -m glassrl.demo``): reinforcement learning on a CPU in minutes, then its ledger.
+
+    python -m glassrl.demo [--algo grpo] [--steps N] [--out DIR] [--resume] [key=value ...]
+    python -m glassrl.demo --walkthrough     # the token convention on given numbers (glassrl.walkthrough)
+
+What it does, in order:
+
+1. The embedded default model (glassrl.models.default_model): built on first use, then
+   reused from ``~/.cache/glassrl/models/default-v1``.
+2. Training with ``examples/<algo>.yaml`` by the code ``glassrl train`` runs
+   (glassrl.trainer.loop.Trainer), with its progress bar. Before the first step and after
+   the last, the trainer answers the first ``data.eval_size`` prompts of the arith-verify
+   test split greedily; the task's verifier judges them (verdict and sum both right).
+3. Held-out accuracy before and after, and the run directory.
+4. The ledger of the reference example ("请问1+1=2？" → "是的，等于2！") on the trained
+   model: the ``glassrl explain --model`` command, printed, then run in-process. Under a
+   group estimator the response is explained within a group: itself and 3 sampled ones.
+
+Decisions (the demo's own overrides of the preset; ``key=value`` arguments come after them):
+
+- ``output_dir = runs/demo-<algo>``, emptied first unless ``--resume``: every demo starts
+  from the same weights, so two runs print the same figures (the preset's seed, CPU,
+  deterministic kernels; glassrl.trainer.common.seed_everything).
+- ``logging.eval_every = 0``: evaluate only before the first and after the last step; the
+  figures are the same, the minutes of the evaluations in between are saved.
+- ``logging.checkpoint_every = 0``: one checkpoint, after the last step (what explain reads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from glassrl.errors import GlassrlError
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+PROMPT, RESPONSE = "请问1+1=2？", "是的，等于2！"
+GROUP_SAMPLES = 3  # sampled companions of the reference response under a group estimator
+DEMO_OVERRIDES = ["logging.eval_every=0", "logging.checkpoint_every=0"]
+
+
+def presets() -> list[str]:
+    """Names of the RL presets in examples/: the YAML files with an ``algo`` section."""
+    import yaml
+
+    found = []
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and "algo" in data:
+            found.append(path.stem)
+    return found
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m glassrl.demo", description=__doc__.splitlines()[0])
+    p.add_argument("--algo", default="grpo", help="preset: examples/ALGO.yaml (default grpo)")
+    p.add_argument("--steps", metavar="N", type=int, help="training steps (default: the preset's)")
+    p.add_argument("--out", metavar="DIR", help="run directory (default runs/demo-ALGO)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out instead of starting afresh")
+    p.add_argument("--walkthrough", action="store_true", help="only the token-convention walkthrough (no model)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="more config overrides, e.g. actor_optim.lr=1e-3")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.walkthrough:
+        from glassrl.walkthrough import explain_walkthrough
+
+        return explain_walkthrough()
+    from rich.console import Console
+
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    try:
+        return run(args, console)
+    except GlassrlError as err:
+        print(f"glassrl demo: error: {err}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace, console) -> int:
+    """Model, training, before/after, explain (the module docstring's steps 1–4)."""
+    from rich.rule import Rule
+    from transformers.utils import logging as hf_logging
+
+    from glassrl.cli import main as glassrl_main
+    from glassrl.config import load_config
+    from glassrl.trainer.config import TrainConfig, print_resolved, resolve
+
+    start = time.perf_counter()
+    hf_logging.disable_progress_bar()  # per-shard bars on every load would drown the progress bar
+    valid = presets()
+    if args.algo not in valid:
+        raise GlassrlError(f"--algo: unknown preset {args.algo!r}; valid: {', '.join(valid)}")
+    out = Path(args.out or f"runs/demo-{args.algo}")
+    overrides = [f"output_dir={out}", *DEMO_OVERRIDES, *([f"steps={args.steps}"] if args.steps else []),
+                 *args.overrides]
+    cfg = load_config(TrainConfig, EXAMPLES / f"{args.algo}.yaml", overrides)
+    resolved = resolve(cfg)
+
+    console.print(Rule(f"1. the model ({cfg.model.actor})"))
+    _model(cfg, console)
+    model_s = time.perf_counter() - start
+
+    console.print(Rule(f"2. training: examples/{args.algo}.yaml, {cfg.steps} steps → {out}"))
+    if not args.resume:
+        _fresh(out)
+    print_resolved(resolved, console)
+    from glassrl.trainer.loop import Trainer
+
+    Trainer(cfg, resume=args.resume, console=console).train()
+    train_s = time.perf_counter() - start - model_s
+
+    console.print(Rule("3. held-out accuracy"))
+    console.print(summary_table(out / "metrics.jsonl", cfg))
+    console.print(f"run directory: {out}", markup=False)
+
+    console.print(Rule("4. the reference example on the trained model"))
+    command = ["explain", "--model", str(out), "--prompt", PROMPT, "--response", RESPONSE]
+    from glassrl.algos.advantages import GROUP_ESTIMATORS
+
+    if cfg.algo.advantage in GROUP_ESTIMATORS:
+        command += ["--sample", str(GROUP_SAMPLES)]
+    console.print(f"$ glassrl {shlex.join(command)}", style="bold cyan", markup=False)
+    sys.stdout.flush()
+    code = glassrl_main(command)
+    total = time.perf_counter() - start
+    console.print(f"demo finished in {_clock(total)} (model {_clock(model_s)}, training {_clock(train_s)}, "
+                  f"explain {_clock(total - model_s - train_s)})")
+    return code
+
+
+def _model(cfg, console) -> None:
+    """Build (or find) the model and say what it is."""
+    if cfg.model.actor != "default":
+        console.print(f"model: {cfg.model.actor}", markup=False)
+        return
+    from glassrl.models.default_model import MARKER, ensure_default_model
+
+    path = ensure_default_model(console=console)
+    info = json.loads((path / MARKER).read_text(encoding="utf-8"))
+    console.print(f"default model: {path} ({info['parameters']:,} parameters, built in {info['build_time_s']:g} s; "
+                  "rebuild: glassrl init-model --force)", markup=False)
+
+
+def _fresh(out: Path) -> None:
+    """Empty a previous demo run in ``out``; refuse to delete anything that is not a run."""
+    if not out.exists():
+        return
+    if any((out / name).exists() for name in ("config.yaml", "metrics.jsonl", "checkpoints")):
+        shutil.rmtree(out)
+    elif any(out.iterdir()):
+        raise GlassrlError(f"--out: {out} is not empty and not a glassrl run directory; choose another --out")
+
+
+def accuracies(metrics_file: Path) -> tuple[float, float]:
+    """(eval/accuracy before the first step, after the last) from a run's metrics.jsonl."""
+    rows = [json.loads(line) for line in metrics_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    evals = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
+    if not evals or evals[0][0] != 0:
+        raise GlassrlError(f"{metrics_file}: no evaluation before the first step (is data.eval_size 0?)")
+    return evals[0][1], evals[-1][1]
+
+
+def summary_table(metrics_file: Path, cfg):
+    """A rich table: held-out accuracy before and after, and the change in points."""
+    from rich.table import Table
+
+    before, after = accuracies(metrics_file)
+    change = (after - before) * 100
+    table = Table(title=f"held-out accuracy: greedy, verdict and sum right, {cfg.data.eval_size} test prompts "
+                        f"({cfg.data.test or cfg.data.train + ' test split'})", title_justify="left")
+    for name in ("before training", "after training", "change"):
+        table.add_column(name, justify="right")
+    table.add_row(_percent(before), _percent(after), "—" if math.isnan(change) else f"{change:+.1f} points")
+    return table
+
+
+def _percent(x: float) -> str:
+    return "—" if math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""The token ledger: one row per response token with every quantity of the token convention.
+
+A :class:`Ledger` is the record of what the trainer (or ``glassrl explain``)
+computed for a batch of responses: for each response a :class:`ResponseLedger`
+(prompt, response text, score, group, length, finish reason) holding one
+:class:`TokenRow` per response token. Token fields are named after the tensors
+of docs/token-convention.md (DESIGN §1); renderers show the symbols
+(:data:`SYMBOLS`). A quantity that was not computed (no critic under GRPO, no
+log-probs when KL was given directly) is ``None``, never 0 or NaN.
+
+Shapes: ``B`` responses, ``T`` padded response length.
+
+Writers: :meth:`Ledger.to_jsonl` (one JSON object per token row, carrying the
+run and response fields; :func:`read_jsonl` loads it back exactly),
+:meth:`Ledger.to_csv` (the same rows), :meth:`Ledger.to_markdown` and
+:meth:`Ledger.to_rich` (glassrl.ledger_render). Torch is imported only by
+:meth:`Ledger.from_tensors`, so a ledger file can be read without it.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from glassrl.errors import GlassrlError
+
+if TYPE_CHECKING:
+    import torch
+    from rich.console import Group
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    """One response token y_i; float fields are None where the quantity was not computed."""
+
+    index: int  # i, 0-based position in the response
+    token_id: int | None
+    token: str  # text of a_i = y_i
+    logprobs: float | None  # log π(a_i | s_i)
+    ref_logprobs: float | None  # log π_ref(a_i | s_i)
+    kl: float | None  # kl_i
+    token_scores: float | None  # score placed on token i
+    token_rewards: float | None  # r_i = token_scores_i − β·kl_i
+    values: float | None  # V(s_i), read before a_i
+    deltas: float | None  # δ_i = r_i + γ·V(s_{i+1}) − V(s_i)
+    advantages: float | None  # raw A_i
+    returns: float | None  # R_i = A_i + V(s_i), raw A
+    whitened_advantages: float | None  # what the policy loss sees
+    response_mask: bool  # True: a generated token that trains; False: observation
+    step_end: bool | None  # process supervision: a step reward sits here; None without steps
+
+
+@dataclass(frozen=True)
+class ResponseLedger:
+    """One response: per-response fields and its token rows (``length`` of them)."""
+
+    prompt: str
+    response: str
+    score: float | None  # task score of the whole response (outcome reward)
+    group_id: int | None  # responses to the same prompt share it (group estimators)
+    length: int  # number of response tokens, observation tokens included
+    finish_reason: str | None  # "stop" or "length" from generation; None when not generated
+    baseline_reward: float | None  # ReMax: reward of the greedy response
+    tokens: tuple[TokenRow, ...]
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Responses of one batch (or one explain call) and the parameters they were computed with."""
+
+    estimator: str
+    gamma: float
+    lam: float | None  # None for estimators without λ
+    beta: float  # KL coefficient in the reward (0 when KL is not in the reward)
+    kl_kind: str | None  # None when KL was given directly rather than estimated from log-probs
+    responses: tuple[ResponseLedger, ...] = field(default_factory=tuple)
+    step: int | None = None  # trainer step the sample was taken at; None outside training
+
+    @classmethod
+    def from_tensors(
+        cls,
+        *,
+        prompts: list[str],
+        token_texts: list[list[str]],
+        response_mask: torch.Tensor,
+        estimator: str,
+        gamma: float,
+        lam: float | None,
+        beta: float,
+        kl_kind: str | None,
+        token_ids: torch.Tensor | None = None,
+        logprobs: torch.Tensor | None = None,
+        ref_logprobs: torch.Tensor | None = None,
+        kl: torch.Tensor | None = None,
+        token_scores: torch.Tensor | None = None,
+        token_rewards: torch.Tensor | None = None,
+        values: torch.Tensor | None = None,
+        deltas: torch.Tensor | None = None,
+        advantages: torch.Tensor | None = None,
+        returns: torch.Tensor | None = None,
+        whitened_advantages: torch.Tensor | None = None,
+        step_end_mask: torch.Tensor | None = None,
+        scores: torch.Tensor | None = None,
+        group_ids: torch.Tensor | None = None,
+        baseline_rewards: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
+        finish_reasons: list[str | None] | None = None,
+        responses: list[str] | None = None,
+        step: int | None = None,
+    ) -> Ledger:
+        """Build a ledger from the (B, T) tensors of one batch (DESIGN §1).
+
+        Per-token tensors are (B, T) and None where the estimator does not have the
+        quantity. ``response_mask`` and ``step_end_mask`` (B, T) bool; ``scores``, ``group_ids``,
+        ``baseline_rewards``, ``lengths`` are (B,). ``token_texts[b]`` holds at least
+        ``lengths[b]`` strings. On observation tokens (mask False) the quantities of
+        :data:`ACTION_ONLY` are None whatever the tensors hold. ``lengths`` defaults to one past the last True of
+        ``response_mask`` (padding after it is dropped; observation tokens before it
+        are kept with mask False). ``responses`` defaults to the joined token texts.
+        """
+        import torch
+
+        mask = response_mask.detach().to("cpu", torch.bool)  # (B, T)
+        B, T = mask.shape
+        if lengths is None:
+            positions = torch.arange(1, T + 1).expand(B, T)  # (B, T)
+            lengths = torch.where(mask, positions, 0).amax(dim=-1)  # (B,)
+        per_token = {
+            "token_ids": token_ids,
+            "logprobs": logprobs,
+            "ref_logprobs": ref_logprobs,
+            "kl": kl,
+            "token_scores": token_scores,
+            "token_rewards": token_rewards,
+            "values": values,
+            "deltas": deltas,
+            "advantages": advantages,
+            "returns": returns,
+            "whitened_advantages": whitened_advantages,
+            "step_end_mask": step_end_mask,
+        }
+        for name, tensor in per_token.items():
+            if tensor is not None and tuple(tensor.shape) != (B, T):
+                raise ValueError(f"{name}: expected shape {(B, T)} like response_mask, got {tuple(tensor.shape)}")
+        cols = {name: _lists(t) for name, t in per_token.items()}
+        # On observation tokens these are not quantities (no action was taken), only the
+        # 0 the tensors hold there; None says so (DESIGN §1: GAE carries V and A across).
+        for name in ACTION_ONLY:
+            if cols[name] is not None:
+                cols[name] = [[x if m else None for x, m in zip(row, mrow)]
+                              for row, mrow in zip(cols[name], mask.tolist())]
+        mask_rows, length_list = mask.tolist(), _lists(lengths)
+        score_list, group_list, base_list = _lists(scores), _lists(group_ids), _lists(baseline_rewards)
+        built = []
+        for b in range(B):
+            n = int(length_list[b])
+            texts = list(token_texts[b][:n])
+            if len(texts) != n:
+                raise ValueError(f"token_texts[{b}]: expected {n} strings, got {len(texts)}")
+            rows = tuple(
+                TokenRow(
+                    index=i,
+                    token_id=_at(cols["token_ids"], b, i, int),
+                    token=texts[i],
+                    logprobs=_at(cols["logprobs"], b, i),
+                    ref_logprobs=_at(cols["ref_logprobs"], b, i),
+                    kl=_at(cols["kl"], b, i),
+                    token_scores=_at(cols["token_scores"], b, i),
+                    token_rewards=_at(cols["token_rewards"], b, i),
+                    values=_at(cols["values"], b, i),
+                    deltas=_at(cols["deltas"], b, i),
+                    advantages=_at(cols["advantages"], b, i),
+                    returns=_at(cols["returns"], b, i),
+                    whitened_advantages=_at(cols["whitened_advantages"], b, i),
+                    response_mask=bool(mask_rows[b][i]),
+                    step_end=_at(cols["step_end_mask"], b, i, bool),
+                )
+                for i in range(n)
+            )
+            built.append(
+                ResponseLedger(
+                    prompt=prompts[b],
+                    response=responses[b] if responses is not None else "".join(texts),
+                    score=None if score_list is None else float(score_list[b]),
+                    group_id=None if group_list is None else int(group_list[b]),
+                    length=n,
+                    finish_reason=None if finish_reasons is None else finish_reasons[b],
+                    baseline_reward=None if base_list is None else float(base_list[b]),
+                    tokens=rows,
+                )
+            )
+        return cls(estimator=estimator, gamma=float(gamma), lam=None if lam is None else float(lam),
+                   beta=float(beta), kl_kind=kl_kind, responses=tuple(built), step=step)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Flat rows: run fields, response fields and token fields of every token (JSONL/CSV)."""
+        run = {name: getattr(self, name) for name in RUN_FIELDS}
+        out = []
+        for b, resp in enumerate(self.responses):
+            head = {"response_index": b, **{name: getattr(resp, name) for name in RESPONSE_FIELDS[1:]}}
+            for row in resp.tokens:
+                out.append({**run, **head, **dataclasses.asdict(row)})
+        return out
+
+    def to_jsonl(self, path: str | Path) -> None:
+        """One JSON object per token row; read it back with :func:`read_jsonl`."""
+        Path(path).write_text(self.jsonl(), encoding="utf-8")
+
+    def jsonl(self) -> str:
+        """The JSON-lines text that :meth:`to_jsonl` writes."""
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.rows())
+
+    def to_csv(self, path: str | Path) -> None:
+        """The rows of :meth:`rows` as CSV; a missing quantity is an empty cell."""
+        Path(path).write_text(self.csv(), encoding="utf-8")
+
+    def csv(self) -> str:
+        """The CSV text that :meth:`to_csv` writes."""
+        import io
+
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=ALL_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self.rows())
+        return buf.getvalue()
+
+    def to_markdown(self) -> str:
+        """One Markdown table per response (see glassrl.ledger_render)."""
+        from glassrl.ledger_render import to_markdown
+
+        return to_markdown(self)
+
+    def to_rich(self) -> Group:
+        """One rich Table per response, numbers to 4 decimals, observation tokens dim."""
+        from glassrl.ledger_render import to_rich
+
+        return to_rich(self)
+
+
+# Defined only where a generated token was an action (response_mask True).
+ACTION_ONLY = ("token_rewards", "deltas", "advantages", "returns", "whitened_advantages")
+RUN_FIELDS = ("step", "estimator", "gamma", "lam", "beta", "kl_kind")
+RESPONSE_FIELDS = ("response_index", "prompt", "response", "score", "group_id", "length", "finish_reason",
+                   "baseline_reward")
+TOKEN_FIELDS = tuple(f.name for f in dataclasses.fields(TokenRow))
+ALL_FIELDS = RUN_FIELDS + RESPONSE_FIELDS + TOKEN_FIELDS
+
+# DESIGN §1 symbols, shown as column headers by the renderers.
+SYMBOLS = {
+    "index": "i",
+    "token_id": "id",
+    "token": "a_i",
+    "logprobs": "log π(a_i|s_i)",
+    "ref_logprobs": "log π_ref(a_i|s_i)",
+    "kl": "kl_i",
+    "token_scores": "score_i",
+    "token_rewards": "r_i",
+    "values": "V(s_i)",
+    "deltas": "δ_i",
+    "advantages": "A_i",
+    "returns": "R_i",
+    "whitened_advantages": "Â_i",
+    "response_mask": "mask",
+    "step_end": "step end",
+}
+
+
+def read_jsonl(path: str | Path) -> Ledger:
+    """Load a ledger written by :meth:`Ledger.to_jsonl` (exactly: ``read_jsonl(p) == ledger``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise GlassrlError(f"ledger file not found: {path}")
+    run: dict[str, Any] | None = None
+    groups: dict[int, tuple[dict[str, Any], list[TokenRow]]] = {}
+    # split on "\n" only: a token may hold U+2028 or other characters splitlines() breaks on
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise GlassrlError(f"{path}:{lineno}: not valid JSON: {err.msg}") from None
+        if not isinstance(obj, dict):
+            raise GlassrlError(f"{path}:{lineno}: expected a JSON object")
+        missing = [name for name in ALL_FIELDS if name not in obj]
+        if missing:
+            raise GlassrlError(f"{path}:{lineno}: missing field {missing[0]!r}")
+        this_run = {name: obj[name] for name in RUN_FIELDS}
+        if run is None:
+            run = this_run
+        elif this_run != run:
+            raise GlassrlError(f"{path}:{lineno}: run fields differ from the first row (one ledger per file)")
+        head, rows = groups.setdefault(obj["response_index"], ({n: obj[n] for n in RESPONSE_FIELDS[1:]}, []))
+        rows.append(TokenRow(**{name: obj[name] for name in TOKEN_FIELDS}))
+    if run is None:
+        raise GlassrlError(f"{path}: no ledger rows")
+    responses = tuple(ResponseLedger(**head, tokens=tuple(rows)) for _, (head, rows) in sorted(groups.items()))
+    return Ledger(**run, responses=responses)
+
+
+def _lists(tensor: torch.Tensor | None) -> list[Any] | None:
+    return None if tensor is None else tensor.detach().cpu().tolist()
+
+
+def _at(col: list[list[Any]] | None, b: int, i: int, kind: type = float) -> Any:
+    return None if col is None or col[b][i] is None else kind(col[b][i])

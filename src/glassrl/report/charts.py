@@ -1,0 +1,116 @@
+"""Learning curves of the report: one plotly chart per metric group, runs overlaid, x = step.
+
+Each metric key of docs/metrics.md goes to the first group of :data:`GROUPS` whose
+pattern matches it in full, so every logged key is drawn exactly once ("Other
+metrics" takes what no named group does). A group no run has logged is left out.
+Colour tells the runs apart (legend ``run · key``); dash and marker tell a group's
+keys apart. A ``null`` in metrics.jsonl (NaN: a statistic over no token) is a gap,
+never 0.
+
+The charts carry no plotly.js: the page inlines it once (glassrl.report.html).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from glassrl.report.run_dir import RunDir
+
+# (id, title, y-axis title, pattern) in page order; a key goes to the first full match.
+GROUPS: tuple[tuple[str, str, str, str], ...] = (
+    ("reward", "Reward per source", "score", r"reward/mean|reward/(?!failures/)[^/]+/mean"),
+    ("accuracy", "Accuracy", "fraction", r"task/accuracy|eval/accuracy"),
+    ("kl", "KL", "nats per token", r"kl/mean|actor/approx_kl|actor/kl_loss"),
+    ("kl-beta", "KL coefficient β", "β", r"kl/beta"),
+    ("entropy", "Entropy", "nats per token", r"actor/entropy|actor/entropy_loss"),
+    ("length", "Response length", "tokens", r"response/length/.+"),
+    ("clip", "Clip fractions", "fraction of valid tokens",
+     r"actor/(?:clip_frac_low|clip_frac_high|dual_clip_frac|cov_clip_frac)|critic/vf_clip_frac"),
+    ("losses", "Losses", "loss", r"actor/(?:policy|positive_nll)_loss|critic/value_loss"),
+    ("explained-variance", "Explained variance", "1 − Var[R − V]/Var[R]", r"critic/explained_variance"),
+    ("advantages", "Advantages, returns and values", "return units", r"advantage/.+|returns/.+|critic/values/.+"),
+    ("grad-norm", "Gradient norms (before clipping)", "L2 norm", r"(?:actor|critic)/grad_norm"),
+    ("lr", "Learning rates", "learning rate", r"(?:actor|critic)/lr"),
+    ("tokens-per-s", "Tokens/s per phase", "tokens per second", r"perf/[^/]+_tokens_per_s"),
+    ("seconds", "Seconds per phase", "seconds", r"perf/[^/]+_s"),
+    ("diversity", "Diversity and truncation", "fraction", r"response/(?:distinct_\d|truncation_rate)"),
+    ("failures", "Reward spread and failures", "score / count", r"reward/.+"),
+    ("other", "Other metrics", "value", r".+"),
+)
+_COMPILED = tuple((slug, re.compile(pattern)) for slug, _, _, pattern in GROUPS)
+# Colours of the runs (Okabe & Ito 2008, distinguishable with colour-blindness), then repeated.
+RUN_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "cross")
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One rendered chart: its group id (the div is ``chart-<slug>``), title, keys and HTML."""
+
+    slug: str
+    title: str
+    keys: tuple[str, ...]
+    html: str
+
+
+def group_of(key: str) -> str:
+    """The id of the group that draws ``key``."""
+    return next(slug for slug, pattern in _COMPILED if pattern.fullmatch(key))
+
+
+def grouped_keys(runs: list[RunDir]) -> dict[str, list[str]]:
+    """{group id: its keys in first-logged order} for the groups some run has logged."""
+    keys: dict[str, list[str]] = {slug: [] for slug, *_ in GROUPS}
+    for run in runs:
+        for row in run.metrics:
+            for key in row:
+                if key != "step" and key not in keys[group_of(key)]:
+                    keys[group_of(key)].append(key)
+    return {slug: found for slug, found in keys.items() if found}
+
+
+def series(run: RunDir, key: str) -> tuple[list[int], list[float | None]]:
+    """(steps, values) of ``key`` over the rows of ``run`` that log it; None (NaN) stays None."""
+    steps, values = [], []
+    for row in run.metrics:
+        if key in row:
+            steps.append(row["step"])
+            values.append(row[key])
+    return steps, values
+
+
+def build_charts(runs: list[RunDir]) -> list[Chart]:
+    """One chart per logged group, each run a colour; HTML divs without plotly.js."""
+    import plotly.graph_objects as go
+
+    titles = {slug: (title, axis) for slug, title, axis, _ in GROUPS}
+    last = max((row["step"] for run in runs for row in run.metrics), default=0)
+    dtick = 1 if last < 10 else None  # a short run: one tick per step, none at 0.5
+    charts = []
+    for slug, keys in grouped_keys(runs).items():
+        title, axis = titles[slug]
+        fig = go.Figure()
+        for r, run in enumerate(runs):
+            for k, key in enumerate(keys):
+                steps, values = series(run, key)
+                if not steps:
+                    continue
+                name = run.name if len(keys) == 1 else f"{run.name} · {key}"
+                fig.add_trace(go.Scatter(
+                    x=steps, y=values, name=name, legendgroup=run.name, mode="lines+markers", connectgaps=False,
+                    line={"color": RUN_COLOURS[r % len(RUN_COLOURS)], "dash": DASHES[k % len(DASHES)], "width": 2},
+                    marker={"symbol": SYMBOLS[k % len(SYMBOLS)], "size": 6},
+                    hovertemplate=f"{key}<br>step %{{x}}<br>%{{y:.6g}}<extra>{run.name}</extra>",
+                ))
+        fig.update_layout(
+            title={"text": title, "x": 0.01}, template="plotly_white", height=330,
+            margin={"l": 60, "r": 10, "t": 40, "b": 40}, showlegend=True,
+            legend={"orientation": "h", "y": -0.22, "font": {"size": 10}},
+            xaxis={"title": {"text": "step"}, "rangemode": "tozero", "dtick": dtick}, yaxis={"title": {"text": axis}},
+        )
+        html = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{slug}",
+                           config={"displaylogo": False, "responsive": True})
+        charts.append(Chart(slug=slug, title=title, keys=tuple(keys), html=html))
+    return charts

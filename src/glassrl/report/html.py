@@ -1,0 +1,158 @@
+"""The run report and the explain page: one self-contained HTML file each (works offline).
+
+    write_run_report(["runs/ppo", "runs/grpo"], "report.html")   # curves, token view, config
+    write_explain_html(ledger, "explain.html")                   # the token view of one ledger
+
+The run report has three sections: learning curves (glassrl.report.charts, plotly,
+its plotly.js inlined once: no CDN, no request leaves the file), the token view of
+the ledger samples, and each run's resolved config and environment. The token
+view (templates/token_view.js, plain JS) draws each response as its tokens,
+coloured by a chosen quantity on a diverging scale centred at 0; clicking a token
+fills a panel with every ledger field and the DESIGN §1 legend with its numbers.
+
+The ledgers travel as JSON in ``<script type="application/json" id="token-data">``
+(:func:`token_payload`); a non-finite number travels as the string "nan", "inf" or
+"-inf" (JSON has none) and "<" as ``\\u003c`` so that no "</script>" can end the tag.
+Element ids and data attributes are fixed (``tok-B-I`` with ``data-b``/``data-i``
+per token, ``field-NAME`` per panel field) for tests and for readers' scripts.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from glassrl.errors import GlassrlError
+from glassrl.ledger import RESPONSE_FIELDS, RUN_FIELDS, SYMBOLS, TOKEN_FIELDS, Ledger, ResponseLedger
+from glassrl.report.run_dir import RunDir, read_runs
+
+# The quantities a token can be coloured by, in menu order: (ledger field, label).
+QUANTITIES = (
+    ("advantages", "advantage A_i"),
+    ("whitened_advantages", "whitened advantage Â_i"),
+    ("kl", "KL kl_i"),
+    ("values", "value V(s_i)"),
+    ("returns", "return R_i"),
+    ("token_rewards", "reward r_i"),
+    ("deltas", "TD error δ_i"),
+    ("token_scores", "score score_i"),
+    ("logprobs", "log-prob log π(a_i|s_i)"),
+    ("entropy", "entropy H(π(·|s_i))"),
+)
+_PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
+
+
+def write_run_report(run_dirs: list[str | Path], out: str | Path, step: int | None = None) -> Path:
+    """Write the report of ``run_dirs`` (overlaid; the first run's ledgers shown first) to ``out``.
+
+    ``step``: the ledger step shown when the page opens (default: the first run's last
+    ledger step); GlassrlError when no run has a ledger for it. Returns ``out``.
+    """
+    from plotly.offline import get_plotlyjs
+
+    from glassrl.report.charts import build_charts
+
+    runs = read_runs(list(run_dirs))
+    initial = _initial(runs, step)
+    charts = build_charts(runs)
+    names = ", ".join(run.name for run in runs)
+    body = "\n".join([
+        '<nav><a href="#curves">learning curves</a> · <a href="#tokens">token view</a> · '
+        '<a href="#config">config and environment</a></nav>',
+        '<section id="curves"><h2>Learning curves</h2>', _curves(charts), "</section>",
+        '<section id="tokens"><h2>Token view</h2>', _template("token_view.html"), "</section>",
+        '<section id="config"><h2>Config and environment</h2>', *(_config(run) for run in runs), "</section>",
+    ])
+    payload = token_payload([(run.name, [run.ledger(s) for s in run.ledger_paths]) for run in runs], initial)
+    head = f'<script type="text/javascript">{get_plotlyjs()}</script>'
+    return _write(out, f"glassrl report: {names}", body, payload, head)
+
+
+def write_explain_html(ledger: Ledger, out: str | Path) -> Path:
+    """Write the token view of one explained ledger (``glassrl explain --html FILE``); returns ``out``."""
+    body = '<section id="tokens">' + _template("token_view.html") + "</section>"
+    return _write(out, "glassrl explain", body, token_payload([("explain", [ledger])], (0, 0)), "")
+
+
+def token_payload(sources: list[tuple[str, list[Ledger]]], initial: tuple[int, int]) -> dict[str, Any]:
+    """The token view's data: per source (a run) its ledgers; ``initial`` = (source, ledger) shown first.
+
+    Tokens are rows of values in the order of ``token_fields`` (compact: one list per token).
+    """
+    present = [(name, label) for name, label in QUANTITIES if name in TOKEN_FIELDS]
+    return {
+        "token_fields": list(TOKEN_FIELDS), "run_fields": list(RUN_FIELDS), "response_fields": list(RESPONSE_FIELDS),
+        "symbols": SYMBOLS, "quantities": [{"field": n, "label": label} for n, label in present],
+        "initial": {"source": initial[0], "ledger": initial[1]},
+        "sources": [{"name": name, "ledgers": [_ledger_json(lg) for lg in ledgers]} for name, ledgers in sources],
+    }
+
+
+def _ledger_json(ledger: Ledger) -> dict[str, Any]:
+    return {
+        **{name: _finite(getattr(ledger, name)) for name in RUN_FIELDS},
+        "responses": [_response_json(b, resp) for b, resp in enumerate(ledger.responses)],
+    }
+
+
+def _response_json(b: int, resp: ResponseLedger) -> dict[str, Any]:
+    head = {name: _finite(getattr(resp, name)) for name in RESPONSE_FIELDS[1:]}
+    return {"response_index": b, **head,
+            "tokens": [[_finite(getattr(row, name)) for name in TOKEN_FIELDS] for row in resp.tokens]}
+
+
+def _finite(x: Any) -> Any:
+    """JSON has no NaN/inf: they travel as strings that the page shows as such."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else "inf" if x > 0 else "-inf"
+    return x
+
+
+def _initial(runs: list[RunDir], step: int | None) -> tuple[int, int]:
+    """(run index, ledger index) shown first: ``step`` in the first run that has it, else the first run's last."""
+    if step is None:
+        return 0, max(len(runs[0].ledger_paths) - 1, 0)
+    for r, run in enumerate(runs):
+        if step in run.ledger_paths:
+            return r, list(run.ledger_paths).index(step)
+    have = "; ".join(f"{run.name}: {', '.join(map(str, run.ledger_paths)) or 'none'}" for run in runs)
+    raise GlassrlError(f"--step {step}: no run has a ledger for that step (steps with a ledger: {have})")
+
+
+def _curves(charts: list) -> str:
+    if not charts:
+        return '<p class="empty">No metrics logged yet (metrics.jsonl is empty).</p>'
+    figures = [f'<figure class="chart" data-chart="{c.slug}" data-keys="{html.escape(" ".join(c.keys))}">'
+               f"{c.html}</figure>" for c in charts]
+    return '<div class="charts">' + "\n".join(figures) + "</div>"
+
+
+def _config(run: RunDir) -> str:
+    env = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
+                  for k, v in run.environment.items())
+    return (f'<details class="run-config" open><summary>{html.escape(run.name)} '
+            f'<span class="path">{html.escape(str(run.path))}</span></summary>'
+            f'<div class="config-grid"><div><h3>Resolved config</h3><pre class="yaml">{html.escape(run.config_text)}'
+            f"</pre></div><div><h3>Environment</h3><table class=\"env\">{env}</table>"
+            f'<p class="note">{html.escape(run.environment_source)}</p></div></div></details>')
+
+
+def _template(name: str) -> str:
+    return resources.files("glassrl.report").joinpath("templates", name).read_text(encoding="utf-8")
+
+
+def _write(out: str | Path, title: str, body: str, payload: dict[str, Any], head: str) -> Path:
+    data = json.dumps(payload, ensure_ascii=False, allow_nan=False).replace("<", "\\u003c")
+    parts = {"TITLE": html.escape(title), "STYLE": _template("report.css"), "HEAD": head, "BODY": body,
+             "DATA": data, "SCRIPT": _template("token_view.js")}
+    # One pass over the template: text put in is never scanned for placeholders again.
+    page = _PLACEHOLDER.sub(lambda m: parts[m[1]], _template("page.html"))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out

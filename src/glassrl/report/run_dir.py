@@ -1,0 +1,163 @@
+"""Reading a run directory written by ``glassrl train`` (glassrl.trainer.loop): what the report shows.
+
+    run = read_run("runs/ppo")
+    run.metrics[-1]["reward/mean"]       # metrics.jsonl, one dict per logged step
+    run.ledger(10)                        # ledgers/step_000010.jsonl as a Ledger
+
+A run directory holds ``config.yaml`` (the resolved config), ``metrics.jsonl``
+(``{"step": n, key: value, ...}`` per logged step, glassrl.report.sinks),
+``ledgers/step_XXXXXX.jsonl`` (a sample of the step's responses, Ledger.to_jsonl)
+and, when the trainer wrote it, ``environment.json`` (:func:`collect_environment`
+at the start of the run). Without that file the environment is collected when the
+report is written, and the report says so. Reads only files: no torch model, so a
+run can be inspected offline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from glassrl.errors import GlassrlError
+from glassrl.ledger import Ledger, read_jsonl
+
+CONFIG = "config.yaml"
+METRICS = "metrics.jsonl"
+LEDGERS = "ledgers"
+ENVIRONMENT = "environment.json"
+_LEDGER_NAME = re.compile(r"^step_(\d+)\.jsonl$")
+
+
+@dataclass
+class RunDir:
+    """What one run directory holds; ``ledger_paths`` maps a step to its ledger file, in step order."""
+
+    path: Path
+    name: str
+    config_text: str
+    metrics: list[dict[str, Any]]
+    ledger_paths: dict[int, Path]
+    environment: dict[str, Any]
+    environment_source: str  # where ``environment`` comes from, in words
+    _ledgers: dict[int, Ledger] = field(default_factory=dict, repr=False)
+
+    def ledger(self, step: int) -> Ledger:
+        """The ledger sample of ``step`` (read once)."""
+        if step not in self.ledger_paths:
+            have = ", ".join(map(str, self.ledger_paths)) or "none"
+            raise GlassrlError(f"{self.path}: no ledger for step {step} (steps with a ledger: {have})")
+        if step not in self._ledgers:
+            self._ledgers[step] = read_jsonl(self.ledger_paths[step])
+        return self._ledgers[step]
+
+
+def read_run(path: str | Path, name: str | None = None) -> RunDir:
+    """Read a run directory; GlassrlError naming the directory and what is missing when it is not one."""
+    path = Path(path)
+    if not path.is_dir():
+        raise GlassrlError(f"run directory {path}: not a directory")
+    missing = [n for n in (CONFIG, METRICS) if not (path / n).is_file()]
+    if missing:
+        raise GlassrlError(f"run directory {path}: missing {' and '.join(missing)} (is it a `glassrl train` "
+                           "output_dir?)")
+    env_path = path / ENVIRONMENT
+    if env_path.is_file():
+        environment, source = _read_json_object(env_path), f"{env_path}, written by the run"
+    else:
+        environment = collect_environment()
+        source = f"collected when the report was written ({path} has no {ENVIRONMENT})"
+    return RunDir(path=path, name=name or path.resolve().name, config_text=(path / CONFIG).read_text(encoding="utf-8"),
+                  metrics=read_metrics(path / METRICS), ledger_paths=ledger_paths(path), environment=environment,
+                  environment_source=source)
+
+
+def read_runs(paths: list[str | Path]) -> list[RunDir]:
+    """Several runs, named by their directory; the path as given where two names would clash."""
+    names = [Path(p).resolve().name for p in paths]
+    return [read_run(p, name if names.count(name) == 1 else str(p)) for p, name in zip(paths, names)]
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The rows of metrics.jsonl in file order; a last line cut short by a killed run is skipped."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    rows = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            if lineno == len(lines):  # no newline after it: written as the run was killed
+                continue
+            raise GlassrlError(f"{path}:{lineno}: not valid JSON: {err.msg}") from None
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            raise GlassrlError(f"{path}:{lineno}: expected an object with an integer 'step'")
+        rows.append(row)
+    return rows
+
+
+def ledger_paths(path: Path) -> dict[int, Path]:
+    """{step: ledgers/step_XXXXXX.jsonl} in step order; empty when the run wrote no ledger."""
+    found = {}
+    if (path / LEDGERS).is_dir():
+        for file in (path / LEDGERS).iterdir():
+            match = _LEDGER_NAME.match(file.name)
+            if match and file.is_file():
+                found[int(match[1])] = file
+    return dict(sorted(found.items()))
+
+
+def collect_environment() -> dict[str, Any]:
+    """Versions and machine of this process: what ``environment.json`` holds.
+
+    Keys: python, platform, glassrl, torch, transformers, plotly (versions; None when
+    not installed), device (the CUDA device's name, or "cpu"), cuda (torch's CUDA
+    version or None), cpu_count, hostname.
+    """
+    import glassrl
+
+    env: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform(),
+                           "glassrl": glassrl.__version__}
+    for module in ("torch", "transformers", "plotly"):
+        env[module] = _version(module)
+    env["device"], env["cuda"] = _device()
+    env["cpu_count"] = os.cpu_count()
+    env["hostname"] = socket.gethostname()
+    return env
+
+
+def _version(module: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(module)
+    except PackageNotFoundError:
+        return None
+
+
+def _device() -> tuple[str, str | None]:
+    try:
+        import torch
+    except ImportError:
+        return "cpu", None
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0), torch.version.cuda
+    return "cpu", torch.version.cuda
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise GlassrlError(f"{path}: not valid JSON: {err.msg} (line {err.lineno})") from None
+    if not isinstance(obj, dict):
+        raise GlassrlError(f"{path}: expected a JSON object of environment fields")
+    return obj

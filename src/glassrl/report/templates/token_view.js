@@ -1,0 +1,314 @@
+// The token view of glassrl's report (glassrl.report.html): plain JS, no framework, no network.
+// Data: <script type="application/json" id="token-data"> (html.token_payload). Each token is a span
+// id="tok-B-I" data-b=B data-i=I coloured by the chosen quantity on a diverging scale centred at 0;
+// clicking one fills #token-panel (every ledger field, id="field-NAME") and #token-legend (DESIGN §1).
+(function () {
+  "use strict";
+  const DATA = JSON.parse(document.getElementById("token-data").textContent);
+  const F = {};
+  DATA.token_fields.forEach(function (name, k) { F[name] = k; });
+  const SYM = DATA.symbols;
+  const LABELS = {};
+  DATA.quantities.forEach(function (q) { LABELS[q.field] = q.label; });
+  const $ = function (id) { return document.getElementById(id); };
+  const state = { source: DATA.initial.source, ledger: DATA.initial.ledger, quantity: null, selected: null };
+  // RdBu end points and centre: negative blue, 0 near white, positive red.
+  const INTEGER_FIELDS = ["index", "token_id", "response_index", "group_id", "length", "step"];
+  const PARAMETERS = ["gamma", "lam", "beta"];
+  // Estimators that give every token of a response one advantage (glassrl.ledger_render.TOKEN_CREDIT).
+  const BROADCAST = ["grpo", "dr_grpo", "rloo", "remax", "reinforce_pp_baseline"];
+  const LOW = [33, 102, 172], MID = [247, 247, 247], HIGH = [178, 24, 43];
+
+  function isNum(x) { return typeof x === "number"; }
+  // As glassrl.ledger_render.fmt: 4 decimals, "—" for a missing quantity, -0.0000 shown as 0.0000.
+  function fmt(x) {
+    if (x === null || x === undefined) return "—";
+    if (typeof x === "string") return x; // "nan", "inf", "-inf": not finite
+    const t = x.toFixed(4);
+    return t === "-0.0000" ? "0.0000" : t;
+  }
+  function factor(x) { const t = fmt(x); return t.charAt(0) === "-" ? "(" + t + ")" : t; }
+  function num(x) { return x === null || x === undefined ? "—" : String(+Number(x).toPrecision(6)); }
+  // Whitespace made visible where it would otherwise read as an empty box or break the line.
+  function showTok(t) {
+    if (t === "") return "∅";
+    const shown = t.replace(/\n/g, "↵").replace(/\t/g, "⇥");
+    return /^ +$/.test(shown) ? shown.replace(/ /g, "␣") : shown;
+  }
+  function clip(t) { return t.length <= 40 ? t : "…" + t.slice(t.length - 39); }
+  function quote(t) { return JSON.stringify(t); }
+  function colour(t) {
+    const end = t < 0 ? LOW : HIGH, u = Math.min(Math.abs(t), 1);
+    return "rgb(" + MID.map(function (c, k) { return Math.round(c + (end[k] - c) * u); }).join(",") + ")";
+  }
+  function el(tag, attrs, text) {
+    const node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+  function ledger() { return DATA.sources[state.source].ledgers[state.ledger]; }
+  function get(row, name) { return row[F[name]]; }
+
+  // ------------------------------------------------------------------ controls
+
+  function fillSelect(select, labels, value) {
+    select.textContent = "";
+    labels.forEach(function (label, k) { select.appendChild(el("option", { value: String(k) }, label)); });
+    select.value = String(value);
+  }
+  function fillSteps() {
+    const ledgers = DATA.sources[state.source].ledgers;
+    fillSelect($("step-select"), ledgers.map(function (lg) { return lg.step === null ? "—" : String(lg.step); }),
+      state.ledger);
+    $("step-control").hidden = ledgers.length === 1 && ledgers[0].step === null;
+    $("step-select").disabled = ledgers.length === 0;
+  }
+  function fillQuantities() {
+    const lg = ledger();
+    const have = DATA.quantities.filter(function (q) {
+      return lg && lg.responses.some(function (r) {
+        return r.tokens.some(function (row) { return isNum(get(row, q.field)); });
+      });
+    });
+    if (!have.some(function (q) { return q.field === state.quantity; })) {
+      state.quantity = have.length ? have[0].field : null;
+    }
+    const select = $("quantity-select");
+    select.textContent = "";
+    have.forEach(function (q) { select.appendChild(el("option", { value: q.field }, q.label)); });
+    select.value = state.quantity || "";
+  }
+
+  // ------------------------------------------------------------------ drawing
+
+  function runLine(lg) {
+    const hasKl = lg.responses.some((r) => r.tokens.some((row) => isNum(get(row, "kl"))));
+    const kl = lg.kl_kind ? "KL " + lg.kl_kind + " from log-probs" : hasKl ? "KL given per token" : "no KL";
+    const parts = [`estimator ${lg.estimator}`, `γ = ${num(lg.gamma)}`, `λ = ${num(lg.lam)}`, `β = ${num(lg.beta)}`, kl];
+    if (lg.step !== null) parts.unshift("step " + lg.step);
+    return DATA.sources[state.source].name + ": " + parts.join(" · ");
+  }
+  function render() {
+    const box = $("responses");
+    box.textContent = "";
+    state.selected = null;
+    clearPanel();
+    const lg = ledger();
+    if (!lg) {
+      $("run-line").textContent = DATA.sources[state.source].name + ": this run wrote no ledger " +
+        "(logging.ledger_every = 0, or no ledger step reached yet).";
+      return;
+    }
+    $("run-line").textContent = runLine(lg);
+    const q = state.quantity;
+    let m = 0;
+    lg.responses.forEach(function (r) {
+      r.tokens.forEach(function (row) {
+        const v = q === null ? null : get(row, q);
+        if (get(row, "response_mask") && isNum(v)) m = Math.max(m, Math.abs(v));
+      });
+    });
+    $("colorbar-min").textContent = fmt(-m);
+    $("colorbar-max").textContent = fmt(m);
+    $("colorbar-label").textContent = q === null ? "no quantity to colour by" : LABELS[q] + " (0 at the centre)";
+    lg.responses.forEach(function (r, b) { box.appendChild(drawResponse(r, b, q, m)); });
+  }
+  function drawResponse(r, b, q, m) {
+    const div = el("div", { "class": "response", "data-b": String(b), id: "response-" + b });
+    const head = el("div", { "class": "response-head" });
+    head.appendChild(el("b", {}, "response " + b));
+    const bits = ["score " + fmt(r.score), "group " + (r.group_id === null ? "—" : r.group_id), r.length + " tokens",
+      "finish " + (r.finish_reason || "—")];
+    if (r.baseline_reward !== null) bits.push("baseline reward " + fmt(r.baseline_reward));
+    head.appendChild(document.createTextNode(" · " + bits.join(" · ")));
+    div.appendChild(head);
+    div.appendChild(el("div", { "class": "prompt" }, "prompt: " + r.prompt));
+    const line = el("div", { "class": "tokens" });
+    r.tokens.forEach(function (row, i) {
+      const mask = get(row, "response_mask");
+      const v = q === null ? null : get(row, q);
+      if (!mask && (i === 0 || get(r.tokens[i - 1], "response_mask"))) {
+        line.appendChild(el("span", { "class": "obs-tag" }, "tool/obs"));
+      }
+      const span = el("span", { "class": mask ? "tok" : "tok obs", id: "tok-" + b + "-" + i,
+        "data-b": String(b), "data-i": String(i), tabindex: "0",
+        "data-value": v === null ? "" : String(v) }, showTok(get(row, "token")));
+      if (mask && isNum(v)) {
+        const t = m > 0 ? v / m : 0;
+        span.style.background = colour(t);
+        if (Math.abs(t) > 0.65) span.style.color = "#fff";
+      }
+      line.appendChild(span);
+    });
+    div.appendChild(line);
+    return div;
+  }
+
+  // ------------------------------------------------------------------ panel and legend
+
+  function clearPanel() {
+    $("panel-empty").hidden = false;
+    $("panel-fields").textContent = "";
+    $("token-legend").textContent = "";
+  }
+  function fieldRow(table, name, value) {
+    const tr = el("tr");
+    tr.appendChild(el("th", {}, (SYM[name] && SYM[name] !== name ? SYM[name] + "  " : "") + name));
+    let text;
+    if (value === null || value === undefined) text = "—";
+    else if (typeof value === "boolean") text = value ? "True" : "False";
+    else if (name === "token") text = quote(value);
+    else if (INTEGER_FIELDS.indexOf(name) >= 0) text = String(value);
+    else if (PARAMETERS.indexOf(name) >= 0) text = num(value);
+    else text = isNum(value) ? fmt(value) : String(value); // strings, and "nan" / "inf" as they are
+    const raw = JSON.stringify(value === undefined ? null : value);
+    tr.appendChild(el("td", { id: "field-" + name, "data-value": raw }, text));
+    table.appendChild(tr);
+  }
+  function select(b, i) {
+    const lg = ledger(), r = lg.responses[b], row = r.tokens[i];
+    if (state.selected) {
+      const old = $("tok-" + state.selected[0] + "-" + state.selected[1]);
+      if (old) old.classList.remove("selected");
+    }
+    state.selected = [b, i];
+    $("tok-" + b + "-" + i).classList.add("selected");
+    $("panel-empty").hidden = true;
+    const table = $("panel-fields");
+    table.textContent = "";
+    const group = (title) => {
+      const tr = el("tr", { "class": "group" });
+      tr.appendChild(el("th", { colspan: "2" }, title));
+      table.appendChild(tr);
+    };
+    group("token");
+    DATA.token_fields.forEach(function (name) { fieldRow(table, name, get(row, name)); });
+    group("response");
+    DATA.response_fields.forEach(function (name) { fieldRow(table, name, r[name]); });
+    group("run");
+    DATA.run_fields.forEach(function (name) { fieldRow(table, name, lg[name]); });
+    const box = $("token-legend");
+    box.textContent = "";
+    legend(lg, r, b, i).forEach(function (line) {
+      const div = el("div", { id: "legend-" + line[0] });
+      div.appendChild(el("span", { "class": "tag" }, line[0]));
+      div.appendChild(document.createTextNode(line[1]));
+      box.appendChild(div);
+    });
+  }
+  function nextValid(r, i) {
+    for (let j = i + 1; j < r.tokens.length; j++) if (get(r.tokens[j], "response_mask")) return j;
+    return null;
+  }
+  // DESIGN §1 for token i of response b, as glassrl.ledger_render.legend_lines: [tag, text] per line.
+  function legend(lg, r, b, i) {
+    const row = r.tokens[i], g = (n) => get(row, n), f = (n) => fmt(g(n));
+    const prefix = r.tokens.slice(0, i).map((t) => get(t, "token")).join("");
+    const lines = [["token", `response ${b}, token ${i}: a_${i} = ${quote(g("token"))}`]];
+    lines.push(["state", i === 0 ? `s_0 = the prompt = ${quote(clip(r.prompt))}`
+      : `s_${i} = prompt ⊕ y_<${i} = ${quote(clip(r.prompt))} ⊕ ${quote(clip(prefix))}`]);
+    if (!g("response_mask")) {
+      lines.push(["obs", `a_${i} is an observation / tool token (mask False): not an action of the policy, so it ` +
+        "has no reward, δ, A or R and does not train; GAE carries V and A across it."]);
+      return lines;
+    }
+    let action = `a_${i} = ${quote(g("token"))}, the token itself`;
+    if (g("logprobs") !== null) action += `; log π(a_${i}|s_${i}) = ${f("logprobs")}`;
+    if (g("ref_logprobs") !== null) action += `, log π_ref(a_${i}|s_${i}) = ${f("ref_logprobs")}`;
+    lines.push(["action", action]);
+    lines.push(["reward", g("kl") === null ? `r_${i} = score_${i} = ${f("token_rewards")} (no KL in the reward)`
+      : `r_${i} = score_${i} − β·kl_${i} = ${f("token_scores")} − ${num(lg.beta)}·${factor(g("kl"))} = ` +
+        f("token_rewards")]);
+    const T = r.tokens.length, j = nextValid(r, i), hasV = g("values") !== null;
+    const next = (n) => factor(get(r.tokens[j], n));
+    if (hasV) {
+      const future = i === T - 1 ? `r_${i}` : `r_${i} + γ·r_${i + 1} + …`;
+      lines.push(["value", `V(s_${i}) = ${f("values")}: the critic's estimate of ${future}, read before a_${i}; ` +
+        `it includes r_${i}`]);
+    }
+    if (g("deltas") !== null) {
+      const carry = j === i + 1 ? "" : `   (s_${j}: next generated token; observation tokens ${i + 1}…${j - 1} carried)`;
+      lines.push(["TD", j === null
+        ? `δ_${i} = r_${i} + γ·V(s_${T}) − V(s_${i}) = ${f("token_rewards")} + ${num(lg.gamma)}·0 − ${f("values")} = ` +
+          `${f("deltas")}   (V(s_${T}) = 0: the episode has ended)`
+        : `δ_${i} = r_${i} + γ·V(s_${j}) − V(s_${i}) = ${f("token_rewards")} + ${num(lg.gamma)}·${next("values")} − ` +
+          `${f("values")} = ${f("deltas")}${carry}`]);
+    }
+    if (lg.estimator === "gae" && lg.lam !== null) {
+      lines.push(["adv", j === null ? `A_${i} = δ_${i} = ${f("advantages")}   (no token after it)`
+        : `A_${i} = δ_${i} + γλ·A_${j} = ${f("deltas")} + ${num(lg.gamma * lg.lam)}·${next("advantages")} = ` +
+          f("advantages")]);
+    } else if (BROADCAST.indexOf(lg.estimator) >= 0) {
+      lines.push(["adv", `A_${i} = ${f("advantages")}: the advantage of the whole response, the same on every ` +
+        "generated token (task-level credit)"]);
+    } else {
+      lines.push(["adv", `A_${i} = ${f("advantages")} (estimator ${lg.estimator})`]);
+    }
+    lines.push(["return", hasV
+      ? `R_${i} = A_${i} + V(s_${i}) = ${f("advantages")} + ${factor(g("values"))} = ${f("returns")}: target of ` +
+        `V(s_${i}), includes r_${i}; raw A_${i}, not the whitened one`
+      : `R_${i} = ${f("returns")} (no critic is fitted to it)`]);
+    if (g("whitened_advantages") !== null) {
+      lines.push(["whiten", `Â_${i} = ${f("whitened_advantages")}: A_${i} whitened over all valid tokens; ` +
+        "only the policy loss sees it"]);
+    }
+    return lines;
+  }
+
+  // ------------------------------------------------------------------ tooltip and events
+
+  function tooltip(span, ev) {
+    const b = +span.dataset.b, i = +span.dataset.i, lg = ledger(), row = lg.responses[b].tokens[i];
+    const lines = ["a_" + i + " = " + quote(get(row, "token")) + "   (response " + b + ", token " + i + ")"];
+    if (!get(row, "response_mask")) lines.push("observation / tool token (mask False)");
+    if (state.quantity !== null) lines.push(LABELS[state.quantity] + " = " + fmt(get(row, state.quantity)));
+    ["kl", "token_rewards", "values", "advantages", "returns"].forEach(function (n) {
+      if (n !== state.quantity && get(row, n) !== null) lines.push(SYM[n] + " = " + fmt(get(row, n)));
+    });
+    lines.push("click to see every field");
+    const tip = $("token-tooltip");
+    tip.textContent = lines.join("\n");
+    tip.hidden = false;
+    tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - 370) + "px";
+    tip.style.top = (ev.clientY + 16) + "px";
+  }
+  function tokenOf(ev) { return ev.target.closest ? ev.target.closest(".tok[data-b]") : null; }
+
+  const responses = $("responses");
+  responses.addEventListener("mousemove", (ev) => {
+    const s = tokenOf(ev);
+    if (s) tooltip(s, ev); else $("token-tooltip").hidden = true;
+  });
+  responses.addEventListener("mouseleave", function () { $("token-tooltip").hidden = true; });
+  responses.addEventListener("click", (ev) => {
+    const s = tokenOf(ev);
+    if (s) select(+s.dataset.b, +s.dataset.i);
+  });
+  responses.addEventListener("keydown", function (ev) {
+    const s = tokenOf(ev);
+    if (s && (ev.key === "Enter" || ev.key === " ")) { ev.preventDefault(); select(+s.dataset.b, +s.dataset.i); }
+  });
+  $("source-select").addEventListener("change", function (ev) {
+    state.source = +ev.target.value;
+    state.ledger = Math.max(DATA.sources[state.source].ledgers.length - 1, 0);
+    fillSteps(); fillQuantities(); render();
+  });
+  $("step-select").addEventListener("change", (ev) => {
+    state.ledger = +ev.target.value;
+    fillQuantities();
+    render();
+  });
+  $("quantity-select").addEventListener("change", function (ev) {
+    const keep = state.selected;
+    state.quantity = ev.target.value;
+    render();
+    if (keep) select(keep[0], keep[1]);
+  });
+
+  fillSelect($("source-select"), DATA.sources.map(function (s) { return s.name; }), state.source);
+  $("source-control").hidden = DATA.sources.length === 1;
+  fillSteps();
+  fillQuantities();
+  render();
+})();

@@ -1,0 +1,123 @@
+"""Rollout with Hugging Face ``generate`` (KV cache), the default engine.
+
+Sampling randomness: ``generate`` draws from torch's *global* RNG (torch.multinomial),
+which other code also draws from. So the engine runs ``generate`` inside
+``torch.random.fork_rng``: the global state is set from the caller's generator
+right before, copied back into it right after, and the global state is then
+restored. The trainer owns that generator and saves it in checkpoints, so a
+resumed run samples exactly the tokens the uninterrupted run would have.
+
+The checkpoint's own ``generation_config`` may carry repetition penalties, a
+default top-k, a min-p, etc.; each would make the sampling distribution differ
+from π_θ(·|s)/temperature, whose log-probs the trainer computes. ``_NEUTRAL``
+switches them off.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+from glassrl.rollout.base import RolloutBatch, SamplingParams
+
+# Logits processors a checkpoint's generation_config may enable, set to their identity.
+_NEUTRAL = {
+    "repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "min_p": None,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+    "min_new_tokens": 0,
+    "num_beams": 1,
+}
+
+
+@contextmanager
+def sampling_rng(generator: torch.Generator) -> Iterator[None]:
+    """Run the block with torch's global RNG (of ``generator``'s device) set from
+    ``generator``; afterwards ``generator`` holds the advanced state and the
+    global RNG is as it was before."""
+    device = generator.device
+    cuda = device.type == "cuda"
+    index = device.index if device.index is not None else (torch.cuda.current_device() if cuda else None)
+    with torch.random.fork_rng(devices=[index] if cuda else [], device_type="cuda" if cuda else "cpu"):
+        if cuda:
+            torch.cuda.set_rng_state(generator.get_state(), index)
+        else:
+            torch.set_rng_state(generator.get_state())
+        yield
+        generator.set_state(torch.cuda.get_rng_state(index) if cuda else torch.get_rng_state())
+
+
+def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-id lists -> prompt_ids (B, P) left-padded and prompt_mask (B, P) bool."""
+    P = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (P - len(p)) + list(p) for p in prompts], dtype=torch.long)  # (B, P)
+    mask = torch.tensor([[False] * (P - len(p)) + [True] * len(p) for p in prompts], dtype=torch.bool)  # (B, P)
+    return ids, mask
+
+
+def response_mask_from_eos(response_ids: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(response_mask (B, T) bool: True up to and including the first EOS, or everywhere
+    without one; ended (B,) bool: the row has an EOS)."""
+    is_eos = response_ids == eos_id  # (B, T)
+    eos_before = is_eos.long().cumsum(-1) - is_eos.long()  # (B, T) EOS tokens strictly before i
+    return eos_before == 0, is_eos.any(-1)
+
+
+class HFRolloutEngine:
+    """Samples with ``model.generate`` (KV cache on); see the module docstring for the RNG."""
+
+    def __init__(self, model, tokenizer) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.eos_id = tokenizer.eos_token_id
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    @torch.no_grad()
+    def generate(
+        self, prompts: list[list[int]], *, n: int, params: SamplingParams, generator: torch.Generator
+    ) -> RolloutBatch:
+        """``prompts`` token ids -> a RolloutBatch of len(prompts) × n responses, n per prompt adjacent."""
+        device = next(self.model.parameters()).device
+        prompt_ids, prompt_mask = left_pad(prompts, self.pad_id)
+        prompt_ids = prompt_ids.repeat_interleave(n, dim=0).to(device)  # (B, P), B = len(prompts)·n
+        prompt_mask = prompt_mask.repeat_interleave(n, dim=0).to(device)  # (B, P)
+        if params.greedy:
+            sampling = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        else:
+            sampling = {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p,
+                        "top_k": params.top_k}
+        was_training = self.model.training
+        self.model.eval()
+        with sampling_rng(generator):
+            out = self.model.generate(
+                input_ids=prompt_ids,
+                attention_mask=prompt_mask.long(),
+                max_new_tokens=params.max_new_tokens,
+                eos_token_id=self.eos_id,
+                pad_token_id=self.pad_id,
+                use_cache=True,
+                **sampling,
+                **_NEUTRAL,
+            )
+        self.model.train(was_training)
+        response_ids = out[:, prompt_ids.shape[1]:]  # (B, T)
+        response_mask, ended = response_mask_from_eos(response_ids, self.eos_id)
+        response_ids = torch.where(response_mask, response_ids, self.pad_id)  # (B, T)
+        texts = [
+            self.tokenizer.decode(row[mask].tolist(), skip_special_tokens=True)
+            for row, mask in zip(response_ids.cpu(), response_mask.cpu())
+        ]
+        return RolloutBatch(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            response_ids=response_ids,
+            response_mask=response_mask,
+            group_index=torch.arange(len(prompts), device=device).repeat_interleave(n),
+            finish_reasons=["stop" if e else "length" for e in ended.tolist()],
+            texts=texts,
+        )

@@ -1,0 +1,369 @@
+"""What ``glassrl train CONFIG`` reads: nested typed dataclasses, and ``resolve()``.
+
+    cfg = load_config(TrainConfig, "examples/grpo.yaml", ["algo.lam=0.9"])
+    resolved = resolve(cfg)          # every derived size, checked; GlassrlError naming the key
+    print_resolved(resolved, console)
+
+Sizes have units (DESIGN §3: one way to say a batch size):
+- ``batch.prompts_per_step`` prompts per training step (global); each is sampled
+  ``rollout.n`` times, so a step holds ``prompts_per_step × n`` responses;
+- ``batch.mini_batch_prompts`` prompts per optimiser step (× n responses);
+- ``batch.micro_batch_responses`` responses per forward/backward pass (per worker);
+  micro-batches of one mini-batch accumulate gradients.
+Optimiser settings count optimiser steps (``epochs × mini-batches`` per training step).
+
+Each field carries a one-line comment; docs/algorithms/*.md name these keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from glassrl.errors import GlassrlError
+
+
+@dataclass
+class ModelConfig:
+    actor: str = "default"  # policy checkpoint directory; "default" = the embedded default model (built on first use)
+    reference: str | None = None  # reference policy π_ref; null = a frozen copy of the actor's initial weights
+    critic: str | None = None  # critic checkpoint; null = initialised from the actor when the estimator needs values
+    critic_head: str = "value-head"  # scalar head of a critic built from a causal LM: value-head | token-classification
+    dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | float16
+    device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
+
+
+@dataclass
+class DataConfig:
+    train: str = "task:arith-verify"  # training prompts: "task:NAME" (bundled task, train split) or a jsonl/parquet/datasets path
+    test: str | None = None  # evaluation prompts, same forms; null = the test split of a task:NAME train set, else none
+    max_prompt_tokens: int = 48  # prompts longer than this (in tokens, as the policy sees them) are dropped
+    eval_size: int = 200  # evaluation prompts used (the first ones of the test set)
+    ptx: str | None = None  # PPO-ptx supervised pairs: "task:NAME" or a jsonl of prompt/response; used when algo.ptx_coef > 0
+
+
+@dataclass
+class RolloutConfig:
+    n: int = 4  # responses sampled per prompt (the group size G of group estimators)
+    temperature: float = 1.0  # sampling temperature (log-probs are computed at the same temperature)
+    top_p: float = 1.0  # nucleus sampling mass; 1 = off
+    top_k: int = 0  # sample among the k most likely tokens; 0 = off
+    max_new_tokens: int = 16  # longest response in tokens; a longer one stops with finish reason "length"
+
+
+@dataclass
+class RewardConfig:
+    sources: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "arith_verify", "weight": 1.0}])  # [{name, weight, ...arguments}] summed with weights (rewards.build_combined)
+    max_failure_rate: float = 0.1  # a step whose fraction of failed (timeout/error) scores exceeds this stops the run
+
+
+@dataclass
+class KLConfig:
+    placement: Literal["reward", "loss", "none"] = "loss"  # where β·KL acts: in the token rewards (PPO), in the loss (GRPO), nowhere
+    kind: str = "k3"  # per-token estimator: k1 | abs | k2 | k3 (glassrl.algos.kl)
+    coef: float = 0.001  # β, the KL coefficient (initial value for the adaptive controller)
+    target: float | None = None  # adaptive controller's target KL per token; null = fixed β (placement reward only)
+    horizon: int = 10000  # adaptive controller's horizon in responses (Ziegler et al. 2019, §2.2)
+
+
+@dataclass
+class OverlongConfig:
+    max_length: int = 16  # L_max of DAPO's soft overlong punishment, in tokens
+    cache_length: int = 4  # L_cache: the penalty ramps from 0 to −1 over the last L_cache tokens before L_max
+
+
+@dataclass
+class AlgoConfig:
+    advantage: str = "grpo"  # advantage estimator (ADVANTAGE_ESTIMATORS): gae, grpo, dr_grpo, rloo, remax, ...
+    policy_loss: str = "ppo_clip"  # policy loss (POLICY_LOSSES): ppo_clip, dual_clip, gspo, cispo, aspo, clip_cov, reinforce
+    loss_agg: str = "token-mean"  # aggregation of per-token losses: token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
+    norm_length: int | None = None  # L of seq-mean-token-sum-norm; null = rollout.max_new_tokens
+    gamma: float = 1.0  # discount γ in [0, 1]
+    lam: float = 1.0  # GAE λ in [0, 1] (policy advantages)
+    critic_lam: float | None = None  # VAPO decoupled λ for the critic's returns; null = lam
+    length_alpha: float | None = None  # VAPO length-adaptive policy λ = 1 − 1/(α·length); null = lam
+    whiten_advantages: bool = False  # whiten advantages over the step's valid tokens before the policy loss (PPO)
+    clip_low: float = 0.2  # ε_low: lower clip 1 − ε_low of the ratio
+    clip_high: float = 0.2  # ε_high: upper clip 1 + ε_high (DAPO clip-higher when > clip_low)
+    dual_clip_c: float = 3.0  # dual-clip c > 1: bound −c·|A| for negative advantages
+    cispo_eps_is_low: float = 1.0  # CISPO ε^IS_low of the clipped IS weight
+    cispo_eps_is_high: float = 0.28  # CISPO ε^IS_high of the clipped IS weight
+    clip_cov_r: float = 2e-4  # Clip-Cov: fraction of tokens whose gradient is detached
+    clip_cov_omega_low: float = 1.0  # Clip-Cov: lower bound of the covariance band
+    clip_cov_omega_high: float = 5.0  # Clip-Cov: upper bound of the covariance band
+    value_clip: float | None = 0.2  # ε_v of the clipped value loss; null = plain squared error
+    entropy_coef: float = 0.0  # c₂ of the entropy bonus (loss −= c₂·entropy)
+    kl: KLConfig = field(default_factory=KLConfig)  # KL penalty against the reference policy
+    ptx_coef: float = 0.0  # PPO-ptx: weight of the supervised loss on data.ptx mixed into the actor loss
+    positive_nll_coef: float = 0.0  # VAPO μ: weight of the NLL of responses with a positive score
+    overlong: OverlongConfig | None = None  # DAPO soft overlong punishment added to the score; null = off
+    dynamic_sampling: bool = False  # DAPO: resample until the step is full of groups whose scores differ
+    dynamic_sampling_max_rounds: int = 4  # generation rounds per step before dynamic sampling gives up (error)
+    value_warmup_steps: int = 0  # VAPO value pre-training: first steps update the critic only
+    reward_norm: bool = False  # normalise scores with running mean/std of all scores seen
+
+
+@dataclass
+class BatchConfig:
+    prompts_per_step: int = 8  # prompts per training step (global); responses = prompts × rollout.n
+    mini_batch_prompts: int = 8  # prompts per optimiser step; must divide prompts_per_step
+    micro_batch_responses: int = 8  # responses per forward/backward pass (per worker); must divide a mini-batch's responses
+    epochs: int = 1  # passes over the step's responses (PPO epochs)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-5  # peak learning rate of AdamW
+    warmup_steps: int = 0  # linear warm-up, in optimiser steps
+    decay: Literal["cosine", "constant"] = "constant"  # after warm-up: cosine to 0 at the last optimiser step, or constant
+    weight_decay: float = 0.0  # AdamW weight decay on matrices (not on norms and biases)
+    grad_clip: float | None = 1.0  # clip the global gradient norm to this; null = no clipping (the norm is still logged)
+
+
+@dataclass
+class LoggingConfig:
+    log_every: int = 1  # steps between metric rows (metrics.jsonl, console, TensorBoard)
+    tensorboard: bool = False  # also write TensorBoard event files under output_dir/tensorboard
+    ledger_every: int = 10  # steps between ledger samples (output_dir/ledgers/step_XXXXXX.jsonl); 0 = never
+    ledger_samples: int = 4  # responses per ledger sample
+    eval_every: int = 0  # steps between greedy evaluations on the test set; 0 = only before the first and after the last step
+    checkpoint_every: int = 0  # steps between checkpoints; 0 = only after the last step
+    keep_checkpoints: int = 2  # newest checkpoints kept on disk
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0  # seeds every RNG (python, numpy, torch, data order, sampling)
+    steps: int = 100  # training steps (each: generate, score, advantages, update)
+    output_dir: str = "runs/train"  # run directory: config.yaml, metrics.jsonl, ledgers/, checkpoints/
+    model: ModelConfig = field(default_factory=ModelConfig)  # actor, reference, critic
+    data: DataConfig = field(default_factory=DataConfig)  # prompts
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # sampling
+    reward: RewardConfig = field(default_factory=RewardConfig)  # reward sources
+    algo: AlgoConfig = field(default_factory=AlgoConfig)  # estimator, losses, KL, shaping
+    batch: BatchConfig = field(default_factory=BatchConfig)  # step, mini- and micro-batch sizes
+    actor_optim: OptimConfig = field(default_factory=OptimConfig)  # actor optimiser and schedule
+    critic_optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4))  # critic optimiser and schedule
+    logging: LoggingConfig = field(default_factory=LoggingConfig)  # metrics, ledgers, evaluation, checkpoints
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Every size the trainer uses, derived once from a checked config (see module docstring)."""
+
+    cfg: TrainConfig
+    responses_per_step: int  # prompts_per_step × n
+    mini_batch_responses: int  # mini_batch_prompts × n
+    mini_batches_per_epoch: int  # prompts_per_step / mini_batch_prompts
+    grad_accum_steps: int  # mini_batch_responses / micro_batch_responses
+    optimizer_steps_per_step: int  # epochs × mini_batches_per_epoch
+    total_optimizer_steps: int  # steps × optimizer_steps_per_step
+    actor_warmup_steps: int  # training steps of critic-only updates before the actor trains (value warm-up)
+    uses_critic: bool  # the estimator reads values
+    uses_reference: bool  # a KL term needs π_ref
+    norm_length: int  # L of seq-mean-token-sum-norm
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(quantity, value, unit) for the resolved table."""
+        c = self.cfg
+        return [
+            ("training steps", f"{c.steps}", "steps"),
+            ("prompts per step", f"{c.batch.prompts_per_step}", "prompts, global"),
+            ("samples per prompt (n)", f"{c.rollout.n}", "responses per prompt"),
+            ("responses per step", f"{self.responses_per_step}", "responses, global"),
+            ("mini-batch", f"{c.batch.mini_batch_prompts}", "prompts, per optimiser step"),
+            ("mini-batch", f"{self.mini_batch_responses}", "responses, per optimiser step"),
+            ("mini-batches per epoch", f"{self.mini_batches_per_epoch}", "optimiser steps per epoch"),
+            ("epochs", f"{c.batch.epochs}", "passes over a step's responses"),
+            ("micro-batch", f"{c.batch.micro_batch_responses}", "responses, per micro-batch, per worker"),
+            ("gradient accumulation", f"{self.grad_accum_steps}", "micro-batches per optimiser step"),
+            ("optimiser steps per step", f"{self.optimizer_steps_per_step}", "optimiser steps, per training step"),
+            ("optimiser steps in all", f"{self.total_optimizer_steps}", "optimiser steps, whole run"),
+            ("max response length", f"{c.rollout.max_new_tokens}", "tokens, per response"),
+            ("max prompt length", f"{c.data.max_prompt_tokens}", "tokens, per prompt"),
+            ("advantage estimator", c.algo.advantage, "critic: " + ("yes" if self.uses_critic else "no")),
+            ("policy loss", f"{c.algo.policy_loss} / {c.algo.loss_agg}", "loss / aggregation"),
+            ("KL", f"{c.algo.kl.placement} ({c.algo.kl.kind}, β={c.algo.kl.coef:g})", "placement (estimator, β)"),
+        ]
+
+
+def resolve(cfg: TrainConfig) -> Resolved:
+    """Check ``cfg`` (ranges, registry names, consistency) and derive every size.
+
+    Raises GlassrlError naming the key, its value and the rule it breaks.
+    """
+    _check_ranges(cfg)
+    _check_names(cfg)
+    _check_consistency(cfg)
+    b, n = cfg.batch, cfg.rollout.n
+    mini_responses = b.mini_batch_prompts * n
+    _divides(b.mini_batch_prompts, "batch.mini_batch_prompts", b.prompts_per_step, "batch.prompts_per_step", "prompts")
+    _divides(
+        b.micro_batch_responses, "batch.micro_batch_responses", mini_responses,
+        f"a mini-batch (batch.mini_batch_prompts × rollout.n = {b.mini_batch_prompts} × {n})", "responses",
+    )
+    from glassrl.algos.advantages import REQUIRED_INPUTS
+
+    mini_batches = b.prompts_per_step // b.mini_batch_prompts
+    a = cfg.algo
+    return Resolved(
+        cfg=cfg,
+        responses_per_step=b.prompts_per_step * n,
+        mini_batch_responses=mini_responses,
+        mini_batches_per_epoch=mini_batches,
+        grad_accum_steps=mini_responses // b.micro_batch_responses,
+        optimizer_steps_per_step=b.epochs * mini_batches,
+        total_optimizer_steps=cfg.steps * b.epochs * mini_batches,
+        actor_warmup_steps=a.value_warmup_steps,
+        uses_critic="values" in REQUIRED_INPUTS[a.advantage],
+        uses_reference=a.kl.placement != "none",
+        norm_length=a.norm_length if a.norm_length is not None else cfg.rollout.max_new_tokens,
+    )
+
+
+def print_resolved(resolved: Resolved, console) -> None:
+    """The resolved table (rich), one row per derived size with its unit."""
+    from rich.table import Table
+
+    table = Table(title="glassrl train: resolved sizes", title_justify="left")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_column("unit")
+    for row in resolved.rows():
+        table.add_row(*row)
+    console.print(table)
+
+
+def _fail(key: str, value: Any, rule: str) -> None:
+    raise GlassrlError(f"{key} = {value!r}: {rule}")
+
+
+def _divides(part: int, part_key: str, whole: int, whole_key: str, unit: str) -> None:
+    if whole % part:
+        raise GlassrlError(
+            f"{part_key} = {part} does not divide {whole_key} = {whole} {unit}: "
+            f"{whole} / {part} = {whole / part:g}; pick a divisor of {whole}"
+        )
+
+
+def _check_ranges(cfg: TrainConfig) -> None:
+    a, r, b = cfg.algo, cfg.rollout, cfg.batch
+    positive_ints = {
+        "steps": cfg.steps, "rollout.n": r.n, "rollout.max_new_tokens": r.max_new_tokens,
+        "batch.prompts_per_step": b.prompts_per_step, "batch.mini_batch_prompts": b.mini_batch_prompts,
+        "batch.micro_batch_responses": b.micro_batch_responses, "batch.epochs": b.epochs,
+        "data.max_prompt_tokens": cfg.data.max_prompt_tokens, "algo.kl.horizon": a.kl.horizon,
+        "algo.dynamic_sampling_max_rounds": a.dynamic_sampling_max_rounds,
+        "logging.log_every": cfg.logging.log_every, "logging.keep_checkpoints": cfg.logging.keep_checkpoints,
+    }
+    for key, value in positive_ints.items():
+        if value < 1:
+            _fail(key, value, "must be >= 1")
+    non_negative = {
+        "rollout.top_k": r.top_k, "data.eval_size": cfg.data.eval_size, "algo.entropy_coef": a.entropy_coef,
+        "algo.kl.coef": a.kl.coef, "algo.ptx_coef": a.ptx_coef, "algo.positive_nll_coef": a.positive_nll_coef,
+        "algo.value_warmup_steps": a.value_warmup_steps, "logging.ledger_every": cfg.logging.ledger_every,
+        "logging.ledger_samples": cfg.logging.ledger_samples, "logging.eval_every": cfg.logging.eval_every,
+        "logging.checkpoint_every": cfg.logging.checkpoint_every,
+    }
+    for key, value in non_negative.items():
+        if value < 0:
+            _fail(key, value, "must be >= 0")
+    for key in ("gamma", "lam", "critic_lam"):
+        value = getattr(a, key)
+        if value is not None and not 0.0 <= value <= 1.0:
+            _fail(f"algo.{key}", value, "must lie in [0, 1]")
+    if not 0.0 <= cfg.reward.max_failure_rate <= 1.0:
+        _fail("reward.max_failure_rate", cfg.reward.max_failure_rate, "must lie in [0, 1]")
+    if not r.temperature > 0:
+        _fail("rollout.temperature", r.temperature, "must be > 0")
+    if not 0.0 < r.top_p <= 1.0:
+        _fail("rollout.top_p", r.top_p, "must lie in (0, 1]")
+    for key, value in (("algo.length_alpha", a.length_alpha), ("algo.value_clip", a.value_clip),
+                       ("algo.kl.target", a.kl.target), ("algo.norm_length", a.norm_length)):
+        if value is not None and not value > 0:
+            _fail(key, value, "must be > 0 (or null)")
+    if a.overlong is not None and not 0 < a.overlong.cache_length <= a.overlong.max_length:
+        _fail("algo.overlong.cache_length", a.overlong.cache_length,
+              f"must satisfy 0 < cache_length <= algo.overlong.max_length ({a.overlong.max_length})")
+    for name in ("actor_optim", "critic_optim"):
+        o: OptimConfig = getattr(cfg, name)
+        if not o.lr > 0:
+            _fail(f"{name}.lr", o.lr, "must be > 0")
+        if o.warmup_steps < 0:
+            _fail(f"{name}.warmup_steps", o.warmup_steps, "must be >= 0")
+        if o.weight_decay < 0:
+            _fail(f"{name}.weight_decay", o.weight_decay, "must be >= 0")
+        if o.grad_clip is not None and not o.grad_clip > 0:
+            _fail(f"{name}.grad_clip", o.grad_clip, "must be > 0 (or null)")
+    loss_params(a)
+
+
+def loss_params(algo: AlgoConfig):
+    """The policy-loss parameters (glassrl.algos.losses.PolicyLossParams) named in ``algo``."""
+    from glassrl.algos.losses import PolicyLossParams
+
+    names = [f.name for f in dataclasses.fields(PolicyLossParams)]
+    try:
+        return PolicyLossParams(**{name: getattr(algo, name) for name in names})
+    except GlassrlError as err:  # "PolicyLossParams.clip_low = ..." -> "algo.clip_low = ..."
+        raise GlassrlError(str(err).replace("PolicyLossParams.", "algo.")) from None
+
+
+def _check_names(cfg: TrainConfig) -> None:
+    from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS
+    from glassrl.algos.aggregation import AGGREGATIONS
+    from glassrl.algos.kl import KL_ESTIMATORS
+    from glassrl.algos.losses import POLICY_LOSSES
+    from glassrl.rewards import REWARD_SOURCES
+
+    registries = [
+        ("algo.advantage", cfg.algo.advantage, ADVANTAGE_ESTIMATORS),
+        ("algo.policy_loss", cfg.algo.policy_loss, POLICY_LOSSES),
+        ("algo.loss_agg", cfg.algo.loss_agg, AGGREGATIONS),
+        ("algo.kl.kind", cfg.algo.kl.kind, KL_ESTIMATORS),
+        ("model.critic_head", cfg.model.critic_head, ("value-head", "token-classification")),
+    ]
+    for key, value, registry in registries:
+        if value not in registry:
+            _fail(key, value, f"unknown; valid: {', '.join(registry)}")
+    if not cfg.reward.sources:
+        _fail("reward.sources", cfg.reward.sources, "needs at least one source {name, weight, ...}")
+    for i, source in enumerate(cfg.reward.sources):
+        if source.get("name") not in REWARD_SOURCES:
+            _fail(f"reward.sources[{i}].name", source.get("name"), f"unknown; valid: {', '.join(REWARD_SOURCES)}")
+
+
+def _check_consistency(cfg: TrainConfig) -> None:
+    from glassrl.algos.advantages import GROUP_ESTIMATORS, REQUIRED_INPUTS
+
+    a, n = cfg.algo, cfg.rollout.n
+    needs_values = "values" in REQUIRED_INPUTS[a.advantage]
+    if a.advantage in GROUP_ESTIMATORS and n < 2:
+        _fail("rollout.n", n, f"algo.advantage = {a.advantage} compares responses within a group: needs n >= 2")
+    if a.dynamic_sampling and a.advantage not in GROUP_ESTIMATORS:
+        _fail("algo.dynamic_sampling", True,
+              f"keeps groups whose scores differ; algo.advantage = {a.advantage} is not a group estimator "
+              f"(valid: {', '.join(sorted(GROUP_ESTIMATORS))})")
+    if not needs_values:
+        for key, value in (("model.critic", cfg.model.critic), ("algo.critic_lam", a.critic_lam),
+                           ("algo.length_alpha", a.length_alpha)):
+            if value is not None:
+                _fail(key, value, f"only used with a critic; algo.advantage = {a.advantage} uses none (set it to null)")
+        if a.value_warmup_steps:
+            _fail("algo.value_warmup_steps", a.value_warmup_steps,
+                  f"pre-trains a critic; algo.advantage = {a.advantage} uses none")
+    if a.value_warmup_steps >= cfg.steps:
+        _fail("algo.value_warmup_steps", a.value_warmup_steps, f"must be < steps ({cfg.steps}) or the actor never trains")
+    if a.kl.placement == "loss" and a.kl.kind == "k1":
+        _fail("algo.kl.kind", "k1", "as a loss term k1 = log π − log π_ref has gradient ∇log π, zero in "
+              "expectation: it does not pull towards π_ref; use k3 (GRPO) or k2 with algo.kl.placement = loss")
+    if a.kl.target is not None and a.kl.placement != "reward":
+        _fail("algo.kl.target", a.kl.target, "the adaptive controller tunes β of a KL in the reward; "
+              f"algo.kl.placement = {a.kl.placement} (set target to null)")
+    if a.ptx_coef > 0 and cfg.data.ptx is None:
+        _fail("algo.ptx_coef", a.ptx_coef, "needs data.ptx (the supervised pairs)")
+    if a.overlong is not None and a.overlong.max_length > cfg.rollout.max_new_tokens:
+        _fail("algo.overlong.max_length", a.overlong.max_length,
+              f"must be <= rollout.max_new_tokens ({cfg.rollout.max_new_tokens})")

@@ -1,0 +1,244 @@
+"""Reward-model training: a scalar model fitted to preference pairs with the Bradley–Terry loss.
+
+    cfg = load_config(RMConfig, "examples/rm.yaml", ["steps=50"])
+    metrics = train_rm(cfg)
+
+Each pair (x, y_c, y_r) becomes two sequences, ``format_prompt(x)`` ⊕ ``y_c`` ⊕ EOS and
+``format_prompt(x)`` ⊕ ``y_r`` ⊕ EOS — the tokens the policy produces, in the project's batch
+layout (:mod:`glassrl.trainer.common`) — and both go through the model in one forward pass.
+The reward r(x, y) is the scalar at the last real token (EOS), read with
+:func:`glassrl.models.sequence_scores` (Ouyang et al. 2022, InstructGPT, §3.5). The loss is
+the mean over pairs of −log σ(r_c − r_r − m) (InstructGPT eq. 1; with margin m: Touvron et al.
+2023, Llama 2, §3.2.2 eq. 2), the margin only when ``use_margin``.
+
+Logged metrics (``metrics.jsonl``): train/loss, train/accuracy and train/reward_gap (mean
+r_c − r_r, margin not subtracted), averaged over the steps since the last log; train/grad_norm
+(before clipping) and train/lr at the logged step; eval/accuracy, eval/loss and eval/reward_gap
+over the whole held-out set.
+
+Pairwise accuracy is the fraction of pairs with r_c > r_r strictly: a tie counts as wrong, so
+a model that scores everything alike has accuracy 0, not 0.5.
+
+Writes to ``output_dir``: the scalar model (``save_pretrained``, safetensors; loads back with
+:func:`glassrl.models.load_scalar_model` and the same ``head``), the tokenizer,
+``rm_config.yaml``, ``metrics.jsonl`` (one JSON object per logged step) and ``glassrl.json``
+(what was trained, on what, and the final held-out accuracy).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from glassrl.algos.losses import pairwise_rm_loss
+from glassrl.config import to_dict
+from glassrl.data.preferences import load_preferences
+from glassrl.data.records import PreferencePair
+from glassrl.errors import GlassrlError
+from glassrl.models import load_scalar_model, load_tokenizer, resolve_device, sequence_scores
+from glassrl.models.default_model import format_prompt
+from glassrl.trainer.common import batch_indices, collate, encode_response, make_optimizer, seed_everything
+
+
+@dataclass
+class RMConfig:
+    """What ``glassrl rm CONFIG`` reads.
+
+    model:       Hugging Face causal-LM checkpoint directory (the backbone; a fresh scalar head is
+                 added) or a scalar checkpoint saved with the same ``head`` (training continues);
+                 "default" for the embedded default model (built on first use)
+    head:        "token-classification" (backbone + score Linear, plain Hugging Face) or
+                 "value-head" (causal LM + v_head; see glassrl.models.value_head)
+    data:        "task:arith-verify-preferences" (the bundled set's train split;
+                 ".../test" for its test split) or a JSONL file of pairs
+    eval_data:   the same forms; null -> the bundled set's test split when ``data`` is the bundled
+                 set; a JSONL ``data`` needs an explicit ``eval_data``
+    use_margin:  subtract each pair's margin inside the sigmoid (every pair must have one)
+    steps:       optimiser steps, each on ``batch_size`` pairs (2 × batch_size sequences)
+    max_length:  longest prompt+response in tokens; a longer pair is an error naming it
+    eval_every:  steps between held-out evaluations; 0 -> only at the end
+    device:      "auto" (CUDA when visible), "cpu", "cuda", "cuda:N"
+    """
+
+    model: str = "default"
+    head: Literal["token-classification", "value-head"] = "token-classification"
+    data: str = "task:arith-verify-preferences"
+    eval_data: str | None = None
+    use_margin: bool = False
+    seed: int = 0
+    lr: float = 1e-4
+    warmup_steps: int = 10
+    steps: int = 200
+    batch_size: int = 32
+    max_length: int = 64
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    output_dir: str = "runs/rm"
+    eval_every: int = 0
+    log_every: int = 10
+    device: str = "auto"
+
+
+# (prompt_ids, chosen_ids, rejected_ids, margin)
+Example = tuple[list[int], list[int], list[int], float | None]
+
+
+def encode_pairs(tokenizer, pairs: list[PreferencePair], max_length: int) -> list[Example]:
+    """Tokenise each pair as the policy would see it; too long is an error naming the pair."""
+    examples = []
+    for pair in pairs:
+        prompt = format_prompt(tokenizer, pair.prompt)
+        chosen, rejected = encode_response(tokenizer, pair.chosen), encode_response(tokenizer, pair.rejected)
+        longest = len(prompt) + max(len(chosen), len(rejected))
+        if longest > max_length:
+            raise GlassrlError(f"{pair.source}: prompt+response is {longest} tokens, more than max_length={max_length}")
+        examples.append((prompt, chosen, rejected, pair.margin))
+    return examples
+
+
+def pair_rewards(model, examples: list[Example], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rewards (B,) of the chosen and of the rejected responses of B pairs, from one forward pass."""
+    rows = [(p, c) for p, c, _, _ in examples] + [(p, r) for p, _, r, _ in examples]
+    batch = collate(rows, pad_id)
+    scores = sequence_scores(model, batch["input_ids"].to(device), batch["attention_mask"].to(device))  # (2B,)
+    return scores[: len(examples)], scores[len(examples) :]
+
+
+def margins(examples: list[Example], device: torch.device) -> torch.Tensor:
+    """The pairs' margins (B,); call only when every pair has one (checked by ``train_rm``)."""
+    return torch.tensor([m for _, _, _, m in examples], dtype=torch.float32, device=device)
+
+
+def pairwise_accuracy(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
+    """Fraction of pairs with r_c > r_r, from rewards (B,); a tie counts as wrong."""
+    return (chosen > rejected).float().mean()
+
+
+@torch.no_grad()
+def evaluate(model, examples: list[Example], *, batch_size: int, pad_id: int, device: torch.device, use_margin: bool) -> dict[str, float]:
+    """Held-out metrics over ``examples``: eval/accuracy, eval/loss (as trained), eval/reward_gap (mean r_c − r_r)."""
+    was_training = model.training
+    model.eval()
+    chosen, rejected, losses = [], [], []
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start : start + batch_size]
+        r_c, r_r = pair_rewards(model, chunk, pad_id, device)
+        losses.append(pairwise_rm_loss(r_c, r_r, margins(chunk, device) if use_margin else None))
+        chosen.append(r_c)
+        rejected.append(r_r)
+    model.train(was_training)
+    r_c, r_r = torch.cat(chosen), torch.cat(rejected)  # (N,)
+    return {
+        "eval/accuracy": pairwise_accuracy(r_c, r_r).item(),
+        "eval/loss": torch.cat(losses).mean().item(),
+        "eval/reward_gap": (r_c - r_r).mean().item(),
+    }
+
+
+def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
+    """Train a reward model as ``cfg`` says; returns the final metrics (train/…, eval/…, steps,
+    pairs, eval_pairs, time_s). ``eval/accuracy`` is the held-out pairwise accuracy."""
+    console = console or Console()
+    seed_everything(cfg.seed)  # before loading: the fresh scalar head is drawn from torch's RNG
+    device = resolve_device(cfg.device)
+    path = _model_path(cfg.model, console)
+    tokenizer = load_tokenizer(path)
+    model = load_scalar_model(path, head=cfg.head, dtype="float32", device=str(device)).train()
+    pad_id = tokenizer.pad_token_id
+
+    train = encode_pairs(tokenizer, load_preferences(cfg.data), cfg.max_length)
+    evals = encode_pairs(tokenizer, load_preferences(_eval_spec(cfg)), cfg.max_length)
+    if cfg.use_margin:
+        missing = next((name for name, ex in (("data", train), ("eval_data", evals)) if any(e[3] is None for e in ex)), None)
+        if missing:
+            raise GlassrlError(f"use_margin=true, but some pairs of {missing} have no margin")
+    optimizer, scheduler = make_optimizer(
+        model, lr=cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps, total_steps=cfg.steps
+    )
+    batches = batch_indices(len(train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
+
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "rm_config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True))
+    result: dict[str, float] = {"steps": cfg.steps, "pairs": len(train), "eval_pairs": len(evals)}
+    window: list[tuple[float, float, float]] = []  # (loss, accuracy, reward gap) per step since the last log
+    start = time.perf_counter()
+    progress = Progress(
+        TextColumn("rm"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(), console=console, transient=True,
+    )
+    with progress, (out / "metrics.jsonl").open("w", encoding="utf-8") as log:
+        bar = progress.add_task("rm", total=cfg.steps, info="")
+        for step in range(1, cfg.steps + 1):
+            chunk = [train[i] for i in next(batches)]
+            r_c, r_r = pair_rewards(model, chunk, pad_id, device)
+            loss = pairwise_rm_loss(r_c, r_r, margins(chunk, device) if cfg.use_margin else None).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            window.append((loss.item(), pairwise_accuracy(r_c, r_r).item(), (r_c - r_r).mean().item()))
+            row: dict[str, float] = {}
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                means = [sum(column) / len(window) for column in zip(*window)]
+                row = dict(zip(("train/loss", "train/accuracy", "train/reward_gap"), means))
+                row.update({"train/grad_norm": grad_norm.item(), "train/lr": scheduler.get_last_lr()[0]})
+                window = []
+            if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:
+                row.update(evaluate(model, evals, batch_size=cfg.batch_size, pad_id=pad_id, device=device, use_margin=cfg.use_margin))
+            if row:
+                log.write(json.dumps({"step": step, **row}) + "\n")
+                log.flush()
+                result.update(row)
+                info = f"loss {result['train/loss']:.4f}" if "train/loss" in result else ""
+                if "eval/accuracy" in result:
+                    info += f"  held-out acc {result['eval/accuracy']:.3f}"
+                progress.update(bar, info=info)
+            progress.advance(bar)
+    result["time_s"] = time.perf_counter() - start
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    summary = {
+        "kind": "reward-model",
+        "head": cfg.head,
+        "base_model": str(path),
+        "data": cfg.data,
+        "eval_data": _eval_spec(cfg),
+        "use_margin": cfg.use_margin,
+        "steps": cfg.steps,
+        "held_out_accuracy": result["eval/accuracy"],
+        "held_out_pairs": len(evals),
+        "accuracy_rule": "r_chosen > r_rejected; ties count as wrong",
+        "time_s": round(result["time_s"], 1),
+    }
+    (out / "glassrl.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    console.print(
+        f"rm: {cfg.steps} steps in {result['time_s']:.1f}s, train/loss {result['train/loss']:.4f}, "
+        f"held-out accuracy {result['eval/accuracy']:.3f} on {len(evals)} pairs -> {out}"
+    )
+    return result
+
+
+def _model_path(model: str, console: Console) -> Path:
+    if model == "default":
+        from glassrl.models.default_model import ensure_default_model
+
+        return ensure_default_model(console=console)
+    return Path(model)
+
+
+def _eval_spec(cfg: RMConfig) -> str:
+    if cfg.eval_data is not None:
+        return cfg.eval_data
+    if not cfg.data.startswith("task:"):
+        raise GlassrlError(f"eval_data: needed when data is a file ({cfg.data}); give a held-out JSONL file")
+    return cfg.data.partition("/")[0] + "/test"

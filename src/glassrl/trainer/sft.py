@@ -1,0 +1,272 @@
+"""Supervised fine-tuning: train a causal LM on prompt/response pairs, loss on response tokens only.
+
+    cfg = load_config(SFTConfig, "examples/sft.yaml", ["steps=50"])
+    metrics = train_sft(cfg)
+
+Each example is ``format_prompt(tokenizer, prompt)`` followed by the response's tokens and EOS
+(:func:`glassrl.trainer.common.encode_responses`). The loss is the token-mean cross-entropy of
+the response tokens (Ouyang et al. 2022, InstructGPT, §3.5 "SFT"): prompt tokens and padding
+are masked out. Writes to ``output_dir``: the model and tokenizer (``save_pretrained``,
+safetensors), ``sft_config.yaml`` and ``metrics.jsonl`` (one JSON object per logged step).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from glassrl.config import to_dict
+from glassrl.data.tasks import TASKS, load_task
+from glassrl.errors import GlassrlError
+from glassrl.models.default_model import format_prompts
+from glassrl.trainer.common import batch_indices, collate, encode_responses, make_optimizer, seed_everything
+
+
+@dataclass
+class SFTConfig:
+    """What ``glassrl sft CONFIG`` reads.
+
+    model:        Hugging Face checkpoint directory, or "default" for the embedded default
+                  model (built on first use); ignored when ``train_sft`` is given a model
+    tokenizer:    tokenizer directory; null -> the model's
+    data:         "task:NAME" (a bundled task's train split; "task:NAME/test" for its test
+                  split) or a JSONL file with "prompt" (text or chat messages) and "response";
+                  a list of these is their concatenation
+    eval_data:    the same forms; null -> the test splits of the tasks in ``data`` (none for JSONL)
+    steps:        optimiser steps; null -> ``epochs`` passes over ``data``
+    batch_size:   examples per optimiser step
+    max_length:   longest prompt+response in tokens; a longer example is an error
+    eval_every:   steps between evaluations of the eval loss; 0 -> only at the end
+    device:       "auto" (CUDA when visible), "cpu", "cuda", "cuda:N"
+    """
+
+    model: str = "default"
+    tokenizer: str | None = None
+    data: str | list[str] = "task:add"
+    eval_data: str | list[str] | None = None
+    seed: int = 0
+    lr: float = 1e-3
+    warmup_steps: int = 10
+    steps: int | None = None
+    epochs: float = 1.0
+    batch_size: int = 32
+    max_length: int = 64
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    output_dir: str = "runs/sft"
+    eval_every: int = 0
+    log_every: int = 10
+    device: str = "auto"
+
+
+Example = tuple[list[int], list[int]]  # (prompt_ids, response_ids)
+
+
+def load_pairs(spec: str) -> list[tuple[Any, str, str]]:
+    """(prompt, response, source) triples from "task:NAME[/SPLIT]" or a JSONL file."""
+    if spec.startswith("task:"):
+        name, _, split = spec[len("task:") :].partition("/")
+        if name not in TASKS:
+            raise GlassrlError(f"data: unknown task {name!r} in {spec!r}; valid: {', '.join('task:' + t for t in TASKS)}")
+        return [(r.prompt, str(r.answer), r.source) for r in load_task(name, split or "train")]
+    path = Path(spec)
+    if not path.is_file():
+        raise GlassrlError(f"data: {spec!r} is neither task:NAME (valid: {', '.join(TASKS)}) nor a JSONL file")
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise GlassrlError(f"{path}:{n}: not valid JSON: {err.msg}") from None
+        if not isinstance(row, dict):
+            raise GlassrlError(f"{path}:{n}: expected a JSON object with \"prompt\" and \"response\"")
+        for key in ("prompt", "response"):
+            if key not in row:
+                raise GlassrlError(f"{path}:{n}: missing field \"{key}\"")
+        prompt, response = row["prompt"], row["response"]
+        if isinstance(prompt, list):
+            if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt):
+                raise GlassrlError(f"{path}:{n}: field \"prompt\": messages must be {{\"role\": str, \"content\": str}}")
+            prompt = tuple(prompt)
+        elif not isinstance(prompt, str):
+            raise GlassrlError(f"{path}:{n}: field \"prompt\" must be a string or a list of messages")
+        if not isinstance(response, str):
+            raise GlassrlError(f"{path}:{n}: field \"response\" must be a string")
+        rows.append((prompt, response, f"{path}:{n}"))
+    if not rows:
+        raise GlassrlError(f"{path}: no examples")
+    return rows
+
+
+def tokenize_pairs(tokenizer, rows: list[tuple[Any, str, str]], max_length: int) -> list[Example]:
+    """Encode each row as (format_prompt ids, response ids + EOS); too long is an error naming the row."""
+    prompts = format_prompts(tokenizer, [prompt for prompt, _, _ in rows])
+    responses = encode_responses(tokenizer, [response for _, response, _ in rows])
+    examples = []
+    for prompt_ids, response_ids, (_, _, source) in zip(prompts, responses, rows):
+        if len(prompt_ids) + len(response_ids) > max_length:
+            raise GlassrlError(
+                f"{source}: prompt+response is {len(prompt_ids) + len(response_ids)} tokens, "
+                f"more than max_length={max_length}"
+            )
+        examples.append((prompt_ids, response_ids))
+    return examples
+
+
+def response_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed cross-entropy over response tokens and their count, for one collated batch.
+
+    Logits at absolute position P-1+i predict response token i (batch layout of
+    glassrl.trainer.common), so only the last T+1 positions need logits.
+    """
+    P = int(batch["prompt_len"])
+    mask = batch["response_mask"]  # (B, T)
+    T = mask.shape[1]
+    logits = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"].long(),
+        position_ids=batch["position_ids"],
+        logits_to_keep=T + 1,
+    ).logits[:, :-1]  # (B, T, V)
+    targets = torch.where(mask, batch["input_ids"][:, P:], -100)  # (B, T)
+    loss_sum = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100, reduction="sum")
+    return loss_sum, mask.sum()
+
+
+@torch.no_grad()
+def eval_loss(model, examples: list[Example], batch_size: int, pad_id: int, device: torch.device) -> float:
+    """Token-mean response cross-entropy over ``examples``."""
+    was_training = model.training
+    model.eval()
+    total, count = torch.zeros((), device=device), torch.zeros((), device=device)
+    for start in range(0, len(examples), batch_size):
+        batch = {k: v.to(device) for k, v in collate(examples[start : start + batch_size], pad_id).items()}
+        loss_sum, n = response_loss(model, batch)
+        total, count = total + loss_sum, count + n
+    model.train(was_training)
+    return (total / count).item()
+
+
+def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | None = None) -> dict[str, float]:
+    """Run SFT as ``cfg`` says; returns the final metrics (train/loss, eval/loss when evaluated,
+    steps, examples, time_s). ``model``/``tokenizer`` given in memory are used instead of loading."""
+    console = console or Console()
+    _check(cfg)
+    seed_everything(cfg.seed)
+    device = _device(cfg.device)
+    if model is None:
+        model, tokenizer = _load(cfg, tokenizer, console)
+    elif tokenizer is None:
+        raise GlassrlError("train_sft: a model given in memory needs its tokenizer too")
+    model.to(device).train()
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    train = tokenize_pairs(tokenizer, _load_all(cfg.data), cfg.max_length)
+    eval_specs = cfg.eval_data or [s.partition("/")[0] + "/test" for s in _as_list(cfg.data) if s.startswith("task:")]
+    evals = tokenize_pairs(tokenizer, _load_all(eval_specs), cfg.max_length)
+    steps = cfg.steps if cfg.steps is not None else max(1, round(cfg.epochs * len(train) / cfg.batch_size))
+    optimizer, scheduler = make_optimizer(
+        model, lr=cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps, total_steps=steps
+    )
+    batches = batch_indices(len(train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
+
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sft_config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True))
+    result: dict[str, float] = {"steps": steps, "examples": len(train)}
+    window_loss, window_tokens = 0.0, 0
+    start = time.perf_counter()
+    progress = Progress(
+        TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(), console=console, transient=True,
+    )
+    with progress, (out / "metrics.jsonl").open("w", encoding="utf-8") as log:
+        bar = progress.add_task("sft", total=steps, info="")
+        for step in range(1, steps + 1):
+            batch = {k: v.to(device) for k, v in collate([train[i] for i in next(batches)], pad_id).items()}
+            loss_sum, n_tokens = response_loss(model, batch)
+            optimizer.zero_grad(set_to_none=True)
+            (loss_sum / n_tokens).backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            window_loss += loss_sum.item()
+            window_tokens += int(n_tokens)
+            row: dict[str, float] = {}
+            if step % cfg.log_every == 0 or step == steps:
+                row = {"train/loss": window_loss / window_tokens, "train/grad_norm": grad_norm.item(),
+                       "train/lr": scheduler.get_last_lr()[0]}
+                window_loss, window_tokens = 0.0, 0
+            if evals and ((cfg.eval_every and step % cfg.eval_every == 0) or step == steps):
+                row["eval/loss"] = eval_loss(model, evals, cfg.batch_size, pad_id, device)
+            if row:
+                log.write(json.dumps({"step": step, **row}) + "\n")
+                log.flush()
+                result.update(row)
+                progress.update(bar, info=f"loss {result['train/loss']:.4f}")
+            progress.advance(bar)
+    result["time_s"] = time.perf_counter() - start
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    summary = f"train/loss {result['train/loss']:.4f}" + (f", eval/loss {result['eval/loss']:.4f}" if "eval/loss" in result else "")
+    console.print(f"sft: {steps} steps in {result['time_s']:.1f}s, {summary} -> {out}")
+    return result
+
+
+def _check(cfg: SFTConfig) -> None:
+    for name in ("batch_size", "max_length", "log_every"):
+        if getattr(cfg, name) < 1:
+            raise GlassrlError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    for name in ("warmup_steps", "eval_every"):
+        if getattr(cfg, name) < 0:
+            raise GlassrlError(f"{name} must be >= 0, got {getattr(cfg, name)}")
+    if cfg.steps is not None and cfg.steps < 1:
+        raise GlassrlError(f"steps must be >= 1 (or null to use epochs), got {cfg.steps}")
+    if cfg.steps is None and cfg.epochs <= 0:
+        raise GlassrlError(f"epochs must be > 0 when steps is null, got {cfg.epochs}")
+    if cfg.lr <= 0 or cfg.grad_clip <= 0 or cfg.weight_decay < 0:
+        raise GlassrlError(f"lr and grad_clip must be > 0 and weight_decay >= 0, got {cfg.lr}, {cfg.grad_clip}, {cfg.weight_decay}")
+
+
+def _as_list(spec: str | list[str]) -> list[str]:
+    return [spec] if isinstance(spec, str) else list(spec)
+
+
+def _load_all(spec: str | list[str]) -> list[tuple[Any, str, str]]:
+    return [row for one in _as_list(spec) for row in load_pairs(one)]
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise GlassrlError(f"device: {name!r} is not a device; use auto, cpu, cuda or cuda:N") from None
+
+
+def _load(cfg: SFTConfig, tokenizer, console: Console):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from glassrl.models.default_model import ensure_default_model
+
+    path = ensure_default_model(console=console) if cfg.model == "default" else Path(cfg.model)
+    if not (path / "config.json").is_file():
+        raise GlassrlError(f"model: no Hugging Face checkpoint (config.json) in {str(path)!r}")
+    tok_path = Path(cfg.tokenizer) if cfg.tokenizer else path
+    if tokenizer is None:
+        if not tok_path.is_dir():
+            raise GlassrlError(f"tokenizer: no directory {str(tok_path)!r}")
+        tokenizer = AutoTokenizer.from_pretrained(tok_path)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), tokenizer

@@ -1,0 +1,177 @@
+"""The complete state of a run, as named checkpoint parts, and its restoration.
+
+A resumed run must end bit-identical (on CPU) to one that never stopped, so the
+checkpoint holds everything that influences what comes next:
+
+    actor, actor_optim          policy weights (HF directory) / AdamW + schedule
+    critic, critic_optim        the same for the critic (when the estimator uses one)
+    rollout_rng                 the sampling generator (glassrl.rollout.hf)
+    rng                         python random, numpy, torch CPU (and CUDA) global
+                                states, and the trainer's mini-batch shuffle generator
+    data                        position in the prompt stream (epoch, index)
+    kl_controller               β of the KL controller
+    counters                    completed training steps
+    plus every part of the optional components the config turns on (reward
+    normaliser, sample buffer), each under its own name.
+
+:func:`restore` asks the checkpoint for exactly the parts this config saves, so a
+missing one is an error naming it (glassrl.trainer.checkpoint), never a default.
+RNG states are restored last: loading weights may draw from torch's RNG.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from glassrl.data.records import PromptRecord
+from glassrl.trainer.checkpoint import CheckpointManager, Part
+
+
+class Stateful(Protocol):
+    part_names: tuple[str, ...]
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]: ...
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None: ...
+
+
+class PromptStream:
+    """Prompts in a seeded order, epoch after epoch; the position is (epoch, index).
+
+    Epoch e visits every record once in the order ``torch.randperm(N)`` drawn from a
+    generator seeded with (seed, e), so the order of any epoch is known from the
+    position alone and nothing else needs saving. A batch may straddle two epochs.
+    """
+
+    part_names = ("data",)
+
+    def __init__(self, records: list[PromptRecord], seed: int) -> None:
+        self.records, self.seed = records, seed
+        self.epoch, self.index = 0, 0
+        self._order = self._permutation(0)
+
+    def _permutation(self, epoch: int) -> list[int]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(len(self.records), generator=generator).tolist()
+
+    def take(self, k: int) -> list[PromptRecord]:
+        """The next ``k`` records."""
+        out = []
+        while len(out) < k:
+            if self.index == len(self.records):
+                self.epoch, self.index = self.epoch + 1, 0
+                self._order = self._permutation(self.epoch)
+            out.append(self.records[self._order[self.index]])
+            self.index += 1
+        return out
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        return {"data": ("json", {"epoch": self.epoch, "index": self.index, "records": len(self.records)})}
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        from glassrl.errors import GlassrlError
+
+        state = parts["data"]
+        if state["records"] != len(self.records):
+            raise GlassrlError(
+                f"checkpoint data position is for {state['records']} prompts, but data.train now has "
+                f"{len(self.records)}: resume with the same data"
+            )
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+        self._order = self._permutation(self.epoch)
+
+
+class GlobalRNG:
+    """Python, numpy and torch global RNGs plus the trainer's own generators, as one part."""
+
+    part_names = ("rng",)
+
+    def __init__(self, generators: dict[str, torch.Generator]) -> None:
+        self.generators = generators
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        state = {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "generators": {name: g.get_state() for name, g in self.generators.items()},
+        }
+        return {"rng": ("torch", state)}
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        state = parts["rng"]
+        random.setstate(_as_python_state(state["python"]))
+        np.random.set_state(state["numpy"])
+        torch.set_rng_state(state["torch"])
+        if state["cuda"]:
+            torch.cuda.set_rng_state_all(state["cuda"])
+        for name, g in self.generators.items():
+            g.set_state(state["generators"][name])
+
+
+def _as_python_state(state) -> tuple:
+    """random.setstate wants (version, tuple of ints, gauss) — a loaded state may hold lists."""
+    version, internal, gauss = state
+    return version, tuple(internal), gauss
+
+
+class Counters:
+    """Completed training steps."""
+
+    part_names = ("counters",)
+
+    def __init__(self) -> None:
+        self.step = 0
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        return {"counters": ("json", {"step": self.step})}
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        self.step = int(parts["counters"]["step"])
+
+
+class Wrapped:
+    """An object with plain ``state_dict()`` / ``load_state_dict(dict)`` (KL controller,
+    reward normaliser) as one checkpoint part of ``kind``."""
+
+    def __init__(self, name: str, kind: str, obj: Any) -> None:
+        self.name, self.kind, self.obj = name, kind, obj
+        self.part_names = (name,)
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        return {self.name: (self.kind, self.obj.state_dict())}
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        self.obj.load_state_dict(parts[self.name])
+
+
+def save(manager: CheckpointManager, step: int, components: list[Stateful]):
+    """Write every component's parts as checkpoint ``step``; returns its directory."""
+    parts: dict[str, Part] = {}
+    for component in components:
+        for name, (kind, value) in component.state_dict().items():
+            parts[name] = Part(kind, value)
+    return manager.save(step, parts)
+
+
+def restore(manager: CheckpointManager, components: list[Stateful]) -> int:
+    """Load the latest checkpoint into ``components`` (GlobalRNG last); returns its step.
+
+    GlassrlError when there is no checkpoint or a part is missing.
+    """
+    from glassrl.errors import GlassrlError
+
+    path = manager.latest()
+    if path is None:
+        raise GlassrlError(f"--resume: no checkpoint in {manager.root}")
+    required = {name for component in components for name in component.part_names}
+    parts = manager.load(path, required=required)
+    ordered = sorted(components, key=lambda c: isinstance(c, GlobalRNG))
+    for component in ordered:
+        component.load_state_dict({name: parts[name] for name in component.part_names})
+    return int(parts["counters"]["step"])

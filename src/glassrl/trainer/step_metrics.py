@@ -1,0 +1,99 @@
+"""The metrics of one step, from its Experience (keys and formulas: docs/metrics.md).
+
+Task accuracy is judged by the task's own verifier, independent of the configured
+reward (which may be shaped, partial, or a model): for bundled-task records the
+verifier of ``TASK_VERIFIERS[metadata["task"]]``, for other records with a
+reference answer an exact match (after NFKC normalisation), and records without
+an answer are not counted.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from glassrl.rewards.base import RewardRequest, RewardResult
+from glassrl.rewards.verifiers import ArithVerifyVerifier, ExactMatchVerifier, NumericVerifier
+from glassrl.trainer.experience import Experience
+from glassrl.trainer.metrics import distinct_n, explained_variance, masked_stats
+
+# Bundled task (PromptRecord.metadata["task"]) -> the verifier whose score 1.0 means correct.
+TASK_VERIFIERS = {"arith-verify": ArithVerifyVerifier(), "add": NumericVerifier()}
+_EXACT = ExactMatchVerifier()
+
+
+def correct(requests: Sequence[RewardRequest]) -> list[bool | None]:
+    """Per request: the task's verifier scored it 1.0; None when the record has no reference."""
+    out: list[bool | None] = []
+    for request in requests:
+        task = request.record.metadata.get("task")
+        verifier = TASK_VERIFIERS.get(task) if task is not None else None
+        if verifier is None and request.record.answer is None:
+            out.append(None)
+            continue
+        result = (verifier or _EXACT).score([request])[0]
+        out.append(result.is_ok and result.score == 1.0)
+    return out
+
+
+def accuracy(flags: Sequence[bool | None]) -> float:
+    """Fraction of the judged responses that are correct; NaN when none is judged."""
+    judged = [f for f in flags if f is not None]
+    return sum(judged) / len(judged) if judged else math.nan
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return math.nan, math.nan
+    t = torch.tensor(values, dtype=torch.float64)
+    return t.mean().item(), (t.std().item() if len(values) > 1 else math.nan)
+
+
+def reward_metrics(results: Sequence[RewardResult]) -> dict[str, float]:
+    """reward/…: combined and per-source scores of the non-failed responses, failure counts."""
+    metrics: dict[str, float] = {}
+    per_source: dict[str, list[float]] = {}
+    for result in results:
+        for label, own in result.details.get("sources", {}).items():
+            if own.is_ok:
+                per_source.setdefault(label, []).append(own.score)
+    for label, scores in per_source.items():
+        metrics[f"reward/{label}/mean"], metrics[f"reward/{label}/std"] = _mean_std(scores)
+    metrics["reward/mean"], metrics["reward/std"] = _mean_std([r.score for r in results if r.is_ok])
+    metrics["reward/failures/timeout"] = sum(r.status == "timeout" for r in results)
+    metrics["reward/failures/error"] = sum(r.status == "error" for r in results)
+    metrics["reward/failure_rate"] = (metrics["reward/failures/timeout"] + metrics["reward/failures/error"]) / len(results)
+    return metrics
+
+
+def response_metrics(exp: Experience) -> dict[str, float]:
+    """response/…: lengths (EOS included), truncation rate, Distinct-1/2 of the token ids."""
+    rollout = exp.rollout
+    lengths = rollout.lengths.float()
+    tokens = [row[mask].tolist() for row, mask in zip(rollout.response_ids.cpu(), rollout.response_mask.cpu())]
+    return {
+        "response/length/mean": lengths.mean().item(),
+        "response/length/max": lengths.max().item(),
+        "response/length/min": lengths.min().item(),
+        "response/truncation_rate": sum(r == "length" for r in rollout.finish_reasons) / len(rollout),
+        "response/distinct_1": distinct_n(tokens, 1),
+        "response/distinct_2": distinct_n(tokens, 2),
+    }
+
+
+def tensor_metrics(exp: Experience) -> dict[str, float]:
+    """kl/…, actor/entropy, critic/… of phase 3, advantage/… and returns/… of phase 5."""
+    mask = exp.response_mask
+    metrics = {"actor/entropy": masked_stats(exp.entropy, mask)["mean"]}
+    if exp.kl is not None:
+        metrics["kl/mean"] = masked_stats(exp.kl, mask)["mean"]
+        metrics["kl/beta"] = exp.beta
+    metrics.update({f"advantage/{k}": v for k, v in masked_stats(exp.advantages, mask).items()})
+    if exp.values is not None:
+        returns = masked_stats(exp.returns, mask)
+        metrics["returns/mean"], metrics["returns/std"] = returns["mean"], returns["std"]
+        metrics["critic/values/mean"] = masked_stats(exp.values, mask)["mean"]
+        metrics["critic/explained_variance"] = explained_variance(exp.values, exp.returns, mask)
+    return metrics

@@ -1,0 +1,274 @@
+"""Actor and critic updates: epochs × mini-batches × micro-batches, accumulation, clipping.
+
+Shapes: B responses of the step, T response width. A batch is a dict of tensors
+whose first dimension is B (keys in glassrl.workers.base).
+
+One optimiser step per mini-batch (PPO's K epochs over shuffled minibatches:
+Schulman et al. 2017, Algorithm 1). A mini-batch runs as micro-batches whose
+gradients accumulate. The loss is a sum of weighted :class:`Term`\\ s, each a
+per-token quantity aggregated by a named mode (DESIGN §3). Accumulation is exact:
+micro-batch k's aggregate is weighted by its share of the mini-batch's units
+(valid tokens for "token-mean", non-empty rows for the sequence modes), so the
+accumulated gradient equals that of the whole mini-batch in one pass, whatever
+the micro-batch size (a fixed 1/accum weight, as in early verl, is only right
+when every micro-batch has the same number of tokens).
+
+Terms are selected by config values (a coefficient > 0, a KL placement), never
+by algorithm name: :func:`actor_terms` and :func:`critic_terms`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable
+
+import torch
+
+from glassrl.algos.aggregation import aggregate
+from glassrl.algos.losses import (
+    PolicyLossParams,
+    entropy_loss_term,
+    get_policy_loss,
+    kl_loss_term,
+    positive_nll_term,
+    value_loss,
+)
+from glassrl.algos.masked import masked_sum
+from glassrl.models.logprobs import response_logprobs
+from glassrl.models.values import response_values
+from glassrl.trainer.common import lr_factor
+
+Batch = dict[str, torch.Tensor]
+Forward = dict[str, torch.Tensor]  # model outputs of one micro-batch: "logprobs", "entropy", "values"
+
+# Diagnostics of the losses reported as metrics (docs/metrics.md): each is a masked
+# mean over a micro-batch's valid tokens, averaged over the update's micro-batches.
+DIAGNOSTIC_METRICS = {
+    "clipped_low": "clip_frac_low",
+    "clipped_high": "clip_frac_high",
+    "dual_clipped": "dual_clip_frac",
+    "cov_clipped": "cov_clip_frac",
+    "approx_kl": "approx_kl",
+    "clipped": "vf_clip_frac",
+}
+
+
+@dataclass(frozen=True)
+class Term:
+    """coef × aggregate(per_token, mask, mode): one part of a loss.
+
+    name: metric key of the term's value (e.g. "actor/policy_loss").
+    mask(micro) -> (B, T) bool: the tokens it averages over (from the batch alone).
+    per_token(forward, micro) -> ((B, T) loss terms, {name: (B, T) diagnostics}).
+    """
+
+    name: str
+    coef: float
+    mode: str
+    norm_length: int | None
+    mask: Callable[[Batch], torch.Tensor]
+    per_token: Callable[[Forward, Batch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+def minibatch_plan(rows: int, mini_batch: int, epochs: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """epochs × rows/mini_batch index tensors: each epoch a fresh permutation of range(rows), cut in order."""
+    plan = []
+    for _ in range(epochs):
+        order = torch.randperm(rows, generator=generator)
+        plan.extend(order.split(mini_batch))
+    return plan
+
+
+def select(batch: Batch, index: torch.Tensor) -> Batch:
+    """The rows ``index`` of every tensor of ``batch``."""
+    return {key: value[index.to(value.device)] for key, value in batch.items()}
+
+
+def _units(mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """What ``mode`` averages over: valid tokens (token-mean) or non-empty rows (sequence modes)."""
+    return mask.sum() if mode == "token-mean" else mask.any(-1).sum()
+
+
+class _Stats:
+    """Running sums and counts of metrics over one update, on the device until ``means`` (one sync)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.counts: dict[str, torch.Tensor] = {}
+
+    def add(self, key: str, total: torch.Tensor, count: torch.Tensor) -> None:
+        self.sums[key] = self.sums.get(key, 0.0) + total.detach().double()
+        self.counts[key] = self.counts.get(key, 0) + count
+
+    def means(self) -> dict[str, float]:
+        """Sum / count per key; a key whose count stayed 0 (no valid token) is left out."""
+        keys = list(self.sums)
+        sums = torch.stack([torch.as_tensor(self.sums[k]).cpu() for k in keys]).tolist()
+        counts = torch.stack([torch.as_tensor(self.counts[k]).cpu() for k in keys]).tolist()
+        return {k: total / count for k, total, count in zip(keys, sums, counts) if count > 0}
+
+
+def run_updates(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    batch: Batch,
+    plan: list[torch.Tensor],
+    *,
+    micro_batch: int,
+    grad_clip: float | None,
+    forward: Callable[[torch.nn.Module, Batch], Forward],
+    terms: list[Term],
+    prefix: str,
+) -> dict[str, float]:
+    """One optimiser step per index tensor of ``plan``; returns metrics averaged over them.
+
+    Metrics: each term's value (its mini-batch aggregate) averaged over optimiser
+    steps; each diagnostic's masked mean per micro-batch, averaged over the
+    micro-batches that have valid tokens; ``{prefix}/grad_norm`` (global norm before
+    clipping, Pascanu et al. 2013) averaged over optimiser steps; ``{prefix}/lr``
+    after the last step.
+    """
+    stats = _Stats()
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.train()
+    for index in plan:
+        micros = [select(batch, part) for part in index.split(micro_batch)]
+        totals = {t.name: sum(_units(t.mask(m), t.mode) for m in micros).clamp(min=1) for t in terms}
+        values = {t.name: torch.zeros((), device=batch["response_mask"].device) for t in terms}
+        optimizer.zero_grad(set_to_none=True)
+        for micro in micros:
+            out = forward(model, micro)
+            loss = torch.zeros((), device=micro["response_mask"].device)
+            for term in terms:
+                mask = term.mask(micro)
+                per_token, diagnostics = term.per_token(out, micro)
+                share = _units(mask, term.mode) / totals[term.name]
+                value = share * aggregate(per_token, mask, term.mode, term.norm_length)
+                loss = loss + term.coef * value
+                values[term.name] = values[term.name] + value.detach()
+                tokens = mask.sum()
+                for key, diag in diagnostics.items():
+                    if key in DIAGNOSTIC_METRICS:  # a micro-batch without valid tokens counts 0 times
+                        micro_mean = masked_sum(diag.double(), mask) / tokens.clamp(min=1)
+                        stats.add(f"{prefix}/{DIAGNOSTIC_METRICS[key]}", micro_mean, (tokens > 0).long())
+            loss.backward()
+        # With no limit the norm is still computed (and logged): clip at +inf is a no-op.
+        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf)
+        optimizer.step()
+        scheduler.step()
+        one = torch.ones((), dtype=torch.long, device=norm.device)
+        for name, value in values.items():  # the mini-batch's aggregate, once per optimiser step
+            stats.add(name, value, one)
+        stats.add(f"{prefix}/grad_norm", norm, one)
+    metrics = stats.means()
+    metrics[f"{prefix}/lr"] = scheduler.get_last_lr()[0]
+    return metrics
+
+
+# ---------------------------------------------------------------- schedules
+
+def _constant(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Linear warm-up (Goyal et al. 2017, §2.2), then the peak rate."""
+    return min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
+
+
+LR_SCHEDULES: dict[str, Callable[[int, int, int], float]] = {"cosine": lr_factor, "constant": _constant}
+
+
+def _schedule_at(decay: str, warmup_steps: int, total_steps: int, step: int) -> float:
+    return LR_SCHEDULES[decay](step, warmup_steps, total_steps)
+
+
+def lr_lambda(decay: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """The multiplier of the peak learning rate at optimiser step s (0-based), for LambdaLR."""
+    return partial(_schedule_at, decay, warmup_steps, total_steps)
+
+
+# ---------------------------------------------------------------- forward passes
+# Module-level functions bound with functools.partial (not closures): a remote
+# worker can receive them pickled.
+
+def actor_forward(temperature: float, with_entropy: bool, model: torch.nn.Module, micro: Batch) -> Forward:
+    """log π_θ(a_i|s_i) (B, T) at the sampling temperature, and the entropy when a term needs it."""
+    T = micro["response_mask"].shape[1]
+    logprobs, entropy = response_logprobs(
+        model, micro["input_ids"], micro["attention_mask"], T, temperature=temperature, with_entropy=with_entropy
+    )
+    return {"logprobs": logprobs} if entropy is None else {"logprobs": logprobs, "entropy": entropy}
+
+
+def critic_forward(model: torch.nn.Module, micro: Batch) -> Forward:
+    """V(s_i) (B, T), read at the position before token i (DESIGN §1)."""
+    T = micro["response_mask"].shape[1]
+    return {"values": response_values(model, micro["input_ids"], micro["attention_mask"], T)}
+
+
+# ---------------------------------------------------------------- actor terms
+
+def _response_mask(micro: Batch) -> torch.Tensor:
+    return micro["response_mask"]
+
+
+def _positive_mask(micro: Batch) -> torch.Tensor:
+    # VAPO positive-example LM loss: normalised over the tokens of positive responses only.
+    return micro["response_mask"] & (micro["scores"] > 0).unsqueeze(-1)  # (B, T)
+
+
+def _policy_per_token(name: str, params: PolicyLossParams, out: Forward, micro: Batch):
+    mask = micro["response_mask"]
+    result = get_policy_loss(name)(out["logprobs"], micro["old_logprobs"], micro["advantages"], mask, params)
+    # approx. KL(π_old || π_θ) of the update, k3 = (r − 1) − log r (Schulman 2020), as CleanRL logs it.
+    log_ratio = torch.where(mask, out["logprobs"].detach() - micro["old_logprobs"], 0.0)
+    return result.loss, {**result.diagnostics, "approx_kl": torch.expm1(log_ratio) - log_ratio}
+
+
+def _kl_per_token(kind: str, out: Forward, micro: Batch):
+    return kl_loss_term(out["logprobs"], micro["ref_logprobs"], micro["response_mask"], kind), {}
+
+
+def _entropy_per_token(out: Forward, micro: Batch):
+    return entropy_loss_term(out["entropy"], micro["response_mask"]), {}
+
+
+def _positive_nll_per_token(out: Forward, micro: Batch):
+    return positive_nll_term(out["logprobs"], micro["response_mask"], micro["scores"] > 0), {}
+
+
+def actor_terms(
+    *, policy_loss: str, params: PolicyLossParams, loss_agg: str, norm_length: int,
+    kl_in_loss: str | None, kl_coef: float, entropy_coef: float, positive_nll_coef: float,
+) -> list[Term]:
+    """The actor's loss: the policy loss, then each auxiliary term whose coefficient is on.
+
+    kl_in_loss: the KL estimator when the KL sits in the loss (GRPO, Shao et al. 2024,
+    eq. 3), else None. The entropy bonus enters with −c₂ (PPO, Schulman et al. 2017, eq. 9).
+    """
+    agg = dict(mode=loss_agg, norm_length=norm_length)
+    get_policy_loss(policy_loss)  # unknown name: error now, not at the first update
+    terms = [Term("actor/policy_loss", 1.0, mask=_response_mask,
+                  per_token=partial(_policy_per_token, policy_loss, params), **agg)]
+    if kl_in_loss is not None and kl_coef > 0:
+        terms.append(Term("actor/kl_loss", kl_coef, mask=_response_mask,
+                          per_token=partial(_kl_per_token, kl_in_loss), **agg))
+    if entropy_coef > 0:
+        terms.append(Term("actor/entropy_loss", -entropy_coef, mask=_response_mask, per_token=_entropy_per_token, **agg))
+    if positive_nll_coef > 0:
+        terms.append(Term("actor/positive_nll_loss", positive_nll_coef, "token-mean", None,
+                          mask=_positive_mask, per_token=_positive_nll_per_token))
+    return terms
+
+
+# ---------------------------------------------------------------- critic terms
+
+def _value_per_token(clip: float | None, out: Forward, micro: Batch):
+    result = value_loss(out["values"], micro["old_values"], micro["returns"], micro["response_mask"], clip)
+    return result.loss, result.diagnostics
+
+
+def critic_terms(*, value_clip: float | None, loss_agg: str, norm_length: int) -> list[Term]:
+    """The critic's loss: the (clipped) value loss against the returns R_i (DESIGN §1)."""
+    return [Term("critic/value_loss", 1.0, loss_agg, norm_length, mask=_response_mask,
+                 per_token=partial(_value_per_token, value_clip))]

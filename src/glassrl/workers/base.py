@@ -1,0 +1,95 @@
+"""Role workers: the only things that hold models. The trainer (a single controller,
+DESIGN §2) calls these methods and never touches a torch model itself, so an
+in-process implementation (local.py) and a Ray one can be swapped without
+changing a line of the loop.
+
+Shapes: B responses, P prompt width, T response width. Batches are dicts of
+tensors with first dimension B:
+
+    input_ids       (B, P+T) long   left-padded prompt ⊕ right-padded response
+    attention_mask  (B, P+T) bool   True on real tokens
+    response_mask   (B, T)   bool   True on response tokens that train
+    old_logprobs    (B, T)   float  log π_old(a_i|s_i)            (actor update)
+    advantages      (B, T)   float  what the policy loss sees     (actor update)
+    ref_logprobs    (B, T)   float  log π_ref(a_i|s_i)            (actor update, KL in the loss)
+    scores          (B,)     float  outcome scores                (actor update, positive-example NLL)
+    old_values      (B, T)   float  V(s_i) at rollout             (critic update)
+    returns         (B, T)   float  R_i, the critic's target      (critic update)
+
+An update takes a ``plan``: one index tensor per optimiser step (the trainer
+shuffles with its own generator, so every worker sees the same mini-batches).
+
+Checkpoints: ``state_dict()`` returns named checkpoint parts, ``(kind, value)``
+pairs as :class:`glassrl.trainer.checkpoint.Part` reads them, and ``load_state_dict`` takes the
+loaded values by the same names (a Path for "hf" parts). ``part_names`` lists
+them, so that a checkpoint missing one is an error.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import torch
+
+from glassrl.rewards.base import RewardRequest, RewardResult
+from glassrl.rollout.base import RolloutBatch, SamplingParams
+
+Batch = dict[str, torch.Tensor]
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    part_names: tuple[str, ...]
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class ActorWorker(Stateful, Protocol):
+    """The policy π_θ with its optimiser and learning-rate schedule."""
+
+    def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log π_θ(a_i|s_i), entropy H(π_θ(·|s_i))), both (B, T), no gradient."""
+
+    def update(self, batch: Batch, plan: list[torch.Tensor]) -> dict[str, float]:
+        """One optimiser step per index tensor of ``plan``; returns "actor/…" metrics."""
+
+    def save_pretrained(self, path: str) -> None:
+        """The policy (and its tokenizer) in Hugging Face format."""
+
+
+@runtime_checkable
+class ReferenceWorker(Protocol):
+    """The frozen reference policy π_ref."""
+
+    def compute_logprobs(self, batch: Batch) -> torch.Tensor:
+        """log π_ref(a_i|s_i) (B, T)."""
+
+
+@runtime_checkable
+class CriticWorker(Stateful, Protocol):
+    """The value model V with its optimiser and schedule."""
+
+    def compute_values(self, batch: Batch) -> torch.Tensor:
+        """V(s_i) (B, T), read at the position before token i (DESIGN §1)."""
+
+    def update(self, batch: Batch, plan: list[torch.Tensor]) -> dict[str, float]:
+        """One optimiser step per index tensor of ``plan``; returns "critic/…" metrics."""
+
+
+@runtime_checkable
+class RewardWorker(Protocol):
+    """Reward sources (glassrl.rewards) behind one call."""
+
+    def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
+        """One typed result (ok / timeout / error) per request, in order."""
+
+
+@runtime_checkable
+class RolloutWorker(Stateful, Protocol):
+    """Sampling from the current policy; owns the sampling RNG (saved in checkpoints)."""
+
+    def generate(self, prompts: list[list[int]], *, n: int, params: SamplingParams) -> RolloutBatch:
+        """len(prompts) × n responses (glassrl.rollout.base)."""

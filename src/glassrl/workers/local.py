@@ -1,0 +1,166 @@
+"""In-process role workers: each holds its model (and optimiser) in this process.
+
+The rollout worker samples with the actor's own model object (weights shared in
+memory, nothing to synchronise). Forward passes without gradient run in
+micro-batches of ``micro_batch`` rows. Tensors come back on the model's device.
+See glassrl.workers.base for the protocol and the batch keys.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from glassrl.models.logprobs import response_logprobs
+from glassrl.models.values import response_values
+from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
+from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
+from glassrl.workers.base import Batch
+
+# update(model, optimizer, scheduler, batch, plan) -> metrics (glassrl.trainer.update.run_updates, bound)
+UpdateFn = Callable[[nn.Module, torch.optim.Optimizer, Any, Batch, list[torch.Tensor]], dict[str, float]]
+# path of an "hf" checkpoint part -> a freshly loaded module of the same kind
+LoadFn = Callable[[Path], nn.Module]
+
+
+def _micro_batches(batch: Batch, size: int):
+    rows = batch["input_ids"].shape[0]
+    for start in range(0, rows, size):
+        yield {key: value[start : start + size] for key, value in batch.items()}
+
+
+def _to(batch: Batch, device: torch.device) -> Batch:
+    return {key: value.to(device) for key, value in batch.items()}
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+class PretrainedExport:
+    """A model and its tokenizer as one ``save_pretrained`` (a self-contained HF directory)."""
+
+    def __init__(self, model: nn.Module, tokenizer: Any) -> None:
+        self.model, self.tokenizer = model, tokenizer
+
+    def save_pretrained(self, path: str | Path) -> None:
+        self.model.save_pretrained(path)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(path)
+
+
+class _Trained:
+    """A model trained by an optimiser and a schedule; checkpointed as "<role>" (HF) and "<role>_optim"."""
+
+    role = ""
+
+    def __init__(self, model, tokenizer, optimizer, scheduler, *, micro_batch: int, update: UpdateFn, load: LoadFn):
+        self.model, self.tokenizer = model, tokenizer
+        self.optimizer, self.scheduler = optimizer, scheduler
+        self.micro_batch, self._update, self._load = micro_batch, update, load
+        self.part_names = (self.role, f"{self.role}_optim")
+
+    def update(self, batch: Batch, plan: list[torch.Tensor]) -> dict[str, float]:
+        return self._update(self.model, self.optimizer, self.scheduler, _to(batch, _device(self.model)), plan)
+
+    def save_pretrained(self, path: str | Path) -> None:
+        PretrainedExport(self.model, self.tokenizer).save_pretrained(path)
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        optim = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        return {self.role: ("hf", PretrainedExport(self.model, self.tokenizer)),
+                f"{self.role}_optim": ("torch", optim)}
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        # Load into the live module (the optimiser holds its parameters; the rollout shares it).
+        self.model.load_state_dict(self._load(Path(parts[self.role])).state_dict())
+        optim = parts[f"{self.role}_optim"]
+        self.optimizer.load_state_dict(optim["optimizer"])
+        self.scheduler.load_state_dict(optim["scheduler"])
+
+
+class LocalActor(_Trained):
+    """π_θ: log-probs at the sampling temperature, updates through ``update``."""
+
+    role = "actor"
+
+    def __init__(self, model, tokenizer, optimizer, scheduler, *, temperature: float, micro_batch: int,
+                 update: UpdateFn, load: LoadFn) -> None:
+        super().__init__(model, tokenizer, optimizer, scheduler, micro_batch=micro_batch, update=update, load=load)
+        self.temperature = temperature
+
+    @torch.no_grad()
+    def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        self.model.eval()
+        logprobs, entropy = [], []
+        for micro in _micro_batches(_to(batch, _device(self.model)), self.micro_batch):
+            T = micro["response_mask"].shape[1]
+            lp, ent = response_logprobs(self.model, micro["input_ids"], micro["attention_mask"], T,
+                                        temperature=self.temperature, with_entropy=True)
+            logprobs.append(lp)
+            entropy.append(ent)
+        return torch.cat(logprobs), torch.cat(entropy)  # (B, T) each
+
+
+class LocalCritic(_Trained):
+    """V: values read before each token, updates through ``update``."""
+
+    role = "critic"
+
+    @torch.no_grad()
+    def compute_values(self, batch: Batch) -> torch.Tensor:
+        self.model.eval()
+        values = []
+        for micro in _micro_batches(_to(batch, _device(self.model)), self.micro_batch):
+            T = micro["response_mask"].shape[1]
+            values.append(response_values(self.model, micro["input_ids"], micro["attention_mask"], T))
+        return torch.cat(values)  # (B, T)
+
+
+class LocalReference:
+    """π_ref: frozen, so nothing to checkpoint (it is reloaded from its path)."""
+
+    def __init__(self, model: nn.Module, *, temperature: float, micro_batch: int) -> None:
+        self.model = model.eval().requires_grad_(False)
+        self.temperature, self.micro_batch = temperature, micro_batch
+
+    @torch.no_grad()
+    def compute_logprobs(self, batch: Batch) -> torch.Tensor:
+        logprobs = []
+        for micro in _micro_batches(_to(batch, _device(self.model)), self.micro_batch):
+            T = micro["response_mask"].shape[1]
+            lp, _ = response_logprobs(self.model, micro["input_ids"], micro["attention_mask"], T,
+                                      temperature=self.temperature)
+            logprobs.append(lp)
+        return torch.cat(logprobs)  # (B, T)
+
+
+class LocalReward:
+    """The configured reward (a CombinedReward) called in this process."""
+
+    def __init__(self, source: RewardSource) -> None:
+        self.source = source
+
+    def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
+        return self.source.score(requests)
+
+
+class LocalRollout:
+    """Samples with ``engine`` (sharing the actor's model) from the RNG in ``generator``."""
+
+    part_names = ("rollout_rng",)
+
+    def __init__(self, engine: RolloutEngine, generator: torch.Generator) -> None:
+        self.engine, self.generator = engine, generator
+
+    def generate(self, prompts: list[list[int]], *, n: int, params: SamplingParams) -> RolloutBatch:
+        return self.engine.generate(prompts, n=n, params=params, generator=self.generator)
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        return {"rollout_rng": ("torch", self.generator.get_state())}
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        self.generator.set_state(parts["rollout_rng"])

@@ -1,0 +1,162 @@
+"""The run report opened in headless Chromium (Debian's ``chromium``, driven by Playwright).
+
+Checks what only a browser can: the page runs with no console error and no request
+leaving file://, every chart is drawn, the token view has one span per ledger token,
+clicking a token shows that token's ledger values, and switching the quantity
+recolours the tokens. Saves a screenshot. Skips, saying why, where Chromium or
+Playwright is absent (.ci/run installs Chromium, so CI runs it). Never runs
+``playwright install``: the browser is the system's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+from glassrl.ledger import read_jsonl
+from glassrl.ledger_render import fmt
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).is_file() and shutil.which("chromium") is None:
+        pytest.skip(f"Chromium is not installed ({CHROMIUM} absent): apt-get install chromium (.ci/run does)")
+    if importlib.util.find_spec("playwright") is None:
+        pytest.skip("Playwright for Python is not installed: pip install -e '.[test]'")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        executable = CHROMIUM if Path(CHROMIUM).is_file() else shutil.which("chromium")
+        browser = p.chromium.launch(executable_path=executable, args=ARGS)
+        yield browser
+        browser.close()
+
+
+class Page:
+    """A page that records console errors, page errors, failed requests and requests leaving file://."""
+
+    def __init__(self, browser, url: str) -> None:
+        self.errors: list[str] = []
+        self.remote: list[str] = []
+        self.page = browser.new_page(viewport={"width": 1400, "height": 1300})
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"))
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        self.page.on("requestfailed", lambda r: self.errors.append(f"request failed: {r.url[:120]} {r.failure}"))
+        self.page.on("request", lambda r: r.url.startswith(LOCAL_SCHEMES) or self.remote.append(r.url))
+        self.page.goto(url, wait_until="load")
+
+    def text(self, selector: str) -> str:
+        return self.page.inner_text(selector).strip()
+
+    def backgrounds(self) -> list[str]:
+        return self.page.eval_on_selector_all(".tok[data-b]:not(.obs)", "els => els.map(e => getComputedStyle(e)"
+                                              ".backgroundColor)")
+
+    def check_clean(self) -> None:
+        assert self.errors == [], self.errors
+        assert self.remote == [], f"requests left file://: {self.remote}"
+
+
+@pytest.fixture(scope="module")
+def run_report(request, tmp_path_factory):
+    from test_report_html import real_runs
+
+    from glassrl.report.html import write_run_report
+
+    runs = real_runs(request.config, tmp_path_factory.mktemp("report-runs"))
+    out = write_run_report([runs["ppo"], runs["grpo"]], tmp_path_factory.mktemp("browser") / "report.html")
+    return runs, out
+
+
+def test_report_renders_and_shows_the_ledger_of_a_clicked_token(browser, run_report, tmp_path):
+    runs, out = run_report
+    view = Page(browser, out.as_uri())
+    page = view.page
+    page.wait_for_function("document.querySelectorAll('.chart').length > 0 && [...document.querySelectorAll('.chart')]"
+                           ".every(c => c.querySelector('.main-svg'))", timeout=20000)
+    charts = page.eval_on_selector_all(".chart", "els => els.map(e => [e.dataset.chart, "
+                                       "e.querySelectorAll('.main-svg').length, e.querySelectorAll('.trace').length])")
+    assert len(charts) >= 10 and all(svgs > 0 and traces > 0 for _, svgs, traces in charts), charts
+
+    ledger = read_jsonl(runs["ppo"] / "ledgers" / "step_000002.jsonl")  # shown first: the first run's last step
+    assert page.input_value("#step-select") == "1" and page.inner_text("#step-select option:checked") == "2"
+    assert page.locator(".tok[data-b]").count() == sum(len(r.tokens) for r in ledger.responses)
+    for b, resp in enumerate(ledger.responses):
+        assert page.locator(f'.tok[data-b="{b}"]').count() == resp.length
+
+    b, i = 1, 2
+    token = ledger.responses[b].tokens[i]
+    assert token.response_mask and token.values is not None
+    page.click(f"#tok-{b}-{i}")
+    assert "selected" in page.get_attribute(f"#tok-{b}-{i}", "class")
+    for name in ("advantages", "returns", "values", "kl", "token_rewards", "deltas", "whitened_advantages",
+                 "logprobs"):
+        assert view.text(f"#field-{name}") == fmt(getattr(token, name)), name
+    assert view.text("#field-token") == f'"{token.token}"'
+    assert view.text("#field-index") == str(i) and view.text("#field-response_mask") == "True"
+    assert view.text("#field-score") == fmt(ledger.responses[b].score)
+    assert view.text("#field-length") == str(ledger.responses[b].length)
+    assert view.text("#field-finish_reason") == ledger.responses[b].finish_reason
+    assert view.text("#field-estimator") == "gae"
+    reward = view.text("#legend-reward")
+    assert f"= {fmt(token.token_scores)} − " in reward and reward.endswith(f"= {fmt(token.token_rewards)}")
+    assert view.text("#legend-return").startswith(f"returnR_{i} = A_{i} + V(s_{i}) = {fmt(token.advantages)} + ")
+    assert "includes r_" in view.text("#legend-value")
+
+    before = view.backgrounds()
+    page.select_option("#quantity-select", "kl")
+    after = view.backgrounds()
+    assert len(before) == len(after) and before != after
+    kl = [float(v) for v in page.eval_on_selector_all(".tok[data-b]", "els => els.map(e => e.dataset.value)")]
+    assert kl == [t.kl for r in ledger.responses for t in r.tokens]
+    assert view.text("#field-kl") == fmt(token.kl)  # the selection survives the switch
+    page.hover(f"#tok-{b}-{i}")
+    assert view.text("#token-tooltip").startswith(f'a_{i} = "{token.token}"')
+
+    shot = tmp_path / "report.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000, f"screenshot {shot}"
+    page.select_option("#step-select", "0")
+    first = read_jsonl(runs["ppo"] / "ledgers" / "step_000001.jsonl")
+    assert page.locator(".tok[data-b]").count() == sum(len(r.tokens) for r in first.responses)
+    page.select_option("#source-select", "1")
+    assert view.text("#run-line").startswith("grpo: step 2 · estimator grpo")
+    view.check_clean()
+    print(f"screenshot: {shot}")
+
+
+def test_explain_page_marks_observation_tokens(browser, tmp_path):
+    from glassrl.cli import build_parser
+    from glassrl.commands import explain, explain_input
+    from glassrl.report.html import write_explain_html
+
+    source = Path(__file__).resolve().parents[2] / "examples" / "explain" / "observation_tokens.json"
+    ledger = explain.build_ledger(explain_input.from_args(build_parser(only="explain").parse_args(
+        ["explain", "--input", str(source)])))
+    out = write_explain_html(ledger, tmp_path / "explain.html")
+    view = Page(browser, out.as_uri())
+    page = view.page
+    assert page.locator(".tok[data-b]").count() == 8
+    assert page.eval_on_selector_all(".tok.obs[data-b]", "els => els.map(e => e.dataset.i)") == ["3", "4", "5"]
+    assert page.locator(".obs-tag").count() == 1 and page.is_hidden("#step-control")
+    obs_background = page.eval_on_selector("#tok-0-4", "e => getComputedStyle(e).backgroundImage")
+    assert "repeating-linear-gradient" in obs_background  # hatched
+    page.click("#tok-0-4")
+    assert view.text("#field-response_mask") == "False" and view.text("#field-advantages") == "—"
+    assert "observation / tool token (mask False)" in view.text("#legend-obs")
+    page.click("#tok-0-2")
+    token = ledger.responses[0].tokens[2]
+    assert view.text("#legend-TD").endswith("carried)")  # δ_2 bootstraps from V(s_6) across the observation
+    assert f"γ·V(s_6) − V(s_2) = {fmt(token.token_rewards)} + 1·{fmt(ledger.responses[0].tokens[6].values)}" in \
+        view.text("#legend-TD")
+    assert view.text("#field-deltas") == fmt(token.deltas) == "0.3980"
+    page.screenshot(path=str(tmp_path / "explain.png"), full_page=True)
+    view.check_clean()

@@ -1,7 +1,7 @@
 """GAE: glassrl's vectorised/chunked path vs the Python loop over time steps.
 
     .venv/bin/python benchmarks/bench_advantages.py
-    .venv/bin/python benchmarks/bench_advantages.py --repeats 5 --lengths 1024 8192
+    .venv/bin/python benchmarks/bench_advantages.py --repeats 5 --lengths 1024 8192 --threads 1
 
 Setting: B = 256 rows, T ∈ {1024, 8192}, float32, γ = 1, λ = 0.95. Each row
 has a random length in [T/2, T] (right padding) and ~10% observation tokens
@@ -53,7 +53,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 8192])
+    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cpu = platform.processor() or platform.machine()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {cpu}")
     print(f"B = {B}, float32, gamma = {GAMMA}, lambda = {LAM}, best of {args.repeats}")

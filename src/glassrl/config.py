@@ -121,6 +121,12 @@ def _coerce(hint: Any, value: Any, key: str, source: str) -> Any:
             raise GlassrlError(f"{source}: {key} must be an integer, got {value!r}")
         return value
     if hint is float:
+        if isinstance(value, str):
+            # PyYAML follows YAML 1.1, where "1e-3" (no dot) is a string, not a float.
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise GlassrlError(f"{source}: {key} must be a number, got {value!r}")
         return float(value)

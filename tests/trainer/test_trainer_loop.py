@@ -263,9 +263,3 @@ def test_features_run(feature, fast, tmp_path):
     if feature == "value-warmup-positive-nll-entropy":
         assert "actor/policy_loss" not in rows[0] and "critic/value_loss" in rows[0]  # step 1: critic only
         assert {"actor/positive_nll_loss", "actor/entropy_loss"} <= set(rows[1])
-
-
-@pytest.mark.parametrize("key", ["algo.dynamic_sampling=true", "algo.ptx_coef=0.1"])
-def test_features_not_built_yet_are_refused(key, fast, tmp_path):
-    with pytest.raises(GlassrlError, match=r"not available yet"):
-        _trainer(EXAMPLES / "grpo.yaml", [*fast, key, f"data.ptx={tmp_path}"])

@@ -20,7 +20,6 @@ import pytest
 import torch
 
 from glassrl.config import load_config
-from glassrl.errors import GlassrlError
 from glassrl.trainer.config import TrainConfig, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,10 +162,7 @@ def test_preset_has_its_defining_settings(preset):
 
 
 # Presets that need a loop feature not built yet (the Trainer refuses the key): the lead routes them.
-NOT_BUILT = {
-    "dapo": pytest.mark.xfail(strict=True, raises=GlassrlError,
-                              reason="loop: algo.dynamic_sampling is not implemented (Trainer raises NOT_YET)"),
-}
+NOT_BUILT: dict[str, pytest.MarkDecorator] = {}
 RUN_CASES = [pytest.param(p, [], marks=NOT_BUILT.get(p, ()), id=p) for p in PRESETS if p not in RUN_ELSEWHERE]
 # DAPO's other three parts (clip-higher, token-mean, overlong shaping) run without dynamic sampling.
 RUN_CASES.append(pytest.param("dapo", ["algo.dynamic_sampling=false"], id="dapo-without-dynamic-sampling"))
@@ -272,8 +268,6 @@ def _check_ledger(preset: str, ledger, last: dict) -> None:
                 assert r.score == (1.0 if a is not None and a == label else 0.0)
 
 
-@pytest.mark.xfail(strict=True, reason="loop: algo.dynamic_sampling is not implemented (Trainer raises NOT_YET: "
-                   "no over-sampling, no group filter, no counters)")
 def test_dapo_dynamic_sampling_fills_the_step_with_mixed_groups(fast, tmp_path):
     """DAPO (Yu et al. 2025, eq. 11 constraint): every group of the step has mixed outcomes
     (0 < #correct < G), the step is still full, and the trainer reports how much it over-sampled."""

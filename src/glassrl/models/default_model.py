@@ -137,6 +137,19 @@ def build_default_model(
 ) -> dict:
     """Build, train, evaluate and save the default model into ``out_dir``; returns glassrl.json's content."""
     import torch
+
+    threads = torch.get_num_threads()
+    # One thread: the weights then do not depend on the core count (it changes a matmul's
+    # reduction order), and matrices this small gain little from more threads.
+    torch.set_num_threads(1)
+    try:
+        return _build(Path(out_dir), seed, spec, console or Console())
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _build(out_dir: Path, seed: int, spec: DefaultModelSpec, console: Console) -> dict:
+    import torch
     import transformers
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -145,7 +158,6 @@ def build_default_model(
     from glassrl.trainer.common import seed_everything
     from glassrl.trainer.sft import SFTConfig, train_sft
 
-    console = console or Console()
     start = time.perf_counter()
     seed_everything(seed)
     # The tokenizer learns every bundled task's text, so fine-tuning on any of them later
@@ -201,7 +213,7 @@ def build_default_model(
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
-    (Path(out_dir) / MARKER).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out_dir / MARKER).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return info
 
 

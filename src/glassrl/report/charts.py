@@ -27,7 +27,7 @@ GROUPS: tuple[tuple[str, str, str, str], ...] = (
     ("length", "Response length", "tokens", r"response/length/.+"),
     ("clip", "Clip fractions", "fraction of valid tokens",
      r"actor/(?:clip_frac_low|clip_frac_high|dual_clip_frac|cov_clip_frac)|critic/vf_clip_frac"),
-    ("losses", "Losses", "loss", r"actor/(?:policy|positive_nll)_loss|critic/value_loss"),
+    ("losses", "Losses", "loss", r"actor/(?:policy|positive_nll|ptx)_loss|critic/value_loss"),
     ("explained-variance", "Explained variance", "1 − Var[R − V]/Var[R]", r"critic/explained_variance"),
     ("advantages", "Advantages, returns and values", "return units", r"advantage/.+|returns/.+|critic/values/.+"),
     ("grad-norm", "Gradient norms (before clipping)", "L2 norm", r"(?:actor|critic)/grad_norm"),
@@ -35,6 +35,7 @@ GROUPS: tuple[tuple[str, str, str, str], ...] = (
     ("tokens-per-s", "Tokens/s per phase", "tokens per second", r"perf/[^/]+_tokens_per_s"),
     ("seconds", "Seconds per phase", "seconds", r"perf/[^/]+_s"),
     ("diversity", "Diversity and truncation", "fraction", r"response/(?:distinct_\d|truncation_rate)"),
+    ("sampling", "Dynamic sampling", "rounds / groups", r"sampling/.+"),
     ("failures", "Reward spread and failures", "score / count", r"reward/.+"),
     ("other", "Other metrics", "value", r".+"),
 )

@@ -16,6 +16,7 @@ import torch
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.trainer.config import OptimConfig, Resolved, TrainConfig, loss_params
+from glassrl.trainer.ptx import PtxLoss, load_ptx_examples
 from glassrl.trainer.update import actor_forward, actor_terms, critic_forward, critic_terms, lr_lambda, run_updates
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
 
@@ -77,8 +78,21 @@ def _optimizer(model: torch.nn.Module, o: OptimConfig, total_steps: int):
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.decay, o.warmup_steps, total_steps))
 
 
-def build_local_workers(cfg: TrainConfig, resolved: Resolved, path: Path, tokenizer) -> Workers:
-    """In-process workers; the rollout samples with the actor's own model."""
+def build_ptx(cfg: TrainConfig, resolved: Resolved, tokenizer) -> PtxLoss | None:
+    """PPO-ptx's supervised term when algo.ptx_coef > 0: one batch of data.ptx pairs, as many as
+    the responses of a mini-batch, per actor optimiser step."""
+    if cfg.algo.ptx_coef <= 0:
+        return None
+    max_length = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens  # what the model's positions allow
+    examples = load_ptx_examples(cfg.data.ptx, tokenizer, max_length)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return PtxLoss(examples, cfg.algo.ptx_coef, resolved.mini_batch_responses, cfg.batch.micro_batch_responses,
+                   pad_id, seed=cfg.seed + 3)
+
+
+def build_local_workers(cfg: TrainConfig, resolved: Resolved, path: Path, tokenizer,
+                        ptx: PtxLoss | None = None) -> Workers:
+    """In-process workers; the rollout samples with the actor's own model; ``ptx`` joins the actor's updates."""
     from glassrl.models import load_causal_lm, load_scalar_model
     from glassrl.rewards import build_combined
     from glassrl.rollout.hf import HFRolloutEngine
@@ -102,7 +116,8 @@ def build_local_workers(cfg: TrainConfig, resolved: Resolved, path: Path, tokeni
         entropy_coef=a.entropy_coef, positive_nll_coef=a.positive_nll_coef,
     )
     update = partial(run_updates, micro_batch=micro, grad_clip=cfg.actor_optim.grad_clip,
-                     forward=partial(actor_forward, r.temperature, a.entropy_coef > 0), terms=terms, prefix="actor")
+                     forward=partial(actor_forward, r.temperature, a.entropy_coef > 0), terms=terms, prefix="actor",
+                     ptx=ptx)
     actor = LocalActor(model, tokenizer, optimizer, scheduler, temperature=r.temperature, micro_batch=micro,
                        update=update, load=load_lm)
     device = next(model.parameters()).device

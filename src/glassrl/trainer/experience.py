@@ -43,7 +43,7 @@ class Experience:
     records: B dataset rows, the one each response answers.
     results: B reward results (ok / timeout / error).
     scored (B,) bool: the reward result is ok.
-    scores (B,) float: outcome score after shaping (0 where not scored).
+    scores (B,) float: outcome score after shaping (the one placed on tokens; 0 where not scored).
     response_mask (B, T) bool: generated tokens that train — False on whole rows
         of failed or baseline-less responses.
     logprobs, entropy (B, T): log π_old(a_i|s_i), H(π_old(·|s_i)).
@@ -55,6 +55,7 @@ class Experience:
     advantages, returns (B, T): raw estimator outputs.
     whitened_advantages (B, T) or None: what the policy loss sees when whitening is on.
     beta: β used in the token rewards.
+    raw_scores (B,) or None: the combined reward's score before shaping (0 where not scored).
     """
 
     rollout: RolloutBatch
@@ -77,6 +78,7 @@ class Experience:
     returns: torch.Tensor | None = None
     whitened_advantages: torch.Tensor | None = None
     beta: float = 0.0
+    raw_scores: torch.Tensor | None = None
 
     @property
     def policy_advantages(self) -> torch.Tensor:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -35,19 +36,14 @@ from glassrl.report.sinks import ConsoleSink, JsonlSink, MetricSinks, TensorBoar
 from glassrl.rollout.base import SamplingParams
 from glassrl.trainer import experience as X
 from glassrl.trainer import state
-from glassrl.trainer.build import actor_path, build_local_workers, load_records, test_spec
+from glassrl.trainer.build import actor_path, build_local_workers, build_ptx, load_records, test_spec
 from glassrl.trainer.checkpoint import CheckpointManager
 from glassrl.trainer.common import seed_everything
 from glassrl.trainer.config import TrainConfig, resolve
+from glassrl.trainer.dynamic_sampling import DynamicSampler, OneRound, Sampled
 from glassrl.trainer.metrics import PhaseTimer
 from glassrl.trainer.step_metrics import accuracy, correct, response_metrics, reward_metrics, tensor_metrics
 from glassrl.trainer.update import minibatch_plan
-
-# Config values whose feature is not built yet: an error naming the key, never silently ignored.
-NOT_YET = {
-    "algo.dynamic_sampling": lambda c: c.algo.dynamic_sampling,
-    "algo.ptx_coef": lambda c: c.algo.ptx_coef > 0,
-}
 
 # Shown under the progress bar, in this order (when present).
 CONSOLE_KEYS = ("reward/mean", "task/accuracy", "kl/mean", "actor/policy_loss", "critic/value_loss",
@@ -62,9 +58,6 @@ class Trainer:
         from glassrl.models import load_tokenizer
 
         self.cfg, self.resolved = cfg, resolve(cfg)
-        for key, is_on in NOT_YET.items():
-            if is_on(cfg):
-                raise GlassrlError(f"{key}: not available yet in this version of glassrl train")
         self.console = console or Console()
         seed_everything(cfg.seed)
         path = actor_path(cfg, self.console)
@@ -75,16 +68,21 @@ class Trainer:
         spec = test_spec(cfg)
         self.test_records = [] if spec is None else load_records(spec, "test", self.tokenizer, max_tokens, "data.test")
         self.test_records = self.test_records[: cfg.data.eval_size]
-        self.workers = build_local_workers(cfg, self.resolved, path, self.tokenizer)
+        self.ptx = build_ptx(cfg, self.resolved, self.tokenizer)  # PPO-ptx's supervised batches, or None
+        self.workers = build_local_workers(cfg, self.resolved, path, self.tokenizer, self.ptx)
         kl = cfg.algo.kl
         self.kl = (FixedKLController(kl.coef) if kl.target is None
                    else AdaptiveKLController(kl.coef, kl.target, kl.horizon))
         self.shapers = [make(cfg.algo) for on, make in X.SCORE_SHAPERS.values() if on(cfg.algo)]
         self.shuffle = torch.Generator().manual_seed(cfg.seed + 2)  # mini-batch order
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.sampler = (DynamicSampler(cfg.batch.prompts_per_step, cfg.algo.dynamic_sampling_max_rounds, pad_id)
+                        if cfg.algo.dynamic_sampling else OneRound())
         self.counters = state.Counters()
         self.components = [c for c in (self.workers.actor, self.workers.critic, self.workers.rollout) if c is not None]
         self.components += [self.prompts, self.counters, state.Wrapped("kl_controller", "json", self.kl),
-                            *[s for s in self.shapers if hasattr(s, "part_names")],
+                            *[s for s in (*self.shapers, self.sampler) if getattr(s, "part_names", ())],
+                            *([self.ptx.stream] if self.ptx is not None else []),
                             state.GlobalRNG({"shuffle": self.shuffle})]
         self.out = Path(cfg.output_dir)
         self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)
@@ -101,12 +99,10 @@ class Trainer:
         """One training step (DESIGN §2); returns its metrics."""
         step, start = self.counters.step + 1, time.perf_counter()
         self.timer.reset()
-        records = self.prompts.take(self.cfg.batch.prompts_per_step)
-        with self.timer.phase("generate"):  # 1. generate n responses per prompt
-            prompt_ids = [format_prompt(self.tokenizer, r.prompt) for r in records]
-            rollout = self.workers.rollout.generate(prompt_ids, n=self.cfg.rollout.n, params=self._sampling())
-        with self.timer.phase("score"):  # 2. score them (typed results; failures counted)
-            exp, flags = self._score(rollout, records, prompt_ids, step)
+        # 1–2. generate n responses per prompt and score them, in rounds (dynamic sampling) or one
+        sampled, sampling = self.sampler.fill(partial(self._round, step))
+        with self.timer.phase("score"):  # 2. shape the scores, place them on tokens; failures masked
+            exp, flags = self._score(sampled)
         with self.timer.phase("logprobs"):  # 3. old and reference log-probs, values
             self._model_outputs(exp)
         with self.timer.phase("rewards"):  # 4. token rewards
@@ -117,7 +113,7 @@ class Trainer:
         with self.timer.phase("update"):  # 6. update critic and actor
             updated = self._update(exp, step)
         self.counters.step = step
-        metrics = self._metrics(exp, flags, updated, start)  # 7. log, ledger, evaluation, checkpoint
+        metrics = self._metrics(exp, flags, {**sampling, **updated}, start)  # 7. log, ledger, evaluation, checkpoint
         self._log_and_save(step, exp, metrics)
         return metrics
 
@@ -142,17 +138,31 @@ class Trainer:
         r = self.cfg.rollout
         return SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, greedy)
 
-    def _score(self, rollout, prompts, prompt_ids, step):
+    def _round(self, step: int) -> Sampled:
+        """Phases 1–2 for the next ``batch.prompts_per_step`` prompts: n responses each, their
+        typed reward results (failures counted: too many stop the run)."""
+        prompts = self.prompts.take(self.cfg.batch.prompts_per_step)
+        with self.timer.phase("generate"):
+            prompt_ids = [format_prompt(self.tokenizer, r.prompt) for r in prompts]
+            rollout = self.workers.rollout.generate(prompt_ids, n=self.cfg.rollout.n, params=self._sampling())
+            self.timer.add_tokens("generate", int(rollout.response_mask.sum()))
+        with self.timer.phase("score"):
+            records = [prompts[g] for g in rollout.group_index.tolist()]  # the record each response answers
+            results = self.workers.reward.score(X.reward_requests(rollout, records, self.tokenizer))
+            X.check_failure_rate(results, step, self.cfg.reward.max_failure_rate)
+        return Sampled(rollout, prompts, prompt_ids, results)
+
+    def _score(self, sampled: Sampled):
         """Phase 2: the Experience with scores placed on tokens and failed rows masked out; and
         the task verifier's verdict per response (for task/accuracy)."""
+        rollout, prompts, prompt_ids, results = sampled.rollout, sampled.prompts, sampled.prompt_ids, sampled.results
         records = [prompts[g] for g in rollout.group_index.tolist()]  # the record each response answers
         requests = X.reward_requests(rollout, records, self.tokenizer)
-        results = self.workers.reward.score(requests)
-        X.check_failure_rate(results, step, self.cfg.reward.max_failure_rate)
-        scores, scored = X.outcome_scores(results, rollout.response_mask.device)
+        raw, scored = X.outcome_scores(results, rollout.response_mask.device)
+        scores = raw
         for shape in self.shapers:
             scores = shape(scores, scored, rollout)
-        exp = X.Experience(rollout, records, results, scored, scores, rollout.response_mask)
+        exp = X.Experience(rollout, records, results, scored, scores, rollout.response_mask, raw_scores=raw)
         exp.token_scores, exp.step_end_mask = X.place_scores(results, scores, rollout, self.tokenizer)
         if "baseline_rewards" in REQUIRED_INPUTS[self.cfg.algo.advantage]:
             exp.baseline_rewards, baseline_ok = self._greedy_baseline(rollout, prompts, prompt_ids)
@@ -202,8 +212,9 @@ class Trainer:
             critic_batch = {**base, "old_values": exp.values, "returns": exp.returns}
             metrics.update(self.workers.critic.update(critic_batch, plan))
         if step > self.cfg.algo.value_warmup_steps:  # VAPO value pre-training: critic only until then
+            # "scores" marks VAPO's positive examples: correct answers, judged before any shaping.
             actor_batch = {**base, "old_logprobs": exp.logprobs, "advantages": exp.policy_advantages,
-                           "scores": exp.scores}
+                           "scores": exp.raw_scores}
             if exp.ref_logprobs is not None:
                 actor_batch["ref_logprobs"] = exp.ref_logprobs
             metrics.update(self.workers.actor.update(actor_batch, plan))
@@ -214,7 +225,6 @@ class Trainer:
     # ------------------------------------------------------------------ phase 7
 
     def _metrics(self, exp: X.Experience, flags, updated: dict[str, float], start: float) -> dict[str, float]:
-        self.timer.add_tokens("generate", int(exp.rollout.response_mask.sum()))
         metrics = {**reward_metrics(exp.results), "task/accuracy": accuracy(flags), **response_metrics(exp)}
         metrics.update(tensor_metrics(exp))
         metrics.update(updated)

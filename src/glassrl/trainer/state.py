@@ -9,6 +9,7 @@ checkpoint holds everything that influences what comes next:
     rng                         python random, numpy, torch CPU (and CUDA) global
                                 states, and the trainer's mini-batch shuffle generator
     data                        position in the prompt stream (epoch, index)
+    ptx_data                    position in the PPO-ptx pairs (when algo.ptx_coef > 0)
     kl_controller               β of the KL controller
     counters                    completed training steps
     plus every part of the optional components the config turns on (reward
@@ -40,17 +41,18 @@ class Stateful(Protocol):
 
 
 class PromptStream:
-    """Prompts in a seeded order, epoch after epoch; the position is (epoch, index).
+    """Prompts (or any records) in a seeded order, epoch after epoch; the position is (epoch, index).
 
     Epoch e visits every record once in the order ``torch.randperm(N)`` drawn from a
     generator seeded with (seed, e), so the order of any epoch is known from the
     position alone and nothing else needs saving. A batch may straddle two epochs.
+    Checkpointed as part ``part``; ``key`` is the config key of the records (for errors).
     """
 
-    part_names = ("data",)
-
-    def __init__(self, records: list[PromptRecord], seed: int) -> None:
+    def __init__(self, records: list[PromptRecord], seed: int, part: str = "data", key: str = "data.train") -> None:
         self.records, self.seed = records, seed
+        self.part, self.key = part, key
+        self.part_names = (part,)
         self.epoch, self.index = 0, 0
         self._order = self._permutation(0)
 
@@ -70,15 +72,15 @@ class PromptStream:
         return out
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
-        return {"data": ("json", {"epoch": self.epoch, "index": self.index, "records": len(self.records)})}
+        return {self.part: ("json", {"epoch": self.epoch, "index": self.index, "records": len(self.records)})}
 
     def load_state_dict(self, parts: dict[str, Any]) -> None:
         from glassrl.errors import GlassrlError
 
-        state = parts["data"]
+        state = parts[self.part]
         if state["records"] != len(self.records):
             raise GlassrlError(
-                f"checkpoint data position is for {state['records']} prompts, but data.train now has "
+                f"checkpoint {self.part} position is for {state['records']} records, but {self.key} now has "
                 f"{len(self.records)}: resume with the same data"
             )
         self.epoch, self.index = int(state["epoch"]), int(state["index"])

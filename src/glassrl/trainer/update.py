@@ -39,6 +39,7 @@ from glassrl.algos.masked import masked_sum
 from glassrl.models.logprobs import response_logprobs
 from glassrl.models.values import response_values
 from glassrl.trainer.common import lr_factor
+from glassrl.trainer.ptx import PtxLoss
 
 Batch = dict[str, torch.Tensor]
 Forward = dict[str, torch.Tensor]  # model outputs of one micro-batch: "logprobs", "entropy", "values"
@@ -122,6 +123,7 @@ def run_updates(
     forward: Callable[[torch.nn.Module, Batch], Forward],
     terms: list[Term],
     prefix: str,
+    ptx: PtxLoss | None = None,
 ) -> dict[str, float]:
     """One optimiser step per index tensor of ``plan``; returns metrics averaged over them.
 
@@ -129,7 +131,8 @@ def run_updates(
     steps; each diagnostic's masked mean per micro-batch, averaged over the
     micro-batches that have valid tokens; ``{prefix}/grad_norm`` (global norm before
     clipping, Pascanu et al. 2013) averaged over optimiser steps; ``{prefix}/lr``
-    after the last step.
+    after the last step. With ``ptx`` each optimiser step also takes γ × the SFT loss of a
+    supervised batch (PPO-ptx, Ouyang et al. 2022, eq. 2); ``{prefix}/ptx_loss`` averages it.
     """
     stats = _Stats()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -155,6 +158,8 @@ def run_updates(
                         micro_mean = masked_sum(diag.double(), mask) / tokens.clamp(min=1)
                         stats.add(f"{prefix}/{DIAGNOSTIC_METRICS[key]}", micro_mean, (tokens > 0).long())
             loss.backward()
+        if ptx is not None:
+            stats.add(f"{prefix}/ptx_loss", ptx.backward(model), torch.ones((), dtype=torch.long))
         # With no limit the norm is still computed (and logged): clip at +inf is a no-op.
         norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf)
         optimizer.step()

@@ -1,0 +1,185 @@
+"""Phases 1–2 of a step: sample groups and score them, once, or (DAPO) until the step is full.
+
+Shapes: B responses, G = rollout.n responses per group (one group per prompt), P prompt
+width, T response width.
+
+A *round* generates and scores ``batch.prompts_per_step`` groups (glassrl.trainer.loop).
+:class:`OneRound` takes one round as the step. :class:`DynamicSampler` is DAPO's dynamic
+sampling (Yu et al. 2025, DAPO, eq. 11 constraint 0 < |{o_i : is_equivalent(a, o_i)}| < G,
+and Algorithm 1): it over-samples, keeps only the groups whose scores are not all equal
+(glassrl.algos.shaping.dynamic_sampling_keep), and buffers them until the step holds
+``prompts_per_step`` groups. Groups kept beyond what the step needs wait in the buffer for
+the next step, so the buffer is checkpointed (part ``sample_buffer``).
+
+The filter reads the combined reward's score before any shaping — the paper's
+accuracy, not the overlong penalty — over the group's scored members only: failed
+responses are left out of the comparison as out of every group baseline
+(glassrl.trainer.experience), and a group with fewer than 2 scored members is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from glassrl.algos.shaping import dynamic_sampling_keep
+from glassrl.data.records import PromptRecord
+from glassrl.errors import GlassrlError
+from glassrl.rewards.base import RewardResult
+from glassrl.rollout.base import RolloutBatch, concat_rollouts
+from glassrl.trainer.experience import outcome_scores
+
+
+@dataclass
+class Sampled:
+    """Scored groups: ``rollout`` (B responses, group_index 0..k−1 into ``prompts``),
+    the k prompt records and their token ids, and the B reward results."""
+
+    rollout: RolloutBatch
+    prompts: list[PromptRecord]
+    prompt_ids: list[list[int]]
+    results: list[RewardResult]
+
+
+Round = Callable[[], Sampled]  # generate and score one round of prompts
+
+
+class OneRound:
+    """The step is one round, whatever its scores."""
+
+    part_names: tuple[str, ...] = ()
+
+    def fill(self, sample_round: Round) -> tuple[Sampled, dict[str, float]]:
+        return sample_round(), {}
+
+
+@dataclass
+class _Group:
+    rollout: RolloutBatch  # (G rows), group_index all 0
+    prompt: PromptRecord
+    prompt_ids: list[int]
+    results: list[RewardResult]
+
+
+class DynamicSampler:
+    """Rounds until ``need`` groups with mixed scores are buffered (at most ``max_rounds``)."""
+
+    part_names = ("sample_buffer",)
+
+    def __init__(self, need: int, max_rounds: int, pad_id: int) -> None:
+        self.need, self.max_rounds, self.pad_id = need, max_rounds, pad_id
+        self.buffer: list[_Group] = []
+
+    def fill(self, sample_round: Round) -> tuple[Sampled, dict[str, float]]:
+        """The step's ``need`` groups (oldest first) and the sampling/… metrics (docs/metrics.md)."""
+        rounds = generated = kept = 0
+        while len(self.buffer) < self.need:
+            if rounds == self.max_rounds:
+                raise GlassrlError(
+                    f"algo.dynamic_sampling_max_rounds = {self.max_rounds}: after {rounds} rounds "
+                    f"({generated} groups generated, {kept} with mixed scores kept) the step holds "
+                    f"{len(self.buffer)} of batch.prompts_per_step = {self.need} groups; raise the limit, "
+                    "or use prompts the policy sometimes solves"
+                )
+            sampled = sample_round()
+            groups = split_groups(sampled)
+            mixed = mixed_groups(sampled)
+            self.buffer += [g for g, keep in zip(groups, mixed) if keep]
+            rounds, generated, kept = rounds + 1, generated + len(groups), kept + sum(mixed)
+        step, self.buffer = self.buffer[: self.need], self.buffer[self.need :]
+        metrics = {"sampling/rounds": rounds, "sampling/groups_generated": generated,
+                   "sampling/groups_kept": kept, "sampling/buffer_groups": len(self.buffer)}
+        return join_groups(step, self.pad_id), metrics
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        groups = [{"rollout": _rollout_state(g.rollout), "prompt": _record_state(g.prompt),
+                   "prompt_ids": g.prompt_ids, "results": [_result_state(r) for r in g.results]}
+                  for g in self.buffer]
+        return {"sample_buffer": ("torch", {"groups": groups})}
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        self.buffer = [_Group(RolloutBatch(**g["rollout"]), _record(g["prompt"]), list(g["prompt_ids"]),
+                              [_result(r) for r in g["results"]])
+                       for g in parts["sample_buffer"]["groups"]]
+
+
+def mixed_groups(sampled: Sampled) -> list[bool]:
+    """Per group: its scored responses' scores are not all equal (DAPO eq. 11 constraint)."""
+    scores, scored = outcome_scores(sampled.results, torch.device("cpu"))
+    group_index = sampled.rollout.group_index.cpu()
+    keep = dynamic_sampling_keep(scores[scored], group_index[scored])  # (scored rows,)
+    kept = set(group_index[scored][keep].tolist())
+    return [g in kept for g in range(len(sampled.prompts))]
+
+
+def split_groups(sampled: Sampled) -> list[_Group]:
+    """One _Group per prompt, its rows in order."""
+    groups = []
+    for g, (prompt, ids) in enumerate(zip(sampled.prompts, sampled.prompt_ids)):
+        rows = (sampled.rollout.group_index == g).nonzero().flatten()  # (G,)
+        part = sampled.rollout.select(rows)
+        part.group_index = torch.zeros_like(part.group_index)
+        groups.append(_Group(part, prompt, ids, [sampled.results[i] for i in rows.tolist()]))
+    return groups
+
+
+def join_groups(groups: list[_Group], pad_id: int) -> Sampled:
+    """The groups as one batch, group k's rows with group_index k (re-padded to common widths)."""
+    parts = []
+    for k, g in enumerate(groups):
+        part = g.rollout.select(torch.arange(len(g.rollout)))
+        part.group_index = torch.full_like(part.group_index, k)
+        parts.append(part)
+    return Sampled(concat_rollouts(parts, pad_id), [g.prompt for g in groups], [g.prompt_ids for g in groups],
+                   [r for g in groups for r in g.results])
+
+
+# A checkpoint's "torch" parts load with weights_only=True: tensors and plain containers only.
+
+def _rollout_state(r: RolloutBatch) -> dict[str, Any]:
+    return {"prompt_ids": r.prompt_ids.cpu(), "prompt_mask": r.prompt_mask.cpu(), "response_ids": r.response_ids.cpu(),
+            "response_mask": r.response_mask.cpu(), "group_index": r.group_index.cpu(),
+            "finish_reasons": list(r.finish_reasons), "texts": list(r.texts)}
+
+
+def _record_state(r: PromptRecord) -> dict[str, Any]:
+    prompt = r.prompt if isinstance(r.prompt, str) else [dict(m) for m in r.prompt]
+    return {"prompt": prompt, "answer": r.answer, "metadata": r.metadata, "source": r.source}
+
+
+def _record(state: dict[str, Any]) -> PromptRecord:
+    prompt = state["prompt"] if isinstance(state["prompt"], str) else tuple(dict(m) for m in state["prompt"])
+    return PromptRecord(prompt, state["answer"], dict(state["metadata"]), state["source"])
+
+
+def _result_state(r: RewardResult) -> dict[str, Any]:
+    return {"status": r.status, "score": r.score, "process_rewards": [list(p) for p in r.process_rewards],
+            "message": r.message, "details": _encode(r.details)}
+
+
+def _result(state: dict[str, Any]) -> RewardResult:
+    return RewardResult(state["status"], state["score"], tuple(tuple(p) for p in state["process_rewards"]),
+                        state["message"], _decode(state["details"]))
+
+
+def _encode(value: Any) -> Any:
+    """details may nest RewardResults (a combined reward's sources)."""
+    if isinstance(value, RewardResult):
+        return {"__reward_result__": _result_state(value)}
+    if isinstance(value, dict):
+        return {k: _encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v) for v in value]
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "__reward_result__" in value:
+            return _result(value["__reward_result__"])
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value

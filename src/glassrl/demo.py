@@ -169,17 +169,22 @@ def accuracies(metrics_file: Path) -> tuple[float, float]:
 
 
 def summary_table(metrics_file: Path, cfg):
-    """A rich table: held-out accuracy before and after, and the change in points."""
+    """A line saying what was measured, then a rich table: accuracy before, after, the change in points."""
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
+
+    from glassrl.trainer.build import test_spec
 
     before, after = accuracies(metrics_file)
     change = (after - before) * 100
-    table = Table(title=f"held-out accuracy: greedy, verdict and sum right, {cfg.data.eval_size} test prompts "
-                        f"({cfg.data.test or cfg.data.train + ' test split'})", title_justify="left")
+    what = Text(f"greedy answers to the first {cfg.data.eval_size} prompts of {test_spec(cfg)}, judged by the task's "
+                "verifier (verdict and sum both right):")
+    table = Table()
     for name in ("before training", "after training", "change"):
         table.add_column(name, justify="right")
     table.add_row(_percent(before), _percent(after), "—" if math.isnan(change) else f"{change:+.1f} points")
-    return table
+    return Group(what, table)
 
 
 def _percent(x: float) -> str:

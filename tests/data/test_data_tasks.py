@@ -61,9 +61,14 @@ def test_splits_disjoint_across_both_tasks(seed):
     assert not keys(load_task("arith-verify", "train", seed=seed)) & keys(load_task("arith-verify", "test", seed=seed))
 
 
-def test_test_split_has_distinct_pairs_and_default_sizes():
-    test = load_task("arith-verify", "test")
-    assert len(test) == 500 and len({(r.metadata["a"], r.metadata["b"]) for r in test}) == 500
+def test_splits_cover_all_pairs_and_cycle_evenly():
+    """20 test pairs and 80 train pairs; 500 test records visit each test pair 25 times."""
+    from collections import Counter
+
+    test = Counter((r.metadata["a"], r.metadata["b"]) for r in load_task("arith-verify", "test"))
+    train = {(r.metadata["a"], r.metadata["b"]) for r in load_task("add", "train")}
+    assert len(test) == 20 and set(test.values()) == {25} and len(train) == 80
+    assert len(set(test) | train) == (MAX_OPERAND + 1) ** 2
     assert len(load_task("add", "train")) == 8000
 
 

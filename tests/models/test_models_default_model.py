@@ -17,6 +17,7 @@ from glassrl.data.tasks import TASKS, load_task, sft_pairs
 from glassrl.errors import GlassrlError
 from glassrl.models import default_model
 from glassrl.models.default_model import (
+    DEFAULT_SPEC,
     MARKER,
     DefaultModelSpec,
     build_default_model,
@@ -100,9 +101,9 @@ def test_build_records_parameters_and_accuracies(tiny_build):
     path, info = tiny_build
     assert json.loads((path / MARKER).read_text(encoding="utf-8")) == info
     assert info["seed"] == 0 and info["sft_steps"] == TINY.sft_steps and info["spec"]["hidden_size"] == 32
-    acc = info["heldout_arith_verify"]
-    assert acc["n"] == 500 and all(0.0 <= acc[k] <= 1.0 for k in ("exact", "verdict", "format"))
-    assert acc["exact"] <= min(acc["verdict"], acc["format"])
+    for acc in (info["heldout_arith_verify"], info["train_arith_verify"]):
+        assert acc["n"] == 500 and all(0.0 <= acc[k] <= 1.0 for k in ("exact", "verdict", "format"))
+        assert acc["exact"] <= min(acc["verdict"], acc["format"])
     assert info["train_loss"] > 0 and (path / "metrics.jsonl").is_file()
 
 
@@ -141,7 +142,7 @@ def test_ensure_builds_once_atomically(monkeypatch, tmp_path):
     def stub(out_dir, *, seed, console):  # the real build is tested above; this tests the caching
         calls.append(seed)
         out_dir.mkdir()
-        (out_dir / MARKER).write_text(json.dumps({"seed": seed}))
+        (out_dir / MARKER).write_text(json.dumps({"seed": seed, "spec": default_model._spec_json(DEFAULT_SPEC)}))
 
     monkeypatch.setattr(default_model, "build_default_model", stub)
     path = ensure_default_model(console=QUIET)
@@ -150,6 +151,16 @@ def test_ensure_builds_once_atomically(monkeypatch, tmp_path):
     ensure_default_model(seed=1, console=QUIET)  # another seed replaces it
     assert calls == [0, 1] and json.loads((path / MARKER).read_text())["seed"] == 1
     assert sorted(p.name for p in path.parent.iterdir()) == ["default-v1"]  # no temporary left
+    (path / MARKER).write_text(json.dumps({"seed": 1, "spec": {"hidden_size": 1}}))  # another spec: stale
+    ensure_default_model(seed=1, console=QUIET)
+    assert calls == [0, 1, 1]
+
+
+def test_ensure_never_replaces_a_foreign_directory(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(GlassrlError, match="not a glassrl default model"):
+        ensure_default_model(out_dir=tmp_path, console=QUIET)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_failed_build_leaves_nothing(monkeypatch, tmp_path):
@@ -170,12 +181,14 @@ def test_init_model_command_prints_path_and_accuracies(monkeypatch, tmp_path, ca
 
     def stub(out_dir, *, seed, console):  # the real build is tested above; this tests the command
         out_dir.mkdir()
-        info = {"seed": seed, "parameters": 1234, "sft_steps": 5, "train_loss": 0.5, "build_time_s": 1.0,
-                "heldout_arith_verify": {"n": 500, "exact": 0.25, "verdict": 0.5, "format": 1.0}}
+        info = {"seed": seed, "spec": default_model._spec_json(DEFAULT_SPEC), "parameters": 1234, "sft_steps": 5, "train_loss": 0.5, "build_time_s": 1.0,
+                "heldout_arith_verify": {"n": 500, "exact": 0.25, "verdict": 0.5, "format": 1.0},
+                "train_arith_verify": {"n": 500, "exact": 0.75, "verdict": 0.5, "format": 1.0}}
         (out_dir / MARKER).write_text(json.dumps(info))
 
     monkeypatch.setattr(default_model, "build_default_model", stub)
     assert main(["init-model", "--out", str(tmp_path / "m"), "--seed", "3"]) == 0
     out = capsys.readouterr().out
     assert str(tmp_path / "m") in out and "seed 3" in out and "1,234 parameters" in out
-    assert "exact 25.0%, verdict 50.0%, format 100.0%" in out
+    assert "test (500 prompts, greedy): exact 25.0%, verdict 50.0%, format 100.0%" in out
+    assert "train (500 prompts, greedy): exact 75.0%" in out

@@ -154,10 +154,20 @@ def test_config_and_environment_section(runs, report):
     _, page = report
     config_text = (runs["ppo"] / "config.yaml").read_text(encoding="utf-8")
     assert html.escape(config_text) in page
-    assert "collected when the report was written" in page and "environment.json" in page
+    # The trainer writes environment.json at the start of a run; the page shows that, not the report's machine.
     import torch
 
+    assert "collected when the report was written" not in page
+    assert json.loads((runs["ppo"] / "environment.json").read_text())["torch"] == torch.__version__
+
     assert f"<th>torch</th><td>{torch.__version__}</td>" in page
+
+
+def test_trainer_writes_the_report_at_the_end_of_a_run(runs):
+    # logging.report defaults to true: the run directory holds its own report, with the last step's ledger.
+    for run in runs.values():
+        page = (run / "report.html").read_text(encoding="utf-8")
+        assert 'id="tokens"' in page and (run / "ledgers" / "step_000002.jsonl").is_file()
 
 
 def test_environment_json_is_read_when_present(tmp_path):

@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     path = ensure_default_model(out_dir=args.out, seed=args.seed, rebuild=args.force, console=console)
     info = json.loads((path / MARKER).read_text(encoding="utf-8"))
-    acc = info["heldout_arith_verify"]
+    acc, train = info["heldout_arith_verify"], info["train_arith_verify"]
     console.print(f"default model: {path}", markup=False, soft_wrap=True)
     console.print(
         f"  seed {info['seed']}, {info['parameters']:,} parameters, {info['sft_steps']} SFT steps, "
@@ -33,6 +33,11 @@ def run(args: argparse.Namespace) -> int:
     console.print(
         f"  arith-verify test ({acc['n']} prompts, greedy): exact {acc['exact']:.1%}, "
         f"verdict {acc['verdict']:.1%}, format {acc['format']:.1%}",
+        soft_wrap=True,
+    )
+    console.print(
+        f"  arith-verify train ({train['n']} prompts, greedy): exact {train['exact']:.1%}, "
+        f"verdict {train['verdict']:.1%}, format {train['format']:.1%}",
         soft_wrap=True,
     )
     return 0

@@ -36,4 +36,6 @@ def run(args: argparse.Namespace) -> int:
         start = f"{before:.3f} -> " if before is not None else ""
         console.print(f"held-out accuracy (greedy, {len(trainer.test_records)} prompts): {start}{after:.3f}")
     console.print(f"run directory: {cfg.output_dir}", markup=False)
+    if cfg.logging.report:
+        console.print(f"report: {cfg.output_dir}/report.html (open it in a browser)", markup=False)
     return 0

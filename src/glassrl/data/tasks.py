@@ -7,16 +7,21 @@
 
 ``add``: "{a}+{b}=" → str(a+b).
 
-Number ranges: a and b are integers in [0, 99] (so a+b is in [0, 198]). Two-digit sums with
-carries are what a tiny model learns only partly in a short SFT run, while the answer format
-is learnt fully: that leaves visible headroom for RL. About half of the arith-verify prompts
-are true; a false one has c = a+b+δ with δ drawn from ``DELTAS`` (a slip in the units digit or
-the tens digit), so the verdict cannot be guessed from the size of c.
+Number ranges: a and b are digits, 0..``MAX_OPERAND`` = 9 (so a+b is in [0, 18]), as in the
+reference example. About half of the arith-verify prompts are true; a false one has
+c = a+b+δ with δ drawn from ``DELTAS`` (a slip of one or two, or in the tens digit), so the
+verdict cannot be guessed from the size of c. Why digits: the verdict comes *before* the sum
+in the answer, so the model must add silently and compare with c. A small model learns that
+for digits within a few hundred SFT steps on 2 CPU cores, and only partly for unseen operand
+pairs, while the answer format is learnt fully: visible headroom for RL. (With operands up to
+99 the same model, after 3000 steps, still answered every prompt with the same verdict.)
 
-Splits: the 100×100 operand pairs (a, b) are shuffled with ``seed`` and cut once into
-test (``TEST_FRACTION`` of them) and train; both tasks draw from the same cut. A test record
+Splits: the 10×10 operand pairs (a, b) are shuffled with ``seed`` and cut once into test
+(``TEST_FRACTION`` of them) and train; both tasks draw from the same cut. A test record
 therefore never shares (a, b), let alone (a, b, c, lang), with any train record of either
-task, and training on ``add`` cannot leak arith-verify test sums. Everything is drawn from
+task: the test split asks about sums never seen in training (a + b may have been seen as
+b + a). Records cycle through their split's pairs, so a split of ``size`` records repeats
+pairs once ``size`` exceeds the number of pairs (20 test, 80 train). Everything is drawn from
 ``random.Random`` seeded by (task, split, seed): the same arguments give the same records.
 """
 
@@ -29,8 +34,8 @@ from typing import Callable
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 
-MAX_OPERAND = 99
-TEST_FRACTION = 0.1
+MAX_OPERAND = 9
+TEST_FRACTION = 0.2
 # Slips of one or two in the units digit, or of one in the tens digit.
 DELTAS = (-10, -2, -1, 1, 2, 10)
 SPLITS = ("train", "test")

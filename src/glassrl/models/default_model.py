@@ -7,7 +7,8 @@ in ``default_model_dir()`` = ``$GLASSRL_HOME/models/default-v1`` (GLASSRL_HOME d
 1. a byte-level BPE tokenizer trained on the tasks' train text (:mod:`.default_tokenizer`);
 2. a ``LlamaForCausalLM`` of ``DefaultModelSpec``'s size, initialised from the seed;
 3. SFT (:func:`glassrl.trainer.sft.train_sft`) on arith-verify and add train splits;
-4. greedy answers to the arith-verify test split, scored three ways (see :func:`heldout_accuracy`);
+4. greedy answers to the arith-verify test split (and to 500 train prompts), scored three ways
+   (see :func:`heldout_accuracy`);
 5. ``save_pretrained`` (safetensors) + tokenizer + ``glassrl.json`` (build parameters, seed,
    SFT steps and loss, held-out accuracies), into a temporary directory that is then renamed
    into place: a half-built model is never seen.
@@ -44,6 +45,8 @@ def format_prompt(tokenizer, prompt: Union[str, Messages, Sequence[dict]]) -> li
       and Llama-style tokenizers: BOS + text), no chat template; the response follows directly;
     - chat messages: the tokenizer's chat template with the generation prompt appended
       (default model: ``<|bos|><|user|>…<|assistant|>``); a tokenizer without one is an error.
+      The default model is trained on plain-text prompts only: it has the template, but has
+      not learnt to answer in it.
 
     The response is then its text's tokens and EOS (:func:`glassrl.trainer.common.encode_responses`).
     """
@@ -78,7 +81,7 @@ class DefaultModelSpec:
     max_position_embeddings: int = 64
     vocab_size: int = 512  # upper bound; BPE stops when the text has no pair left to merge
     tasks: tuple[str, ...] = ("arith-verify", "add")
-    sft_steps: int = 1200
+    sft_steps: int = 800
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 50
@@ -98,12 +101,15 @@ def ensure_default_model(
     *, out_dir: str | Path | None = None, seed: int = 0, rebuild: bool = False, console: Console | None = None
 ) -> Path:
     """The default model's directory (``default_model_dir()`` unless ``out_dir``), built if it is
-    missing, was built from another seed, or ``rebuild``. The build goes to a temporary sibling
-    directory renamed into place."""
+    missing, was built from another seed or spec, or ``rebuild``. The build goes to a temporary
+    sibling directory renamed into place. A directory that is neither empty nor a default model
+    is never replaced."""
     console = console or Console()
     out = Path(out_dir) if out_dir is not None else default_model_dir()
-    if not rebuild and _built_seed(out) == seed:
+    if not rebuild and _is_built(out, seed):
         return out
+    if out.exists() and not (out / MARKER).is_file() and any(out.iterdir()):
+        raise GlassrlError(f"{out} exists and is not a glassrl default model; refusing to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.building-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -116,7 +122,7 @@ def ensure_default_model(
             shutil.rmtree(old)
         os.replace(tmp, out)
     except OSError:
-        if _built_seed(out) != seed:
+        if not _is_built(out, seed):
             raise
         # Another process finished the same build first; its copy is as good as ours.
     finally:
@@ -124,12 +130,17 @@ def ensure_default_model(
     return out
 
 
-def _built_seed(path: Path) -> int | None:
-    """The seed a complete default model in ``path`` was built from; None if there is none."""
+def _is_built(path: Path, seed: int) -> bool:
+    """Whether ``path`` holds a complete default model built from ``seed`` and ``DEFAULT_SPEC``."""
     try:
-        return json.loads((path / MARKER).read_text(encoding="utf-8"))["seed"]
-    except (OSError, ValueError, KeyError):
-        return None
+        info = json.loads((path / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return info.get("seed") == seed and info.get("spec") == _spec_json(DEFAULT_SPEC)
+
+
+def _spec_json(spec: DefaultModelSpec) -> dict:
+    return {**asdict(spec), "tasks": list(spec.tasks)}
 
 
 def build_default_model(
@@ -199,16 +210,19 @@ def _build(out_dir: Path, seed: int, spec: DefaultModelSpec, console: Console) -
     )
     metrics = train_sft(sft, model=model, tokenizer=tokenizer, console=console)
     accuracy = heldout_accuracy(model, tokenizer, load_task("arith-verify", "test"))
+    # The same scores on train prompts: RL trains on these, so they show its headroom.
+    train_accuracy = heldout_accuracy(model, tokenizer, load_task("arith-verify", "train", size=500))
     info = {
         "version": VERSION,
         "seed": seed,
-        "spec": {**asdict(spec), "tasks": list(spec.tasks)},
+        "spec": _spec_json(spec),
         "parameters": n_params,
         "vocab_size": len(tokenizer),
         "sft_steps": spec.sft_steps,
         "train_loss": metrics["train/loss"],
         "eval_loss": metrics.get("eval/loss"),
         "heldout_arith_verify": accuracy,
+        "train_arith_verify": train_accuracy,
         "build_time_s": round(time.perf_counter() - start, 1),
         "torch": torch.__version__,
         "transformers": transformers.__version__,

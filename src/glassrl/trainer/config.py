@@ -130,6 +130,7 @@ class LoggingConfig:
     eval_every: int = 0  # steps between greedy evaluations on the test set; 0 = only before the first and after the last step
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only after the last step
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    report: bool = True  # write output_dir/report.html (glassrl report) at the end of the run
 
 
 @dataclass

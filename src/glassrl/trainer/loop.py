@@ -16,6 +16,7 @@ tensorboard/ (when on), ledgers/step_XXXXXX.jsonl, checkpoints/ (glassrl.trainer
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from functools import partial
@@ -32,6 +33,8 @@ from glassrl.config import to_dict
 from glassrl.errors import GlassrlError
 from glassrl.ledger import Ledger
 from glassrl.models.default_model import format_prompt
+from glassrl.report.html import write_run_report
+from glassrl.report.run_dir import collect_environment
 from glassrl.report.sinks import ConsoleSink, JsonlSink, MetricSinks, TensorBoardSink
 from glassrl.rollout.base import SamplingParams
 from glassrl.trainer import experience as X
@@ -122,6 +125,7 @@ class Trainer:
         metrics: dict[str, float] = {}
         try:
             (self.out / "config.yaml").write_text(yaml.safe_dump(to_dict(self.cfg), sort_keys=False, allow_unicode=True))
+            (self.out / "environment.json").write_text(json.dumps(collect_environment(), indent=2))
             if self.counters.step == 0 and self.test_records:
                 initial = self.evaluate()
                 self.initial_eval = initial["eval/accuracy"]
@@ -130,6 +134,8 @@ class Trainer:
                 metrics = self.step()
         finally:
             self.sinks.close()
+        if self.cfg.logging.report and self.counters.step == self.cfg.steps:
+            write_run_report([self.out], self.out / "report.html")
         return metrics
 
     # ------------------------------------------------------------------ phases
@@ -238,7 +244,7 @@ class Trainer:
             metrics.update(self.evaluate())
         if step % lg.log_every == 0 or step == self.cfg.steps:
             self.sinks.log(step, metrics)
-        if lg.ledger_every and step % lg.ledger_every == 0:
+        if lg.ledger_every and (step % lg.ledger_every == 0 or step == self.cfg.steps):  # the last step: for the report
             (self.out / "ledgers").mkdir(exist_ok=True)
             self.ledger(exp, step).to_jsonl(self.out / "ledgers" / f"step_{step:06d}.jsonl")
         if lg.checkpoint_every and step % lg.checkpoint_every == 0 or step == self.cfg.steps:

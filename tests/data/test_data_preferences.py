@@ -18,7 +18,7 @@ from glassrl.data.preferences import (
     preference_pairs,
 )
 from glassrl.data.records import PreferencePair, PromptRecord
-from glassrl.data.tasks import load_task
+from glassrl.data.tasks import DELTAS, load_task
 from glassrl.errors import GlassrlError
 
 ANSWER = {
@@ -51,7 +51,7 @@ EN_FALSE = PromptRecord(
     "Is 3+4=8?", "No, it equals 7!", {"a": 3, "b": 4, "c": 8, "sum": 7, "is_true": False, "lang": "en"}
 )
 ZH_TRUE = PromptRecord(
-    "请问45+5=50？", "是的，等于50！", {"a": 45, "b": 5, "c": 50, "sum": 50, "is_true": True, "lang": "zh"}
+    "请问9+9=18？", "是的，等于18！", {"a": 9, "b": 9, "c": 18, "sum": 18, "is_true": True, "lang": "zh"}
 )
 
 
@@ -59,12 +59,13 @@ ZH_TRUE = PromptRecord(
     "record, flip, wrong_sum, expected",
     [
         (EN_FALSE, True, False, "Yes, it equals 7!"),
-        # slips of 7 are [-10, -1, +1, +10] without the negative one: [6, 8, 17]; the first is 6
-        (EN_FALSE, False, True, "No, it equals 6!"),
-        (EN_FALSE, True, True, "Yes, it equals 6!"),
-        (ZH_TRUE, True, False, "不是，等于50！"),
-        (ZH_TRUE, False, True, "是的，等于40！"),
-        (ZH_TRUE, True, True, "不是，等于40！"),
+        # 7 + DELTAS (-10, -2, -1, 1, 2, 10) without the negative one: [5, 6, 8, 9, 17]; the first is 5
+        (EN_FALSE, False, True, "No, it equals 5!"),
+        (EN_FALSE, True, True, "Yes, it equals 5!"),
+        # 18 + DELTAS: [8, 16, 17, 19, 20, 28]; the first is 8
+        (ZH_TRUE, True, False, "不是，等于18！"),
+        (ZH_TRUE, False, True, "是的，等于8！"),
+        (ZH_TRUE, True, True, "不是，等于8！"),
     ],
 )
 def test_wrong_answer_by_hand(record, flip, wrong_sum, expected):
@@ -115,7 +116,7 @@ def test_margin_is_the_number_of_mistakes(split, seed, size):
         meta = record.metadata
         mistakes = (verdict != meta["is_true"]) + (total != meta["sum"])
         assert mistakes >= 1 and pair.margin == float(mistakes)
-        assert total >= 0 and total - meta["sum"] in (0, -10, -1, 1, 10)
+        assert total >= 0 and total - meta["sum"] in (0, *DELTAS)
         assert _parse(pair.chosen) == (meta["is_true"], meta["sum"])
 
 

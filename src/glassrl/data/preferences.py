@@ -19,8 +19,8 @@ test splits are exactly the task's (disjoint) splits. For each prompt:
   The margin counts the mistakes in the rejected response: with the margin
   loss (Touvron et al. 2023, Llama 2, §3.2.2, eq. 2) a response with two
   mistakes must score further below the reference than one with one mistake.
-  A wrong sum is the true sum shifted by ±1 or ±10 (an off-by-one or a
-  carry slip), never negative.
+  A wrong sum is the true sum shifted by one of the task's own slips
+  (``glassrl.data.tasks.DELTAS``: ±1, ±2, ±10), never negative.
 
 A ``data`` config string is ``task:arith-verify-preferences`` (train split),
 ``task:arith-verify-preferences/test``, or the path of a JSONL file: one
@@ -35,6 +35,7 @@ import random
 from pathlib import Path
 
 from glassrl.data.records import PreferencePair, PromptRecord
+from glassrl.data.tasks import DELTAS, load_task
 from glassrl.errors import GlassrlError
 
 BUNDLED = "task:arith-verify-preferences"
@@ -45,8 +46,6 @@ REJECTION_KINDS: dict[str, tuple[bool, bool, float]] = {
     "wrong-sum": (False, True, 1.0),
     "both-wrong": (True, True, 2.0),
 }
-# Off-by-one and carry slips: the mistakes a small adder plausibly makes.
-_SUM_SLIPS = (-10, -1, 1, 10)
 # (true, false) verdict words that start an arith-verify answer (glassrl.data.tasks.arith_verify).
 _VERDICT_WORDS = {"zh": ("是的", "不是"), "en": ("Yes", "No")}
 
@@ -57,8 +56,6 @@ def preference_pairs(split: str, *, seed: int = 0, size: int | None = None) -> l
     Deterministic in ``(split, seed, size)``; see the module docstring for how the
     rejected response and its margin are chosen.
     """
-    from glassrl.data.tasks import load_task
-
     records = load_task("arith-verify", split, seed=seed, size=size)
     pairs = []
     for index, record in enumerate(records):
@@ -92,7 +89,7 @@ def _wrong_answer(record: PromptRecord, *, flip: bool, wrong_sum: bool, rng: ran
         right, wrong = (words[0], words[1]) if meta["is_true"] else (words[1], words[0])
         answer = wrong + answer.removeprefix(right)
     if wrong_sum:
-        slipped = rng.choice([total + d for d in _SUM_SLIPS if total + d >= 0])
+        slipped = rng.choice([total + d for d in DELTAS if total + d >= 0])
         answer = answer.replace(str(total), str(slipped))
     return answer
 

@@ -14,7 +14,7 @@ verdict cannot be guessed from the size of c. Why digits: the verdict comes *bef
 in the answer, so the model must add silently and compare with c. A small model learns that
 for digits within a few hundred SFT steps on 2 CPU cores, and only partly for unseen operand
 pairs, while the answer format is learnt fully: visible headroom for RL. (With operands up to
-99 the same model, after 3000 steps, still answered every prompt with the same verdict.)
+99 the same model, after 3000 steps, still got the verdict right only at chance.)
 
 Splits: the 10×10 operand pairs (a, b) are shuffled with ``seed`` and cut once into test
 (``TEST_FRACTION`` of them) and train; both tasks draw from the same cut. A test record

@@ -44,6 +44,7 @@ def test_demo_prints_before_after_run_dir_and_ledger(tiny_model_dir, prompt_file
     cells = [f"{100 * before:.1f}%", f"{100 * after:.1f}%", f"{100 * (after - before):+.1f} points"]
     assert re.search(r"\s+│\s+".join(map(re.escape, cells)) + r" │", text)
     assert f"run directory: {out}" in text
+    assert f"report: {out / 'report.html'}" in text and (out / "report.html").is_file()
     command = f"$ glassrl explain --model {out} --prompt '请问1+1=2？' --response '是的，等于2！' --sample 3"
     assert command in text
     assert f"run {out} · checkpoint step_00000002 (step 2)" in text

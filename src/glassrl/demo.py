@@ -120,6 +120,8 @@ def run(args: argparse.Namespace, console) -> int:
     console.print(Rule("3. held-out accuracy"))
     console.print(summary_table(out / "metrics.jsonl", cfg))
     console.print(f"run directory: {out}", markup=False)
+    if (Path(out) / "report.html").is_file():  # written by the trainer at the end of the run (logging.report)
+        console.print(f"report: {Path(out) / 'report.html'} (learning curves and token view; open in a browser)", markup=False)
 
     console.print(Rule("4. the reference example on the trained model"))
     command = ["explain", "--model", str(out), "--prompt", PROMPT, "--response", RESPONSE]

@@ -346,3 +346,13 @@ def test_demo_runs_and_prints_its_commands(capsys):
                     "$ glassrl explain --input examples/explain/grpo_group.json"):
         assert command in out
     assert "0.6211" in out and "A_0 = δ_0 = 0.0400" in out and "0.8660" in out
+
+
+def test_html_flag_writes_the_token_view(tmp_path):
+    from glassrl.cli import main
+
+    out = tmp_path / "explain.html"
+    assert main(["explain", "--input", "examples/explain/reference_dialogue_c.json", "--format", "jsonl",
+                 "--out", str(tmp_path / "l.jsonl"), "--html", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    assert 'id="tokens"' in page and "等于" in page

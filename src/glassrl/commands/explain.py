@@ -77,6 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out = parser.add_argument_group("output")
     out.add_argument("--format", choices=FORMATS, default="table", help="table (default), markdown, csv, jsonl")
     out.add_argument("--out", metavar="FILE", help="write to FILE instead of printing")
+    out.add_argument("--html", metavar="FILE", help="also write the token view (the run report's) to FILE")
     out.add_argument("--legend-response", metavar="B", default="0", help="response the legend explains (default 0)")
     out.add_argument("--legend-token", metavar="I", help="token the legend explains (default: first and last)")
 
@@ -87,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
         ledger, header = explain_model.from_args(args)
     else:
         ledger, header = build_ledger(explain_input.from_args(args)), []
+    if args.html is not None:
+        from glassrl.report.html import write_explain_html
+
+        print(f"token view: {write_explain_html(ledger, args.html)}", file=sys.stderr)
     lines = legend(ledger, args.legend_response, args.legend_token) if args.format in ("table", "markdown") else []
     if args.format == "jsonl":
         text = ledger.jsonl()

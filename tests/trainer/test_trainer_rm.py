@@ -80,7 +80,7 @@ def _metrics(out):
 def test_pairwise_accuracy_by_hand():
     chosen = torch.tensor([1.0, 2.0, 3.0, 0.5])
     rejected = torch.tensor([0.0, 2.0, 4.0, -1.0])  # right, tie (wrong), wrong, right
-    assert pairwise_accuracy(chosen, rejected).item() == 0.5
+    assert pairwise_accuracy(chosen, rejected) == 0.5
 
 
 def _fake_scores(model, input_ids, attention_mask):

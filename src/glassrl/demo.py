@@ -6,11 +6,12 @@
 What it does, in order:
 
 1. The embedded default model (glassrl.models.default_model): built on first use, then
-   reused from ``~/.cache/glassrl/models/default-v1``.
+   reused from ``~/.cache/glassrl/models/default-v2``.
 2. Training with ``examples/<algo>.yaml`` by the code ``glassrl train`` runs
    (glassrl.trainer.loop.Trainer), with its progress bar. Before the first step and after
    the last, the trainer answers the first ``data.eval_size`` prompts of the arith-verify
-   test split greedily; the task's verifier judges them (verdict and sum both right).
+   test split greedily; the task's verifier judges them (verdict and sum both right, in the
+   question's language).
 3. Held-out accuracy before and after, and the run directory.
 4. The ledger of the reference example ("请问1+1=2？" → "是的，等于2！") on the trained
    model: the ``glassrl explain --model`` command, printed, then run in-process. Under a
@@ -181,7 +182,7 @@ def summary_table(metrics_file: Path, cfg):
     before, after = accuracies(metrics_file)
     change = (after - before) * 100
     what = Text(f"greedy answers to the first {cfg.data.eval_size} prompts of {test_spec(cfg)}, judged by the task's "
-                "verifier (verdict and sum both right):")
+                "verifier (verdict and sum both right, in the question's language):")
     table = Table()
     for name in ("before training", "after training", "change"):
         table.add_column(name, justify="right")

@@ -107,6 +107,28 @@ def test_build_records_parameters_and_accuracies(tiny_build):
     assert info["train_loss"] > 0 and (path / "metrics.jsonl").is_file()
 
 
+def test_sft_mix_answers_a_seeded_share_of_english_questions_in_chinese(tiny_build):
+    """Only English arith-verify answers change, only their language: the verdict and sum stay."""
+    path, _ = tiny_build
+    records = load_task("arith-verify", "train")
+    rows = default_model.sft_rows(DEFAULT_SPEC, seed=0)
+    assert [r["prompt"] for r in rows] == [r.prompt for task in DEFAULT_SPEC.tasks for r in load_task(task, "train")]
+    switched = english = 0
+    for record, row in zip(records, rows):
+        if record.metadata["lang"] == "zh":
+            assert row["response"] == record.answer
+            continue
+        english += 1
+        chinese = f"{'是的' if record.metadata['is_true'] else '不是'}，等于{record.metadata['sum']}！"
+        assert row["response"] in (record.answer, chinese)
+        switched += row["response"] == chinese
+    assert abs(switched / english - DEFAULT_SPEC.english_answered_in_chinese) < 0.03  # ~4000 English rows
+    assert rows == default_model.sft_rows(DEFAULT_SPEC, seed=0) != default_model.sft_rows(DEFAULT_SPEC, seed=1)
+    # the build trains on exactly these rows, and leaves them readable next to the weights
+    written = [json.loads(line) for line in (path / "sft_data.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert written == [{"prompt": r["prompt"], "response": r["response"]} for r in default_model.sft_rows(TINY, seed=0)]
+
+
 def test_same_seed_gives_bit_identical_weights(tiny_build, tmp_path):
     path, _ = tiny_build
     build_default_model(tmp_path / "again", seed=0, spec=TINY, console=QUIET)
@@ -130,9 +152,9 @@ def test_heldout_accuracy_scores_exact_verdict_and_format(monkeypatch, tokenizer
 
 def test_default_dir_follows_glassrl_home(monkeypatch, tmp_path):
     monkeypatch.setenv("GLASSRL_HOME", str(tmp_path))
-    assert default_model_dir() == tmp_path / "models" / "default-v1"
+    assert default_model_dir() == tmp_path / "models" / "default-v2"
     monkeypatch.delenv("GLASSRL_HOME")
-    assert default_model_dir().parts[-4:] == (".cache", "glassrl", "models", "default-v1")
+    assert default_model_dir().parts[-4:] == (".cache", "glassrl", "models", "default-v2")
 
 
 def test_ensure_builds_once_atomically(monkeypatch, tmp_path):
@@ -150,7 +172,7 @@ def test_ensure_builds_once_atomically(monkeypatch, tmp_path):
     assert ensure_default_model(console=QUIET) == path and calls == [0]  # cached
     ensure_default_model(seed=1, console=QUIET)  # another seed replaces it
     assert calls == [0, 1] and json.loads((path / MARKER).read_text())["seed"] == 1
-    assert sorted(p.name for p in path.parent.iterdir()) == ["default-v1"]  # no temporary left
+    assert sorted(p.name for p in path.parent.iterdir()) == ["default-v2"]  # no temporary left
     (path / MARKER).write_text(json.dumps({"seed": 1, "spec": {"hidden_size": 1}}))  # another spec: stale
     ensure_default_model(seed=1, console=QUIET)
     assert calls == [0, 1, 1]

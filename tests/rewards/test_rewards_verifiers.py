@@ -89,6 +89,20 @@ def test_arith_verify_table():
     assert scores(partial, false_en, responses_en) == [1.0, 1.0, 0.0, 0.5, 0.0]
 
 
+def test_arith_verify_requires_the_question_language():
+    """Right verdict and sum in the other language score 0 (language consistency); without
+    metadata "lang" either language is accepted."""
+    true_zh, false_en = arith_record(1, 1, 2, "zh"), arith_record(3, 4, 8, "en")
+    plain, partial = ArithVerifyVerifier(), ArithVerifyVerifier(partial_credit=True)
+    assert scores(plain, true_zh, ["是的，等于2！", "Yes, it equals 2!"]) == [1.0, 0.0]
+    assert scores(plain, false_en, ["No, it equals 7!", "不是，等于7！"]) == [1.0, 0.0]
+    assert scores(partial, false_en, ["不是，等于7！"]) == [0.0]  # the wrong language earns no partial credit
+    (result,) = plain.score([req(false_en, "不是，等于7！")])
+    assert result.details["language"] == "zh" and result.details["verdict"] is False and not result.details["verdict_ok"]
+    no_lang = PromptRecord("3+4=7?", "Yes, it equals 7!", {"is_true": True, "sum": 7}, "x#2")
+    assert scores(plain, no_lang, ["Yes, it equals 7!", "是的，等于7！"]) == [1.0, 1.0]
+
+
 def test_arith_verify_process_rewards_sit_on_step_ends():
     source = ArithVerifyVerifier(process_rewards=True)
     record = arith_record(1, 1, 2)

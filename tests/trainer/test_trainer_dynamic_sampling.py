@@ -17,9 +17,11 @@ from glassrl.rewards.base import RewardResult
 from glassrl.rollout.base import RolloutBatch
 from glassrl.trainer.config import TrainConfig
 from glassrl.trainer.dynamic_sampling import DynamicSampler, Sampled
+from run_helpers import KillAt, Killed, assert_same_weights, logged_metrics
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-PARTIAL_CREDIT = "reward.sources=[{name: arith_verify, weight: 1.0, partial_credit: true}]"
+# A reward most groups of the tiny model disagree on, so that rounds leave a surplus to buffer.
+MIXED_REWARD = "reward.sources=[{name: user_function, spec: 'trainer_reward_fns:says_yes'}]"
 
 # ---------------------------------------------------------------- the sampler alone (hand-checked)
 
@@ -109,33 +111,10 @@ def test_the_buffer_round_trips_through_a_weights_only_checkpoint():
 # ---------------------------------------------------------------- in the trainer
 
 
-class Killed(Exception):
-    pass
-
-
-class KillAt:
-    """A metrics sink that kills the run right after logging step ``at`` (before its checkpoint)."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def log(self, step, metrics):
-        if step == self.at:
-            raise Killed
-
-    def close(self):
-        pass
-
-
 def _trainer(overrides, **kwargs):
     from glassrl.trainer.loop import Trainer
 
     return Trainer(load_config(TrainConfig, EXAMPLES / "dapo.yaml", overrides), progress=False, **kwargs)
-
-
-def _metrics(run: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in rows]
 
 
 def test_every_trained_group_is_mixed_and_the_counters_add_up(fast, tmp_path, monkeypatch):
@@ -144,9 +123,9 @@ def test_every_trained_group_is_mixed_and_the_counters_add_up(fast, tmp_path, mo
     trained: list[Sampled] = []
     score = loop.Trainer._score
     monkeypatch.setattr(loop.Trainer, "_score", lambda self, sampled: (trained.append(sampled), score(self, sampled))[1])
-    common = [*fast, PARTIAL_CREDIT, "steps=3", "algo.dynamic_sampling_max_rounds=8", "logging.ledger_every=0"]
+    common = [*fast, MIXED_REWARD, "steps=3", "algo.dynamic_sampling_max_rounds=8", "logging.ledger_every=0"]
     _trainer(common).train()
-    rows = _metrics(tmp_path / "run")[1:]
+    rows = logged_metrics(tmp_path / "run")[1:]
     assert len(trained) == len(rows) == 3
     buffered = 0
     for sampled, row in zip(trained, rows):
@@ -160,11 +139,11 @@ def test_every_trained_group_is_mixed_and_the_counters_add_up(fast, tmp_path, mo
 
 
 def test_resume_with_a_non_empty_buffer_is_bit_identical(fast, tmp_path):
-    common = [*fast, PARTIAL_CREDIT, "steps=4", "algo.dynamic_sampling_max_rounds=8", "logging.checkpoint_every=1",
+    common = [*fast, MIXED_REWARD, "steps=4", "algo.dynamic_sampling_max_rounds=8", "logging.checkpoint_every=1",
               "logging.keep_checkpoints=1", "logging.ledger_every=0"]
     straight = _trainer([*common, f"output_dir={tmp_path / 'straight'}"])
     straight.train()
-    rows = _metrics(tmp_path / "straight")
+    rows = logged_metrics(tmp_path / "straight")
     # the first checkpoint whose buffer holds groups: resume from it
     resumed_at = next(r["step"] for r in rows[1:-1] if r["sampling/buffer_groups"] > 0)
 
@@ -177,14 +156,12 @@ def test_resume_with_a_non_empty_buffer_is_bit_identical(fast, tmp_path):
     assert again.counters.step == resumed_at
     assert len(again.sampler.buffer) == rows[resumed_at]["sampling/buffer_groups"] > 0
     again.train()
-    wa, wb = straight.workers.actor.model.state_dict(), again.workers.actor.model.state_dict()
-    for key in wa:
-        assert torch.equal(wa[key], wb[key]), key
-    assert rows == _metrics(tmp_path / "resumed")
+    assert_same_weights(straight.workers.actor.model, again.workers.actor.model)
+    assert rows == logged_metrics(tmp_path / "resumed")
 
 
 def test_a_missing_buffer_part_is_an_error(fast, tmp_path):
-    run = [*fast, PARTIAL_CREDIT, "steps=1", "algo.dynamic_sampling_max_rounds=8"]
+    run = [*fast, MIXED_REWARD, "steps=1", "algo.dynamic_sampling_max_rounds=8"]
     _trainer(run).train()
     checkpoint = tmp_path / "run" / "checkpoints" / "step_00000001"
     manifest = json.loads((checkpoint / "manifest.json").read_text())

@@ -13,26 +13,9 @@ import torch
 from glassrl.config import load_config
 from glassrl.errors import GlassrlError
 from glassrl.trainer.config import TrainConfig
+from run_helpers import KillAt, Killed, assert_same_weights, logged_metrics
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-class Killed(Exception):
-    pass
-
-
-class KillAt:
-    """A metrics sink that kills the run right after logging step ``at``."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def log(self, step, metrics):
-        if step == self.at:
-            raise Killed
-
-    def close(self):
-        pass
 
 
 def _pairs(path: Path) -> Path:
@@ -113,8 +96,7 @@ def test_a_ptx_run_trains_and_resumes_bit_identical(fast, tmp_path):
         return Trainer(cfg, progress=False, **kwargs)
 
     def rows(out):
-        lines = (tmp_path / out / "metrics.jsonl").read_text().splitlines()
-        return [{k: v for k, v in json.loads(line).items() if not k.startswith("perf/")} for line in lines]
+        return logged_metrics(tmp_path / out)
 
     straight = trainer("straight")
     straight.train()
@@ -129,6 +111,5 @@ def test_a_ptx_run_trains_and_resumes_bit_identical(fast, tmp_path):
     assert again.counters.step == 2
     assert (again.ptx.stream.epoch, again.ptx.stream.index) == divmod(2 * 2 * 8, 9)  # 2 steps drawn
     again.train()
-    a, b = straight.workers.actor.model.state_dict(), again.workers.actor.model.state_dict()
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_weights(straight.workers.actor.model, again.workers.actor.model)
     assert rows("straight") == rows("resumed")

@@ -11,42 +11,15 @@ import torch
 from glassrl.config import load_config
 from glassrl.errors import GlassrlError
 from glassrl.trainer.config import TrainConfig
+from run_helpers import KillAt, Killed, assert_same_weights, logged_metrics
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-class Killed(Exception):
-    """Stands for SIGKILL: raised from inside the run, after step ``at`` was logged."""
-
-
-class KillAt:
-    """A metrics sink that kills the run right after logging step ``at`` (before any checkpoint of it)."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def log(self, step, metrics):
-        if step == self.at:
-            raise Killed
-
-    def close(self):
-        pass
 
 
 def _trainer(preset: str, overrides: list[str], **kwargs):
     from glassrl.trainer.loop import Trainer
 
     return Trainer(load_config(TrainConfig, EXAMPLES / f"{preset}.yaml", overrides), progress=False, **kwargs)
-
-
-def _metrics(run: Path) -> list[dict]:
-    """metrics.jsonl without the wall-clock keys (perf/…), which no two runs share."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in rows]
-
-
-def _weights(worker) -> dict[str, torch.Tensor]:
-    return worker.model.state_dict()
 
 
 # (preset, extra overrides, steps, checkpoint_every, killed after step, resumed from step,
@@ -78,11 +51,8 @@ def test_resume_is_bit_identical(case, fast, tmp_path):
         a, b = getattr(straight.workers, role), getattr(resumed_trainer.workers, role)
         if a is None:
             continue
-        wa, wb = _weights(a), _weights(b)
-        assert wa.keys() == wb.keys()
-        for key in wa:
-            assert torch.equal(wa[key], wb[key]), f"{role} {key} differs"
-    one, two = _metrics(tmp_path / "straight"), _metrics(tmp_path / "resumed")
+        assert_same_weights(a.model, b.model, role)
+    one, two = logged_metrics(tmp_path / "straight"), logged_metrics(tmp_path / "resumed")
     assert [r["step"] for r in two] == list(range(steps + 1))  # the killed step's row was dropped and redone
     assert one == two  # every logged number, bit for bit
     assert straight.kl.value == resumed_trainer.kl.value

@@ -12,4 +12,9 @@ def flaky_reward(prompt, response, answer, metadata):
         raise RuntimeError("boom on a marked prompt")
     if metadata.get("fail") == "sleep":
         time.sleep(30)
+    return says_yes(prompt, response, answer, metadata)
+
+
+def says_yes(prompt, response, answer, metadata):
+    """1.0 when the verdict is 'yes' in either language: mixed within most groups of a sampled model."""
     return float(response.startswith(("是", "Yes")))

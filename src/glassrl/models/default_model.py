@@ -1,12 +1,13 @@
 """The embedded default model: a small Llama trained from scratch on the bundled task.
 
 No model is downloaded, ever. ``ensure_default_model()`` builds one on first use and caches it
-in ``default_model_dir()`` = ``$GLASSRL_HOME/models/default-v1`` (GLASSRL_HOME defaults to
+in ``default_model_dir()`` = ``$GLASSRL_HOME/models/default-v2`` (GLASSRL_HOME defaults to
 ``~/.cache/glassrl``):
 
 1. a byte-level BPE tokenizer trained on the tasks' train text (:mod:`.default_tokenizer`);
 2. a ``LlamaForCausalLM`` of ``DefaultModelSpec``'s size, initialised from the seed;
-3. SFT (:func:`glassrl.trainer.sft.train_sft`) on arith-verify and add train splits;
+3. SFT (:func:`glassrl.trainer.sft.train_sft`) on arith-verify and add train splits, with a
+   Chinese-heavy mix (below), written to ``sft_data.jsonl`` next to the weights;
 4. greedy answers to the arith-verify test split (and to 500 train prompts), scored three ways
    (see :func:`heldout_accuracy`);
 5. ``save_pretrained`` (safetensors) + tokenizer + ``glassrl.json`` (build parameters, seed,
@@ -14,8 +15,20 @@ in ``default_model_dir()`` = ``$GLASSRL_HOME/models/default-v1`` (GLASSRL_HOME d
    into place: a half-built model is never seen.
 
 The size and step count are chosen so that the build takes a few minutes on 2 CPU cores, the
-answer format is always right, and the arithmetic only partly: RL has room to show its effect.
-Same seed on the same machine -> bit-identical weights.
+answer format is always right, and the arithmetic only partly. Same seed on the same machine
+-> bit-identical weights.
+
+Why a Chinese-heavy SFT mix (``DefaultModelSpec.english_answered_in_chinese``): the demo has
+to show, in minutes on a CPU, something RL does and SFT did not. Its arithmetic is not that:
+the model misjudges near misses ("请问3+4=8？" → "是的"), and in runs of a few hundred GRPO
+steps that barely moved (measured on default-v1: held-out accuracy within ±5 points of its
+start). What RL fixes quickly is a behaviour the model already has with some probability and
+a reward that tells it apart. So the SFT data answers a seeded 60 % of the English questions
+in Chinese, as a Chinese-heavy instruction mix does; the model then answers most English
+questions in Chinese (greedy), while sampling still gives English answers often enough for
+GRPO to compare. arith-verify's verifier requires the question's language (DeepSeek-R1's
+language consistency, Guo et al. 2025, §2.3.3), so the demo's held-out accuracy shows it.
+The mix is written to ``sft_data.jsonl``: what the model was trained on can be read.
 """
 
 from __future__ import annotations
@@ -34,7 +47,7 @@ from rich.console import Console
 from glassrl.data.records import Messages, PromptRecord
 from glassrl.errors import GlassrlError
 
-VERSION = "default-v1"
+VERSION = "default-v2"
 MARKER = "glassrl.json"  # written last: its presence means the build is complete
 
 
@@ -81,6 +94,7 @@ class DefaultModelSpec:
     max_position_embeddings: int = 64
     vocab_size: int = 512  # upper bound; BPE stops when the text has no pair left to merge
     tasks: tuple[str, ...] = ("arith-verify", "add")
+    english_answered_in_chinese: float = 0.6  # of the English arith-verify SFT answers (module docstring)
     sft_steps: int = 800
     batch_size: int = 32
     lr: float = 3e-3
@@ -92,7 +106,7 @@ DEFAULT_SPEC = DefaultModelSpec()
 
 
 def default_model_dir() -> Path:
-    """``$GLASSRL_HOME/models/default-v1``; GLASSRL_HOME defaults to ``~/.cache/glassrl``."""
+    """``$GLASSRL_HOME/models/default-v2``; GLASSRL_HOME defaults to ``~/.cache/glassrl``."""
     home = os.environ.get("GLASSRL_HOME") or Path.home() / ".cache" / "glassrl"
     return Path(home) / "models" / VERSION
 
@@ -194,9 +208,11 @@ def _build(out_dir: Path, seed: int, spec: DefaultModelSpec, console: Console) -
     n_params = sum(p.numel() for p in model.parameters())
     console.print(f"default model: {n_params:,} parameters, vocabulary {len(tokenizer)}")
 
+    sft_data = write_sft_data(out_dir / "sft_data.jsonl", spec, seed)
     sft = SFTConfig(
         model=f"fresh LlamaForCausalLM ({VERSION}, seed {seed})",
-        data=[f"task:{t}" for t in spec.tasks],
+        data=str(sft_data),
+        eval_data=[f"task:{t}/test" for t in spec.tasks],
         seed=seed,
         lr=spec.lr,
         warmup_steps=spec.warmup_steps,
@@ -229,6 +245,33 @@ def _build(out_dir: Path, seed: int, spec: DefaultModelSpec, console: Console) -
     }
     (out_dir / MARKER).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return info
+
+
+def sft_rows(spec: DefaultModelSpec, seed: int) -> list[dict]:
+    """The SFT examples of the default model: the train splits of ``spec.tasks``, where a seeded
+    ``spec.english_answered_in_chinese`` of the English arith-verify questions get the Chinese
+    answer ("Is 3+4=7?" → "是的，等于7！"); ``seed`` draws which. Rows: {"prompt", "response", "source"}."""
+    import random
+
+    from glassrl.data.tasks import load_task
+
+    rng = random.Random(f"glassrl-sft-mix/{seed}")
+    rows = []
+    for task in spec.tasks:
+        for r in load_task(task, "train"):  # the same records as "task:NAME" in any config
+            response = str(r.answer)
+            if r.metadata.get("lang") == "en" and rng.random() < spec.english_answered_in_chinese:
+                response = f"{'是的' if r.metadata['is_true'] else '不是'}，等于{r.metadata['sum']}！"
+            rows.append({"prompt": r.prompt, "response": response, "source": r.source})
+    return rows
+
+
+def write_sft_data(path: Path, spec: DefaultModelSpec, seed: int) -> Path:
+    """``sft_rows`` as JSON lines at ``path`` (the form ``glassrl sft`` reads)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = (json.dumps({"prompt": row["prompt"], "response": row["response"]}, ensure_ascii=False) for row in sft_rows(spec, seed))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 _FORMATS = {"zh": re.compile(r"(是的|不是)，等于\d+！"), "en": re.compile(r"(Yes|No), it equals \d+!")}

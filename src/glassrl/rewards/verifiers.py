@@ -88,7 +88,11 @@ class NumericVerifier:
 
 
 class ArithVerifyVerifier:
-    """The arith-verify task: the verdict (yes/no) and the stated sum must both be right.
+    """The arith-verify task: the verdict (yes/no) and the stated sum must both be right,
+    and the answer must be in the question's language (``metadata["lang"]``, when given):
+    是的/不是 answer a Chinese question, Yes/No an English one. "是的，等于7！" to
+    "Is 3+4=7?" is right arithmetic in the wrong language and scores 0 (the language
+    consistency of DeepSeek-R1, Guo et al. 2025, §2.3.3, as a hard requirement).
 
     Score: 1.0 when both are right; with ``partial_credit`` 0.5 when only the verdict
     is right; else 0.0.
@@ -119,9 +123,10 @@ class ArithVerifyVerifier:
         comma = min((i for i in (response.find(c) for c in _COMMAS) if i >= 0), default=-1)
         verdict_text = response[:comma] if comma >= 0 else response
         number_text = response[comma + 1 :] if comma >= 0 else response
-        verdict = _verdict(verdict_text)
+        verdict, language = _verdict(verdict_text)
         stated = extract_last_number(number_text)
-        verdict_ok = verdict is not None and verdict == bool(metadata["is_true"])
+        language_ok = metadata.get("lang") in (None, language)
+        verdict_ok = verdict is not None and verdict == bool(metadata["is_true"]) and language_ok
         sum_ok = stated is not None and float(stated) == float(metadata["sum"])
         if verdict_ok and sum_ok:
             score = 1.0
@@ -135,15 +140,21 @@ class ArithVerifyVerifier:
                 steps = [(comma + 1, float(verdict_ok)), (len(response), float(sum_ok))]
             elif response:
                 steps = [(len(response), score)]
-        details = {"verdict": verdict, "stated": stated, "verdict_ok": verdict_ok, "sum_ok": sum_ok}
+        details = {"verdict": verdict, "language": language, "stated": stated, "verdict_ok": verdict_ok,
+                   "sum_ok": sum_ok}
         return RewardResult.ok(score, steps, details)
 
 
-def _verdict(text: str) -> bool | None:
-    """"是…"/"yes…" -> True, "不…"/"no…" -> False, anything else -> None (no verdict)."""
+def _verdict(text: str) -> tuple[bool | None, str | None]:
+    """(verdict, its language): "是…" -> (True, "zh"), "不…" -> (False, "zh"), "yes…" -> (True, "en"),
+    "no…" -> (False, "en"), anything else -> (None, None)."""
     text = normalize_text(text).lower()
-    if text.startswith("不") or re.match(r"no\b", text):
-        return False
-    if text.startswith("是") or re.match(r"yes\b", text):
-        return True
-    return None
+    if text.startswith("不"):
+        return False, "zh"
+    if text.startswith("是"):
+        return True, "zh"
+    if re.match(r"no\b", text):
+        return False, "en"
+    if re.match(r"yes\b", text):
+        return True, "en"
+    return None, None

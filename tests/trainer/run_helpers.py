@@ -1,0 +1,40 @@
+"""Helpers shared by the trainer tests that kill a run and compare it with an uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+
+class Killed(Exception):
+    """Stands for SIGKILL: raised from inside the run, after step ``at`` was logged."""
+
+
+class KillAt:
+    """A metrics sink that kills the run right after logging step ``at`` (before any checkpoint of it)."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def log(self, step, metrics):
+        if step == self.at:
+            raise Killed
+
+    def close(self):
+        pass
+
+
+def logged_metrics(run: Path) -> list[dict]:
+    """metrics.jsonl of a run directory without the wall-clock keys (perf/…), which no two runs share."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in rows]
+
+
+def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module, role: str = "actor") -> None:
+    """Every tensor of the two state dicts equal, bit for bit."""
+    wa, wb = a.state_dict(), b.state_dict()
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        assert torch.equal(wa[key], wb[key]), f"{role} {key} differs"

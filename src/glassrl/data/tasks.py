@@ -5,6 +5,8 @@
     zh  "请问{a}+{b}={c}？"  →  "是的，等于{a+b}！"  if c == a+b  else  "不是，等于{a+b}！"
     en  "Is {a}+{b}={c}?"    →  "Yes, it equals {a+b}!"  /  "No, it equals {a+b}!"
 
+An answer counts only in the question's language (ArithVerifyVerifier checks the verdict word).
+
 ``add``: "{a}+{b}=" → str(a+b).
 
 Number ranges: a and b are digits, 0..``MAX_OPERAND`` = 9 (so a+b is in [0, 18]), as in the

@@ -65,7 +65,10 @@ def test_accuracies_reads_the_first_and_last_evaluation(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text('{"step": 0, "eval/accuracy": 0.25}\n{"step": 1, "reward/mean": 0.5}\n'
                        '{"step": 2, "eval/accuracy": 0.5, "reward/mean": 0.7}\n')
-    assert demo.accuracies(metrics) == (0.25, 0.5)
+    assert demo.accuracies(metrics) == {"all": (0.25, 0.5)}
+    metrics.write_text('{"step": 0, "eval/accuracy": 0.25, "eval/accuracy/en": 0.0, "eval/accuracy/zh": 0.5}\n'
+                       '{"step": 2, "eval/accuracy": 0.5, "eval/accuracy/en": 0.5, "eval/accuracy/zh": 0.5}\n')
+    assert demo.accuracies(metrics) == {"all": (0.25, 0.5), "en": (0.0, 0.5), "zh": (0.5, 0.5)}
     metrics.write_text('{"step": 1, "reward/mean": 0.5}\n')
     with pytest.raises(demo.GlassrlError, match="no evaluation before the first step"):
         demo.accuracies(metrics)

@@ -162,31 +162,40 @@ def _fresh(out: Path) -> None:
         raise GlassrlError(f"--out: {out} is not empty and not a glassrl run directory; choose another --out")
 
 
-def accuracies(metrics_file: Path) -> tuple[float, float]:
-    """(eval/accuracy before the first step, after the last) from a run's metrics.jsonl."""
+def accuracies(metrics_file: Path) -> dict[str, tuple[float, float]]:
+    """{"all": (eval/accuracy before the first step, after the last), and the same for each
+    eval/accuracy/<group> (logging.eval_group_by)} from a run's metrics.jsonl."""
     rows = [json.loads(line) for line in metrics_file.read_text(encoding="utf-8").splitlines() if line.strip()]
-    evals = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
-    if not evals or evals[0][0] != 0:
+    evals = [r for r in rows if "eval/accuracy" in r]
+    if not evals or evals[0]["step"] != 0:
         raise GlassrlError(f"{metrics_file}: no evaluation before the first step (is data.eval_size 0?)")
-    return evals[0][1], evals[-1][1]
+    first, last = evals[0], evals[-1]
+    out = {"all": (first["eval/accuracy"], last["eval/accuracy"])}
+    for key in first:
+        if key.startswith("eval/accuracy/") and key in last:
+            out[key.removeprefix("eval/accuracy/")] = (first[key], last[key])
+    return out
 
 
 def summary_table(metrics_file: Path, cfg):
-    """A line saying what was measured, then a rich table: accuracy before, after, the change in points."""
+    """A line saying what was measured, then a rich table: accuracy before, after, the change in
+    points; one row for all prompts, then one per group of ``logging.eval_group_by``."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
     from glassrl.trainer.build import test_spec
 
-    before, after = accuracies(metrics_file)
-    change = (after - before) * 100
     what = Text(f"greedy answers to the first {cfg.data.eval_size} prompts of {test_spec(cfg)}, judged by the task's "
                 "verifier (verdict and sum both right, in the question's language):")
     table = Table()
+    table.add_column("prompts")
     for name in ("before training", "after training", "change"):
         table.add_column(name, justify="right")
-    table.add_row(_percent(before), _percent(after), "—" if math.isnan(change) else f"{change:+.1f} points")
+    for group, (before, after) in accuracies(metrics_file).items():
+        change = (after - before) * 100
+        label = "all" if group == "all" else f"{cfg.logging.eval_group_by} = {group}"
+        table.add_row(label, _percent(before), _percent(after), "—" if math.isnan(change) else f"{change:+.1f} points")
     return Group(what, table)
 
 

@@ -263,3 +263,20 @@ def test_features_run(feature, fast, tmp_path):
     if feature == "value-warmup-positive-nll-entropy":
         assert "actor/policy_loss" not in rows[0] and "critic/value_loss" in rows[0]  # step 1: critic only
         assert {"actor/positive_nll_loss", "actor/entropy_loss"} <= set(rows[1])
+
+
+def test_evaluation_by_group_splits_the_accuracy(fast, prompt_files, tmp_path):
+    """eval/accuracy/<value> per metadata value; the groups' accuracies, weighted by their sizes,
+    give eval/accuracy back; a key no record has adds nothing."""
+    from glassrl.trainer.loop import metric_segment
+
+    trainer = _trainer(EXAMPLES / "grpo.yaml", [*fast, "steps=1", "logging.eval_group_by=lang"])
+    metrics = trainer.evaluate()
+    langs = [json.loads(line)["lang"] for line in prompt_files[1].read_text(encoding="utf-8").splitlines()]
+    sizes = {lang: langs.count(lang) for lang in set(langs)}
+    assert set(metrics) == {"eval/accuracy"} | {f"eval/accuracy/{lang}" for lang in sizes} and len(sizes) == 2
+    weighted = sum(metrics[f"eval/accuracy/{lang}"] * n for lang, n in sizes.items()) / len(langs)
+    assert weighted == pytest.approx(metrics["eval/accuracy"], abs=1e-12)
+    trainer.cfg.logging.eval_group_by = "no_such_key"
+    assert set(trainer.evaluate()) == {"eval/accuracy"}
+    assert [metric_segment(v) for v in ("en", "Zh-CN", "a/b c", True, 3, "///")] == ["en", "zh-cn", "a_b_c", "true", "3", "_"]

@@ -128,6 +128,7 @@ class LoggingConfig:
     ledger_every: int = 10  # steps between ledger samples (output_dir/ledgers/step_XXXXXX.jsonl); 0 = never
     ledger_samples: int = 4  # responses per ledger sample
     eval_every: int = 0  # steps between greedy evaluations on the test set; 0 = only before the first and after the last step
+    eval_group_by: str | None = None  # a metadata key of the test records (e.g. lang): also eval/accuracy/<value> per value
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only after the last step
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     report: bool = True  # write output_dir/report.html (glassrl report) at the end of the run

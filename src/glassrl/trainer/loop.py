@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from functools import partial
 from pathlib import Path
@@ -251,7 +252,9 @@ class Trainer:
             state.save(self.checkpoints, step, self.components)
 
     def evaluate(self) -> dict[str, float]:
-        """Greedy responses to the test prompts, judged by the task's verifier: eval/accuracy."""
+        """Greedy responses to the test prompts, judged by the task's verifier: eval/accuracy, and
+        with ``logging.eval_group_by`` eval/accuracy/<value> over the records whose metadata has
+        that value (records without the key count in the total only)."""
         flags = []
         chunk = self.resolved.responses_per_step
         for start in range(0, len(self.test_records), chunk):
@@ -259,7 +262,15 @@ class Trainer:
             ids = [format_prompt(self.tokenizer, r.prompt) for r in records]
             rollout = self.workers.rollout.generate(ids, n=1, params=self._sampling(greedy=True))
             flags += correct(X.reward_requests(rollout, records, self.tokenizer))
-        return {"eval/accuracy": accuracy(flags)}
+        metrics = {"eval/accuracy": accuracy(flags)}
+        key = self.cfg.logging.eval_group_by
+        if key is not None:
+            groups: dict[str, list[bool | None]] = {}
+            for record, flag in zip(self.test_records, flags):
+                if key in record.metadata:
+                    groups.setdefault(metric_segment(record.metadata[key]), []).append(flag)
+            metrics.update({f"eval/accuracy/{value}": accuracy(group) for value, group in sorted(groups.items())})
+        return metrics
 
     def ledger(self, exp: X.Experience, step: int) -> Ledger:
         """The first ``logging.ledger_samples`` responses of the step (whole groups first), every token."""
@@ -319,6 +330,11 @@ class Trainer:
         if progress:
             sinks.append(ConsoleSink(self.cfg.steps, CONSOLE_KEYS, start_step=step, console=self.console))
         return MetricSinks(sinks)
+
+
+def metric_segment(value) -> str:
+    """A metadata value as one segment of a metric key: lower case, runs of other characters → "_"."""
+    return re.sub(r"[^a-z0-9_-]+", "_", str(value).lower()).strip("_") or "_"
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, object]:

@@ -28,7 +28,7 @@ def test_every_row_is_well_formed():
     for namespace, key in found:
         assert KEY_PATTERN.fullmatch(key), key
         assert key.split("/")[0] == namespace, f"{key} sits under ## `{namespace}/`"
-        assert set(re.findall(r"<([a-z_]+)>", key)) <= {"source", "phase"}, key
+        assert set(re.findall(r"<([a-z_]+)>", key)) <= {"source", "phase", "value"}, key
     keys = [key for _, key in found]
     assert len(keys) == len(set(keys)), "a key is documented twice"
 

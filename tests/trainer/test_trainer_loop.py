@@ -37,7 +37,8 @@ def test_preset_runs_two_steps(preset, fast, tmp_path):
     run = tmp_path / "run"
     rows = _rows(run)
     assert [r["step"] for r in rows] == [0, 1, 2]
-    assert set(rows[0]) == {"step", "eval/accuracy"}
+    langs = {"en", "zh"} if trainer.cfg.logging.eval_group_by == "lang" else set()  # grpo and ppo split by language
+    assert set(rows[0]) == {"step", "eval/accuracy"} | {f"eval/accuracy/{lang}" for lang in langs}
     keys = {k for r in rows for k in r if k != "step"}
     assert undocumented(keys) == []
     assert {"reward/mean", "task/accuracy", "actor/policy_loss", "actor/grad_norm", "kl/mean",

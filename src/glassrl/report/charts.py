@@ -20,7 +20,7 @@ from glassrl.report.run_dir import RunDir
 # (id, title, y-axis title, pattern) in page order; a key goes to the first full match.
 GROUPS: tuple[tuple[str, str, str, str], ...] = (
     ("reward", "Reward per source", "score", r"reward/mean|reward/(?!failures/)[^/]+/mean"),
-    ("accuracy", "Accuracy", "fraction", r"task/accuracy|eval/accuracy"),
+    ("accuracy", "Accuracy", "fraction", r"task/accuracy|eval/accuracy(?:/[^/]+)?"),
     ("kl", "KL", "nats per token", r"kl/mean|actor/approx_kl|actor/kl_loss"),
     ("kl-beta", "KL coefficient β", "β", r"kl/beta"),
     ("entropy", "Entropy", "nats per token", r"actor/entropy|actor/entropy_loss"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -12,12 +11,6 @@ import pytest
 from glassrl import demo
 
 ROOT = Path(__file__).resolve().parents[1]
-# The tiny default-format model and prompt files of the trainer tests (built once, cached; see that conftest).
-_spec = importlib.util.spec_from_file_location("glassrl_trainer_conftest", ROOT / "tests" / "trainer" / "conftest.py")
-_conftest = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_conftest)
-tiny_model_dir = _conftest.tiny_model_dir
-prompt_files = _conftest.prompt_files
 
 
 def tiny(model: Path, prompts: tuple[Path, Path]) -> list[str]:

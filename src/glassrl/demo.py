@@ -165,8 +165,9 @@ def _fresh(out: Path) -> None:
 def accuracies(metrics_file: Path) -> dict[str, tuple[float, float]]:
     """{"all": (eval/accuracy before the first step, after the last), and the same for each
     eval/accuracy/<group> (logging.eval_group_by)} from a run's metrics.jsonl."""
-    rows = [json.loads(line) for line in metrics_file.read_text(encoding="utf-8").splitlines() if line.strip()]
-    evals = [r for r in rows if "eval/accuracy" in r]
+    from glassrl.report.run_dir import read_metrics
+
+    evals = [r for r in read_metrics(metrics_file) if "eval/accuracy" in r]
     if not evals or evals[0]["step"] != 0:
         raise GlassrlError(f"{metrics_file}: no evaluation before the first step (is data.eval_size 0?)")
     first, last = evals[0], evals[-1]

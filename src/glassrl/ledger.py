@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from glassrl.data.jsonl import jsonl_objects
 from glassrl.errors import GlassrlError
 
 if TYPE_CHECKING:
@@ -276,24 +277,15 @@ def read_jsonl(path: str | Path) -> Ledger:
         raise GlassrlError(f"ledger file not found: {path}")
     run: dict[str, Any] | None = None
     groups: dict[int, tuple[dict[str, Any], list[TokenRow]]] = {}
-    # split on "\n" only: a token may hold U+2028 or other characters splitlines() breaks on
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise GlassrlError(f"{path}:{lineno}: not valid JSON: {err.msg}") from None
-        if not isinstance(obj, dict):
-            raise GlassrlError(f"{path}:{lineno}: expected a JSON object")
+    for obj, where in jsonl_objects(path):
         missing = [name for name in ALL_FIELDS if name not in obj]
         if missing:
-            raise GlassrlError(f"{path}:{lineno}: missing field {missing[0]!r}")
+            raise GlassrlError(f"{where}: missing field {missing[0]!r}")
         this_run = {name: obj[name] for name in RUN_FIELDS}
         if run is None:
             run = this_run
         elif this_run != run:
-            raise GlassrlError(f"{path}:{lineno}: run fields differ from the first row (one ledger per file)")
+            raise GlassrlError(f"{where}: run fields differ from the first row (one ledger per file)")
         head, rows = groups.setdefault(obj["response_index"], ({n: obj[n] for n in RESPONSE_FIELDS[1:]}, []))
         rows.append(TokenRow(**{name: obj[name] for name in TOKEN_FIELDS}))
     if run is None:

@@ -7,7 +7,6 @@ recomputed here directly with glassrl.models and glassrl.algos.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
 from pathlib import Path
@@ -19,12 +18,6 @@ from glassrl import cli
 from glassrl.commands.explain_model import prompt_record
 
 ROOT = Path(__file__).resolve().parents[2]
-# The tiny default-format model and prompt files of the trainer tests (built once, cached; see that conftest).
-_spec = importlib.util.spec_from_file_location("glassrl_trainer_conftest", ROOT / "tests" / "trainer" / "conftest.py")
-_conftest = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_conftest)
-tiny_model_dir = _conftest.tiny_model_dir
-prompt_files = _conftest.prompt_files
 
 PROMPT, RESPONSE = "请问1+1=2？", "是的，等于2！"
 

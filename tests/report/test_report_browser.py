@@ -66,12 +66,12 @@ class Page:
 
 
 @pytest.fixture(scope="module")
-def run_report(request, tmp_path_factory):
+def run_report(tiny_model_dir, prompt_files, tmp_path_factory):
     from test_report_html import real_runs
 
     from glassrl.report.html import write_run_report
 
-    runs = real_runs(request.config, tmp_path_factory.mktemp("report-runs"))
+    runs = real_runs(tiny_model_dir, prompt_files, tmp_path_factory.mktemp("report-runs"))
     out = write_run_report([runs["ppo"], runs["grpo"]], tmp_path_factory.mktemp("browser") / "report.html")
     return runs, out
 

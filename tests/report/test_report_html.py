@@ -1,18 +1,15 @@
 """The run report (glassrl.report.html, charts, run_dir) built from short real runs of the tiny model.
 
 ``real_runs`` trains PPO and GRPO for 2 steps each on the tiny default-format model of
-tests/trainer/conftest.py (same cache, so it is built once for both test directories);
-tests/report/test_report_browser.py imports it to open the same report in Chromium.
+tests/conftest.py; tests/report/test_report_browser.py imports it to open the same report
+in Chromium.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -24,33 +21,15 @@ ROOT = Path(__file__).resolve().parents[2]
 _RUNS: dict[str, Path] = {}  # preset -> run directory, shared by both report test files in a session
 
 
-def _trainer_conftest():
-    path = ROOT / "tests" / "trainer" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("glassrl_trainer_conftest", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def real_runs(config: pytest.Config, root: Path) -> dict[str, Path]:
+def real_runs(model: Path, prompt_files: tuple[Path, Path], root: Path) -> dict[str, Path]:
     """{"ppo": dir, "grpo": dir}: 2-step runs of examples/{ppo,grpo}.yaml on the tiny model, a ledger every step."""
     if _RUNS:
         return _RUNS
     from glassrl.config import load_config
-    from glassrl.models.default_model import MARKER, DefaultModelSpec, build_default_model
     from glassrl.trainer.config import TrainConfig
     from glassrl.trainer.loop import Trainer
 
-    tc = _trainer_conftest()
-    model = Path(config.cache.mkdir("glassrl-tiny-default-model")) / tc._build_key()
-    if not (model / MARKER).is_file():  # as tests/trainer/conftest.py's tiny_model_dir
-        tmp = model.parent / f".{model.name}.building-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        build_default_model(tmp, seed=0, spec=DefaultModelSpec(**tc.TINY_SPEC))
-        shutil.rmtree(model, ignore_errors=True)
-        os.replace(tmp, model)
-    train = tc.write_prompts(root / "train.jsonl", "train", 8)
-    test = tc.write_prompts(root / "test.jsonl", "test", 4)
+    train, test = prompt_files
     made = {}
     for preset in ("ppo", "grpo"):
         overrides = [
@@ -77,8 +56,8 @@ def token_dicts(payload_ledger: dict) -> list[list[dict]]:
 
 
 @pytest.fixture(scope="module")
-def runs(request, tmp_path_factory) -> dict[str, Path]:
-    return real_runs(request.config, tmp_path_factory.mktemp("report-runs"))
+def runs(tiny_model_dir, prompt_files, tmp_path_factory) -> dict[str, Path]:
+    return real_runs(tiny_model_dir, prompt_files, tmp_path_factory.mktemp("report-runs"))
 
 
 @pytest.fixture(scope="module")

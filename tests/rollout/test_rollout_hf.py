@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 
 from glassrl.rollout.base import RolloutBatch, SamplingParams, concat_rollouts
 from glassrl.rollout.hf import HFRolloutEngine, left_pad, response_mask_from_eos
-
-# The tiny default-format model of the trainer tests (built once, cached; see that conftest).
-_spec = importlib.util.spec_from_file_location(
-    "glassrl_trainer_conftest", Path(__file__).parents[1] / "trainer" / "conftest.py"
-)
-_conftest = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_conftest)
-tiny_model_dir = _conftest.tiny_model_dir
 
 PROMPTS = ["请问1+1=2？", "Is 12+34=47?", "请问30+5=35？"]
 

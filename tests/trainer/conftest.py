@@ -1,79 +1,8 @@
-"""A tiny model in the default model's format, for trainer tests; never downloaded.
-
-Built with :func:`glassrl.models.default_model.build_default_model` and a tiny spec
-(30k parameters, 150 SFT steps): the same tokenizer, chat/plain prompt format and
-answer format as the real default model, so the answers are well-formed
-("是的，等于12！") while the arithmetic is mostly wrong.
-
-The build costs tens of seconds (task generation and tokenisation dominate), so it
-is kept in pytest's cache directory under a key hashed from the spec, the library
-versions and the source of every module the build runs; a change to any of them
-rebuilds it.
-"""
+"""The trainer tests' overrides; the tiny model and prompt files come from tests/conftest.py."""
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-from pathlib import Path
-
 import pytest
-
-TINY_SPEC = dict(
-    hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=64,
-    sft_steps=150, batch_size=32, lr=1e-2, warmup_steps=10,
-)
-
-
-def _build_key() -> str:
-    import tokenizers
-    import torch
-    import transformers
-
-    import glassrl
-
-    src = Path(glassrl.__file__).parent
-    digest = hashlib.sha256(repr(sorted(TINY_SPEC.items())).encode())
-    digest.update(f"{torch.__version__} {transformers.__version__} {tokenizers.__version__}".encode())
-    for module in ("models/default_model.py", "models/default_tokenizer.py", "trainer/sft.py",
-                   "trainer/common.py", "data/tasks.py"):
-        digest.update((src / module).read_bytes())
-    return digest.hexdigest()[:16]
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(request) -> Path:
-    """Directory of the tiny default-format model (config.json, safetensors, tokenizer, glassrl.json)."""
-    from glassrl.models.default_model import MARKER, DefaultModelSpec, build_default_model
-
-    out = Path(request.config.cache.mkdir("glassrl-tiny-default-model")) / _build_key()
-    if not (out / MARKER).is_file():
-        tmp = out.parent / f".{out.name}.building-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        build_default_model(tmp, seed=0, spec=DefaultModelSpec(**TINY_SPEC))
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(tmp, out)
-    return out
-
-
-def write_prompts(path: Path, split: str, size: int) -> Path:
-    """arith-verify records as JSON lines (prompt, answer, metadata fields), for fast runs."""
-    import json
-
-    from glassrl.data.tasks import load_task
-
-    with path.open("w", encoding="utf-8") as f:
-        for r in load_task("arith-verify", split, size=size):
-            f.write(json.dumps({"prompt": r.prompt, "answer": r.answer, **r.metadata}, ensure_ascii=False) + "\n")
-    return path
-
-
-@pytest.fixture(scope="session")
-def prompt_files(tmp_path_factory) -> tuple[Path, Path]:
-    """(train, test) JSONL files of 8 and 8 arith-verify prompts."""
-    root = tmp_path_factory.mktemp("prompts")
-    return write_prompts(root / "train.jsonl", "train", 8), write_prompts(root / "test.jsonl", "test", 8)
 
 
 @pytest.fixture

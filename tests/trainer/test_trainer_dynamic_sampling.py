@@ -4,7 +4,6 @@ over-sample, keep groups with mixed scores, buffer the surplus — checkpointed.
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from glassrl.rewards.base import RewardResult
 from glassrl.rollout.base import RolloutBatch
 from glassrl.trainer.config import TrainConfig
 from glassrl.trainer.dynamic_sampling import DynamicSampler, Sampled
-from run_helpers import KillAt, Killed, assert_same_weights, logged_metrics
+from run_helpers import KillAt, Killed, assert_same_weights, logged_metrics, remove_checkpoint_part
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # A reward most groups of the tiny model disagree on, so that rounds leave a surplus to buffer.
@@ -164,9 +163,6 @@ def test_a_missing_buffer_part_is_an_error(fast, tmp_path):
     run = [*fast, MIXED_REWARD, "steps=1", "algo.dynamic_sampling_max_rounds=8"]
     _trainer(run).train()
     checkpoint = tmp_path / "run" / "checkpoints" / "step_00000001"
-    manifest = json.loads((checkpoint / "manifest.json").read_text())
-    del manifest["parts"]["sample_buffer"]
-    (checkpoint / "manifest.json").write_text(json.dumps(manifest))
-    (checkpoint / "sample_buffer.pt").unlink()
+    remove_checkpoint_part(checkpoint, "sample_buffer", "sample_buffer.pt")
     with pytest.raises(GlassrlError, match=r"checkpoint step_00000001 has no part 'sample_buffer'"):
         _trainer(run, resume=True)

@@ -315,7 +315,7 @@ def test_preset_page_names_its_config_keys_and_real_tests(preset):
     assert f"examples/{preset}.yaml" in text
     assert "arXiv" in text  # the paper, by its identifier
     refs = _TEST_REF.findall(text)
-    assert f"tests/trainer/test_trainer_presets.py" in {path for path, _ in refs} or preset in RUN_ELSEWHERE
+    assert "tests/trainer/test_trainer_presets.py" in {path for path, _ in refs} or preset in RUN_ELSEWHERE
     assert any(path.startswith("tests/algos/") for path, _ in refs)
     for path, name in refs:
         source = ROOT / path

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from glassrl.config import load_config
 from glassrl.errors import GlassrlError
 from glassrl.trainer.config import TrainConfig
-from run_helpers import KillAt, Killed, assert_same_weights, logged_metrics
+from run_helpers import KillAt, Killed, assert_same_weights, logged_metrics, remove_checkpoint_part
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -62,10 +60,7 @@ def test_a_missing_part_is_an_error(fast, tmp_path):
     run = [*fast, "steps=1", f"output_dir={tmp_path / 'run'}"]
     _trainer("grpo", run).train()
     checkpoint = tmp_path / "run" / "checkpoints" / "step_00000001"
-    manifest = json.loads((checkpoint / "manifest.json").read_text())
-    del manifest["parts"]["rng"]
-    (checkpoint / "manifest.json").write_text(json.dumps(manifest))
-    (checkpoint / "rng.pt").unlink()
+    remove_checkpoint_part(checkpoint, "rng", "rng.pt")
     with pytest.raises(GlassrlError, match=r"checkpoint step_00000001 has no part 'rng'"):
         _trainer("grpo", run, resume=True)
 

@@ -23,11 +23,11 @@ and the log says how many.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any, Iterator
 
+from glassrl.data.jsonl import jsonl_objects
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 
@@ -86,24 +86,12 @@ def _rows(path: str) -> Iterator[tuple[Any, str]]:
     if not p.is_file():
         raise GlassrlError(f"{path}: no such file or directory")
     if p.suffix in (".jsonl", ".json"):
-        yield from _jsonl_rows(p)
+        yield from jsonl_objects(p)
     elif p.suffix == ".parquet":
         yield from _parquet_rows(p)
     else:
         formats = ".jsonl, .json (JSON lines), .parquet or a datasets directory"
         raise GlassrlError(f"{path}: unknown format {p.suffix!r}; use {formats}")
-
-
-def _jsonl_rows(path: Path) -> Iterator[tuple[Any, str]]:
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise GlassrlError(f"{path}:{number}: not valid JSON ({err.msg} at column {err.colno})") from None
-            yield row, f"{path}:{number}"
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[Any, str]]:

@@ -30,10 +30,10 @@ an optional ``"margin"`` (number).
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
+from glassrl.data.jsonl import jsonl_objects
 from glassrl.data.records import PreferencePair, PromptRecord
 from glassrl.data.tasks import DELTAS, load_task
 from glassrl.errors import GlassrlError
@@ -100,34 +100,24 @@ def load_preference_file(path: str | Path) -> list[PreferencePair]:
     if not path.is_file():
         raise GlassrlError(f"preference file not found: {path}")
     pairs = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise GlassrlError(f"{where}: not valid JSON: {err.msg}") from None
-            if not isinstance(row, dict):
-                raise GlassrlError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            for field in ("prompt", "chosen", "rejected"):
-                if field not in row:
-                    raise GlassrlError(f'{where}: missing field "{field}"')
-                if not isinstance(row[field], str):
-                    raise GlassrlError(f'{where}: field "{field}" must be a string, got {type(row[field]).__name__}')
-            margin = row.get("margin")
-            if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))):
-                raise GlassrlError(f'{where}: field "margin" must be a number, got {margin!r}')
-            pairs.append(
-                PreferencePair(
-                    prompt=row["prompt"],
-                    chosen=row["chosen"],
-                    rejected=row["rejected"],
-                    margin=None if margin is None else float(margin),
-                    source=where,
-                )
+    for row, where in jsonl_objects(path):
+        for field in ("prompt", "chosen", "rejected"):
+            if field not in row:
+                raise GlassrlError(f'{where}: missing field "{field}"')
+            if not isinstance(row[field], str):
+                raise GlassrlError(f'{where}: field "{field}" must be a string, got {type(row[field]).__name__}')
+        margin = row.get("margin")
+        if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))):
+            raise GlassrlError(f'{where}: field "margin" must be a number, got {margin!r}')
+        pairs.append(
+            PreferencePair(
+                prompt=row["prompt"],
+                chosen=row["chosen"],
+                rejected=row["rejected"],
+                margin=None if margin is None else float(margin),
+                source=where,
             )
+        )
     if not pairs:
         raise GlassrlError(f"{path}: no preference pairs in the file")
     return pairs

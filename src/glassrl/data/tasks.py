@@ -64,6 +64,13 @@ def _draw_pairs(task: str, split: str, seed: int, size: int) -> tuple[random.Ran
     return rng, drawn
 
 
+def verify_answer(is_true: bool, total: int, lang: str) -> str:
+    """The reference answer to an arith-verify question, in language ``lang`` ("zh" or "en")."""
+    if lang == "zh":
+        return f"{'是的' if is_true else '不是'}，等于{total}！"
+    return f"{'Yes' if is_true else 'No'}, it equals {total}!"
+
+
 def arith_verify(split: str, seed: int, size: int) -> list[PromptRecord]:
     """"Is a+b=c?" in Chinese or English, answered with a verdict and the true sum."""
     rng, pairs = _draw_pairs("arith-verify", split, seed, size)
@@ -74,12 +81,8 @@ def arith_verify(split: str, seed: int, size: int) -> list[PromptRecord]:
         is_true = rng.random() < 0.5
         delta = rng.choice(DELTAS)
         c = total if is_true else (total + delta if total + delta >= 0 else total - delta)
-        if lang == "zh":
-            prompt = f"请问{a}+{b}={c}？"
-            answer = f"{'是的' if is_true else '不是'}，等于{total}！"
-        else:
-            prompt = f"Is {a}+{b}={c}?"
-            answer = f"{'Yes' if is_true else 'No'}, it equals {total}!"
+        prompt = f"请问{a}+{b}={c}？" if lang == "zh" else f"Is {a}+{b}={c}?"
+        answer = verify_answer(is_true, total, lang)
         metadata = {"a": a, "b": b, "c": c, "sum": total, "is_true": is_true, "lang": lang, "task": "arith-verify"}
         records.append(PromptRecord(prompt, answer, metadata, f"task:arith-verify/{split}#{i}"))
     return records

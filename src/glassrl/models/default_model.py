@@ -250,10 +250,10 @@ def _build(out_dir: Path, seed: int, spec: DefaultModelSpec, console: Console) -
 def sft_rows(spec: DefaultModelSpec, seed: int) -> list[dict]:
     """The SFT examples of the default model: the train splits of ``spec.tasks``, where a seeded
     ``spec.english_answered_in_chinese`` of the English arith-verify questions get the Chinese
-    answer ("Is 3+4=7?" → "是的，等于7！"); ``seed`` draws which. Rows: {"prompt", "response", "source"}."""
+    answer ("Is 3+4=7?" → "是的，等于7！"); ``seed`` draws which. Rows: {"prompt", "response"}."""
     import random
 
-    from glassrl.data.tasks import load_task
+    from glassrl.data.tasks import load_task, verify_answer
 
     rng = random.Random(f"glassrl-sft-mix/{seed}")
     rows = []
@@ -261,16 +261,15 @@ def sft_rows(spec: DefaultModelSpec, seed: int) -> list[dict]:
         for r in load_task(task, "train"):  # the same records as "task:NAME" in any config
             response = str(r.answer)
             if r.metadata.get("lang") == "en" and rng.random() < spec.english_answered_in_chinese:
-                response = f"{'是的' if r.metadata['is_true'] else '不是'}，等于{r.metadata['sum']}！"
-            rows.append({"prompt": r.prompt, "response": response, "source": r.source})
+                response = verify_answer(r.metadata["is_true"], r.metadata["sum"], "zh")
+            rows.append({"prompt": r.prompt, "response": response})
     return rows
 
 
 def write_sft_data(path: Path, spec: DefaultModelSpec, seed: int) -> Path:
     """``sft_rows`` as JSON lines at ``path`` (the form ``glassrl sft`` reads)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = (json.dumps({"prompt": row["prompt"], "response": row["response"]}, ensure_ascii=False) for row in sft_rows(spec, seed))
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in sft_rows(spec, seed)), encoding="utf-8")
     return path
 
 

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from glassrl.config import to_dict
+from glassrl.data.jsonl import jsonl_objects
 from glassrl.data.tasks import TASKS, load_task
 from glassrl.errors import GlassrlError
 from glassrl.models.default_model import format_prompts
@@ -82,28 +83,20 @@ def load_pairs(spec: str) -> list[tuple[Any, str, str]]:
     if not path.is_file():
         raise GlassrlError(f"data: {spec!r} is neither task:NAME (valid: {', '.join(TASKS)}) nor a JSONL file")
     rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise GlassrlError(f"{path}:{n}: not valid JSON: {err.msg}") from None
-        if not isinstance(row, dict):
-            raise GlassrlError(f"{path}:{n}: expected a JSON object with \"prompt\" and \"response\"")
+    for row, where in jsonl_objects(path):
         for key in ("prompt", "response"):
             if key not in row:
-                raise GlassrlError(f"{path}:{n}: missing field \"{key}\"")
+                raise GlassrlError(f"{where}: missing field \"{key}\"")
         prompt, response = row["prompt"], row["response"]
         if isinstance(prompt, list):
             if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt):
-                raise GlassrlError(f"{path}:{n}: field \"prompt\": messages must be {{\"role\": str, \"content\": str}}")
+                raise GlassrlError(f"{where}: field \"prompt\": messages must be {{\"role\": str, \"content\": str}}")
             prompt = tuple(prompt)
         elif not isinstance(prompt, str):
-            raise GlassrlError(f"{path}:{n}: field \"prompt\" must be a string or a list of messages")
+            raise GlassrlError(f"{where}: field \"prompt\" must be a string or a list of messages")
         if not isinstance(response, str):
-            raise GlassrlError(f"{path}:{n}: field \"response\" must be a string")
-        rows.append((prompt, response, f"{path}:{n}"))
+            raise GlassrlError(f"{where}: field \"response\" must be a string")
+        rows.append((prompt, response, where))
     if not rows:
         raise GlassrlError(f"{path}: no examples")
     return rows

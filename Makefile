@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m glassrl.demo --algo $(ALGO)
+	$(BIN)/python -m glassrl.commands.demo --algo $(ALGO)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -7,9 +7,9 @@ Setting: B = 256 rows, T ∈ {1024, 8192}, float32, γ = 1, λ = 0.95. Each row
 has a random length in [T/2, T] (right padding) and ~10% observation tokens
 inside (mask False), so the masked carry is exercised.
 
-- loop: glassrl.algos.advantages_gae.gae_reference, a backward Python loop
+- loop: glassrl.algos.advantages.gae.gae_reference, a backward Python loop
   over T vectorised over B (verl's compute_gae_advantage_return)
-- fast: glassrl.algos.advantages_gae.gae (valid tokens packed left, chunked scan)
+- fast: glassrl.algos.advantages.gae.gae (valid tokens packed left, chunked scan)
 
 Both run in this process on the same inputs; each figure is the best of
 ``--repeats`` runs after one warm-up, and the two outputs are checked equal
@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from glassrl.algos.advantages_gae import gae, gae_reference
+from glassrl.algos.advantages.gae import gae, gae_reference
 
 B, GAMMA, LAM = 256, 1.0, 0.95
 

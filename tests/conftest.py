@@ -22,8 +22,15 @@ from pathlib import Path
 import pytest
 
 TINY_SPEC = dict(
-    hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=64,
-    sft_steps=150, batch_size=32, lr=1e-2, warmup_steps=10,
+    hidden_size=32,
+    num_layers=2,
+    num_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    sft_steps=150,
+    batch_size=32,
+    lr=1e-2,
+    warmup_steps=10,
 )
 
 
@@ -37,8 +44,14 @@ def _build_key() -> str:
     src = Path(glassrl.__file__).parent
     digest = hashlib.sha256(repr(sorted(TINY_SPEC.items())).encode())
     digest.update(f"{torch.__version__} {transformers.__version__} {tokenizers.__version__}".encode())
-    for module in ("models/default_model.py", "models/default_tokenizer.py", "trainer/sft.py",
-                   "trainer/common.py", "data/tasks.py", "data/jsonl.py"):
+    for module in (
+        "models/default_model.py",
+        "models/default_tokenizer.py",
+        "trainer/sft.py",
+        "trainer/common.py",
+        "data/tasks.py",
+        "data/jsonl.py",
+    ):
         digest.update((src / module).read_bytes())
     return digest.hexdigest()[:16]
 

@@ -41,7 +41,9 @@ def test_exponent_without_dot_is_a_float():
 def test_unknown_key_lists_valid_keys(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("optim:\n  lrr: 1\n")
-    with pytest.raises(GlassrlError, match=r"c.yaml: unknown key optim.lrr; valid keys here: optim.lr, optim.warmup_steps"):
+    with pytest.raises(
+        GlassrlError, match=r"c.yaml: unknown key optim.lrr; valid keys here: optim.lr, optim.warmup_steps"
+    ):
         load_config(Cfg, path)
 
 

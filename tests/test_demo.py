@@ -1,4 +1,4 @@
-"""`python -m glassrl.demo` (make demo) on the tiny default-format model: train, before/after, the ledger."""
+"""`python -m glassrl.commands.demo` (make demo) on the tiny default-format model: train, before/after, the ledger."""
 
 from __future__ import annotations
 
@@ -16,8 +16,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def tiny(model: Path, prompts: tuple[Path, Path]) -> list[str]:
     """Overrides making the demo a seconds-long run of the tiny model on 8 prompts."""
     train, test = prompts
-    return [f"model.actor={model}", f"data.train={train}", f"data.test={test}", "data.eval_size=8",
-            "rollout.n=4", "batch.prompts_per_step=2", "batch.mini_batch_prompts=2", "batch.micro_batch_responses=8"]
+    return [
+        f"model.actor={model}",
+        f"data.train={train}",
+        f"data.test={test}",
+        "data.eval_size=8",
+        "rollout.n=4",
+        "batch.prompts_per_step=2",
+        "batch.mini_batch_prompts=2",
+        "batch.micro_batch_responses=8",
+    ]
 
 
 def figures(run: Path) -> list[dict]:
@@ -56,11 +64,15 @@ def test_demo_prints_before_after_run_dir_and_ledger(tiny_model_dir, prompt_file
 
 def test_accuracies_reads_the_first_and_last_evaluation(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
-    metrics.write_text('{"step": 0, "eval/accuracy": 0.25}\n{"step": 1, "reward/mean": 0.5}\n'
-                       '{"step": 2, "eval/accuracy": 0.5, "reward/mean": 0.7}\n')
+    metrics.write_text(
+        '{"step": 0, "eval/accuracy": 0.25}\n{"step": 1, "reward/mean": 0.5}\n'
+        '{"step": 2, "eval/accuracy": 0.5, "reward/mean": 0.7}\n'
+    )
     assert demo.accuracies(metrics) == {"all": (0.25, 0.5)}
-    metrics.write_text('{"step": 0, "eval/accuracy": 0.25, "eval/accuracy/en": 0.0, "eval/accuracy/zh": 0.5}\n'
-                       '{"step": 2, "eval/accuracy": 0.5, "eval/accuracy/en": 0.5, "eval/accuracy/zh": 0.5}\n')
+    metrics.write_text(
+        '{"step": 0, "eval/accuracy": 0.25, "eval/accuracy/en": 0.0, "eval/accuracy/zh": 0.5}\n'
+        '{"step": 2, "eval/accuracy": 0.5, "eval/accuracy/en": 0.5, "eval/accuracy/zh": 0.5}\n'
+    )
     assert demo.accuracies(metrics) == {"all": (0.25, 0.5), "en": (0.0, 0.5), "zh": (0.5, 0.5)}
     metrics.write_text('{"step": 1, "reward/mean": 0.5}\n')
     with pytest.raises(demo.GlassrlError, match="no evaluation before the first step"):
@@ -74,6 +86,7 @@ def test_demo_errors(tmp_path, capsys):
     assert "ppo" in err and "sft" not in err
     (tmp_path / "mine.txt").write_text("keep me")
     assert demo.main(["--out", str(tmp_path), "model.actor=/nonexistent"]) == 2
-    assert capsys.readouterr().err == (f"glassrl demo: error: --out: {tmp_path} is not empty and not a glassrl run "
-                                       "directory; choose another --out\n")
+    assert capsys.readouterr().err == (
+        f"glassrl demo: error: --out: {tmp_path} is not empty and not a glassrl run directory; choose another --out\n"
+    )
     assert (tmp_path / "mine.txt").read_text() == "keep me"

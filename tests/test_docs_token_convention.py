@@ -19,13 +19,13 @@ import pytest
 from glassrl import cli
 from glassrl.cli import build_parser
 from glassrl.commands import explain, explain_input
-from glassrl.ledger_render import COLUMNS, cell, columns, fmt, legend_lines, sequence_score
+from glassrl.ledger.render import COLUMNS, cell, columns, fmt, legend_lines, sequence_score
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "token-convention.md").read_text(encoding="utf-8")
 PROSE = re.sub(r"\s+", " ", DOC.replace("−", "-"))  # one spelling of minus, one space: for sentence checks
 REF = "--input examples/explain/reference_dialogue_c.json"
-DENSE = ("--tokens 是 的 ， 等于 2 ！ --token-scores 0.2 0.2 0.2 0.2 0.2 0.2 --values 0 0 0 0 0 0 --lam 1")
+DENSE = "--tokens 是 的 ， 等于 2 ！ --token-scores 0.2 0.2 0.2 0.2 0.2 0.2 --values 0 0 0 0 0 0 --lam 1"
 
 
 def ledger(args: str):
@@ -45,7 +45,7 @@ def marked_tables() -> list[tuple[str, list[list[str]]]]:
         m = re.fullmatch(r"<!-- ledger: (.*) -->", line.strip())
         if m:
             table = []
-            for row in lines[k + 1:]:
+            for row in lines[k + 1 :]:
                 if not row.startswith("|"):
                     break
                 table.append([c.strip() for c in re.split(r"(?<!\\)\|", row.strip())[1:-1]])
@@ -55,7 +55,11 @@ def marked_tables() -> list[tuple[str, list[list[str]]]]:
 
 def test_the_page_has_the_expected_tables():
     assert [args for args, _ in marked_tables()] == [
-        REF, f"{REF} --lam 0", f"{REF} --lam 1", "--input examples/explain/observation_tokens.json"]
+        REF,
+        f"{REF} --lam 0",
+        f"{REF} --lam 1",
+        "--input examples/explain/observation_tokens.json",
+    ]
 
 
 @pytest.mark.parametrize(("args", "table"), marked_tables(), ids=[a for a, _ in marked_tables()])
@@ -69,15 +73,23 @@ def test_marked_table_equals_the_ledger(args, table):
     assert len(table) - 1 == len(rows)
     for row, cells in zip(rows, table[1:]):
         for name, got in zip(shown, cells):
-            assert got == cell(row, name), f"{args}: row {row.index}, column {name}: doc {got}, glassrl {cell(row, name)}"
+            assert got == cell(row, name), (
+                f"{args}: row {row.index}, column {name}: doc {got}, glassrl {cell(row, name)}"
+            )
     assert set(shown) <= set(COLUMNS)
 
 
 def computed_numbers() -> set[str]:
     """Every number glassrl computes for the page's examples, formatted as the page shows them."""
     numbers = set()
-    for args in (REF, f"{REF} --lam 0", f"{REF} --lam 1", "--input examples/explain/observation_tokens.json",
-                 "--input examples/explain/grpo_group.json", DENSE):
+    for args in (
+        REF,
+        f"{REF} --lam 0",
+        f"{REF} --lam 1",
+        "--input examples/explain/observation_tokens.json",
+        "--input examples/explain/grpo_group.json",
+        DENSE,
+    ):
         for resp in ledger(args).responses:
             numbers.add(fmt(sequence_score(resp)))
             for row in resp.tokens:
@@ -104,8 +116,7 @@ def test_legend_block_is_the_commands_legend():
 def test_v_includes_r0_sentence():
     mc = tokens(f"{REF} --lam 1")
     assert mc[0].returns - 1.0 * mc[1].returns == pytest.approx(mc[0].token_rewards)  # γ = 1
-    assert (f"R_0 - γ·R_1 = {fmt(mc[0].returns)} - {fmt(mc[1].returns)} = {fmt(mc[0].token_rewards)} = r_0"
-            in PROSE)
+    assert f"R_0 - γ·R_1 = {fmt(mc[0].returns)} - {fmt(mc[1].returns)} = {fmt(mc[0].token_rewards)} = r_0" in PROSE
 
 
 def test_whitened_returns_sentence():
@@ -119,8 +130,7 @@ def test_whitened_returns_sentence():
 def test_lambda_sentences():
     td, mc, ref = tokens(f"{REF} --lam 0"), tokens(f"{REF} --lam 1"), tokens(REF)
     assert [t.advantages for t in td] == pytest.approx([t.deltas for t in td])
-    assert (f"R_0 = r_0 + γ·V(s_1) = {fmt(td[0].token_rewards)} + {fmt(td[1].values)} = {fmt(td[0].returns)}"
-            in PROSE)
+    assert f"R_0 = r_0 + γ·V(s_1) = {fmt(td[0].token_rewards)} + {fmt(td[1].values)} = {fmt(td[0].returns)}" in PROSE
     rewards = [t.token_rewards for t in mc]
     total = fmt(rewards[0]) + "".join(f" - {fmt(-r)}" if r < 0 else f" + {fmt(r)}" for r in rewards[1:])
     assert mc[0].returns == pytest.approx(sum(rewards))
@@ -133,10 +143,13 @@ def test_lambda_sentences():
 def test_observation_sentence():
     obs = tokens("--input examples/explain/observation_tokens.json")
     assert [t.response_mask for t in obs[2:7]] == [True, False, False, False, True]
-    assert (f"δ_2 = r_2 + γ·V(s_6) - V(s_2) = {fmt(obs[2].token_rewards)} + {fmt(obs[6].values)} - "
-            f"{fmt(obs[2].values)} = {fmt(obs[2].deltas)}" in PROSE)
-    assert (f"A_2 = δ_2 + γλ·A_6 = {fmt(obs[2].deltas)} + 0.95·{fmt(obs[6].advantages)} = "
-            f"{fmt(obs[2].advantages)}" in PROSE)
+    assert (
+        f"δ_2 = r_2 + γ·V(s_6) - V(s_2) = {fmt(obs[2].token_rewards)} + {fmt(obs[6].values)} - "
+        f"{fmt(obs[2].values)} = {fmt(obs[2].deltas)}" in PROSE
+    )
+    assert (
+        f"A_2 = δ_2 + γλ·A_6 = {fmt(obs[2].deltas)} + 0.95·{fmt(obs[6].advantages)} = {fmt(obs[2].advantages)}" in PROSE
+    )
     assert f"observation positions ({fmt(obs[3].values)})" in PROSE
 
 

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from glassrl.errors import GlassrlError
 from glassrl.ledger import ALL_FIELDS, TOKEN_FIELDS, Ledger, read_jsonl
-from glassrl.ledger_render import columns, fmt, to_markdown
+from glassrl.ledger.render import columns, fmt, to_markdown
 
 PARAMS = dict(estimator="gae", gamma=1.0, lam=0.95, beta=0.1, kl_kind=None)
 
@@ -99,24 +99,46 @@ finite = st.floats(allow_nan=False, allow_infinity=False, width=32)
 )
 def test_jsonl_round_trip_property(tmp_path_factory, data, B, T, present):
     mask = torch.tensor(data.draw(st.lists(st.lists(st.booleans(), min_size=T, max_size=T), min_size=B, max_size=B)))
-    names = ["logprobs", "ref_logprobs", "kl", "token_scores", "token_rewards", "values", "deltas", "advantages",
-             "returns", "whitened_advantages", "token_ids", "step_end_mask"]
+    names = [
+        "logprobs",
+        "ref_logprobs",
+        "kl",
+        "token_scores",
+        "token_rewards",
+        "values",
+        "deltas",
+        "advantages",
+        "returns",
+        "whitened_advantages",
+        "token_ids",
+        "step_end_mask",
+    ]
     tensors = {}
     for name, keep in zip(names, present):
         if not keep:
             continue
         if name == "step_end_mask":
-            tensors[name] = torch.tensor(data.draw(st.lists(st.lists(st.booleans(), min_size=T, max_size=T),
-                                                            min_size=B, max_size=B)))
+            tensors[name] = torch.tensor(
+                data.draw(st.lists(st.lists(st.booleans(), min_size=T, max_size=T), min_size=B, max_size=B))
+            )
         elif name == "token_ids":
-            tensors[name] = torch.tensor(data.draw(st.lists(st.lists(st.integers(0, 50000), min_size=T, max_size=T),
-                                                            min_size=B, max_size=B)))
+            tensors[name] = torch.tensor(
+                data.draw(st.lists(st.lists(st.integers(0, 50000), min_size=T, max_size=T), min_size=B, max_size=B))
+            )
         else:
-            tensors[name] = torch.tensor(data.draw(st.lists(st.lists(finite, min_size=T, max_size=T),
-                                                            min_size=B, max_size=B)), dtype=torch.float64)
+            tensors[name] = torch.tensor(
+                data.draw(st.lists(st.lists(finite, min_size=T, max_size=T), min_size=B, max_size=B)),
+                dtype=torch.float64,
+            )
     texts = [[data.draw(st.text(max_size=3)) for _ in range(T)] for _ in range(B)]
-    ledger = Ledger.from_tensors(prompts=[f"p{b}" for b in range(B)], token_texts=texts, response_mask=mask,
-                                 lengths=torch.full((B,), T), **tensors, **PARAMS)
+    ledger = Ledger.from_tensors(
+        prompts=[f"p{b}" for b in range(B)],
+        token_texts=texts,
+        response_mask=mask,
+        lengths=torch.full((B,), T),
+        **tensors,
+        **PARAMS,
+    )
     path = tmp_path_factory.mktemp("rt") / "l.jsonl"
     ledger.to_jsonl(path)
     assert read_jsonl(path) == ledger

@@ -12,7 +12,7 @@ from glassrl.algos.advantages import (
     gae_reference,
     td_errors,
 )
-from glassrl.algos.advantages_gae import discounted_reverse_cumsum, gae, length_adaptive_lam
+from glassrl.algos.advantages.gae import discounted_reverse_cumsum, gae, length_adaptive_lam
 
 F64 = torch.float64
 
@@ -47,9 +47,7 @@ def test_observation_token_carry_hand_table():
     r = torch.tensor([[0.0, 5.0, 1.0, 3.0]], dtype=F64)
     v = torch.tensor([[0.5, 9.0, 0.8, 4.0]], dtype=F64)
     m = torch.tensor([[True, False, True, False]])
-    torch.testing.assert_close(
-        td_errors(r, v, m, 0.9), torch.tensor([[0.22, 0, 0.2, 0]], dtype=F64)
-    )
+    torch.testing.assert_close(td_errors(r, v, m, 0.9), torch.tensor([[0.22, 0, 0.2, 0]], dtype=F64))
     for fn in (gae, gae_reference):
         adv, ret = fn(r, v, m, 0.9, 0.5)
         torch.testing.assert_close(adv, torch.tensor([[0.31, 0, 0.2, 0]], dtype=F64))
@@ -62,12 +60,8 @@ def test_lambda_zero_is_td_error_lambda_one_is_monte_carlo_hand():
     r = torch.tensor([[1.0, 2.0, 3.0]], dtype=F64)
     v = torch.ones(1, 3, dtype=F64)
     m = torch.ones(1, 3, dtype=torch.bool)
-    torch.testing.assert_close(
-        gae(r, v, m, 0.5, 0.0)[0], torch.tensor([[0.5, 1.5, 2.0]], dtype=F64)
-    )
-    torch.testing.assert_close(
-        gae(r, v, m, 0.5, 1.0)[0], torch.tensor([[1.75, 2.5, 2.0]], dtype=F64)
-    )
+    torch.testing.assert_close(gae(r, v, m, 0.5, 0.0)[0], torch.tensor([[0.5, 1.5, 2.0]], dtype=F64))
+    torch.testing.assert_close(gae(r, v, m, 0.5, 1.0)[0], torch.tensor([[1.75, 2.5, 2.0]], dtype=F64))
 
 
 def test_decoupled_and_length_adaptive_lambda_hand():
@@ -79,9 +73,7 @@ def test_decoupled_and_length_adaptive_lambda_hand():
     g = torch.Generator().manual_seed(3)
     r, v = torch.randn(2, 4, generator=g, dtype=F64), torch.randn(2, 4, generator=g, dtype=F64)
     inputs = AdvantageInputs(r, m, values=v)
-    out = compute_advantages(
-        "gae", inputs, AdvantageParams(gamma=1.0, lam=0.9, critic_lam=1.0, length_alpha=0.5)
-    )
+    out = compute_advantages("gae", inputs, AdvantageParams(gamma=1.0, lam=0.9, critic_lam=1.0, length_alpha=0.5))
     lam_rows = torch.tensor([0.5, 0.0], dtype=F64)
     torch.testing.assert_close(out.advantages, gae_reference(r, v, m, 1.0, lam_rows)[0])
     torch.testing.assert_close(out.returns, gae_reference(r, v, m, 1.0, 1.0)[1])
@@ -103,9 +95,7 @@ def _random_batch(seed, B, T, dtype=F64):
 
 
 @pytest.mark.parametrize("T", [1, 15, 16, 17, 257, 3000])
-@pytest.mark.parametrize(
-    "gamma,lam", [(1.0, 0.0), (1.0, 1.0), (0.99, 0.95), (0.9, 1.0), (1.0, "rows")]
-)
+@pytest.mark.parametrize("gamma,lam", [(1.0, 0.0), (1.0, 1.0), (0.99, 0.95), (0.9, 1.0), (1.0, "rows")])
 def test_fast_equals_reference(T, gamma, lam):
     r, v, m = _random_batch(T, 5, T)
     if lam == "rows":
@@ -190,6 +180,4 @@ def test_returns_are_raw_advantages_plus_values(case):
     out = compute_advantages("gae", AdvantageInputs(r, m, values=v), AdvantageParams(gamma, lam))
     torch.testing.assert_close(out.returns[m], out.advantages[m] + v[m], atol=1e-12, rtol=0)
     # λ = 0: A is the TD error itself.
-    torch.testing.assert_close(
-        gae(r, v, m, gamma, 0.0)[0], td_errors(r, v, m, gamma), atol=1e-12, rtol=0
-    )
+    torch.testing.assert_close(gae(r, v, m, gamma, 0.0)[0], td_errors(r, v, m, gamma), atol=1e-12, rtol=0)

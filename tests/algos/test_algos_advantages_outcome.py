@@ -54,9 +54,7 @@ def test_unknown_name_and_missing_input():
     with pytest.raises(ValueError, match="'grpo' needs AdvantageInputs.group_index"):
         compute_advantages("grpo", AdvantageInputs(r, m), AdvantageParams())
     with pytest.raises(ValueError, match=r"group_index: expected shape \(1,\)"):
-        compute_advantages(
-            "grpo", AdvantageInputs(r, m, group_index=torch.zeros(2)), AdvantageParams()
-        )
+        compute_advantages("grpo", AdvantageInputs(r, m, group_index=torch.zeros(2)), AdvantageParams())
     with pytest.raises(ValueError, match="lam must be in"):
         AdvantageParams(lam=1.5)
 
@@ -102,9 +100,7 @@ def test_remax_hand_table():
     r, m = _outcome([1.0, 0.2], [2, 3])
     inputs = AdvantageInputs(r, m, baseline_rewards=torch.tensor([0.5, 0.5], dtype=F64))
     out = compute_advantages("remax", inputs, AdvantageParams())
-    torch.testing.assert_close(
-        out.advantages, torch.tensor([[0.5, 0.5, 0], [-0.3, -0.3, -0.3]], dtype=F64)
-    )
+    torch.testing.assert_close(out.advantages, torch.tensor([[0.5, 0.5, 0], [-0.3, -0.3, -0.3]], dtype=F64))
 
 
 def test_reinforce_pp_hand_table():
@@ -114,13 +110,9 @@ def test_reinforce_pp_hand_table():
     r = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]], dtype=F64)
     m = torch.tensor([[True, True, True], [True, True, False]])
     out = compute_advantages("reinforce_pp", AdvantageInputs(r, m), AdvantageParams(gamma=0.5))
-    torch.testing.assert_close(
-        out.returns, torch.tensor([[0.25, 0.5, 1.0], [0.5, 1.0, 0.0]], dtype=F64)
-    )
+    torch.testing.assert_close(out.returns, torch.tensor([[0.25, 0.5, 1.0], [0.5, 1.0, 0.0]], dtype=F64))
     s = math.sqrt(0.1125 + 1e-8)
-    expected = torch.tensor(
-        [[-0.4 / s, -0.15 / s, 0.35 / s], [-0.15 / s, 0.35 / s, 0.0]], dtype=F64
-    )
+    expected = torch.tensor([[-0.4 / s, -0.15 / s, 0.35 / s], [-0.15 / s, 0.35 / s, 0.0]], dtype=F64)
     torch.testing.assert_close(out.advantages, expected)
 
 
@@ -131,9 +123,7 @@ def test_reinforce_pp_baseline_hand_table():
     inputs = AdvantageInputs(r, m, group_index=torch.tensor([4, 4]))
     out = compute_advantages("reinforce_pp_baseline", inputs, AdvantageParams())
     s = math.sqrt(1 / 3 + 1e-8)
-    torch.testing.assert_close(
-        out.advantages, torch.tensor([[1 / 3 / s, 1 / 3 / s], [-2 / 3 / s, 0]], dtype=F64)
-    )
+    torch.testing.assert_close(out.advantages, torch.tensor([[1 / 3 / s, 1 / 3 / s], [-2 / 3 / s, 0]], dtype=F64))
     torch.testing.assert_close(out.returns, torch.tensor([[0.5, 0.5], [-0.5, 0.0]], dtype=F64))
 
 
@@ -194,19 +184,13 @@ def test_group_advantages_sum_to_zero_and_rloo_is_leave_one_out(case):
     scores = torch.where(inputs.response_mask, inputs.token_rewards, 0.0).sum(-1)
     idx = inputs.group_index
     for name in ("grpo", "dr_grpo", "rloo"):
-        seq = _first(
-            compute_advantages(name, inputs, AdvantageParams()).advantages, inputs.response_mask
-        )
+        seq = _first(compute_advantages(name, inputs, AdvantageParams()).advantages, inputs.response_mask)
         for g in idx.unique():
             assert abs(seq[idx == g].sum().item()) < 1e-9, name
-    rloo = _first(
-        compute_advantages("rloo", inputs, AdvantageParams()).advantages, inputs.response_mask
-    )
+    rloo = _first(compute_advantages("rloo", inputs, AdvantageParams()).advantages, inputs.response_mask)
     for i in range(len(scores)):
         others = [scores[j].item() for j in range(len(scores)) if j != i and idx[j] == idx[i]]
-        assert rloo[i].item() == pytest.approx(
-            scores[i].item() - sum(others) / len(others), abs=1e-12
-        )
+        assert rloo[i].item() == pytest.approx(scores[i].item() - sum(others) / len(others), abs=1e-12)
 
 
 @settings(max_examples=50, deadline=None)

@@ -30,9 +30,7 @@ def test_hand_checked(mode):
 
 def test_sum_norm_divides_by_a_constant_length():
     # Dr.GRPO: the divisor is a constant, not the sequence length and not the padded width.
-    assert aggregate(X, M, "seq-mean-token-sum-norm", norm_length=10).item() == pytest.approx(
-        (3 / 10 + 4 / 10) / 2
-    )
+    assert aggregate(X, M, "seq-mean-token-sum-norm", norm_length=10).item() == pytest.approx((3 / 10 + 4 / 10) / 2)
     wide_x = torch.cat([X, torch.full((2, 4), 9.0, dtype=F64)], dim=1)  # padded to T = 7
     wide_m = torch.cat([M, torch.zeros(2, 4, dtype=torch.bool)], dim=1)
     assert aggregate(wide_x, wide_m, "seq-mean-token-sum-norm", norm_length=3).item() == pytest.approx(
@@ -120,9 +118,7 @@ def test_modes_agree_where_they_should(data):
     full = torch.ones_like(m)
     tm = aggregate(x, full, "token-mean").item()
     assert aggregate(x, full, "seq-mean-token-mean").item() == pytest.approx(tm, rel=1e-9, abs=1e-9)
-    assert aggregate(x, full, "seq-mean-token-sum").item() == pytest.approx(
-        tm * x.shape[1], rel=1e-9, abs=1e-7
-    )
+    assert aggregate(x, full, "seq-mean-token-sum").item() == pytest.approx(tm * x.shape[1], rel=1e-9, abs=1e-7)
     # A constant per-token value c aggregates to c under both means.
     if n_rows:
         c = torch.full_like(x, 2.5)

@@ -65,9 +65,7 @@ def test_value_loss_clipped_is_never_below_unclipped(rows, eps_v):
 def test_pairwise_rm_loss_hand_checked():
     # −log σ(2 − 1) = log(1 + e^−1) = 0.3132617; with margin 1: −log σ(0) = log 2.
     chosen, rejected = t([2.0, 0.0]), t([1.0, 0.0])
-    torch.testing.assert_close(
-        pairwise_rm_loss(chosen, rejected), t([math.log1p(math.exp(-1.0)), math.log(2.0)])
-    )
+    torch.testing.assert_close(pairwise_rm_loss(chosen, rejected), t([math.log1p(math.exp(-1.0)), math.log(2.0)]))
     torch.testing.assert_close(
         pairwise_rm_loss(chosen, rejected, margin=t([1.0, 1.0])),
         t([math.log(2.0), math.log1p(math.exp(1.0))]),

@@ -36,9 +36,7 @@ def flags(out, key):
 
 
 def test_registry_names_and_unknown_name():
-    assert list(POLICY_LOSSES) == [
-        "ppo_clip", "dual_clip", "gspo", "cispo", "aspo", "clip_cov", "reinforce"
-    ]
+    assert list(POLICY_LOSSES) == ["ppo_clip", "dual_clip", "gspo", "cispo", "aspo", "clip_cov", "reinforce"]
     with pytest.raises(ValueError, match="valid: ppo_clip, dual_clip, gspo"):
         get_policy_loss("ppo")
 
@@ -69,9 +67,7 @@ def test_ppo_clip_higher_table():
 
 def test_ppo_clip_fraction_by_masked_mean():
     # 2 of the 3 valid tokens are clipped; the 4th (masked) would be clipped but does not count.
-    out, _ = run(
-        "ppo_clip", [2.0, 0.1, 1.0, 2.0], [1, -1, 1, 1], PolicyLossParams(), mask=[True, True, True, False]
-    )
+    out, _ = run("ppo_clip", [2.0, 0.1, 1.0, 2.0], [1, -1, 1, 1], PolicyLossParams(), mask=[True, True, True, False])
     clipped = out.diagnostics["clipped_low"] | out.diagnostics["clipped_high"]
     assert clipped[0].tolist() == [True, True, False, False]
     assert out.loss[0, 3].item() == 0.0
@@ -135,9 +131,7 @@ def test_aspo_table():
     #  2     −1 | PPO region                        | 2             | −A·r = 2
     #  4     −1 | r > c: soft dual clip             | −A·c·logπ = −3| −A·c = 3
     #  2      0 | no advantage                      | 0             | 0
-    out, grad = run(
-        "aspo", [0.8, 1.5, 0.25, 0.5, 2.0, 4.0, 2.0], [1, 1, 1, -1, -1, -1, 0], PolicyLossParams()
-    )
+    out, grad = run("aspo", [0.8, 1.5, 0.25, 0.5, 2.0, 4.0, 2.0], [1, 1, 1, -1, -1, -1, 0], PolicyLossParams())
     close(out.loss[0], [-1.25, -1 / 1.2, 3.0, 0.8, 2.0, -3.0, 0.0])
     close(grad, [-1.25, 0.0, -3.0, 0.0, 2.0, 3.0, 0.0])
     assert flags(out, "clipped_high") == [False, True, False, False, False, False, False]
@@ -186,8 +180,9 @@ def test_reinforce_table():
 def test_log_ratio_is_bounded_so_no_overflow():
     # A stale token with log-ratio 200 would overflow exp to inf; the ±20 clamp keeps it finite.
     lp = torch.tensor([[0.0]], requires_grad=True)
-    out = get_policy_loss("ppo_clip")(lp, torch.tensor([[-200.0]]), torch.tensor([[-1.0]]),
-                                      torch.tensor([[True]]), PolicyLossParams())
+    out = get_policy_loss("ppo_clip")(
+        lp, torch.tensor([[-200.0]]), torch.tensor([[-1.0]]), torch.tensor([[True]]), PolicyLossParams()
+    )
     out.loss.sum().backward()
     assert math.isclose(out.loss.item(), math.exp(20.0), rel_tol=1e-6)
     assert torch.isfinite(lp.grad).all()

@@ -157,7 +157,11 @@ def test_row_order_does_not_matter(name, data, perm_seed):
 def test_log_ratio_bound_is_the_only_clamp_on_the_ratio():
     # log r = 20 is passed through exactly (e^20), beyond is held at e^20.
     lp = torch.zeros(1, 2, dtype=F64)
-    out = get_policy_loss("reinforce")(lp, torch.tensor([[-20.0, -30.0]], dtype=F64),
-                                      torch.zeros(1, 2, dtype=F64), torch.ones(1, 2, dtype=torch.bool),
-                                      PolicyLossParams())
+    out = get_policy_loss("reinforce")(
+        lp,
+        torch.tensor([[-20.0, -30.0]], dtype=F64),
+        torch.zeros(1, 2, dtype=F64),
+        torch.ones(1, 2, dtype=torch.bool),
+        PolicyLossParams(),
+    )
     torch.testing.assert_close(out.diagnostics["ratio"], torch.full((1, 2), math.exp(20.0), dtype=F64))

@@ -51,10 +51,7 @@ def clip_cov_detached(lp, adv, mask, flags, p):
     mean_lp = sum(lp.flatten()[i].item() for i in valid) / n
     mean_a = sum(adv.flatten()[i].item() for i in valid) / n
     cov = {i: (lp.flatten()[i].item() - mean_lp) * (adv.flatten()[i].item() - mean_a) for i in valid}
-    eligible = [
-        i for i in valid
-        if not flags.flatten()[i] and p.clip_cov_omega_low < cov[i] < p.clip_cov_omega_high
-    ]
+    eligible = [i for i in valid if not flags.flatten()[i] and p.clip_cov_omega_low < cov[i] < p.clip_cov_omega_high]
     k = max(int(p.clip_cov_r * n), 1)
     return set(sorted(eligible, key=lambda i: (-cov[i], i))[:k])
 

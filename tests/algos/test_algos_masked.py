@@ -137,8 +137,6 @@ def test_masked_positions_never_change_valid_outputs(batch):
     noisy = torch.where(m, x, torch.randn(x.shape, generator=g, dtype=F64) * 1e6)
     noisy[~m & (torch.rand(x.shape, generator=g) < 0.3)] = float("nan")
     assert torch.equal(masked_sum(x, m), masked_sum(noisy, m))
-    assert torch.equal(
-        masked_mean(x, m, dim=-1).nan_to_num(), masked_mean(noisy, m, dim=-1).nan_to_num()
-    )
+    assert torch.equal(masked_mean(x, m, dim=-1).nan_to_num(), masked_mean(noisy, m, dim=-1).nan_to_num())
     if m.sum() >= 2:
         assert torch.equal(masked_whiten(x, m), masked_whiten(noisy, m))

@@ -19,15 +19,45 @@ from glassrl import cli, demo
 from glassrl.cli import build_parser
 from glassrl.commands import explain, explain_input
 from glassrl.ledger import read_jsonl
-from glassrl.ledger_render import baseline_lines, legend_lines, sequence_score
+from glassrl.ledger.render import baseline_lines, legend_lines, sequence_score
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = str(ROOT / "examples/explain/reference_dialogue_c.json")
 GROUP = str(ROOT / "examples/explain/grpo_group.json")
 OBSERVATION = str(ROOT / "examples/explain/observation_tokens.json")
-REFERENCE_FLAGS = ["--prompt", "请问1+1=2？", "--tokens", "是", "的", "，", "等于", "2", "！", "--score", "1",
-                   "--kl", "0.1", "0.05", "-0.05", "0.1", "0.2", "0.05", "--beta", "0.1",
-                   "--values", "0.20", "0.25", "0.30", "0.35", "0.45", "0.60", "--gamma", "1", "--lam", "0.95"]
+REFERENCE_FLAGS = [
+    "--prompt",
+    "请问1+1=2？",
+    "--tokens",
+    "是",
+    "的",
+    "，",
+    "等于",
+    "2",
+    "！",
+    "--score",
+    "1",
+    "--kl",
+    "0.1",
+    "0.05",
+    "-0.05",
+    "0.1",
+    "0.2",
+    "0.05",
+    "--beta",
+    "0.1",
+    "--values",
+    "0.20",
+    "0.25",
+    "0.30",
+    "0.35",
+    "0.45",
+    "0.60",
+    "--gamma",
+    "1",
+    "--lam",
+    "0.95",
+]
 
 
 def run_jsonl(capsys, *argv: str) -> list[dict]:
@@ -61,8 +91,7 @@ def test_reference_example_numbers(capsys):
     assert col(rows, "token_scores") == [0, 0, 0, 0, 0, 1.0]
     assert col(rows, "token_rewards") == pytest.approx([-0.01, -0.005, 0.005, -0.01, -0.02, 0.995], abs=1e-12)
     assert col(rows, "deltas") == pytest.approx([0.04, 0.045, 0.055, 0.09, 0.13, 0.395], abs=1e-12)
-    assert col(rows, "advantages") == pytest.approx([0.621081, 0.611664, 0.596488, 0.569988, 0.50525, 0.395],
-                                                    abs=1e-6)
+    assert col(rows, "advantages") == pytest.approx([0.621081, 0.611664, 0.596488, 0.569988, 0.50525, 0.395], abs=1e-6)
     assert col(rows, "returns") == pytest.approx([0.821081, 0.861664, 0.896488, 0.919988, 0.95525, 0.995], abs=1e-6)
     # Hand check of two entries: A_4 = δ_4 + γλ·δ_5; R = A + V with the raw A.
     assert rows[4]["advantages"] == pytest.approx(0.13 + 0.95 * 0.395, abs=1e-12)
@@ -119,8 +148,9 @@ def test_markdown_and_csv_formats(tmp_path, capsys):
     out = tmp_path / "l.csv"
     assert cli.main(["explain", "--input", REFERENCE, "--format", "csv", "--out", str(out)]) == 0
     rows = list(csv.DictReader(io.StringIO(out.read_text(encoding="utf-8"))))
-    assert [float(r["advantages"]) for r in rows] == pytest.approx([0.621081, 0.611664, 0.596488, 0.569988,
-                                                                    0.50525, 0.395], abs=1e-6)
+    assert [float(r["advantages"]) for r in rows] == pytest.approx(
+        [0.621081, 0.611664, 0.596488, 0.569988, 0.50525, 0.395], abs=1e-6
+    )
     table = tmp_path / "t.txt"
     assert cli.main(["explain", "--input", REFERENCE, "--out", str(table)]) == 0
     assert "0.8211" in table.read_text(encoding="utf-8") and "\x1b[" not in table.read_text(encoding="utf-8")
@@ -128,8 +158,23 @@ def test_markdown_and_csv_formats(tmp_path, capsys):
 
 def test_logprob_pairs_use_the_kl_estimator(capsys):
     lp, ref = ["-1.0", "-2.0"], ["-1.5", "-1.0"]
-    base = ["--tokens", "a", "b", "--score", "1", "--values", "0", "0", "--beta", "0.5", "--logprobs", *lp,
-            "--ref-logprobs", *ref, "--no-whiten"]
+    base = [
+        "--tokens",
+        "a",
+        "b",
+        "--score",
+        "1",
+        "--values",
+        "0",
+        "0",
+        "--beta",
+        "0.5",
+        "--logprobs",
+        *lp,
+        "--ref-logprobs",
+        *ref,
+        "--no-whiten",
+    ]
     k1 = run_jsonl(capsys, *base)
     assert col(k1, "kl") == pytest.approx([0.5, -1.0]) and col(k1, "token_rewards") == pytest.approx([-0.25, 1.5])
     assert k1[0]["kl_kind"] == "k1" and k1[0]["whitened_advantages"] is None
@@ -160,14 +205,29 @@ def test_tokenizer_splits_the_response(tmp_path, capsys):
     tk = Tokenizer(models.WordLevel({"[UNK]": 0, "yes": 1, "it": 2, "is": 3, "2": 4, "!": 5}, unk_token="[UNK]"))
     tk.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]").save_pretrained(tmp_path / "tok")
-    rows = run_jsonl(capsys, "--response", "yes it is 2!", "--tokenizer", str(tmp_path / "tok"), "--score", "1",
-                     "--values", "0", "0", "0", "0", "0")
+    rows = run_jsonl(
+        capsys,
+        "--response",
+        "yes it is 2!",
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--score",
+        "1",
+        "--values",
+        "0",
+        "0",
+        "0",
+        "0",
+        "0",
+    )
     assert col(rows, "token") == ["yes", "it", "is", "2", "!"] and col(rows, "token_id") == [1, 2, 3, 4, 5]
     assert rows[0]["response"] == "yes it is 2!"
     # in a file, "tokenizer" is relative to the file
-    (tmp_path / "in.yaml").write_text("tokenizer: tok\nestimator: rloo\nresponses:\n"
-                                      "  - {response: yes it is, score: 1}\n  - {response: '2 !', score: 0}\n",
-                                      encoding="utf-8")
+    (tmp_path / "in.yaml").write_text(
+        "tokenizer: tok\nestimator: rloo\nresponses:\n"
+        "  - {response: yes it is, score: 1}\n  - {response: '2 !', score: 0}\n",
+        encoding="utf-8",
+    )
     rows = run_jsonl(capsys, "--input", str(tmp_path / "in.yaml"))
     assert col(rows, "token") == ["yes", "it", "is", "2", "!"] and col(rows, "advantages") == [1, 1, 1, -1, -1]
 
@@ -224,9 +284,12 @@ def test_baseline_legend_agrees_with_the_estimator(tmp_path, estimator):
 
 def test_grpo_process_step_rewards(tmp_path, capsys):
     path = tmp_path / "proc.yaml"
-    path.write_text("estimator: grpo_process\nresponses:\n"
-                    "  - {tokens: [a, b, c, d], step_ends: [1, 3], step_scores: [1.0, 0.0]}\n"
-                    "  - {tokens: [e, f, g], step_ends: [2], step_scores: [0.5]}\n", encoding="utf-8")
+    path.write_text(
+        "estimator: grpo_process\nresponses:\n"
+        "  - {tokens: [a, b, c, d], step_ends: [1, 3], step_scores: [1.0, 0.0]}\n"
+        "  - {tokens: [e, f, g], step_ends: [2], step_scores: [0.5]}\n",
+        encoding="utf-8",
+    )
     rows = run_jsonl(capsys, "--input", str(path))
     # step rewards 1, 0, 0.5: mean 0.5, std 0.5 -> r̃ = 1, −1, 0; A_i = Σ r̃ of steps ending at or after i
     assert col(rows, "advantages") == pytest.approx([0, 0, -1, -1, 0, 0, 0], abs=1e-5)
@@ -246,31 +309,51 @@ def test_legend_lines_for_every_estimator(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--tokens", "a", "b", "--score", "1", "--values", "0.1"], "--values: expected 2 numbers (one per token), got 1"),
+        (
+            ["--tokens", "a", "b", "--score", "1", "--values", "0.1"],
+            "--values: expected 2 numbers (one per token), got 1",
+        ),
         (["--input", REFERENCE, "--lam", "1.5"], "--lam: must be in [0, 1], got 1.5"),
         (["--tokens", "a", "b", "--score", "1"], "--values is required by estimator gae"),
         (["--tokens", "a", "--score", "x", "--values", "0"], "--score: expected a number, got 'x'"),
-        (["--tokens", "a", "b", "--score", "1", "--values", "0", "0", "--estimator", "ppo"],
-         "--estimator: unknown 'ppo'; valid: gae, grpo, dr_grpo, grpo_process, rloo, remax, reinforce_pp, "
-         "reinforce_pp_baseline"),
-        (["--tokens", "a", "b", "--score", "1", "--values", "0", "0", "--beta", "0.1"],
-         "--kl: missing (β = 0.1 needs kl, or logprobs and ref_logprobs)"),
-        (["--tokens", "a", "b", "--values", "0", "0"],
-         "--score: missing (or give token_scores, or step_ends with step_scores)"),
-        (["--tokens", "a", "b", "--score", "1", "--values", "0", "0", "--mask", "1", "2"],
-         "--mask: expected 0 or 1 at position 1, got 2"),
-        (["--tokens", "a", "b", "--score", "1", "--values", "0", "0", "--logprobs", "-1", "-1"],
-         "--ref-logprobs: missing (log-prob pairs need both logprobs and ref_logprobs)"),
+        (
+            ["--tokens", "a", "b", "--score", "1", "--values", "0", "0", "--estimator", "ppo"],
+            "--estimator: unknown 'ppo'; valid: gae, grpo, dr_grpo, grpo_process, rloo, remax, reinforce_pp, "
+            "reinforce_pp_baseline",
+        ),
+        (
+            ["--tokens", "a", "b", "--score", "1", "--values", "0", "0", "--beta", "0.1"],
+            "--kl: missing (β = 0.1 needs kl, or logprobs and ref_logprobs)",
+        ),
+        (
+            ["--tokens", "a", "b", "--values", "0", "0"],
+            "--score: missing (or give token_scores, or step_ends with step_scores)",
+        ),
+        (
+            ["--tokens", "a", "b", "--score", "1", "--values", "0", "0", "--mask", "1", "2"],
+            "--mask: expected 0 or 1 at position 1, got 2",
+        ),
+        (
+            ["--tokens", "a", "b", "--score", "1", "--values", "0", "0", "--logprobs", "-1", "-1"],
+            "--ref-logprobs: missing (log-prob pairs need both logprobs and ref_logprobs)",
+        ),
         (["--input", REFERENCE, "--tokens", "a"], "--tokens: cannot be combined with --input (put it in the file)"),
         (["--input", REFERENCE, "--legend-token", "6"], "--legend-token: response 0 has tokens 0 … 5, got 6"),
         (["--input", REFERENCE, "--gamma", "-1"], "--gamma: must be in [0, 1], got -1"),
-        (["--tokens", "a", "--score", "1", "--values", "0"],
-         "--whiten: whitening needs at least 2 generated tokens, the input has 1 (use --no-whiten)"),
-        (["--tokens", "a", "b", "--score", "1", "--estimator", "grpo"],
-         "--estimator: estimator grpo compares the responses of a group, and group 0 has 1 response "
-         "(give at least 2 per group in --input FILE)"),
+        (
+            ["--tokens", "a", "--score", "1", "--values", "0"],
+            "--whiten: whitening needs at least 2 generated tokens, the input has 1 (use --no-whiten)",
+        ),
+        (
+            ["--tokens", "a", "b", "--score", "1", "--estimator", "grpo"],
+            "--estimator: estimator grpo compares the responses of a group, and group 0 has 1 response "
+            "(give at least 2 per group in --input FILE)",
+        ),
         (["--input", "/nonexistent/x.json"], "--input: file not found: /nonexistent/x.json"),
-        (["--response", "hello", "--score", "1"], "--response: needs --tokenizer PATH (a local Hugging Face tokenizer)"),
+        (
+            ["--response", "hello", "--score", "1"],
+            "--response: needs --tokenizer PATH (a local Hugging Face tokenizer)",
+        ),
     ],
 )
 def test_errors_name_the_argument(capsys, argv, message):
@@ -283,7 +366,8 @@ def test_file_errors_name_file_and_field(tmp_path, capsys):
     path = tmp_path / "input.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     assert error(capsys, "--input", str(path)) == (
-        f"{path}: responses[1].score: missing (or give token_scores, or step_ends with step_scores)")
+        f"{path}: responses[1].score: missing (or give token_scores, or step_ends with step_scores)"
+    )
     data["responses"][1] = {"tokens": ["x"], "score": 1, "kl": [0], "values": [0]}
     path.write_text(json.dumps(data), encoding="utf-8")
     assert cli.main(["explain", "--input", str(path), "--format", "jsonl"]) == 0  # lengths 6 and 1 are fine
@@ -303,8 +387,12 @@ def test_file_errors_name_file_and_field(tmp_path, capsys):
 
 def test_subprocess_exit_code_and_no_traceback():
     """One real process (the in-process tests cover exit code 0): the error is one line on stderr, exit 2."""
-    bad = subprocess.run([sys.executable, "-m", "glassrl.cli", "explain", "--input", REFERENCE, "--lam", "1.5"],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "glassrl.cli", "explain", "--input", REFERENCE, "--lam", "1.5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2
     assert bad.stderr == "glassrl explain: error: --lam: must be in [0, 1], got 1.5\n"
     assert "Traceback" not in bad.stdout + bad.stderr
@@ -314,15 +402,35 @@ def test_subprocess_exit_code_and_no_traceback():
 
 
 @settings(max_examples=30, deadline=None)
-@given(data=st.data(), T=st.integers(2, 7), lam=st.sampled_from(["0", "0.5", "0.95", "1"]),
-       gamma=st.sampled_from(["1", "0.9"]))
+@given(
+    data=st.data(),
+    T=st.integers(2, 7),
+    lam=st.sampled_from(["0", "0.5", "0.95", "1"]),
+    gamma=st.sampled_from(["1", "0.9"]),
+)
 def test_gae_ledger_invariants(data, T, lam, gamma):
     num = st.floats(-2, 2, allow_nan=False).map(lambda x: f"{x:.3f}")
     values = data.draw(st.lists(num, min_size=T, max_size=T))
     kl = data.draw(st.lists(num, min_size=T, max_size=T))
     mask = data.draw(st.lists(st.sampled_from(["0", "1"]), min_size=T, max_size=T).filter(lambda m: m.count("1") >= 2))
-    ledger = ledger_of("--tokens", *[f"t{i}" for i in range(T)], "--score", "1", "--values", *values, "--kl", *kl,
-                       "--beta", "0.1", "--mask", *mask, "--lam", lam, "--gamma", gamma)
+    ledger = ledger_of(
+        "--tokens",
+        *[f"t{i}" for i in range(T)],
+        "--score",
+        "1",
+        "--values",
+        *values,
+        "--kl",
+        *kl,
+        "--beta",
+        "0.1",
+        "--mask",
+        *mask,
+        "--lam",
+        lam,
+        "--gamma",
+        gamma,
+    )
     rows = [r for r in ledger.responses[0].tokens if r.response_mask]
     for row in rows:  # R = A + V with the raw A; r = score − β·kl
         assert row.returns == pytest.approx(row.advantages + row.values, abs=1e-9)
@@ -340,10 +448,12 @@ def test_gae_ledger_invariants(data, T, lam, gamma):
 def test_demo_runs_and_prints_its_commands(capsys):
     assert demo.main(["--walkthrough"]) == 0
     out = capsys.readouterr().out
-    for command in ("$ glassrl explain --input examples/explain/reference_dialogue_c.json",
-                    "$ glassrl explain --input examples/explain/reference_dialogue_c.json --lam 0 --legend-token 0",
-                    "$ glassrl explain --input examples/explain/reference_dialogue_c.json --lam 1 --legend-token 0",
-                    "$ glassrl explain --input examples/explain/grpo_group.json"):
+    for command in (
+        "$ glassrl explain --input examples/explain/reference_dialogue_c.json",
+        "$ glassrl explain --input examples/explain/reference_dialogue_c.json --lam 0 --legend-token 0",
+        "$ glassrl explain --input examples/explain/reference_dialogue_c.json --lam 1 --legend-token 0",
+        "$ glassrl explain --input examples/explain/grpo_group.json",
+    ):
         assert command in out
     assert "0.6211" in out and "A_0 = δ_0 = 0.0400" in out and "0.8660" in out
 
@@ -352,7 +462,21 @@ def test_html_flag_writes_the_token_view(tmp_path):
     from glassrl.cli import main
 
     out = tmp_path / "explain.html"
-    assert main(["explain", "--input", "examples/explain/reference_dialogue_c.json", "--format", "jsonl",
-                 "--out", str(tmp_path / "l.jsonl"), "--html", str(out)]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                "--input",
+                "examples/explain/reference_dialogue_c.json",
+                "--format",
+                "jsonl",
+                "--out",
+                str(tmp_path / "l.jsonl"),
+                "--html",
+                str(out),
+            ]
+        )
+        == 0
+    )
     page = out.read_text(encoding="utf-8")
     assert 'id="tokens"' in page and "等于" in page

@@ -28,9 +28,19 @@ def _train(preset: str, out: Path, model: Path, prompts: tuple[Path, Path]) -> P
     from glassrl.trainer.loop import Trainer
 
     train, test = prompts
-    overrides = [f"model.actor={model}", f"data.train={train}", f"data.test={test}", "data.eval_size=0",
-                 f"output_dir={out}", "steps=1", "rollout.n=4", "batch.prompts_per_step=2",
-                 "batch.mini_batch_prompts=2", "batch.micro_batch_responses=8", "logging.ledger_every=0"]
+    overrides = [
+        f"model.actor={model}",
+        f"data.train={train}",
+        f"data.test={test}",
+        "data.eval_size=0",
+        f"output_dir={out}",
+        "steps=1",
+        "rollout.n=4",
+        "batch.prompts_per_step=2",
+        "batch.mini_batch_prompts=2",
+        "batch.micro_batch_responses=8",
+        "logging.ledger_every=0",
+    ]
     Trainer(load_config(TrainConfig, ROOT / "examples" / f"{preset}.yaml", overrides), progress=False).train()
     return out
 
@@ -69,8 +79,9 @@ def direct(model_dir: Path, prompt: str, response: str, temperature: float = 1.0
     input_ids = torch.tensor([prompt_ids + ids])
     model = load_causal_lm(model_dir, device="cpu")
     with torch.no_grad():
-        lp, _ = response_logprobs(model, input_ids, torch.ones_like(input_ids, dtype=torch.bool), len(ids),
-                                  temperature=temperature)
+        lp, _ = response_logprobs(
+            model, input_ids, torch.ones_like(input_ids, dtype=torch.bool), len(ids), temperature=temperature
+        )
     return ids, input_ids, lp[0]
 
 
@@ -110,19 +121,33 @@ def test_ppo_ledger_equals_direct_computation(ppo_run, tiny_model_dir, capsys):
     rewards = torch.tensor([0.0] * (T - 1) + [1.0]) - beta * kl
     assert col(rows, "token_rewards") == pytest.approx(rewards.tolist(), abs=1e-5)
     mask = torch.ones(1, T, dtype=torch.bool)
-    out = compute_advantages("gae", AdvantageInputs(token_rewards=rewards[None], response_mask=mask,
-                                                    values=values[None]), AdvantageParams(gamma=1.0, lam=0.95))
+    out = compute_advantages(
+        "gae",
+        AdvantageInputs(token_rewards=rewards[None], response_mask=mask, values=values[None]),
+        AdvantageParams(gamma=1.0, lam=0.95),
+    )
     assert col(rows, "advantages") == pytest.approx(out.advantages[0].tolist(), abs=1e-5)
     for row in rows:  # R = A + V with the raw A (DESIGN §1)
         assert row["returns"] == pytest.approx(row["advantages"] + row["values"], abs=1e-5)
-    assert col(rows, "whitened_advantages") == pytest.approx(masked_whiten(out.advantages, mask)[0].tolist(),
-                                                             abs=1e-4)
+    assert col(rows, "whitened_advantages") == pytest.approx(masked_whiten(out.advantages, mask)[0].tolist(), abs=1e-4)
     assert rows[0]["step"] == 1 and rows[0]["estimator"] == "gae" and rows[0]["finish_reason"] == "stop"
 
 
 def test_flags_override_the_run(ppo_run, capsys):
-    td = explain_rows(capsys, "--model", str(ppo_run), "--prompt", PROMPT, "--response", RESPONSE, "--lam", "0",
-                      "--beta", "0.5", "--no-whiten")
+    td = explain_rows(
+        capsys,
+        "--model",
+        str(ppo_run),
+        "--prompt",
+        PROMPT,
+        "--response",
+        RESPONSE,
+        "--lam",
+        "0",
+        "--beta",
+        "0.5",
+        "--no-whiten",
+    )
     assert col(td, "advantages") == pytest.approx(col(td, "deltas"), abs=1e-6)  # λ = 0: A = δ
     for row in td:
         assert row["token_rewards"] == pytest.approx(row["token_scores"] - 0.5 * row["kl"], abs=1e-6)
@@ -166,8 +191,19 @@ def test_grpo_group_of_given_and_sampled_responses(grpo_run, tiny_model_dir, cap
 
 
 def test_plain_model_reference_is_itself(tiny_model_dir, capsys):
-    rows = explain_rows(capsys, "--model", str(tiny_model_dir), "--prompt", "请问1+1=3？",
-                        "--response", "不是，等于2！", "--sample", "1", "--estimator", "rloo")
+    rows = explain_rows(
+        capsys,
+        "--model",
+        str(tiny_model_dir),
+        "--prompt",
+        "请问1+1=3？",
+        "--response",
+        "不是，等于2！",
+        "--sample",
+        "1",
+        "--estimator",
+        "rloo",
+    )
     assert {r["kl"] for r in rows} == {0.0}  # π_ref = π: every log-ratio is exactly 0
     assert col(rows, "score", 0)[0] == 1.0  # 1+1=3 is false, the response says so with the right sum
     s0, s1 = col(rows, "score", 0)[0], col(rows, "score", 1)[0]
@@ -175,8 +211,21 @@ def test_plain_model_reference_is_itself(tiny_model_dir, capsys):
 
 
 def test_answer_scores_a_free_prompt(tiny_model_dir, capsys):
-    rows = explain_rows(capsys, "--model", str(tiny_model_dir), "--prompt", "1+1", "--response", "2",
-                        "--answer", "2", "--reward", "exact_match", "--estimator", "reinforce_pp")
+    rows = explain_rows(
+        capsys,
+        "--model",
+        str(tiny_model_dir),
+        "--prompt",
+        "1+1",
+        "--response",
+        "2",
+        "--answer",
+        "2",
+        "--reward",
+        "exact_match",
+        "--estimator",
+        "reinforce_pp",
+    )
     assert rows[0]["score"] == 1.0
 
 
@@ -200,26 +249,32 @@ def test_errors_name_the_flag(ppo_run, grpo_run, tiny_model_dir, tmp_path, capsy
     (tmp_path / "empty_run").mkdir()
     (tmp_path / "empty_run" / "config.yaml").write_text("steps: 1\n")
     assert error(capsys, "--model", str(tmp_path / "empty_run"), *base).startswith(
-        f"--model: run directory {tmp_path / 'empty_run'} has no checkpoint yet")
+        f"--model: run directory {tmp_path / 'empty_run'} has no checkpoint yet"
+    )
     assert error(capsys, "--model", str(grpo_run), *base) == (
-        "--sample: estimator grpo compares the responses to one prompt and needs at least 2, got 1 (add --sample N)")
+        "--sample: estimator grpo compares the responses to one prompt and needs at least 2, got 1 (add --sample N)"
+    )
     assert error(capsys, "--model", str(grpo_run), *base, "--estimator", "gae").startswith(
         f"--estimator: gae needs a critic's values, and run {grpo_run} · checkpoint step_00000001 has no critic; "
-        "use a critic-free estimator: grpo")
+        "use a critic-free estimator: grpo"
+    )
     assert error(capsys, "--model", str(tiny_model_dir), *base).startswith("--estimator: gae needs a critic's values")
-    assert error(capsys, "--model", str(grpo_run), *base, "--sample", "3", "--beta", "0.1").startswith(
-        "--beta: ")
+    assert error(capsys, "--model", str(grpo_run), *base, "--sample", "3", "--beta", "0.1").startswith("--beta: ")
     assert error(capsys, "--model", str(ppo_run), *base, "--sample", "0") == (
-        "--sample: expected a number of responses >= 1, got 0")
+        "--sample: expected a number of responses >= 1, got 0"
+    )
     assert error(capsys, "--model", str(ppo_run), *base, "--sample", "x") == "--sample: expected an integer, got 'x'"
     assert error(capsys, "--model", str(ppo_run), *base, "--lam", "2") == "--lam: must be in [0, 1], got 2"
     assert error(capsys, "--model", str(ppo_run), "--prompt", PROMPT).startswith("--response: missing")
     assert error(capsys, "--model", str(ppo_run), "--response", RESPONSE).startswith("--prompt: missing")
     assert error(capsys, "--model", str(ppo_run), "--prompt", "hello", "--response", "x") == (
         "--prompt: the reward could not score response 0 (error: arith_verify: 'hello': arith_verify needs metadata "
-        "'is_true'); give a prompt in a bundled task's form, or --answer TEXT")
+        "'is_true'); give a prompt in a bundled task's form, or --answer TEXT"
+    )
     assert error(capsys, "--model", str(ppo_run), *base, "--values", "0").startswith(
-        "--values: cannot be combined with --model")
+        "--values: cannot be combined with --model"
+    )
     assert error(capsys, *base, "--sample", "2") == "--sample: needs --model (a model that computes the numbers)"
     assert error(capsys, "--model", str(ppo_run), *base, "--reward", "nope").startswith(
-        "--reward: unknown reward source 'nope'; valid: exact_match")
+        "--reward: unknown reward source 'nope'; valid: exact_match"
+    )

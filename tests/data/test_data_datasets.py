@@ -83,9 +83,15 @@ def test_missing_answer_is_none(tmp_path):
         ('{"prompt": ""}', "field 'prompt': the prompt is empty"),
         ('{"prompt": 3}', "field 'prompt': expected a string or a non-empty list of messages"),
         ('{"prompt": []}', "field 'prompt': expected a string or a non-empty list of messages"),
-        ('{"prompt": [{"role": "user", "content": "a"}, {"role": "user"}]}', "field 'prompt': message 2 has no 'content'"),
+        (
+            '{"prompt": [{"role": "user", "content": "a"}, {"role": "user"}]}',
+            "field 'prompt': message 2 has no 'content'",
+        ),
         ('{"prompt": [{"content": "a"}]}', "field 'prompt': message 1 has no 'role'"),
-        ('{"prompt": [{"role": "robot", "content": "a"}]}', "message 1 has role 'robot'; valid: system, user, assistant, tool"),
+        (
+            '{"prompt": [{"role": "robot", "content": "a"}]}',
+            "message 1 has role 'robot'; valid: system, user, assistant, tool",
+        ),
         ('{"prompt": [{"role": "user", "content": 5}]}', "message 1: 'content' must be a string, got int"),
         ('{"prompt": ["hi"]}', "message 1 is not an object"),
         ('{"prompt": "x", "answer": {"a": 1}}', "field 'answer' must be a string or a number, got dict"),
@@ -165,7 +171,10 @@ def test_overlong_prompts_are_filtered_and_counted(tmp_path, tokenizer, caplog):
     prompts = ["1+1=", "请问1+1=2？", "Is 3+4=8? " * 6, "Is 3+4=8? " * 9, CHAT]
     lengths = [prompt_token_count(p if isinstance(p, str) else tuple(p), tokenizer) for p in prompts]
     # Text gets BOS; messages go through the chat template with the generation prompt.
-    assert lengths[0] == len(tokenizer("1+1=")["input_ids"]) and tokenizer("1+1=")["input_ids"][0] == tokenizer.bos_token_id
+    assert (
+        lengths[0] == len(tokenizer("1+1=")["input_ids"])
+        and tokenizer("1+1=")["input_ids"][0] == tokenizer.bos_token_id
+    )
     chat_text = tokenizer.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
     assert lengths[4] == len(tokenizer(chat_text, add_special_tokens=False)["input_ids"])
     limit = sorted(lengths)[2]  # keeps exactly the three shortest

@@ -111,7 +111,11 @@ def test_chosen_is_the_reference_and_rejected_is_wrong():
 @settings(max_examples=30, deadline=None)
 @given(split=st.sampled_from(["train", "test"]), seed=st.integers(0, 5), size=st.integers(1, 40))
 def test_margin_is_the_number_of_mistakes(split, seed, size):
-    for pair, record in zip(preference_pairs(split, seed=seed, size=size), load_task("arith-verify", split, seed=seed, size=size), strict=True):
+    for pair, record in zip(
+        preference_pairs(split, seed=seed, size=size),
+        load_task("arith-verify", split, seed=seed, size=size),
+        strict=True,
+    ):
         verdict, total = _parse(pair.rejected)
         meta = record.metadata
         mistakes = (verdict != meta["is_true"]) + (total != meta["sum"])
@@ -164,8 +168,14 @@ GOOD = json.dumps({"prompt": "p", "chosen": "c", "rejected": "r"})
         ("[1, 2]", r":2: expected a JSON object"),
         (json.dumps({"prompt": "p", "chosen": "c"}), r':2: missing field "rejected"'),
         (json.dumps({"prompt": 1, "chosen": "c", "rejected": "r"}), r':2: field "prompt" must be a string'),
-        (json.dumps({"prompt": "p", "chosen": "c", "rejected": "r", "margin": "big"}), r':2: field "margin" must be a number'),
-        (json.dumps({"prompt": "p", "chosen": "c", "rejected": "r", "margin": True}), r':2: field "margin" must be a number'),
+        (
+            json.dumps({"prompt": "p", "chosen": "c", "rejected": "r", "margin": "big"}),
+            r':2: field "margin" must be a number',
+        ),
+        (
+            json.dumps({"prompt": "p", "chosen": "c", "rejected": "r", "margin": True}),
+            r':2: field "margin" must be a number',
+        ),
     ],
 )
 def test_file_errors_name_file_line_and_field(tmp_path, bad, message):

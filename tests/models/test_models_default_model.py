@@ -28,8 +28,15 @@ from glassrl.models.default_model import (
 from glassrl.models.default_tokenizer import SPECIAL_TOKENS, build_tokenizer
 
 TINY = DefaultModelSpec(
-    hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, tasks=("arith-verify",), sft_steps=6, batch_size=32,
-    lr=1e-2, warmup_steps=2,
+    hidden_size=32,
+    num_layers=1,
+    num_heads=2,
+    intermediate_size=64,
+    tasks=("arith-verify",),
+    sft_steps=6,
+    batch_size=32,
+    lr=1e-2,
+    warmup_steps=2,
 )
 QUIET = Console(file=io.StringIO())
 
@@ -197,15 +204,21 @@ def test_failed_build_leaves_nothing(monkeypatch, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-
 def test_init_model_command_prints_path_and_accuracies(monkeypatch, tmp_path, capsys):
     from glassrl.cli import main
 
     def stub(out_dir, *, seed, console):  # the real build is tested above; this tests the command
         out_dir.mkdir()
-        info = {"seed": seed, "spec": default_model._spec_json(DEFAULT_SPEC), "parameters": 1234, "sft_steps": 5, "train_loss": 0.5, "build_time_s": 1.0,
-                "heldout_arith_verify": {"n": 500, "exact": 0.25, "verdict": 0.5, "format": 1.0},
-                "train_arith_verify": {"n": 500, "exact": 0.75, "verdict": 0.5, "format": 1.0}}
+        info = {
+            "seed": seed,
+            "spec": default_model._spec_json(DEFAULT_SPEC),
+            "parameters": 1234,
+            "sft_steps": 5,
+            "train_loss": 0.5,
+            "build_time_s": 1.0,
+            "heldout_arith_verify": {"n": 500, "exact": 0.25, "verdict": 0.5, "format": 1.0},
+            "train_arith_verify": {"n": 500, "exact": 0.75, "verdict": 0.5, "format": 1.0},
+        }
         (out_dir / MARKER).write_text(json.dumps(info))
 
     monkeypatch.setattr(default_model, "build_default_model", stub)

@@ -17,11 +17,19 @@ from pathlib import Path
 import pytest
 
 from glassrl.ledger import read_jsonl
-from glassrl.ledger_render import fmt
+from glassrl.ledger.render import fmt
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
 
 
@@ -57,8 +65,9 @@ class Page:
         return self.page.inner_text(selector).strip()
 
     def backgrounds(self) -> list[str]:
-        return self.page.eval_on_selector_all(".tok[data-b]:not(.obs)", "els => els.map(e => getComputedStyle(e)"
-                                              ".backgroundColor)")
+        return self.page.eval_on_selector_all(
+            ".tok[data-b]:not(.obs)", "els => els.map(e => getComputedStyle(e).backgroundColor)"
+        )
 
     def check_clean(self) -> None:
         assert self.errors == [], self.errors
@@ -80,10 +89,16 @@ def test_report_renders_and_shows_the_ledger_of_a_clicked_token(browser, run_rep
     runs, out = run_report
     view = Page(browser, out.as_uri())
     page = view.page
-    page.wait_for_function("document.querySelectorAll('.chart').length > 0 && [...document.querySelectorAll('.chart')]"
-                           ".every(c => c.querySelector('.main-svg'))", timeout=20000)
-    charts = page.eval_on_selector_all(".chart", "els => els.map(e => [e.dataset.chart, "
-                                       "e.querySelectorAll('.main-svg').length, e.querySelectorAll('.trace').length])")
+    page.wait_for_function(
+        "document.querySelectorAll('.chart').length > 0 && [...document.querySelectorAll('.chart')]"
+        ".every(c => c.querySelector('.main-svg'))",
+        timeout=20000,
+    )
+    charts = page.eval_on_selector_all(
+        ".chart",
+        "els => els.map(e => [e.dataset.chart, "
+        "e.querySelectorAll('.main-svg').length, e.querySelectorAll('.trace').length])",
+    )
     assert len(charts) >= 10 and all(svgs > 0 and traces > 0 for _, svgs, traces in charts), charts
 
     ledger = read_jsonl(runs["ppo"] / "ledgers" / "step_000002.jsonl")  # shown first: the first run's last step
@@ -97,8 +112,7 @@ def test_report_renders_and_shows_the_ledger_of_a_clicked_token(browser, run_rep
     assert token.response_mask and token.values is not None
     page.click(f"#tok-{b}-{i}")
     assert "selected" in page.get_attribute(f"#tok-{b}-{i}", "class")
-    for name in ("advantages", "returns", "values", "kl", "token_rewards", "deltas", "whitened_advantages",
-                 "logprobs"):
+    for name in ("advantages", "returns", "values", "kl", "token_rewards", "deltas", "whitened_advantages", "logprobs"):
         assert view.text(f"#field-{name}") == fmt(getattr(token, name)), name
     assert view.text("#field-token") == f'"{token.token}"'
     assert view.text("#field-index") == str(i) and view.text("#field-response_mask") == "True"
@@ -139,8 +153,9 @@ def test_explain_page_marks_observation_tokens(browser, tmp_path):
     from glassrl.report.html import write_explain_html
 
     source = Path(__file__).resolve().parents[2] / "examples" / "explain" / "observation_tokens.json"
-    ledger = explain.build_ledger(explain_input.from_args(build_parser(only="explain").parse_args(
-        ["explain", "--input", str(source)])))
+    ledger = explain.build_ledger(
+        explain_input.from_args(build_parser(only="explain").parse_args(["explain", "--input", str(source)]))
+    )
     out = write_explain_html(ledger, tmp_path / "explain.html")
     view = Page(browser, out.as_uri())
     page = view.page
@@ -155,8 +170,10 @@ def test_explain_page_marks_observation_tokens(browser, tmp_path):
     page.click("#tok-0-2")
     token = ledger.responses[0].tokens[2]
     assert view.text("#legend-TD").endswith("carried)")  # δ_2 bootstraps from V(s_6) across the observation
-    assert f"γ·V(s_6) − V(s_2) = {fmt(token.token_rewards)} + 1·{fmt(ledger.responses[0].tokens[6].values)}" in \
-        view.text("#legend-TD")
+    assert (
+        f"γ·V(s_6) − V(s_2) = {fmt(token.token_rewards)} + 1·{fmt(ledger.responses[0].tokens[6].values)}"
+        in view.text("#legend-TD")
+    )
     assert view.text("#field-deltas") == fmt(token.deltas) == "0.3980"
     page.screenshot(path=str(tmp_path / "explain.png"), full_page=True)
     view.check_clean()

@@ -33,10 +33,20 @@ def real_runs(model: Path, prompt_files: tuple[Path, Path], root: Path) -> dict[
     made = {}
     for preset in ("ppo", "grpo"):
         overrides = [
-            f"model.actor={model}", f"data.train={train}", f"data.test={test}", "data.eval_size=4",
-            f"output_dir={root / preset}", "steps=2", "rollout.n=4", "rollout.max_new_tokens=16",
-            "batch.prompts_per_step=2", "batch.mini_batch_prompts=2", "batch.micro_batch_responses=8",
-            "logging.ledger_every=1", "logging.ledger_samples=4", "logging.checkpoint_every=0",
+            f"model.actor={model}",
+            f"data.train={train}",
+            f"data.test={test}",
+            "data.eval_size=4",
+            f"output_dir={root / preset}",
+            "steps=2",
+            "rollout.n=4",
+            "rollout.max_new_tokens=16",
+            "batch.prompts_per_step=2",
+            "batch.mini_batch_prompts=2",
+            "batch.micro_batch_responses=8",
+            "logging.ledger_every=1",
+            "logging.ledger_samples=4",
+            "logging.checkpoint_every=0",
         ]
         Trainer(load_config(TrainConfig, ROOT / "examples" / f"{preset}.yaml", overrides), progress=False).train()
         made[preset] = root / preset
@@ -47,7 +57,8 @@ def real_runs(model: Path, prompt_files: tuple[Path, Path], root: Path) -> dict[
 def embedded_payload(page: str) -> dict:
     """The token view's JSON, cut at the first "</script>" as a browser would."""
     start = page.index('<script type="application/json" id="token-data">') + len(
-        '<script type="application/json" id="token-data">')
+        '<script type="application/json" id="token-data">'
+    )
     return json.loads(page[start : page.index("</script>", start)])
 
 
@@ -90,8 +101,17 @@ def test_every_logged_metric_is_drawn_once_with_both_runs(runs, report):
         for line in (runs[preset] / "metrics.jsonl").read_text().splitlines():
             logged |= set(json.loads(line)) - {"step"}
     assert set(drawn) == logged
-    for slug in ("reward", "accuracy", "kl", "entropy", "length", "clip", "losses", "explained-variance",
-                 "tokens-per-s"):
+    for slug in (
+        "reward",
+        "accuracy",
+        "kl",
+        "entropy",
+        "length",
+        "clip",
+        "losses",
+        "explained-variance",
+        "tokens-per-s",
+    ):
         assert slug in charts and f'id="chart-{slug}"' in page
     assert group_of("critic/explained_variance") == "explained-variance"
     # Both runs appear in the legend of a chart both logged.
@@ -120,7 +140,11 @@ def test_token_data_holds_every_ledger_exactly(runs, report):
         for got, file in zip(source["ledgers"], files):
             ledger = read_jsonl(file)
             assert (got["estimator"], got["gamma"], got["lam"], got["beta"]) == (
-                ledger.estimator, ledger.gamma, ledger.lam, ledger.beta)
+                ledger.estimator,
+                ledger.gamma,
+                ledger.lam,
+                ledger.beta,
+            )
             for resp, rows in zip(ledger.responses, token_dicts(got)):
                 assert [TokenRow(**row) for row in rows] == list(resp.tokens)
     fields = [q["field"] for q in payload["quantities"]]
@@ -195,15 +219,37 @@ def test_cli_writes_to_the_first_run_and_checks_step(runs, capsys):
 
 def _tricky_ledger() -> Ledger:
     """A token that would end the script tag, a NaN whitened advantage, an observation token."""
+
     def row(i, token, mask, adv):
-        return TokenRow(index=i, token_id=None, token=token, logprobs=None, ref_logprobs=None, kl=0.1,
-                        token_scores=0.0, token_rewards=-0.01 if mask else None, values=0.5,
-                        deltas=None, advantages=adv, returns=None, whitened_advantages=math.nan if mask else None,
-                        response_mask=mask, step_end=None)
+        return TokenRow(
+            index=i,
+            token_id=None,
+            token=token,
+            logprobs=None,
+            ref_logprobs=None,
+            kl=0.1,
+            token_scores=0.0,
+            token_rewards=-0.01 if mask else None,
+            values=0.5,
+            deltas=None,
+            advantages=adv,
+            returns=None,
+            whitened_advantages=math.nan if mask else None,
+            response_mask=mask,
+            step_end=None,
+        )
 
     tokens = (row(0, "</script><b>", True, 1.0), row(1, "<!--", False, None), row(2, "\u2028x", True, -1.0))
-    resp = ResponseLedger(prompt="p</script>", response="r", score=1.0, group_id=0, length=3, finish_reason="stop",
-                          baseline_reward=None, tokens=tokens)
+    resp = ResponseLedger(
+        prompt="p</script>",
+        response="r",
+        score=1.0,
+        group_id=0,
+        length=3,
+        finish_reason="stop",
+        baseline_reward=None,
+        tokens=tokens,
+    )
     return Ledger(estimator="grpo", gamma=1.0, lam=None, beta=0.1, kl_kind=None, responses=(resp,))
 
 
@@ -226,11 +272,14 @@ def test_explain_html_of_the_reference_example(tmp_path):
     from glassrl.report.html import write_explain_html
 
     args = build_parser(only="explain").parse_args(
-        ["explain", "--input", str(ROOT / "examples" / "explain" / "observation_tokens.json")])
+        ["explain", "--input", str(ROOT / "examples" / "explain" / "observation_tokens.json")]
+    )
     ledger = explain.build_ledger(explain_input.from_args(args))
     payload = embedded_payload(write_explain_html(ledger, tmp_path / "e.html").read_text(encoding="utf-8"))
     rows = token_dicts(payload["sources"][0]["ledgers"][0])[0]
     assert [r["response_mask"] for r in rows] == [True, True, True, False, False, False, True, True]
     assert rows[2]["deltas"] == pytest.approx(0.3980, abs=5e-5)  # docs/token-convention.md, δ_2
-    assert [r == dict(zip(TOKEN_FIELDS, (getattr(t, f) for f in TOKEN_FIELDS)))
-            for r, t in zip(rows, ledger.responses[0].tokens)] == [True] * 8
+    assert [
+        r == dict(zip(TOKEN_FIELDS, (getattr(t, f) for f in TOKEN_FIELDS)))
+        for r, t in zip(rows, ledger.responses[0].tokens)
+    ] == [True] * 8

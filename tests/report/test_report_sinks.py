@@ -80,8 +80,11 @@ def test_console_line_and_progress():
     from rich.console import Console
 
     out = io.StringIO()
-    sink = ConsoleSink(total_steps=4, keys_to_show=["reward/mean", "kl/mean", "absent/key"],
-                       console=Console(file=out, width=200, force_terminal=False))
+    sink = ConsoleSink(
+        total_steps=4,
+        keys_to_show=["reward/mean", "kl/mean", "absent/key"],
+        console=Console(file=out, width=200, force_terminal=False),
+    )
     assert sink.format_line(3, ROWS[3]) == "step 3/4  reward/mean 0.75  kl/mean 0.125"
     assert sink.format_line(1, {"kl/mean": 1 / 3}) == "step 1/4  kl/mean 0.3333"
     sink.log(1, ROWS[1])

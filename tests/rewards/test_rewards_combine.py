@@ -21,7 +21,9 @@ from glassrl.rewards import (
     build_reward_source,
 )
 
-RECORD = PromptRecord("请问1+1=2？", "是的，等于2！", {"a": 1, "b": 1, "c": 2, "sum": 2, "is_true": True, "lang": "zh"}, "t#0")
+RECORD = PromptRecord(
+    "请问1+1=2？", "是的，等于2！", {"a": 1, "b": 1, "c": 2, "sum": 2, "is_true": True, "lang": "zh"}, "t#0"
+)
 
 
 def req(response: str) -> RewardRequest:
@@ -75,7 +77,14 @@ def test_combination_misconfigured():
 
 def test_registry_builds_every_name_it_lists():
     assert set(REWARD_SOURCES) == {
-        "exact_match", "numeric", "arith_verify", "rubric", "reward_model", "judge", "majority_vote", "user_function"
+        "exact_match",
+        "numeric",
+        "arith_verify",
+        "rubric",
+        "reward_model",
+        "judge",
+        "majority_vote",
+        "user_function",
     }
     source = build_reward_source("arith_verify", partial_credit=True)
     assert isinstance(source, ArithVerifyVerifier) and isinstance(source, RewardSource) and source.partial_credit
@@ -118,7 +127,9 @@ def test_rubric_and_combination_from_config(tmp_path, monkeypatch):
     with pytest.raises(GlassrlError, match=r"criteria\[0\].weight: expected a number"):
         build_reward_source("rubric", criteria=[{"name": "x", "weight": "high", "source": {"name": "numeric"}}])
 
-    combined = build_combined([{"name": "exact_match"}, {"name": "arith_verify", "weight": 2.0, "partial_credit": True}])
+    combined = build_combined(
+        [{"name": "exact_match"}, {"name": "arith_verify", "weight": 2.0, "partial_credit": True}]
+    )
     (result,) = combined.score([req("是的，等于3！")])
     assert result.score == 0.0 * 1.0 + 2.0 * 0.5
     with pytest.raises(GlassrlError, match=r"rewards\[0\]"):

@@ -21,7 +21,13 @@ def test_groups_by_prompt_and_votes():
 
 def test_group_id_overrides_the_prompt():
     # Same prompt text, two groups (e.g. two rollouts of one prompt in one batch).
-    batch = [req("q", "1", group=0), req("q", "1", group=0), req("q", "2", group=1), req("q", "2", group=1), req("q", "1", group=1)]
+    batch = [
+        req("q", "1", group=0),
+        req("q", "1", group=0),
+        req("q", "2", group=1),
+        req("q", "2", group=1),
+        req("q", "1", group=1),
+    ]
     assert [r.score for r in MajorityVoteSource().score(batch)] == [1.0, 1.0, 1.0, 1.0, 0.0]
 
 

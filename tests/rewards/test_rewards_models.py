@@ -17,8 +17,15 @@ TEXTS = ["请问1+1=2？是的，等于2！", "Is 3+4=8? No, it equals 7!", "Rat
 
 def tiny_config(vocab_size: int, **extra) -> LlamaConfig:
     return LlamaConfig(
-        vocab_size=vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False, **extra,
+        vocab_size=vocab_size,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        **extra,
     )
 
 

@@ -76,9 +76,15 @@ class StubJudge:
 
 def test_a_source_can_judge_a_criterion_and_its_failures_name_the_criterion():
     judge = StubJudge(
-        {"a": RewardResult.ok(0.8), "b": RewardResult.timeout("judge took too long"), "c": RewardResult.error("no score")}
+        {
+            "a": RewardResult.ok(0.8),
+            "b": RewardResult.timeout("judge took too long"),
+            "c": RewardResult.error("no score"),
+        }
     )
-    source = RubricSource([Criterion("helpful", 0.5, judge), Criterion("short", 2.0, lambda r: float(len(r.response) < 5))])
+    source = RubricSource(
+        [Criterion("helpful", 0.5, judge), Criterion("short", 2.0, lambda r: float(len(r.response) < 5))]
+    )
     ok, timeout, error = source.score([req("a"), req("b"), req("c")])
     assert ok.status == "ok" and ok.score == pytest.approx(0.5 * 0.8 + 2.0 * 1.0)
     assert timeout.status == "timeout" and timeout.score is None

@@ -68,7 +68,8 @@ def test_concurrent_callers_share_the_pool():
     try:
         results = [None] * 4
         threads = [
-            threading.Thread(target=lambda i=i: results.__setitem__(i, pool.call(operator.add, (i, i), 5.0))) for i in range(4)
+            threading.Thread(target=lambda i=i: results.__setitem__(i, pool.call(operator.add, (i, i), 5.0)))
+            for i in range(4)
         ]
         for t in threads:
             t.start()

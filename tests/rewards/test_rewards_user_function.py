@@ -95,7 +95,12 @@ def test_raising_function_is_an_error_with_its_message():
 
 @pytest.mark.parametrize(
     "name, fragment",
-    [("not_a_number", "score must be a number"), ("no_score", "without 'score'"), ("bad_steps", "increasing"), ("nan", "must be a number")],
+    [
+        ("not_a_number", "score must be a number"),
+        ("no_score", "without 'score'"),
+        ("bad_steps", "increasing"),
+        ("nan", "must be a number"),
+    ],
 )
 def test_malformed_return_values_are_errors(name, fragment):
     result = one(name, "abcdef")

@@ -36,7 +36,15 @@ def scores(source, record, responses):
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("是的，等于2！", "2"), ("3-5", "5"), ("x = -4", "-4"), ("２０", "20"), ("2.0", "2"), ("1.5 or 2.25", "2.25"), ("none", None)],
+    [
+        ("是的，等于2！", "2"),
+        ("3-5", "5"),
+        ("x = -4", "-4"),
+        ("２０", "20"),
+        ("2.0", "2"),
+        ("1.5 or 2.25", "2.25"),
+        ("none", None),
+    ],
 )
 def test_extract_last_number(text, expected):
     assert extract_last_number(text) == expected
@@ -67,7 +75,15 @@ def test_exact_match_without_answer_is_an_error_not_zero():
 
 def test_numeric_table():
     add = PromptRecord("2+3=", "5", {"a": 2, "b": 3, "sum": 5}, "t#0")
-    assert scores(NumericVerifier(), add, ["5", "the answer is 5.", "4", "5.0", "", "2+3=5", "5 or 6"]) == [1, 1, 0, 1, 0, 1, 0]
+    assert scores(NumericVerifier(), add, ["5", "the answer is 5.", "4", "5.0", "", "2+3=5", "5 or 6"]) == [
+        1,
+        1,
+        0,
+        1,
+        0,
+        1,
+        0,
+    ]
     # Without metadata "sum" the reference is the last number of the answer.
     answer_only = PromptRecord("q", "it is -12", {}, "t#1")
     assert scores(NumericVerifier(), answer_only, ["-12", "12"]) == [1.0, 0.0]
@@ -98,7 +114,9 @@ def test_arith_verify_requires_the_question_language():
     assert scores(plain, false_en, ["No, it equals 7!", "不是，等于7！"]) == [1.0, 0.0]
     assert scores(partial, false_en, ["不是，等于7！"]) == [0.0]  # the wrong language earns no partial credit
     (result,) = plain.score([req(false_en, "不是，等于7！")])
-    assert result.details["language"] == "zh" and result.details["verdict"] is False and not result.details["verdict_ok"]
+    assert (
+        result.details["language"] == "zh" and result.details["verdict"] is False and not result.details["verdict_ok"]
+    )
     no_lang = PromptRecord("3+4=7?", "Yes, it equals 7!", {"is_true": True, "sum": 7}, "x#2")
     assert scores(plain, no_lang, ["Yes, it equals 7!", "是的，等于7！"]) == [1.0, 1.0]
 
@@ -129,7 +147,10 @@ def test_arith_verify_without_metadata_is_an_error():
 def test_bundled_tasks_reference_answers_score_one():
     verify = load_task("arith-verify", "test", size=40)
     add = load_task("add", "test", size=20)
-    assert {r.metadata["lang"] for r in verify} == {"zh", "en"} and {r.metadata["is_true"] for r in verify} == {True, False}
+    assert {r.metadata["lang"] for r in verify} == {"zh", "en"} and {r.metadata["is_true"] for r in verify} == {
+        True,
+        False,
+    }
     for source, records in [
         (ExactMatchVerifier(), verify + add),
         (NumericVerifier(), verify + add),

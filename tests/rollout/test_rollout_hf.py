@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
@@ -55,7 +54,7 @@ def test_layout_and_eos_convention(engine):
     for b in range(B):
         prompt = prompts[b // n]
         row = batch.prompt_ids[b][batch.prompt_mask[b]].tolist()
-        assert row == prompt and batch.prompt_mask[b, -len(prompt):].all()  # left-padded
+        assert row == prompt and batch.prompt_mask[b, -len(prompt) :].all()  # left-padded
         mask = batch.response_mask[b]
         length = int(mask.sum())
         assert mask[:length].all() and not mask[length:].any()  # contiguous from token 0
@@ -71,8 +70,9 @@ def test_layout_and_eos_convention(engine):
 
 
 def test_length_finish(engine):
-    batch = engine.generate(_ids(engine), n=2, params=SamplingParams(max_new_tokens=3),
-                            generator=torch.Generator().manual_seed(0))
+    batch = engine.generate(
+        _ids(engine), n=2, params=SamplingParams(max_new_tokens=3), generator=torch.Generator().manual_seed(0)
+    )
     assert batch.finish_reasons == ["length"] * 6
     assert batch.response_mask.all() and batch.response_ids.shape[1] == 3
 
@@ -96,8 +96,9 @@ def test_sampling_is_reproducible_from_the_generator_and_leaves_the_global_rng(e
 def test_greedy_is_argmax_decoding(engine):
     """Greedy with the KV cache equals a step-by-step argmax over full forward passes."""
     ids = _ids(engine)[1]
-    batch = engine.generate([ids], n=1, params=SamplingParams(max_new_tokens=16, greedy=True),
-                            generator=torch.Generator())
+    batch = engine.generate(
+        [ids], n=1, params=SamplingParams(max_new_tokens=16, greedy=True), generator=torch.Generator()
+    )
     seq, out = list(ids), []
     with torch.no_grad():
         for _ in range(16):
@@ -109,21 +110,26 @@ def test_greedy_is_argmax_decoding(engine):
                 break
     assert batch.response_ids[0, : len(out)].tolist() == out
     # top-k = 1 sampling is greedy too
-    top1 = engine.generate([ids], n=2, params=SamplingParams(max_new_tokens=16, top_k=1),
-                           generator=torch.Generator().manual_seed(3))
+    top1 = engine.generate(
+        [ids], n=2, params=SamplingParams(max_new_tokens=16, top_k=1), generator=torch.Generator().manual_seed(3)
+    )
     assert top1.response_ids[0, : len(out)].tolist() == out == top1.response_ids[1, : len(out)].tolist()
 
 
 def test_select_and_concat(engine):
     params = SamplingParams(max_new_tokens=16)
     a = engine.generate(_ids(engine)[:1], n=2, params=params, generator=torch.Generator().manual_seed(1))
-    b = engine.generate(_ids(engine)[1:], n=1, params=SamplingParams(max_new_tokens=3),
-                        generator=torch.Generator().manual_seed(1))
+    b = engine.generate(
+        _ids(engine)[1:], n=1, params=SamplingParams(max_new_tokens=3), generator=torch.Generator().manual_seed(1)
+    )
     both = concat_rollouts([a, b], engine.pad_id)
     assert isinstance(both, RolloutBatch) and len(both) == 4
     assert both.texts == a.texts + b.texts and both.finish_reasons == a.finish_reasons + b.finish_reasons
     for i, (src, row) in enumerate([(a, 0), (a, 1), (b, 0), (b, 1)]):
-        assert both.response_ids[i][both.response_mask[i]].tolist() == src.response_ids[row][src.response_mask[row]].tolist()
+        assert (
+            both.response_ids[i][both.response_mask[i]].tolist()
+            == src.response_ids[row][src.response_mask[row]].tolist()
+        )
         assert both.prompt_ids[i][both.prompt_mask[i]].tolist() == src.prompt_ids[row][src.prompt_mask[row]].tolist()
     picked = both.select(torch.tensor([3, 0]))
     assert picked.texts == [both.texts[3], both.texts[0]]

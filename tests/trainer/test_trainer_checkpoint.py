@@ -31,8 +31,13 @@ def _tiny_llama():
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32,
+        vocab_size=32,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
     )
     return LlamaForCausalLM(config)
 
@@ -42,7 +47,7 @@ def test_round_trip_of_every_part_kind(tmp_path):
 
     model = _tiny_llama()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 ** s)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5**s)
     ids = torch.tensor([[1, 2, 3, 4]])
     model(input_ids=ids, labels=ids).loss.backward()
     optimizer.step()
@@ -54,11 +59,17 @@ def test_round_trip_of_every_part_kind(tmp_path):
     expected_draws = (random.random(), np.random.rand(), torch.rand(1).item())
     manager = CheckpointManager(tmp_path / "ckpt", keep=2)
 
-    path = manager.save(7, {
-        "actor": Part("hf", model), "optimizer": Part("torch", optimizer.state_dict()),
-        "scheduler": Part("torch", scheduler.state_dict()), "rng": Part("torch", rng),
-        "buffer": Part("safetensors", tensors), "trainer": ("json", {"step": 7, "kl": [0.5, None]}),
-    })
+    path = manager.save(
+        7,
+        {
+            "actor": Part("hf", model),
+            "optimizer": Part("torch", optimizer.state_dict()),
+            "scheduler": Part("torch", scheduler.state_dict()),
+            "rng": Part("torch", rng),
+            "buffer": Part("safetensors", tensors),
+            "trainer": ("json", {"step": 7, "kl": [0.5, None]}),
+        },
+    )
 
     assert path == tmp_path / "ckpt" / "step_00000007" and manager.latest() == path
     parts = manager.load(path, {"actor", "optimizer", "scheduler", "rng", "buffer", "trainer"})
@@ -86,7 +97,9 @@ def test_manifest_lists_every_file_with_size_and_hash(tmp_path):
     manifest = read_manifest(path)
     assert manifest["step"] == 3 and manifest["format"] == 1 and "glassrl_version" in manifest
     assert {n: [f["path"] for f in e["files"]] for n, e in manifest["parts"].items()} == {
-        "weights": ["weights.safetensors"], "optimizer": ["optimizer.pt"], "trainer": ["trainer.json"],
+        "weights": ["weights.safetensors"],
+        "optimizer": ["optimizer.pt"],
+        "trainer": ["trainer.json"],
     }
     entry = manifest["parts"]["trainer"]["files"][0]
     assert entry["size"] == (path / "trainer.json").stat().st_size and len(entry["sha256"]) == 64

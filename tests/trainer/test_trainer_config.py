@@ -24,8 +24,14 @@ def _resolve(*overrides: str):
 
 
 def test_derived_sizes():
-    r = _resolve("steps=10", "rollout.n=4", "batch.prompts_per_step=8", "batch.mini_batch_prompts=2",
-                 "batch.micro_batch_responses=4", "batch.epochs=3")
+    r = _resolve(
+        "steps=10",
+        "rollout.n=4",
+        "batch.prompts_per_step=8",
+        "batch.mini_batch_prompts=2",
+        "batch.micro_batch_responses=4",
+        "batch.epochs=3",
+    )
     assert r.responses_per_step == 32  # 8 prompts × 4
     assert r.mini_batch_responses == 8  # 2 prompts × 4
     assert r.mini_batches_per_epoch == 4  # 8 / 2
@@ -40,9 +46,14 @@ def test_table_names_every_size_with_its_unit():
     out = io.StringIO()
     print_resolved(_resolve(), Console(file=out, width=200))
     text = out.getvalue()
-    for unit in ("prompts, global", "responses, global", "responses, per optimiser step",
-                 "responses, per micro-batch, per worker", "micro-batches per optimiser step",
-                 "optimiser steps, whole run"):
+    for unit in (
+        "prompts, global",
+        "responses, global",
+        "responses, per optimiser step",
+        "responses, per micro-batch, per worker",
+        "micro-batches per optimiser step",
+        "optimiser steps, whole run",
+    ):
         assert unit in text
     assert re.search(r"responses per step\s+│\s+32\s+│", text)
 
@@ -51,7 +62,10 @@ def test_table_names_every_size_with_its_unit():
     "overrides, message",
     [
         (["batch.micro_batch_responses=5"], r"batch\.micro_batch_responses = 5 does not divide .* = 32 responses"),
-        (["batch.mini_batch_prompts=3"], r"batch\.mini_batch_prompts = 3 does not divide batch\.prompts_per_step = 8 prompts"),
+        (
+            ["batch.mini_batch_prompts=3"],
+            r"batch\.mini_batch_prompts = 3 does not divide batch\.prompts_per_step = 8 prompts",
+        ),
         (["algo.lam=1.5"], r"algo\.lam = 1\.5: must lie in \[0, 1\]"),
         (["algo.gamma=-0.1"], r"algo\.gamma = -0\.1: must lie in \[0, 1\]"),
         (["rollout.temperature=0"], r"rollout\.temperature = 0\.0: must be > 0"),
@@ -95,8 +109,15 @@ def test_unknown_key_lists_the_valid_ones(tmp_path):
 
 
 def test_gae_gets_a_critic_and_consistent_options_pass():
-    r = _resolve("algo.advantage=gae", "algo.lam=0.95", "algo.critic_lam=1.0", "algo.kl.placement=reward",
-                 "algo.kl.kind=k1", "algo.kl.target=0.05", "algo.value_warmup_steps=5")
+    r = _resolve(
+        "algo.advantage=gae",
+        "algo.lam=0.95",
+        "algo.critic_lam=1.0",
+        "algo.kl.placement=reward",
+        "algo.kl.kind=k1",
+        "algo.kl.target=0.05",
+        "algo.value_warmup_steps=5",
+    )
     assert r.uses_critic and r.actor_warmup_steps == 5
     assert not _resolve("algo.kl.placement=none").uses_reference
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_helpers import KillAt, Killed, assert_same_weights, logged_metrics, remove_checkpoint_part
 
 from glassrl.config import load_config
 from glassrl.data.records import PromptRecord
@@ -16,7 +17,6 @@ from glassrl.rewards.base import RewardResult
 from glassrl.rollout.base import RolloutBatch
 from glassrl.trainer.config import TrainConfig
 from glassrl.trainer.dynamic_sampling import DynamicSampler, Sampled
-from run_helpers import KillAt, Killed, assert_same_weights, logged_metrics, remove_checkpoint_part
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # A reward most groups of the tiny model disagree on, so that rounds leave a surplus to buffer.
@@ -30,14 +30,19 @@ def _round(scores: list[list[float | None]], tag: str) -> Sampled:
     G, k = len(scores[0]), len(scores)
     B = G * k
     rollout = RolloutBatch(
-        prompt_ids=torch.full((B, 2), 7), prompt_mask=torch.ones((B, 2), dtype=torch.bool),
-        response_ids=torch.arange(B * 3).reshape(B, 3), response_mask=torch.ones((B, 3), dtype=torch.bool),
-        group_index=torch.arange(k).repeat_interleave(G), finish_reasons=["stop"] * B,
+        prompt_ids=torch.full((B, 2), 7),
+        prompt_mask=torch.ones((B, 2), dtype=torch.bool),
+        response_ids=torch.arange(B * 3).reshape(B, 3),
+        response_mask=torch.ones((B, 3), dtype=torch.bool),
+        group_index=torch.arange(k).repeat_interleave(G),
+        finish_reasons=["stop"] * B,
         texts=[f"{tag}{g}.{i}" for g in range(k) for i in range(G)],
     )
-    results = [RewardResult.error("boom") if s is None else
-               RewardResult.ok(s, details={"sources": {"a": RewardResult.ok(s)}})
-               for group in scores for s in group]
+    results = [
+        RewardResult.error("boom") if s is None else RewardResult.ok(s, details={"sources": {"a": RewardResult.ok(s)}})
+        for group in scores
+        for s in group
+    ]
     prompts = [PromptRecord(f"{tag}{g}", answer="1", metadata={"task": "x"}, source=f"{tag}#{g}") for g in range(k)]
     return Sampled(rollout, prompts, [[7, 7]] * k, results)
 
@@ -53,8 +58,12 @@ def test_keeps_mixed_groups_and_buffers_the_surplus():
     r1 = _round([[1.0, 1.0], [0.0, 1.0]], "a")
     r2 = _round([[1.0, 0.0], [0.5, 0.0]], "b")
     sampled, metrics = sampler.fill(_rounds(r1, r2))
-    assert metrics == {"sampling/rounds": 2, "sampling/groups_generated": 4, "sampling/groups_kept": 3,
-                       "sampling/buffer_groups": 1}
+    assert metrics == {
+        "sampling/rounds": 2,
+        "sampling/groups_generated": 4,
+        "sampling/groups_kept": 3,
+        "sampling/buffer_groups": 1,
+    }
     assert [p.prompt for p in sampled.prompts] == ["a1", "b0"]  # oldest first
     assert sampled.rollout.texts == ["a1.0", "a1.1", "b0.0", "b0.1"]
     assert sampled.rollout.group_index.tolist() == [0, 0, 1, 1]
@@ -62,8 +71,12 @@ def test_keeps_mixed_groups_and_buffers_the_surplus():
     # next step: the buffered group plus one from a new round; the all-zero group is dropped
     sampled, metrics = sampler.fill(_rounds(_round([[0.0, 0.0], [1.0, 0.5]], "c")))
     assert [p.prompt for p in sampled.prompts] == ["b1", "c1"]
-    assert metrics == {"sampling/rounds": 1, "sampling/groups_generated": 2, "sampling/groups_kept": 1,
-                       "sampling/buffer_groups": 0}
+    assert metrics == {
+        "sampling/rounds": 1,
+        "sampling/groups_generated": 2,
+        "sampling/groups_kept": 1,
+        "sampling/buffer_groups": 0,
+    }
 
 
 def test_failed_scores_are_left_out_of_the_comparison():
@@ -80,9 +93,12 @@ def test_failed_scores_are_left_out_of_the_comparison():
 def test_too_many_rounds_is_an_error_naming_the_key_and_counts():
     sampler = DynamicSampler(need=2, max_rounds=2, pad_id=0)
     same = [[1.0, 1.0], [0.0, 0.0]]
-    with pytest.raises(GlassrlError, match=r"algo.dynamic_sampling_max_rounds = 2: after 2 rounds \(4 groups "
-                                           r"generated, 1 with mixed scores kept\) the step holds 1 of "
-                                           r"batch.prompts_per_step = 2"):
+    with pytest.raises(
+        GlassrlError,
+        match=r"algo.dynamic_sampling_max_rounds = 2: after 2 rounds \(4 groups "
+        r"generated, 1 with mixed scores kept\) the step holds 1 of "
+        r"batch.prompts_per_step = 2",
+    ):
         sampler.fill(_rounds(_round(same, "a"), _round([[0.0, 1.0], [1.0, 1.0]], "b")))
 
 
@@ -90,7 +106,7 @@ def test_the_buffer_round_trips_through_a_weights_only_checkpoint():
     sampler = DynamicSampler(need=1, max_rounds=1, pad_id=0)
     sampler.fill(_rounds(_round([[0.0, 1.0], [1.0, 0.0], [1.0, 0.5]], "a")))
     assert len(sampler.buffer) == 2
-    (name, (kind, value)), = sampler.state_dict().items()
+    ((name, (kind, value)),) = sampler.state_dict().items()
     assert (name, kind) == ("sample_buffer", "torch")
     f = io.BytesIO()
     torch.save(value, f)
@@ -121,7 +137,9 @@ def test_every_trained_group_is_mixed_and_the_counters_add_up(fast, tmp_path, mo
 
     trained: list[Sampled] = []
     score = loop.Trainer._score
-    monkeypatch.setattr(loop.Trainer, "_score", lambda self, sampled: (trained.append(sampled), score(self, sampled))[1])
+    monkeypatch.setattr(
+        loop.Trainer, "_score", lambda self, sampled: (trained.append(sampled), score(self, sampled))[1]
+    )
     common = [*fast, MIXED_REWARD, "steps=3", "algo.dynamic_sampling_max_rounds=8", "logging.ledger_every=0"]
     _trainer(common).train()
     rows = logged_metrics(tmp_path / "run")[1:]
@@ -138,8 +156,15 @@ def test_every_trained_group_is_mixed_and_the_counters_add_up(fast, tmp_path, mo
 
 
 def test_resume_with_a_non_empty_buffer_is_bit_identical(fast, tmp_path):
-    common = [*fast, MIXED_REWARD, "steps=4", "algo.dynamic_sampling_max_rounds=8", "logging.checkpoint_every=1",
-              "logging.keep_checkpoints=1", "logging.ledger_every=0"]
+    common = [
+        *fast,
+        MIXED_REWARD,
+        "steps=4",
+        "algo.dynamic_sampling_max_rounds=8",
+        "logging.checkpoint_every=1",
+        "logging.keep_checkpoints=1",
+        "logging.ledger_every=0",
+    ]
     straight = _trainer([*common, f"output_dir={tmp_path / 'straight'}"])
     straight.train()
     rows = logged_metrics(tmp_path / "straight")

@@ -42,9 +42,17 @@ def test_reward_rises(preset, fast, tmp_path, monkeypatch):
 
     monkeypatch.setitem(REWARD_SOURCES, "says_no", SaysNo)
     overrides = [
-        *fast, *PRESETS[preset], "steps=12", "data.eval_size=0", "reward.sources=[{name: says_no}]",
-        "batch.prompts_per_step=4", "rollout.n=4", "batch.mini_batch_prompts=4", "batch.micro_batch_responses=16",
-        "actor_optim.warmup_steps=0", "logging.ledger_every=0",
+        *fast,
+        *PRESETS[preset],
+        "steps=12",
+        "data.eval_size=0",
+        "reward.sources=[{name: says_no}]",
+        "batch.prompts_per_step=4",
+        "rollout.n=4",
+        "batch.mini_batch_prompts=4",
+        "batch.micro_batch_responses=16",
+        "actor_optim.warmup_steps=0",
+        "logging.ledger_every=0",
     ]
     Trainer(load_config(TrainConfig, EXAMPLES / f"{preset}.yaml", overrides), progress=False).train()
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -41,8 +41,16 @@ def test_preset_runs_two_steps(preset, fast, tmp_path):
     assert set(rows[0]) == {"step", "eval/accuracy"} | {f"eval/accuracy/{lang}" for lang in langs}
     keys = {k for r in rows for k in r if k != "step"}
     assert undocumented(keys) == []
-    assert {"reward/mean", "task/accuracy", "actor/policy_loss", "actor/grad_norm", "kl/mean",
-            "response/distinct_2", "perf/generate_s", "eval/accuracy"} <= keys
+    assert {
+        "reward/mean",
+        "task/accuracy",
+        "actor/policy_loss",
+        "actor/grad_norm",
+        "kl/mean",
+        "response/distinct_2",
+        "perf/generate_s",
+        "eval/accuracy",
+    } <= keys
     if preset == "ppo":
         assert {"critic/value_loss", "critic/explained_variance", "returns/mean", "critic/vf_clip_frac"} <= keys
     ledger = read_jsonl(run / "ledgers" / "step_000002.jsonl")
@@ -77,8 +85,13 @@ def _marked(prompt_file: Path, out: Path, marks: dict[int, str]) -> Path:
 
 def _failure_overrides(fast, data: Path, rate: float) -> list[str]:
     source = "[{name: user_function, spec: 'trainer_reward_fns:flaky_reward', timeout_s: 2.0}]"
-    return [*fast, f"data.train={data}", "data.eval_size=0", f"reward.sources={source}",
-            f"reward.max_failure_rate={rate}"]
+    return [
+        *fast,
+        f"data.train={data}",
+        "data.eval_size=0",
+        f"reward.sources={source}",
+        f"reward.max_failure_rate={rate}",
+    ]
 
 
 def test_reward_failures_below_the_threshold_are_counted(fast, prompt_files, tmp_path):
@@ -95,8 +108,11 @@ def test_reward_failures_below_the_threshold_are_counted(fast, prompt_files, tmp
 
 def test_reward_failures_above_the_threshold_stop_the_run(fast, prompt_files, tmp_path):
     data = _marked(prompt_files[0], tmp_path / "marked.jsonl", {0: "raise"})
-    with pytest.raises(GlassrlError, match=r"step [12]: 4 of 16 reward scores failed \(25% > reward\.max_failure_rate "
-                                           r"= 0\.2\); first: error: .*boom on a marked prompt"):
+    with pytest.raises(
+        GlassrlError,
+        match=r"step [12]: 4 of 16 reward scores failed \(25% > reward\.max_failure_rate "
+        r"= 0\.2\); first: error: .*boom on a marked prompt",
+    ):
         _trainer(None, _failure_overrides(fast, data, 0.2)).train()
 
 
@@ -110,9 +126,15 @@ def test_failed_responses_leave_group_baselines_and_training():
     B, T = 8, 3
     mask = torch.ones(B, T, dtype=torch.bool)
     mask[1, 2] = False  # a shorter response
-    rollout = RolloutBatch(torch.zeros(B, 1, dtype=torch.long), torch.ones(B, 1, dtype=torch.bool),
-                           torch.zeros(B, T, dtype=torch.long), mask, torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]),
-                           ["stop"] * B, [""] * B)
+    rollout = RolloutBatch(
+        torch.zeros(B, 1, dtype=torch.long),
+        torch.ones(B, 1, dtype=torch.bool),
+        torch.zeros(B, T, dtype=torch.long),
+        mask,
+        torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]),
+        ["stop"] * B,
+        [""] * B,
+    )
     scored = torch.tensor([True, True, True, False, True, False, False, False])
     scores = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0])
     rows = estimator_rows("grpo", scored, rollout.group_index)
@@ -149,9 +171,15 @@ def test_process_rewards_sit_on_step_end_tokens(tiny_model_dir):
     result = ArithVerifyVerifier(process_rewards=True).score([RewardRequest("", text, record)])[0]
     assert result.process_rewards == ((3, 1.0), (8, 1.0))
     T = len(ids)
-    rollout = RolloutBatch(torch.ones(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.bool),
-                           torch.tensor([ids]), torch.ones(1, T, dtype=torch.bool), torch.zeros(1, dtype=torch.long),
-                           ["stop"], [text])
+    rollout = RolloutBatch(
+        torch.ones(1, 1, dtype=torch.long),
+        torch.ones(1, 1, dtype=torch.bool),
+        torch.tensor([ids]),
+        torch.ones(1, T, dtype=torch.bool),
+        torch.zeros(1, dtype=torch.long),
+        ["stop"],
+        [text],
+    )
     token_scores, step_end = place_scores([result], torch.tensor([1.0]), rollout, tok)
     assert token_scores[0].tolist() == [0, 0, 1.0, 0, 0, 0, 1.0, 0]
     assert step_end[0].tolist() == [False, False, True, False, False, False, True, False]
@@ -179,15 +207,33 @@ def test_gradient_accumulation_is_exact(tiny_model_dir, loss_agg):
         "advantages": torch.randn(B, T, generator=generator),
         "ref_logprobs": -torch.rand(B, T, generator=generator),
     }
-    terms = actor_terms(policy_loss="ppo_clip", params=PolicyLossParams(), loss_agg=loss_agg, norm_length=T,
-                        kl_in_loss="k3", kl_coef=0.1, entropy_coef=0.01, positive_nll_coef=0.0)
+    terms = actor_terms(
+        policy_loss="ppo_clip",
+        params=PolicyLossParams(),
+        loss_agg=loss_agg,
+        norm_length=T,
+        kl_in_loss="k3",
+        kl_coef=0.1,
+        entropy_coef=0.01,
+        positive_nll_coef=0.0,
+    )
     grads = []
     for micro in (1, 2, 8):
         model = load_causal_lm(tiny_model_dir, device="cpu")
         optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda("constant", 0, 1))
-        metrics = run_updates(model, optimizer, scheduler, batch, [torch.arange(B)], micro_batch=micro, grad_clip=None,
-                              forward=partial(actor_forward, 1.0, True), terms=terms, prefix="actor")
+        metrics = run_updates(
+            model,
+            optimizer,
+            scheduler,
+            batch,
+            [torch.arange(B)],
+            micro_batch=micro,
+            grad_clip=None,
+            forward=partial(actor_forward, 1.0, True),
+            terms=terms,
+            prefix="actor",
+        )
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
         assert {"actor/policy_loss", "actor/kl_loss", "actor/entropy_loss", "actor/grad_norm"} <= set(metrics)
     for other in grads[1:]:
@@ -241,11 +287,19 @@ def test_cli_train(fast, tmp_path, capsys):
 
 FEATURES = {
     "remax-greedy-baseline": ["algo.advantage=remax", "rollout.n=2"],
-    "grpo-process-rewards": ["algo.advantage=grpo_process", "reward.sources=[{name: arith_verify, process_rewards: true}]"],
+    "grpo-process-rewards": [
+        "algo.advantage=grpo_process",
+        "reward.sources=[{name: arith_verify, process_rewards: true}]",
+    ],
     "overlong-and-reward-norm": ["algo.overlong={max_length: 12, cache_length: 4}", "algo.reward_norm=true"],
-    "value-warmup-positive-nll-entropy": ["algo.advantage=gae", "algo.lam=0.95", "algo.value_warmup_steps=1",
-                                          "algo.positive_nll_coef=0.1", "algo.entropy_coef=0.01",
-                                          "reward.sources=[{name: arith_verify, partial_credit: true}]"],
+    "value-warmup-positive-nll-entropy": [
+        "algo.advantage=gae",
+        "algo.lam=0.95",
+        "algo.value_warmup_steps=1",
+        "algo.positive_nll_coef=0.1",
+        "algo.entropy_coef=0.01",
+        "reward.sources=[{name: arith_verify, partial_credit: true}]",
+    ],
 }
 
 
@@ -280,4 +334,11 @@ def test_evaluation_by_group_splits_the_accuracy(fast, prompt_files, tmp_path):
     assert weighted == pytest.approx(metrics["eval/accuracy"], abs=1e-12)
     trainer.cfg.logging.eval_group_by = "no_such_key"
     assert set(trainer.evaluate()) == {"eval/accuracy"}
-    assert [metric_segment(v) for v in ("en", "Zh-CN", "a/b c", True, 3, "///")] == ["en", "zh-cn", "a_b_c", "true", "3", "_"]
+    assert [metric_segment(v) for v in ("en", "Zh-CN", "a/b c", True, 3, "///")] == [
+        "en",
+        "zh-cn",
+        "a_b_c",
+        "true",
+        "3",
+        "_",
+    ]

@@ -31,36 +31,99 @@ RUN_ELSEWHERE = {"grpo", "ppo"}  # test_trainer_loop.py::test_preset_runs_two_st
 
 # What makes each preset the algorithm it names (dotted config key -> value).
 DEFINING: dict[str, dict[str, object]] = {
-    "ppo": {"algo.advantage": "gae", "algo.policy_loss": "ppo_clip", "algo.kl.placement": "reward",
-            "algo.whiten_advantages": True},
-    "grpo": {"algo.advantage": "grpo", "algo.policy_loss": "ppo_clip", "algo.kl.placement": "loss",
-             "algo.kl.kind": "k3", "algo.loss_agg": "seq-mean-token-mean"},
-    "dr_grpo": {"algo.advantage": "dr_grpo", "algo.loss_agg": "seq-mean-token-sum-norm",
-                "algo.kl.placement": "none"},
-    "rloo": {"algo.advantage": "rloo", "algo.policy_loss": "reinforce", "algo.kl.placement": "reward",
-             "algo.loss_agg": "seq-mean-token-sum", "batch.epochs": 1},
-    "remax": {"algo.advantage": "remax", "algo.policy_loss": "reinforce", "rollout.n": 1,
-              "algo.loss_agg": "seq-mean-token-sum", "batch.epochs": 1},
-    "reinforce_pp": {"algo.advantage": "reinforce_pp", "algo.policy_loss": "ppo_clip",
-                     "algo.kl.placement": "reward", "algo.kl.target": None},
-    "reinforce_pp_baseline": {"algo.advantage": "reinforce_pp_baseline", "algo.policy_loss": "ppo_clip",
-                              "algo.kl.placement": "reward"},
-    "dapo": {"algo.advantage": "grpo", "algo.loss_agg": "token-mean", "algo.kl.placement": "none",
-             "algo.clip_low": 0.2, "algo.clip_high": 0.28, "algo.dynamic_sampling": True},
-    "vapo": {"algo.advantage": "gae", "algo.critic_lam": 1.0, "algo.length_alpha": 2.0,
-             "algo.positive_nll_coef": 0.1, "algo.loss_agg": "token-mean", "algo.clip_high": 0.28},
-    "gspo": {"algo.advantage": "grpo", "algo.policy_loss": "gspo", "algo.loss_agg": "seq-mean-token-mean",
-             "algo.clip_low": 3e-4, "algo.clip_high": 4e-4},
-    "cispo": {"algo.advantage": "grpo", "algo.policy_loss": "cispo", "algo.loss_agg": "token-mean",
-              "algo.cispo_eps_is_low": 1.0},
-    "aspo": {"algo.advantage": "grpo", "algo.policy_loss": "aspo", "algo.loss_agg": "token-mean",
-             "algo.dual_clip_c": 3.0},
-    "dual_clip_ppo": {"algo.advantage": "gae", "algo.policy_loss": "dual_clip", "algo.dual_clip_c": 3.0,
-                      "algo.kl.placement": "reward", "algo.whiten_advantages": True},
-    "ttrl": {"algo.advantage": "grpo", "reward.sources": [{"name": "majority_vote", "weight": 1.0}],
-             "data.test": "task:arith-verify/test"},
-    "clip_cov": {"algo.advantage": "grpo", "algo.policy_loss": "clip_cov", "algo.clip_cov_r": 2e-4,
-                 "algo.clip_cov_omega_low": 1.0, "algo.clip_cov_omega_high": 5.0},
+    "ppo": {
+        "algo.advantage": "gae",
+        "algo.policy_loss": "ppo_clip",
+        "algo.kl.placement": "reward",
+        "algo.whiten_advantages": True,
+    },
+    "grpo": {
+        "algo.advantage": "grpo",
+        "algo.policy_loss": "ppo_clip",
+        "algo.kl.placement": "loss",
+        "algo.kl.kind": "k3",
+        "algo.loss_agg": "seq-mean-token-mean",
+    },
+    "dr_grpo": {"algo.advantage": "dr_grpo", "algo.loss_agg": "seq-mean-token-sum-norm", "algo.kl.placement": "none"},
+    "rloo": {
+        "algo.advantage": "rloo",
+        "algo.policy_loss": "reinforce",
+        "algo.kl.placement": "reward",
+        "algo.loss_agg": "seq-mean-token-sum",
+        "batch.epochs": 1,
+    },
+    "remax": {
+        "algo.advantage": "remax",
+        "algo.policy_loss": "reinforce",
+        "rollout.n": 1,
+        "algo.loss_agg": "seq-mean-token-sum",
+        "batch.epochs": 1,
+    },
+    "reinforce_pp": {
+        "algo.advantage": "reinforce_pp",
+        "algo.policy_loss": "ppo_clip",
+        "algo.kl.placement": "reward",
+        "algo.kl.target": None,
+    },
+    "reinforce_pp_baseline": {
+        "algo.advantage": "reinforce_pp_baseline",
+        "algo.policy_loss": "ppo_clip",
+        "algo.kl.placement": "reward",
+    },
+    "dapo": {
+        "algo.advantage": "grpo",
+        "algo.loss_agg": "token-mean",
+        "algo.kl.placement": "none",
+        "algo.clip_low": 0.2,
+        "algo.clip_high": 0.28,
+        "algo.dynamic_sampling": True,
+    },
+    "vapo": {
+        "algo.advantage": "gae",
+        "algo.critic_lam": 1.0,
+        "algo.length_alpha": 2.0,
+        "algo.positive_nll_coef": 0.1,
+        "algo.loss_agg": "token-mean",
+        "algo.clip_high": 0.28,
+    },
+    "gspo": {
+        "algo.advantage": "grpo",
+        "algo.policy_loss": "gspo",
+        "algo.loss_agg": "seq-mean-token-mean",
+        "algo.clip_low": 3e-4,
+        "algo.clip_high": 4e-4,
+    },
+    "cispo": {
+        "algo.advantage": "grpo",
+        "algo.policy_loss": "cispo",
+        "algo.loss_agg": "token-mean",
+        "algo.cispo_eps_is_low": 1.0,
+    },
+    "aspo": {
+        "algo.advantage": "grpo",
+        "algo.policy_loss": "aspo",
+        "algo.loss_agg": "token-mean",
+        "algo.dual_clip_c": 3.0,
+    },
+    "dual_clip_ppo": {
+        "algo.advantage": "gae",
+        "algo.policy_loss": "dual_clip",
+        "algo.dual_clip_c": 3.0,
+        "algo.kl.placement": "reward",
+        "algo.whiten_advantages": True,
+    },
+    "ttrl": {
+        "algo.advantage": "grpo",
+        "reward.sources": [{"name": "majority_vote", "weight": 1.0}],
+        "data.test": "task:arith-verify/test",
+    },
+    "clip_cov": {
+        "algo.advantage": "grpo",
+        "algo.policy_loss": "clip_cov",
+        "algo.clip_cov_r": 2e-4,
+        "algo.clip_cov_omega_low": 1.0,
+        "algo.clip_cov_omega_high": 5.0,
+    },
 }
 
 # Metrics the preset's algorithm must emit (besides the common ones checked for all).
@@ -71,8 +134,14 @@ EMITS: dict[str, set[str]] = {
     "reinforce_pp": {"kl/mean", "kl/beta", "actor/clip_frac_high"},
     "reinforce_pp_baseline": {"kl/mean", "kl/beta", "actor/clip_frac_high"},
     "dapo": {"actor/clip_frac_low", "actor/clip_frac_high"},
-    "vapo": {"critic/value_loss", "critic/vf_clip_frac", "critic/explained_variance", "returns/mean",
-             "actor/positive_nll_loss", "actor/clip_frac_high"},
+    "vapo": {
+        "critic/value_loss",
+        "critic/vf_clip_frac",
+        "critic/explained_variance",
+        "returns/mean",
+        "actor/positive_nll_loss",
+        "actor/clip_frac_high",
+    },
     "gspo": {"actor/clip_frac_low", "actor/clip_frac_high"},
     "cispo": {"actor/clip_frac_low", "actor/clip_frac_high"},
     "aspo": {"actor/clip_frac_low", "actor/clip_frac_high", "actor/dual_clip_frac"},
@@ -108,8 +177,9 @@ def _rows(run: Path) -> list[dict]:
 def _unlabelled(prompt_file: Path, out: Path) -> Path:
     """The prompts of ``prompt_file`` with nothing else: no answer, no metadata (TTRL's data)."""
     rows = [json.loads(line) for line in prompt_file.read_text(encoding="utf-8").splitlines()]
-    out.write_text("".join(json.dumps({"prompt": r["prompt"]}, ensure_ascii=False) + "\n" for r in rows),
-                   encoding="utf-8")
+    out.write_text(
+        "".join(json.dumps({"prompt": r["prompt"]}, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+    )
     return out
 
 
@@ -125,8 +195,23 @@ def _run(preset: str, fast: list[str], extra: list[str], tmp_path: Path) -> tupl
 
 
 def test_the_issue_presets_are_all_here():
-    expected = {"ppo", "grpo", "dr_grpo", "rloo", "remax", "reinforce_pp", "reinforce_pp_baseline", "dapo",
-                "vapo", "gspo", "cispo", "aspo", "dual_clip_ppo", "ttrl", "clip_cov"}
+    expected = {
+        "ppo",
+        "grpo",
+        "dr_grpo",
+        "rloo",
+        "remax",
+        "reinforce_pp",
+        "reinforce_pp_baseline",
+        "dapo",
+        "vapo",
+        "gspo",
+        "cispo",
+        "aspo",
+        "dual_clip_ppo",
+        "ttrl",
+        "clip_cov",
+    }
     assert set(PRESETS) == expected == set(DEFINING)
 
 
@@ -320,15 +405,17 @@ def test_preset_page_names_its_config_keys_and_real_tests(preset):
     for path, name in refs:
         source = ROOT / path
         assert source.is_file(), f"{page.name}: {path} does not exist"
-        assert re.search(rf"^\s*def {name}\(", source.read_text(encoding="utf-8"), re.M), \
+        assert re.search(rf"^\s*def {name}\(", source.read_text(encoding="utf-8"), re.M), (
             f"{page.name}: no test {name} in {path}"
+        )
     code = _CODE_REF.findall(text)
     assert code
     for path, dotted in code:  # `algos/losses_clipped.py:gspo`, `trainer/loop.py:Trainer.step`
         source = (ROOT / "src" / "glassrl" / path).read_text(encoding="utf-8")
         for name in dotted.split("."):
-            assert re.search(rf"^\s*(def|class) {name}\b|^{name}\b.*=", source, re.M), \
+            assert re.search(rf"^\s*(def|class) {name}\b|^{name}\b.*=", source, re.M), (
                 f"{page.name}: no {name} in src/glassrl/{path}"
+            )
     keys = set(_CONFIG_KEY.findall(text))
     assert keys
     for key in keys:

@@ -9,17 +9,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_helpers import KillAt, Killed, assert_same_weights, logged_metrics
 
 from glassrl.config import load_config
 from glassrl.errors import GlassrlError
 from glassrl.trainer.config import TrainConfig
-from run_helpers import KillAt, Killed, assert_same_weights, logged_metrics
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _pairs(path: Path) -> Path:
-    rows = [{"prompt": f"请问{a}+{b}={a + b}？", "response": f"是的，等于{a + b}！"} for a in range(3) for b in range(3)]
+    rows = [
+        {"prompt": f"请问{a}+{b}={a + b}？", "response": f"是的，等于{a + b}！"} for a in range(3) for b in range(3)
+    ]
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     return path
 
@@ -42,21 +44,40 @@ def test_the_gradient_includes_gamma_times_the_sft_gradient(tiny_model_dir, tmp_
     examples = load_ptx_examples(str(_pairs(tmp_path / "pairs.jsonl")), tokenizer, 64)
     rl = collate(examples[:4], tokenizer.pad_token_id)  # an RL batch: any responses, loss = their NLL
     rl = {k: rl[k] for k in ("input_ids", "attention_mask", "response_mask")}
-    nll = Term("actor/policy_loss", 1.0, "token-mean", None, mask=lambda m: m["response_mask"],
-               per_token=lambda out, m: (-out["logprobs"], {}))
+    nll = Term(
+        "actor/policy_loss",
+        1.0,
+        "token-mean",
+        None,
+        mask=lambda m: m["response_mask"],
+        per_token=lambda out, m: (-out["logprobs"], {}),
+    )
     start = {k: v.clone() for k, v in model.state_dict().items()}
 
     def step(ptx):
         model.load_state_dict(start)
         optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-        metrics = run_updates(model, optimizer, scheduler, rl, [torch.arange(4)], micro_batch=2, grad_clip=None,
-                              forward=partial(actor_forward, 1.0, False), terms=[nll], prefix="actor", ptx=ptx)
+        metrics = run_updates(
+            model,
+            optimizer,
+            scheduler,
+            rl,
+            [torch.arange(4)],
+            micro_batch=2,
+            grad_clip=None,
+            forward=partial(actor_forward, 1.0, False),
+            terms=[nll],
+            prefix="actor",
+            ptx=ptx,
+        )
         return {k: v.clone() for k, v in model.state_dict().items()}, metrics
 
     without, m0 = step(None)
     ptx = PtxLoss(examples, coef=0.5, batch_size=3, micro_batch=2, pad_id=tokenizer.pad_token_id, seed=7)
-    drawn = [examples[i] for i in torch.randperm(len(examples), generator=torch.Generator().manual_seed(7 * 1_000_003))[:3]]
+    drawn = [
+        examples[i] for i in torch.randperm(len(examples), generator=torch.Generator().manual_seed(7 * 1_000_003))[:3]
+    ]
     with_ptx, m1 = step(ptx)
     assert "actor/ptx_loss" not in m0
 
@@ -88,8 +109,15 @@ def test_a_ptx_run_trains_and_resumes_bit_identical(fast, tmp_path):
     from glassrl.trainer.loop import Trainer
 
     pairs = _pairs(tmp_path / "pairs.jsonl")
-    common = [*fast, "algo.ptx_coef=0.5", f"data.ptx={pairs}", "steps=3", "logging.checkpoint_every=1",
-              "logging.keep_checkpoints=1", "logging.ledger_every=0"]
+    common = [
+        *fast,
+        "algo.ptx_coef=0.5",
+        f"data.ptx={pairs}",
+        "steps=3",
+        "logging.checkpoint_every=1",
+        "logging.keep_checkpoints=1",
+        "logging.ledger_every=0",
+    ]
 
     def trainer(out, **kwargs):
         cfg = load_config(TrainConfig, EXAMPLES / "grpo.yaml", [*common, f"output_dir={tmp_path / out}"])
@@ -101,7 +129,9 @@ def test_a_ptx_run_trains_and_resumes_bit_identical(fast, tmp_path):
     straight = trainer("straight")
     straight.train()
     assert all(r["actor/ptx_loss"] > 0 for r in rows("straight")[1:])
-    assert (straight.ptx.stream.epoch, straight.ptx.stream.index) == divmod(3 * 2 * 8, 9)  # steps × mini × pairs, 9 pairs an epoch
+    assert (straight.ptx.stream.epoch, straight.ptx.stream.index) == divmod(
+        3 * 2 * 8, 9
+    )  # steps × mini × pairs, 9 pairs an epoch
 
     first = trainer("resumed")
     first.sinks.sinks.append(KillAt(3))  # killed after logging step 3, before its checkpoint

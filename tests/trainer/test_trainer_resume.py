@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from run_helpers import KillAt, Killed, assert_same_weights, logged_metrics, remove_checkpoint_part
 
 from glassrl.config import load_config
 from glassrl.errors import GlassrlError
 from glassrl.trainer.config import TrainConfig
-from run_helpers import KillAt, Killed, assert_same_weights, logged_metrics, remove_checkpoint_part
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -20,7 +20,10 @@ CPU = torch.device("cpu")
 
 
 def _write_pairs(path, pairs, margins=True):
-    rows = [{"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected} | ({"margin": p.margin} if margins else {}) for p in pairs]
+    rows = [
+        {"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected} | ({"margin": p.margin} if margins else {})
+        for p in pairs
+    ]
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     return path
 
@@ -41,9 +44,16 @@ def tiny_model(tmp_path_factory):
         tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
     config = LlamaConfig(
-        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
     )
     path = tmp_path_factory.mktemp("tiny_rm_base")
     torch.manual_seed(0)
@@ -63,8 +73,16 @@ def pair_files(tmp_path_factory):
 
 def _cfg(tiny_model, pair_files, tmp_path, **kw) -> RMConfig:
     base = dict(
-        model=str(tiny_model), data=pair_files["train"], eval_data=pair_files["test"], lr=3e-3,
-        warmup_steps=2, steps=30, batch_size=8, max_length=40, log_every=1, output_dir=str(tmp_path / "rm"),
+        model=str(tiny_model),
+        data=pair_files["train"],
+        eval_data=pair_files["test"],
+        lr=3e-3,
+        warmup_steps=2,
+        steps=30,
+        batch_size=8,
+        max_length=40,
+        log_every=1,
+        output_dir=str(tmp_path / "rm"),
         device="cpu",
     )
     return RMConfig(**(base | kw))

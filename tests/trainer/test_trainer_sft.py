@@ -33,9 +33,17 @@ def tokenizer():
 def tiny_model(tokenizer, seed: int = 0) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
     )
     return LlamaForCausalLM(config)
 
@@ -86,8 +94,17 @@ def test_response_ends_with_eos(tokenizer):
 
 def test_sft_loss_falls_and_writes_a_loadable_checkpoint(tokenizer, tmp_path):
     cfg = SFTConfig(
-        model="in memory", data="task:add", seed=0, lr=1e-2, warmup_steps=2, steps=30, batch_size=16,
-        output_dir=str(tmp_path / "run"), log_every=5, eval_every=15, device="cpu",
+        model="in memory",
+        data="task:add",
+        seed=0,
+        lr=1e-2,
+        warmup_steps=2,
+        steps=30,
+        batch_size=16,
+        output_dir=str(tmp_path / "run"),
+        log_every=5,
+        eval_every=15,
+        device="cpu",
     )
     metrics = train_sft(cfg, model=tiny_model(tokenizer), tokenizer=tokenizer, console=QUIET)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -28,7 +28,7 @@ number of non-empty rows, at least 1. All modes are device-side: no host sync.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -47,22 +47,16 @@ def _sequence_mean(per_sequence: torch.Tensor, mask: torch.Tensor) -> torch.Tens
     return masked_sum(per_sequence, nonempty) / nonempty.sum().clamp(min=1)
 
 
-def _seq_mean_token_mean(
-    x: torch.Tensor, mask: torch.Tensor, norm_length: int | None
-) -> torch.Tensor:
+def _seq_mean_token_mean(x: torch.Tensor, mask: torch.Tensor, norm_length: int | None) -> torch.Tensor:
     per_sequence = masked_sum(x, mask, dim=-1) / mask.sum(-1).clamp(min=1)  # (B,)
     return _sequence_mean(per_sequence, mask)
 
 
-def _seq_mean_token_sum(
-    x: torch.Tensor, mask: torch.Tensor, norm_length: int | None
-) -> torch.Tensor:
+def _seq_mean_token_sum(x: torch.Tensor, mask: torch.Tensor, norm_length: int | None) -> torch.Tensor:
     return _sequence_mean(masked_sum(x, mask, dim=-1), mask)
 
 
-def _seq_mean_token_sum_norm(
-    x: torch.Tensor, mask: torch.Tensor, norm_length: int | None
-) -> torch.Tensor:
+def _seq_mean_token_sum_norm(x: torch.Tensor, mask: torch.Tensor, norm_length: int | None) -> torch.Tensor:
     length = mask.shape[-1] if norm_length is None else norm_length
     if length <= 0:
         raise ValueError(f"norm_length must be a positive token count, got {length}")
@@ -78,9 +72,7 @@ AGGREGATIONS: dict[str, AggregateFn] = {
 }
 
 
-def aggregate(
-    per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm_length: int | None = None
-) -> torch.Tensor:
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm_length: int | None = None) -> torch.Tensor:
     """Reduce per-token terms (B, T) over valid tokens to a 0-d tensor.
 
     ``norm_length`` is read by "seq-mean-token-sum-norm" only (default T);

@@ -8,7 +8,7 @@ The estimators k1, k2, k3 are those of Schulman, "Approximating KL divergence"
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -93,8 +93,7 @@ class AdaptiveKLController:
     def __init__(self, init_beta: float, target_kl: float, horizon: int) -> None:
         if target_kl <= 0 or horizon <= 0:
             raise ValueError(
-                f"AdaptiveKLController: target_kl and horizon must be > 0, "
-                f"got target_kl={target_kl}, horizon={horizon}"
+                f"AdaptiveKLController: target_kl and horizon must be > 0, got target_kl={target_kl}, horizon={horizon}"
             )
         self.value = float(init_beta)
         self.target_kl = float(target_kl)

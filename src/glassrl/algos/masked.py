@@ -12,7 +12,7 @@ receives a 1-D tensor of partial sums and must return it summed over ranks, e.g.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

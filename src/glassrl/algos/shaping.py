@@ -90,17 +90,14 @@ class RunningRewardNormalizer:
         missing = {"count", "mean", "m2"} - set(state)
         if missing:
             raise GlassrlError(
-                f"RunningRewardNormalizer state: missing keys {sorted(missing)}; "
-                "expected count, mean, m2"
+                f"RunningRewardNormalizer state: missing keys {sorted(missing)}; expected count, mean, m2"
             )
         self.count = int(state["count"])
         self.mean = torch.as_tensor(state["mean"], dtype=torch.float64).clone()
         self.m2 = torch.as_tensor(state["m2"], dtype=torch.float64).clone()
 
 
-def majority_vote(
-    answers: list[str | None], group_index: torch.Tensor
-) -> tuple[list[str | None], torch.Tensor]:
+def majority_vote(answers: list[str | None], group_index: torch.Tensor) -> tuple[list[str | None], torch.Tensor]:
     """TTRL pseudo-labels and rewards (Zuo et al. 2025, "TTRL: Test-Time
     Reinforcement Learning", §2: majority vote over the group's extracted
     answers gives the label; reward 1 if a response's answer equals it, else 0).
@@ -119,9 +116,7 @@ def majority_vote(
     """
     groups = group_index.tolist()
     if len(answers) != len(groups):
-        raise GlassrlError(
-            f"majority_vote: {len(answers)} answers for {len(groups)} responses in group_index"
-        )
+        raise GlassrlError(f"majority_vote: {len(answers)} answers for {len(groups)} responses in group_index")
     votes: dict[int, Counter] = {}
     first_seen: dict[tuple[int, str], int] = {}
     for i, (g, a) in enumerate(zip(groups, answers)):
@@ -129,10 +124,7 @@ def majority_vote(
             continue
         votes.setdefault(g, Counter())[a] += 1
         first_seen.setdefault((g, a), i)
-    label = {
-        g: max(counter, key=lambda a, g=g: (counter[a], -first_seen[(g, a)]))
-        for g, counter in votes.items()
-    }
+    label = {g: max(counter, key=lambda a, g=g: (counter[a], -first_seen[(g, a)])) for g, counter in votes.items()}
     pseudo_labels = [label.get(g) for g in groups]
     rewards = [float(a is not None and a == lab) for a, lab in zip(answers, pseudo_labels)]
     return pseudo_labels, torch.tensor(rewards, dtype=torch.float32, device=group_index.device)

@@ -44,8 +44,7 @@ def place_process_rewards(
     if bool(bad.any()):
         b, s = bad.nonzero()[0].tolist()
         raise ValueError(
-            f"place_process_rewards: step_ends[{b}, {s}] = {int(step_ends[b, s])} "
-            f"is outside the response [0, {T})"
+            f"place_process_rewards: step_ends[{b}, {s}] = {int(step_ends[b, s])} is outside the response [0, {T})"
         )
     ends = torch.where(step_valid, step_ends, 0)  # (B, S) invalid steps point at 0 ...
     rewards = torch.where(step_valid, step_rewards, torch.zeros_like(step_rewards))  # ... adding 0

@@ -32,8 +32,10 @@ from glassrl.errors import GlassrlError
 if TYPE_CHECKING:
     from glassrl.ledger import Ledger
 
-HELP = ("Print the token ledger (log-probs, KL, rewards, values, δ, advantages, returns) of given responses, "
-        "or of a trained model's (--model).")
+HELP = (
+    "Print the token ledger (log-probs, KL, rewards, values, δ, advantages, returns) of given responses, "
+    "or of a trained model's (--model)."
+)
 FORMATS = ("table", "markdown", "csv", "jsonl")
 
 
@@ -55,15 +57,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--mask", nargs="+", metavar="0|1", help="1 = generated token, 0 = tool/observation token")
     data.add_argument("--baseline-reward", metavar="X", help="ReMax: reward of the greedy response")
     model = parser.add_argument_group("a model computes the numbers (with --prompt, and --response or --sample)")
-    model.add_argument("--model", metavar="RUN_DIR|CHECKPOINT",
-                       help="a training run directory, one of its checkpoints, or a Hugging Face model directory")
+    model.add_argument(
+        "--model",
+        metavar="RUN_DIR|CHECKPOINT",
+        help="a training run directory, one of its checkpoints, or a Hugging Face model directory",
+    )
     model.add_argument("--sample", metavar="N", help="also sample N responses (the run's rollout settings)")
     model.add_argument("--seed", metavar="S", help="seed of the sampling generator (default 0)")
-    model.add_argument("--reward", metavar="NAME",
-                       help=f"reward source (default: the run's reward.sources; a plain model: {DEFAULT_REWARD})")
+    model.add_argument(
+        "--reward",
+        metavar="NAME",
+        help=f"reward source (default: the run's reward.sources; a plain model: {DEFAULT_REWARD})",
+    )
     model.add_argument("--answer", metavar="TEXT", help="reference answer, for a prompt not in a bundled task's form")
-    model.add_argument("--reference", metavar="PATH",
-                       help="reference policy π_ref (default: the run's; a plain model: the model itself)")
+    model.add_argument(
+        "--reference",
+        metavar="PATH",
+        help="reference policy π_ref (default: the run's; a plain model: the model itself)",
+    )
     params = parser.add_argument_group("parameters (override --input, or the run of --model)")
     params.add_argument("--input", metavar="FILE", help="JSON/YAML file with the responses and parameters")
     params.add_argument("--tokenizer", metavar="PATH", help="local Hugging Face tokenizer directory")
@@ -72,8 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     params.add_argument("--beta", metavar="β", help="KL coefficient in the reward (default 0)")
     params.add_argument("--estimator", help="advantage estimator (default gae)")
     params.add_argument("--kl-kind", help="KL estimator for log-prob pairs: k1 (default), abs, k2, k3")
-    params.add_argument("--whiten", action=argparse.BooleanOptionalAction, default=None,
-                        help="also show whitened advantages (default: on for gae, as PPO)")
+    params.add_argument(
+        "--whiten",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also show whitened advantages (default: on for gae, as PPO)",
+    )
     out = parser.add_argument_group("output")
     out.add_argument("--format", choices=FORMATS, default="table", help="table (default), markdown, csv, jsonl")
     out.add_argument("--out", metavar="FILE", help="write to FILE instead of printing")
@@ -131,7 +146,7 @@ def _print_table(ledger: Ledger, header: list[str], legend: list[str], out: str 
 
 def legend(ledger: Ledger, response: str, token: str | None) -> list[str]:
     """Group baselines (group estimators), then the chosen tokens of one response in words."""
-    from glassrl.ledger_render import baseline_lines, legend_lines
+    from glassrl.ledger.render import baseline_lines, legend_lines
 
     b = explain_input.integer(response, "--legend-response")
     if not 0 <= b < len(ledger.responses):
@@ -147,8 +162,10 @@ def legend(ledger: Ledger, response: str, token: str | None) -> list[str]:
     lines = []
     baselines = baseline_lines(ledger)
     if baselines:
-        lines += ["Baselines (how each response's advantage follows from its group or baseline):",
-                  *("  " + x for x in baselines)]
+        lines += [
+            "Baselines (how each response's advantage follows from its group or baseline):",
+            *("  " + x for x in baselines),
+        ]
     lines.append("Legend (s_i = state before token i, a_i = the token; values[i] = V(s_i) is read before a_i):")
     for i in picks:
         lines += legend_lines(ledger, b, i)
@@ -187,9 +204,13 @@ def build_ledger(spec: explain_input.ExplainSpec) -> Ledger:
 
     has_score = torch.tensor([r.score is not None for r in resps])  # (B,)
     scores = torch.tensor([r.score if r.score is not None else 0.0 for r in resps], dtype=dt)  # (B,)
-    token_scores = torch.where(has_score.unsqueeze(1), place_outcome_scores(scores, mask),
-                               torch.tensor([(r.token_scores or [0.0] * len(r.tokens)) + [0.0] * (T - len(r.tokens))
-                                             for r in resps], dtype=dt))  # (B, T)
+    token_scores = torch.where(
+        has_score.unsqueeze(1),
+        place_outcome_scores(scores, mask),
+        torch.tensor(
+            [(r.token_scores or [0.0] * len(r.tokens)) + [0.0] * (T - len(r.tokens)) for r in resps], dtype=dt
+        ),
+    )  # (B, T)
     step_end_mask = None
     if resps[0].step_ends is not None:
         S = max(len(r.step_ends) for r in resps)
@@ -201,8 +222,9 @@ def build_ledger(spec: explain_input.ExplainSpec) -> Ledger:
 
     logprobs, ref_logprobs = pad("logprobs"), pad("ref_logprobs")
     kl = kl_penalty(logprobs, ref_logprobs, spec.kl_kind) if logprobs is not None else pad("kl")
-    token_rewards = assemble_token_rewards(token_scores, kl if kl is not None else torch.zeros(B, T, dtype=dt),
-                                           spec.beta, mask)
+    token_rewards = assemble_token_rewards(
+        token_scores, kl if kl is not None else torch.zeros(B, T, dtype=dt), spec.beta, mask
+    )
     values = pad("values")
     grouped = "group_index" in REQUIRED_INPUTS[spec.estimator] or any(r.group is not None for r in resps)
     group_index = torch.tensor([r.group or 0 for r in resps]) if grouped else None  # (B,)

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -30,8 +31,23 @@ from glassrl.errors import GlassrlError
 
 PARAM_KEYS = ("gamma", "lam", "beta", "estimator", "kl_kind", "whiten")
 LIST_KEYS = ("token_scores", "step_scores", "kl", "logprobs", "ref_logprobs", "values")  # floats, one per token
-RESPONSE_KEYS = ("prompt", "tokens", "response", "score", "token_scores", "step_ends", "step_scores", "kl",
-                 "logprobs", "ref_logprobs", "values", "mask", "group", "baseline_reward", "finish_reason")
+RESPONSE_KEYS = (
+    "prompt",
+    "tokens",
+    "response",
+    "score",
+    "token_scores",
+    "step_ends",
+    "step_scores",
+    "kl",
+    "logprobs",
+    "ref_logprobs",
+    "values",
+    "mask",
+    "group",
+    "baseline_reward",
+    "finish_reason",
+)
 FILE_KEYS = PARAM_KEYS + ("prompt", "tokenizer", "responses")
 DEFAULTS = {"gamma": 1.0, "lam": 1.0, "beta": 0.0, "estimator": "gae", "kl_kind": "k1"}
 
@@ -209,8 +225,9 @@ def integer(value: Any, label: str) -> int:
     return value
 
 
-def check_params(params: dict[str, Any], labels: dict[str, str], responses: list[ResponseSpec],
-                 source: str) -> ExplainSpec:
+def check_params(
+    params: dict[str, Any], labels: dict[str, str], responses: list[ResponseSpec], source: str
+) -> ExplainSpec:
     """γ, λ, β, estimator, KL kind, whitening from ``params`` over DEFAULTS, checked; errors name
     ``labels[key]`` (or the flag)."""
     from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS
@@ -237,8 +254,16 @@ def check_params(params: dict[str, Any], labels: dict[str, str], responses: list
         # normalise by their group or whiten inside the estimator (REINFORCE++).
         whiten = values["estimator"] == "gae"
     whiten = _typed(whiten, bool, label("whiten"))
-    return ExplainSpec(responses, values["gamma"], values["lam"], values["beta"], values["estimator"],
-                       values["kl_kind"], whiten, source)
+    return ExplainSpec(
+        responses,
+        values["gamma"],
+        values["lam"],
+        values["beta"],
+        values["estimator"],
+        values["kl_kind"],
+        whiten,
+        source,
+    )
 
 
 def _load_tokenizer(resp: ResponseSpec, path: str | None) -> Any:
@@ -274,8 +299,10 @@ def check(spec: ExplainSpec) -> None:
         for key in LIST_KEYS + ("mask",):
             got = getattr(resp, key)
             if key != "step_scores" and got is not None and len(got) != n:
-                raise GlassrlError(f"{lab(key)}: expected {n} {'0/1 flags' if key == 'mask' else 'numbers'} "
-                                   f"(one per token), got {len(got)}")
+                raise GlassrlError(
+                    f"{lab(key)}: expected {n} {'0/1 flags' if key == 'mask' else 'numbers'} "
+                    f"(one per token), got {len(got)}"
+                )
         if resp.mask is not None and not any(resp.mask):
             raise GlassrlError(f"{lab('mask')}: no token is generated (all 0)")
         sources = [k for k in ("score", "token_scores", "step_scores") if getattr(resp, k) is not None]
@@ -305,15 +332,18 @@ def check(spec: ExplainSpec) -> None:
             if (getattr(resp, key) is None) != (getattr(first, key) is None):
                 holder = first if getattr(first, key) is not None else resp
                 lacking = resp if holder is first else first
-                raise GlassrlError(f"{lacking.label(key)}: missing ({holder.label(key).split(': ')[-1]} has it; "
-                                   f"give {key} for every response or for none)")
+                raise GlassrlError(
+                    f"{lacking.label(key)}: missing ({holder.label(key).split(': ')[-1]} has it; "
+                    f"give {key} for every response or for none)"
+                )
     if spec.estimator in GROUP_ESTIMATORS:
         _check_groups(spec)
     if spec.whiten:
         valid = sum(sum(r.mask) if r.mask is not None else len(r.tokens) for r in spec.responses)
         if valid < 2:
-            raise GlassrlError(f"--whiten: whitening needs at least 2 generated tokens, the input has {valid} "
-                               f"(use --no-whiten)")
+            raise GlassrlError(
+                f"--whiten: whitening needs at least 2 generated tokens, the input has {valid} (use --no-whiten)"
+            )
 
 
 def _check_steps(resp: ResponseSpec, n: int) -> None:
@@ -324,8 +354,10 @@ def _check_steps(resp: ResponseSpec, n: int) -> None:
     if resp.step_ends is None:
         return
     if len(resp.step_scores) != len(resp.step_ends):
-        raise GlassrlError(f"{lab('step_scores')}: expected {len(resp.step_ends)} numbers (one per step end), "
-                           f"got {len(resp.step_scores)}")
+        raise GlassrlError(
+            f"{lab('step_scores')}: expected {len(resp.step_ends)} numbers (one per step end), "
+            f"got {len(resp.step_scores)}"
+        )
     for k, end in enumerate(resp.step_ends):
         if not 0 <= end < n:
             raise GlassrlError(f"{lab('step_ends')}[{k}]: token index {end} is outside the response [0, {n})")
@@ -342,5 +374,7 @@ def _check_groups(spec: ExplainSpec) -> None:
     for gid, count in counts.items():
         if count < 2:
             where = "--estimator" if spec.source == "explain" else f"{spec.source}: responses"
-            raise GlassrlError(f"{where}: estimator {spec.estimator} compares the responses of a group, and group "
-                               f"{gid} has {count} response (give at least 2 per group in --input FILE)")
+            raise GlassrlError(
+                f"{where}: estimator {spec.estimator} compares the responses of a group, and group "
+                f"{gid} has {count} response (give at least 2 per group in --input FILE)"
+            )

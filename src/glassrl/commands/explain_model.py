@@ -47,11 +47,29 @@ from glassrl.errors import GlassrlError
 from glassrl.trainer.config import TrainConfig
 
 MODEL_ONLY = ("sample", "seed", "reward", "answer", "reference")
-NOT_WITH_MODEL = ("input", "tokenizer", "tokens", "score", "token_scores", "step_ends", "step_scores", "kl",
-                  "logprobs", "ref_logprobs", "values", "mask", "baseline_reward")
+NOT_WITH_MODEL = (
+    "input",
+    "tokenizer",
+    "tokens",
+    "score",
+    "token_scores",
+    "step_ends",
+    "step_scores",
+    "kl",
+    "logprobs",
+    "ref_logprobs",
+    "values",
+    "mask",
+    "baseline_reward",
+)
 # explain parameter -> the TrainConfig field it stands for
-CONFIG_FIELDS = {"gamma": "algo.gamma", "lam": "algo.lam", "estimator": "algo.advantage",
-                 "kl_kind": "algo.kl.kind", "whiten": "algo.whiten_advantages"}
+CONFIG_FIELDS = {
+    "gamma": "algo.gamma",
+    "lam": "algo.lam",
+    "estimator": "algo.advantage",
+    "kl_kind": "algo.kl.kind",
+    "whiten": "algo.whiten_advantages",
+}
 DEFAULT_REWARD = "arith_verify"
 
 # The bundled tasks' prompt forms (glassrl.data.tasks), so that a typed prompt can be scored.
@@ -73,8 +91,10 @@ def check_flags(args: argparse.Namespace) -> None:
         return
     given = [k for k in NOT_WITH_MODEL if getattr(args, k) is not None]
     if given:
-        raise GlassrlError(f"{_flag(given[0])}: cannot be combined with --model (the model computes the numbers "
-                           "from --prompt and --response or --sample)")
+        raise GlassrlError(
+            f"{_flag(given[0])}: cannot be combined with --model (the model computes the numbers "
+            "from --prompt and --response or --sample)"
+        )
 
 
 @dataclass
@@ -106,8 +126,9 @@ def open_model(args: argparse.Namespace, console=None) -> ModelRun:
     if (path / "config.yaml").is_file():
         run, checkpoint = path, CheckpointManager(path / "checkpoints", keep=1).latest()
         if checkpoint is None:
-            raise GlassrlError(f"--model: run directory {path} has no checkpoint yet "
-                               f"(no {path / 'checkpoints' / 'latest'})")
+            raise GlassrlError(
+                f"--model: run directory {path} has no checkpoint yet (no {path / 'checkpoints' / 'latest'})"
+            )
     elif (path / MANIFEST).is_file():
         run, checkpoint = path.parent.parent, path
         if not (run / "config.yaml").is_file():
@@ -115,21 +136,34 @@ def open_model(args: argparse.Namespace, console=None) -> ModelRun:
     elif (path / "config.json").is_file():
         return _plain_model(path, args)
     else:
-        raise GlassrlError(f"--model: {path} is neither a run directory (config.yaml), a checkpoint (manifest.json) "
-                           "nor a Hugging Face model directory (config.json)")
+        raise GlassrlError(
+            f"--model: {path} is neither a run directory (config.yaml), a checkpoint (manifest.json) "
+            "nor a Hugging Face model directory (config.json)"
+        )
     cfg = load_config(TrainConfig, run / "config.yaml")
     # The manager checks every file's size and hash; ask for exactly the parts present.
     parts = CheckpointManager(checkpoint.parent, keep=1).load(checkpoint, set(read_manifest(checkpoint)["parts"]))
     missing = [name for name in ("actor", "kl_controller", "counters") if name not in parts]
     if missing:
         raise GlassrlError(f"--model: checkpoint {checkpoint} has no part {missing[0]!r}")
-    reference = Path(args.reference) if args.reference is not None else (
-        Path(cfg.model.reference) if cfg.model.reference is not None else actor_path(cfg, console))
+    reference = (
+        Path(args.reference)
+        if args.reference is not None
+        else (Path(cfg.model.reference) if cfg.model.reference is not None else actor_path(cfg, console))
+    )
     if args.reward is not None:
         cfg.reward.sources = [{"name": args.reward}]
-    return ModelRun(cfg, parts["actor"], reference, parts.get("critic"), parts, float(parts["kl_controller"]["value"]),
-                    f"run {run} · checkpoint {checkpoint.name}", int(parts["counters"]["step"]),
-                    f"{run / 'config.yaml'}: ")
+    return ModelRun(
+        cfg,
+        parts["actor"],
+        reference,
+        parts.get("critic"),
+        parts,
+        float(parts["kl_controller"]["value"]),
+        f"run {run} · checkpoint {checkpoint.name}",
+        int(parts["counters"]["step"]),
+        f"{run / 'config.yaml'}: ",
+    )
 
 
 def _plain_model(path: Path, args: argparse.Namespace) -> ModelRun:
@@ -150,8 +184,14 @@ def resolve_params(args: argparse.Namespace, run: ModelRun) -> explain_input.Exp
     params: dict[str, Any] = {}
     labels: dict[str, str] = {}
     if run.config_label:
-        params = {"gamma": a.gamma, "lam": a.lam, "estimator": a.advantage, "kl_kind": a.kl.kind,
-                  "whiten": a.whiten_advantages, "beta": run.beta}
+        params = {
+            "gamma": a.gamma,
+            "lam": a.lam,
+            "estimator": a.advantage,
+            "kl_kind": a.kl.kind,
+            "whiten": a.whiten_advantages,
+            "beta": run.beta,
+        }
         labels = {key: run.config_label + field for key, field in CONFIG_FIELDS.items()}
         labels["beta"] = f"{run.where}: kl_controller"
     for key in explain_input.PARAM_KEYS:
@@ -159,8 +199,10 @@ def resolve_params(args: argparse.Namespace, run: ModelRun) -> explain_input.Exp
             params[key], labels[key] = getattr(args, key), _flag(key)
     spec = explain_input.check_params(params, labels, [], "explain")
     if args.beta is not None and a.kl.placement != "reward":
-        raise GlassrlError(f"--beta: {run.config_label}algo.kl.placement = {a.kl.placement}: this run's KL is not in "
-                           "the reward, so β of the token rewards does not apply")
+        raise GlassrlError(
+            f"--beta: {run.config_label}algo.kl.placement = {a.kl.placement}: this run's KL is not in "
+            "the reward, so β of the token rewards does not apply"
+        )
     a.gamma, a.lam, a.advantage, a.whiten_advantages = spec.gamma, spec.lam, spec.estimator, spec.whiten
     a.kl = dataclasses.replace(a.kl, kind=spec.kl_kind)
     run.beta = spec.beta
@@ -176,8 +218,15 @@ def prompt_record(prompt: str, answer: str | None) -> PromptRecord:
         zh, total = prompt.startswith("请问"), a + b
         verdict = ("是的" if c == total else "不是") if zh else ("Yes" if c == total else "No")
         reference = f"{verdict}，等于{total}！" if zh else f"{verdict}, it equals {total}!"
-        metadata = {"a": a, "b": b, "c": c, "sum": total, "is_true": c == total, "lang": "zh" if zh else "en",
-                    "task": "arith-verify"}
+        metadata = {
+            "a": a,
+            "b": b,
+            "c": c,
+            "sum": total,
+            "is_true": c == total,
+            "lang": "zh" if zh else "en",
+            "task": "arith-verify",
+        }
     elif m := _ADD.fullmatch(prompt):
         a, b = map(int, m.groups())
         reference, metadata = str(a + b), {"a": a, "b": b, "sum": a + b, "task": "add"}
@@ -209,9 +258,12 @@ def _header(run: ModelRun, sample: int, seed: int) -> list[str]:
     """Two lines: what was opened, and where the ledger's numbers come from."""
     kl = run.cfg.algo.kl
     sources = ", ".join(f"{s['name']}×{s.get('weight', 1.0):g}" for s in run.cfg.reward.sources)
-    parts = [f"reference {run.reference}", f"reward {sources}",
-             f"KL in the {kl.placement}" + (f" (coefficient {kl.coef:g})" if kl.placement == "loss" else ""),
-             f"critic {run.critic or 'none'}"]
+    parts = [
+        f"reference {run.reference}",
+        f"reward {sources}",
+        f"KL in the {kl.placement}" + (f" (coefficient {kl.coef:g})" if kl.placement == "loss" else ""),
+        f"critic {run.critic or 'none'}",
+    ]
     if sample:
         parts.append(f"{sample} sampled (seed {seed}, temperature {run.cfg.rollout.temperature:g})")
     return [run.where + ("" if run.step is None else f" (step {run.step})"), " · ".join(parts)]
@@ -222,15 +274,18 @@ def _check_estimator(run: ModelRun, estimator: str, label: str, count: int) -> N
 
     if "values" in REQUIRED_INPUTS[estimator] and run.critic is None:
         free = [e for e in ADVANTAGE_ESTIMATORS if "values" not in REQUIRED_INPUTS[e]]
-        raise GlassrlError(f"{label}: {estimator} needs a critic's values, and {run.where} has no critic; "
-                           f"use a critic-free estimator: {', '.join(free)}")
+        raise GlassrlError(
+            f"{label}: {estimator} needs a critic's values, and {run.where} has no critic; "
+            f"use a critic-free estimator: {', '.join(free)}"
+        )
     if estimator in GROUP_ESTIMATORS and count < 2:
-        raise GlassrlError(f"--sample: estimator {estimator} compares the responses to one prompt and needs at "
-                           f"least 2, got {count} (add --sample N)")
+        raise GlassrlError(
+            f"--sample: estimator {estimator} compares the responses to one prompt and needs at "
+            f"least 2, got {count} (add --sample N)"
+        )
 
 
-def model_ledger(run: ModelRun, prompt: str, response: str | None, sample: int, seed: int,
-                 record: PromptRecord):
+def model_ledger(run: ModelRun, prompt: str, response: str | None, sample: int, seed: int, record: PromptRecord):
     """The ledger of ``response`` (if given) and ``sample`` sampled responses to ``prompt``."""
     import torch
 
@@ -267,8 +322,9 @@ def model_ledger(run: ModelRun, prompt: str, response: str | None, sample: int, 
     exp = X.Experience(rollout, records, results, scored, scores, rollout.response_mask)
     exp.token_scores, exp.step_end_mask = X.place_scores(results, scores, rollout, tokenizer)
     if "baseline_rewards" in REQUIRED_INPUTS[a.advantage]:  # ReMax: the greedy response's reward
-        greedy = engine.generate([prompt_ids], n=1, params=SamplingParams(r.max_new_tokens, greedy=True),
-                                 generator=generator)
+        greedy = engine.generate(
+            [prompt_ids], n=1, params=SamplingParams(r.max_new_tokens, greedy=True), generator=generator
+        )
         baseline, _ = X.outcome_scores(_scored(reward, X.reward_requests(greedy, [record], tokenizer)), device)
         exp.baseline_rewards = baseline[rollout.group_index]  # (B,)
     rows = X.estimator_rows(a.advantage, scored, rollout.group_index)
@@ -277,11 +333,13 @@ def model_ledger(run: ModelRun, prompt: str, response: str | None, sample: int, 
     # Phase 3: log-probs of actor and reference (at the sampling temperature), KL, values.
     T = rollout.response_ids.shape[1]
     with torch.no_grad():
-        exp.logprobs, exp.entropy = response_logprobs(actor, rollout.input_ids, rollout.attention_mask, T,
-                                                      temperature=r.temperature, with_entropy=True)
+        exp.logprobs, exp.entropy = response_logprobs(
+            actor, rollout.input_ids, rollout.attention_mask, T, temperature=r.temperature, with_entropy=True
+        )
         reference = load_causal_lm(run.reference, **load)
-        exp.ref_logprobs, _ = response_logprobs(reference, rollout.input_ids, rollout.attention_mask, T,
-                                                temperature=r.temperature)
+        exp.ref_logprobs, _ = response_logprobs(
+            reference, rollout.input_ids, rollout.attention_mask, T, temperature=r.temperature
+        )
         exp.kl = kl_penalty(exp.logprobs, exp.ref_logprobs, a.kl.kind)
         if "values" in REQUIRED_INPUTS[a.advantage]:
             critic = load_scalar_model(run.critic, head=cfg.model.critic_head, **load)
@@ -308,9 +366,12 @@ def _given(tokenizer, prompt_ids: list[int], response: str, pad_id: int, device)
         raise GlassrlError("--response: empty (the model's tokenizer makes no token of it)")
     prompt, prompt_mask = left_pad([prompt_ids], pad_id)
     return RolloutBatch(
-        prompt.to(device), prompt_mask.to(device),
-        torch.tensor([ids], device=device), torch.ones((1, len(ids)), dtype=torch.bool, device=device),
-        torch.zeros(1, dtype=torch.long, device=device), ["stop"],
+        prompt.to(device),
+        prompt_mask.to(device),
+        torch.tensor([ids], device=device),
+        torch.ones((1, len(ids)), dtype=torch.bool, device=device),
+        torch.zeros(1, dtype=torch.long, device=device),
+        ["stop"],
         [tokenizer.decode(ids, skip_special_tokens=True)],
     )
 
@@ -319,8 +380,9 @@ def _check_positions(model, rollout) -> None:
     positions = getattr(model.config, "max_position_embeddings", None)
     P, T = rollout.prompt_ids.shape[1], rollout.response_ids.shape[1]
     if positions is not None and P + T > positions:
-        raise GlassrlError(f"--response: prompt and response take {P} + {T} tokens, more than the model's "
-                           f"{positions} positions")
+        raise GlassrlError(
+            f"--response: prompt and response take {P} + {T} tokens, more than the model's {positions} positions"
+        )
 
 
 def _reward(cfg: TrainConfig):
@@ -337,9 +399,11 @@ def _scored(reward, requests):
     results = reward.score(requests)
     for b, result in enumerate(results):
         if not result.is_ok:
-            raise GlassrlError(f"--prompt: the reward could not score response {b} "
-                               f"({result.status}: {result.message}); "
-                               "give a prompt in a bundled task's form, or --answer TEXT")
+            raise GlassrlError(
+                f"--prompt: the reward could not score response {b} "
+                f"({result.status}: {result.message}); "
+                "give a prompt in a bundled task's form, or --answer TEXT"
+            )
     return results
 
 
@@ -371,12 +435,29 @@ def _ledger(exp, tokenizer, algo, step: int | None):
     return Ledger.from_tensors(
         prompts=[prompt_text(tokenizer, rec.prompt) for rec in exp.records],
         token_texts=[[tokenizer.decode([t]) for t in row.tolist()] for row in r.response_ids],
-        response_mask=exp.response_mask, estimator=algo.advantage, gamma=algo.gamma,
-        lam=algo.lam if exp.values is not None else None, beta=exp.beta, kl_kind=algo.kl.kind,
-        token_ids=r.response_ids, logprobs=exp.logprobs, ref_logprobs=exp.ref_logprobs, kl=exp.kl,
-        token_scores=exp.token_scores, token_rewards=exp.token_rewards, values=exp.values, deltas=exp.deltas,
-        advantages=exp.advantages, returns=exp.returns, whitened_advantages=exp.whitened_advantages,
-        step_end_mask=exp.step_end_mask, scores=exp.scores, group_ids=r.group_index,
-        baseline_rewards=exp.baseline_rewards, lengths=r.lengths, finish_reasons=r.finish_reasons,
-        responses=r.texts, step=step,
+        response_mask=exp.response_mask,
+        estimator=algo.advantage,
+        gamma=algo.gamma,
+        lam=algo.lam if exp.values is not None else None,
+        beta=exp.beta,
+        kl_kind=algo.kl.kind,
+        token_ids=r.response_ids,
+        logprobs=exp.logprobs,
+        ref_logprobs=exp.ref_logprobs,
+        kl=exp.kl,
+        token_scores=exp.token_scores,
+        token_rewards=exp.token_rewards,
+        values=exp.values,
+        deltas=exp.deltas,
+        advantages=exp.advantages,
+        returns=exp.returns,
+        whitened_advantages=exp.whitened_advantages,
+        step_end_mask=exp.step_end_mask,
+        scores=exp.scores,
+        group_ids=r.group_index,
+        baseline_rewards=exp.baseline_rewards,
+        lengths=r.lengths,
+        finish_reasons=r.finish_reasons,
+        responses=r.texts,
+        step=step,
     )

@@ -9,7 +9,9 @@ HELP = "build the default model (tokenizer + small Llama trained on the bundled 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", help="where to write it (default: $GLASSRL_HOME/models/default-v2)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the weights' initialisation and the SFT data order (default 0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the weights' initialisation and the SFT data order (default 0)"
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even if a complete model is already there")
 
 

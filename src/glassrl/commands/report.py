@@ -8,11 +8,21 @@ HELP = "write one self-contained HTML report (learning curves, token view, confi
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                        help="output_dir of a `glassrl train` run; several are overlaid for comparison")
-    parser.add_argument("--out", metavar="FILE", help="HTML file to write (default: RUN_DIR/report.html of the first run)")
-    parser.add_argument("--step", type=int, metavar="N",
-                        help="ledger step the token view shows first (default: the first run's last ledger step)")
+    parser.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="output_dir of a `glassrl train` run; several are overlaid for comparison",
+    )
+    parser.add_argument(
+        "--out", metavar="FILE", help="HTML file to write (default: RUN_DIR/report.html of the first run)"
+    )
+    parser.add_argument(
+        "--step",
+        type=int,
+        metavar="N",
+        help="ledger step the token view shows first (default: the first run's last ledger step)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

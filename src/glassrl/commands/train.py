@@ -10,8 +10,9 @@ HELP = "train a policy with reinforcement learning (PPO, GRPO, ...) as CONFIG sa
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="YAML file of TrainConfig fields (see examples/grpo.yaml, examples/ppo.yaml)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="override a config field, e.g. algo.lam=0.9")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from the latest checkpoint in output_dir (same config)")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the latest checkpoint in output_dir (same config)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

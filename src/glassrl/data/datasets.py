@@ -24,8 +24,9 @@ and the log says how many.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from glassrl.data.jsonl import jsonl_objects
 from glassrl.data.records import PromptRecord

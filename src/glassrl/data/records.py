@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 # A chat prompt is a tuple of {"role": ..., "content": ...} messages.
 Messages = tuple[dict[str, str], ...]
@@ -19,7 +19,7 @@ class PromptRecord:
     source:   where it came from, for error messages: "data/train.jsonl:17" or "task:add/train#3"
     """
 
-    prompt: Union[str, Messages]
+    prompt: str | Messages
     answer: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     source: str = ""

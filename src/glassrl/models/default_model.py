@@ -38,9 +38,9 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence, Union
 
 from rich.console import Console
 
@@ -51,7 +51,7 @@ VERSION = "default-v2"
 MARKER = "glassrl.json"  # written last: its presence means the build is complete
 
 
-def format_prompt(tokenizer, prompt: Union[str, Messages, Sequence[dict]]) -> list[int]:
+def format_prompt(tokenizer, prompt: str | Messages | Sequence[dict]) -> list[int]:
     """Token ids the model sees before its response. One rule for every tokenizer:
 
     - plain text: the tokenizer's own encoding with its special tokens (for the default model
@@ -66,7 +66,7 @@ def format_prompt(tokenizer, prompt: Union[str, Messages, Sequence[dict]]) -> li
     return format_prompts(tokenizer, [prompt])[0]
 
 
-def format_prompts(tokenizer, prompts: Sequence[Union[str, Messages, Sequence[dict]]]) -> list[list[int]]:
+def format_prompts(tokenizer, prompts: Sequence[str | Messages | Sequence[dict]]) -> list[list[int]]:
     """:func:`format_prompt` of each prompt; plain-text prompts are encoded in one batched call."""
     texts = [i for i, p in enumerate(prompts) if isinstance(p, str)]
     out: list[list[int]] = [[] for _ in prompts]
@@ -79,7 +79,9 @@ def format_prompts(tokenizer, prompts: Sequence[Union[str, Messages, Sequence[di
             continue
         if not getattr(tokenizer, "chat_template", None):
             raise GlassrlError("prompt: chat messages given, but the tokenizer has no chat template")
-        out[i] = list(tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=True, return_dict=False))
+        out[i] = list(
+            tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=True, return_dict=False)
+        )
     return out
 
 
@@ -269,7 +271,9 @@ def sft_rows(spec: DefaultModelSpec, seed: int) -> list[dict]:
 def write_sft_data(path: Path, spec: DefaultModelSpec, seed: int) -> Path:
     """``sft_rows`` as JSON lines at ``path`` (the form ``glassrl sft`` reads)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in sft_rows(spec, seed)), encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in sft_rows(spec, seed)), encoding="utf-8"
+    )
     return path
 
 
@@ -295,7 +299,9 @@ def heldout_accuracy(model, tokenizer, records: list[PromptRecord], batch_size: 
     return {"n": n, "exact": exact / n, "verdict": verdict / n, "format": form / n}
 
 
-def greedy_answers(model, tokenizer, prompts: list, *, batch_size: int = 250, max_new_tokens: int = 16) -> list[tuple[str, bool]]:
+def greedy_answers(
+    model, tokenizer, prompts: list, *, batch_size: int = 250, max_new_tokens: int = 16
+) -> list[tuple[str, bool]]:
     """(decoded response without special tokens, whether it ended with EOS) for each prompt."""
     import torch
 
@@ -304,7 +310,10 @@ def greedy_answers(model, tokenizer, prompts: list, *, batch_size: int = 250, ma
     model.eval()
     results = []
     for start in range(0, len(prompts), batch_size):
-        batch = collate([(ids, []) for ids in format_prompts(tokenizer, prompts[start : start + batch_size])], tokenizer.pad_token_id)
+        batch = collate(
+            [(ids, []) for ids in format_prompts(tokenizer, prompts[start : start + batch_size])],
+            tokenizer.pad_token_id,
+        )
         with torch.no_grad():
             out = model.generate(
                 input_ids=batch["input_ids"],

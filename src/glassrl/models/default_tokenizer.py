@@ -17,7 +17,7 @@ through ``CHAT_TEMPLATE``. See :func:`glassrl.models.default_model.format_prompt
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
@@ -35,7 +35,9 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(texts: Iterable[str], *, vocab_size: int = 512, model_max_length: int = 128) -> PreTrainedTokenizerFast:
+def build_tokenizer(
+    texts: Iterable[str], *, vocab_size: int = 512, model_max_length: int = 128
+) -> PreTrainedTokenizerFast:
     """Train the byte-level BPE tokenizer on ``texts``; deterministic for the same texts."""
     han = "|".join(ZH_WORDS) + r"|\p{Han}"
     tok = Tokenizer(models.BPE())

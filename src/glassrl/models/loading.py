@@ -29,8 +29,8 @@ No model is ever downloaded: paths must be local directories holding a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn

@@ -25,8 +25,12 @@ GROUPS: tuple[tuple[str, str, str, str], ...] = (
     ("kl-beta", "KL coefficient β", "β", r"kl/beta"),
     ("entropy", "Entropy", "nats per token", r"actor/entropy|actor/entropy_loss"),
     ("length", "Response length", "tokens", r"response/length/.+"),
-    ("clip", "Clip fractions", "fraction of valid tokens",
-     r"actor/(?:clip_frac_low|clip_frac_high|dual_clip_frac|cov_clip_frac)|critic/vf_clip_frac"),
+    (
+        "clip",
+        "Clip fractions",
+        "fraction of valid tokens",
+        r"actor/(?:clip_frac_low|clip_frac_high|dual_clip_frac|cov_clip_frac)|critic/vf_clip_frac",
+    ),
     ("losses", "Losses", "loss", r"actor/(?:policy|positive_nll|ptx)_loss|critic/value_loss"),
     ("explained-variance", "Explained variance", "1 − Var[R − V]/Var[R]", r"critic/explained_variance"),
     ("advantages", "Advantages, returns and values", "return units", r"advantage/.+|returns/.+|critic/values/.+"),
@@ -99,19 +103,34 @@ def build_charts(runs: list[RunDir]) -> list[Chart]:
                 if not steps:
                     continue
                 name = run.name if len(keys) == 1 else f"{run.name} · {key}"
-                fig.add_trace(go.Scatter(
-                    x=steps, y=values, name=name, legendgroup=run.name, mode="lines+markers", connectgaps=False,
-                    line={"color": RUN_COLOURS[r % len(RUN_COLOURS)], "dash": DASHES[k % len(DASHES)], "width": 2},
-                    marker={"symbol": SYMBOLS[k % len(SYMBOLS)], "size": 6},
-                    hovertemplate=f"{key}<br>step %{{x}}<br>%{{y:.6g}}<extra>{run.name}</extra>",
-                ))
+                fig.add_trace(
+                    go.Scatter(
+                        x=steps,
+                        y=values,
+                        name=name,
+                        legendgroup=run.name,
+                        mode="lines+markers",
+                        connectgaps=False,
+                        line={"color": RUN_COLOURS[r % len(RUN_COLOURS)], "dash": DASHES[k % len(DASHES)], "width": 2},
+                        marker={"symbol": SYMBOLS[k % len(SYMBOLS)], "size": 6},
+                        hovertemplate=f"{key}<br>step %{{x}}<br>%{{y:.6g}}<extra>{run.name}</extra>",
+                    )
+                )
         fig.update_layout(
-            title={"text": title, "x": 0.01}, template="plotly_white", height=330,
-            margin={"l": 60, "r": 10, "t": 40, "b": 40}, showlegend=True,
+            title={"text": title, "x": 0.01},
+            template="plotly_white",
+            height=330,
+            margin={"l": 60, "r": 10, "t": 40, "b": 40},
+            showlegend=True,
             legend={"orientation": "h", "y": -0.22, "font": {"size": 10}},
-            xaxis={"title": {"text": "step"}, "rangemode": "tozero", "dtick": dtick}, yaxis={"title": {"text": axis}},
+            xaxis={"title": {"text": "step"}, "rangemode": "tozero", "dtick": dtick},
+            yaxis={"title": {"text": axis}},
         )
-        html = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{slug}",
-                           config={"displaylogo": False, "responsive": True})
+        html = fig.to_html(
+            full_html=False,
+            include_plotlyjs=False,
+            div_id=f"chart-{slug}",
+            config={"displaylogo": False, "responsive": True},
+        )
         charts.append(Chart(slug=slug, title=title, keys=tuple(keys), html=html))
     return charts

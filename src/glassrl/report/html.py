@@ -61,13 +61,21 @@ def write_run_report(run_dirs: list[str | Path], out: str | Path, step: int | No
     initial = _initial(runs, step)
     charts = build_charts(runs)
     names = ", ".join(run.name for run in runs)
-    body = "\n".join([
-        '<nav><a href="#curves">learning curves</a> · <a href="#tokens">token view</a> · '
-        '<a href="#config">config and environment</a></nav>',
-        '<section id="curves"><h2>Learning curves</h2>', _curves(charts), "</section>",
-        '<section id="tokens"><h2>Token view</h2>', _template("token_view.html"), "</section>",
-        '<section id="config"><h2>Config and environment</h2>', *(_config(run) for run in runs), "</section>",
-    ])
+    body = "\n".join(
+        [
+            '<nav><a href="#curves">learning curves</a> · <a href="#tokens">token view</a> · '
+            '<a href="#config">config and environment</a></nav>',
+            '<section id="curves"><h2>Learning curves</h2>',
+            _curves(charts),
+            "</section>",
+            '<section id="tokens"><h2>Token view</h2>',
+            _template("token_view.html"),
+            "</section>",
+            '<section id="config"><h2>Config and environment</h2>',
+            *(_config(run) for run in runs),
+            "</section>",
+        ]
+    )
     payload = token_payload([(run.name, [run.ledger(s) for s in run.ledger_paths]) for run in runs], initial)
     head = f'<script type="text/javascript">{get_plotlyjs()}</script>'
     return _write(out, f"glassrl report: {names}", body, payload, head)
@@ -86,8 +94,11 @@ def token_payload(sources: list[tuple[str, list[Ledger]]], initial: tuple[int, i
     """
     present = [(name, label) for name, label in QUANTITIES if name in TOKEN_FIELDS]
     return {
-        "token_fields": list(TOKEN_FIELDS), "run_fields": list(RUN_FIELDS), "response_fields": list(RESPONSE_FIELDS),
-        "symbols": SYMBOLS, "quantities": [{"field": n, "label": label} for n, label in present],
+        "token_fields": list(TOKEN_FIELDS),
+        "run_fields": list(RUN_FIELDS),
+        "response_fields": list(RESPONSE_FIELDS),
+        "symbols": SYMBOLS,
+        "quantities": [{"field": n, "label": label} for n, label in present],
         "initial": {"source": initial[0], "ledger": initial[1]},
         "sources": [{"name": name, "ledgers": [_ledger_json(lg) for lg in ledgers]} for name, ledgers in sources],
     }
@@ -102,8 +113,11 @@ def _ledger_json(ledger: Ledger) -> dict[str, Any]:
 
 def _response_json(b: int, resp: ResponseLedger) -> dict[str, Any]:
     head = {name: _finite(getattr(resp, name)) for name in RESPONSE_FIELDS[1:]}
-    return {"response_index": b, **head,
-            "tokens": [[_finite(getattr(row, name)) for name in TOKEN_FIELDS] for row in resp.tokens]}
+    return {
+        "response_index": b,
+        **head,
+        "tokens": [[_finite(getattr(row, name)) for name in TOKEN_FIELDS] for row in resp.tokens],
+    }
 
 
 def _finite(x: Any) -> Any:
@@ -127,19 +141,24 @@ def _initial(runs: list[RunDir], step: int | None) -> tuple[int, int]:
 def _curves(charts: list) -> str:
     if not charts:
         return '<p class="empty">No metrics logged yet (metrics.jsonl is empty).</p>'
-    figures = [f'<figure class="chart" data-chart="{c.slug}" data-keys="{html.escape(" ".join(c.keys))}">'
-               f"{c.html}</figure>" for c in charts]
+    figures = [
+        f'<figure class="chart" data-chart="{c.slug}" data-keys="{html.escape(" ".join(c.keys))}">{c.html}</figure>'
+        for c in charts
+    ]
     return '<div class="charts">' + "\n".join(figures) + "</div>"
 
 
 def _config(run: RunDir) -> str:
-    env = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
-                  for k, v in run.environment.items())
-    return (f'<details class="run-config" open><summary>{html.escape(run.name)} '
-            f'<span class="path">{html.escape(str(run.path))}</span></summary>'
-            f'<div class="config-grid"><div><h3>Resolved config</h3><pre class="yaml">{html.escape(run.config_text)}'
-            f"</pre></div><div><h3>Environment</h3><table class=\"env\">{env}</table>"
-            f'<p class="note">{html.escape(run.environment_source)}</p></div></div></details>')
+    env = "".join(
+        f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in run.environment.items()
+    )
+    return (
+        f'<details class="run-config" open><summary>{html.escape(run.name)} '
+        f'<span class="path">{html.escape(str(run.path))}</span></summary>'
+        f'<div class="config-grid"><div><h3>Resolved config</h3><pre class="yaml">{html.escape(run.config_text)}'
+        f"</pre></div><div><h3>Environment</h3><table class=\"env\">{env}</table>"
+        f'<p class="note">{html.escape(run.environment_source)}</p></div></div></details>'
+    )
 
 
 def _template(name: str) -> str:
@@ -148,8 +167,14 @@ def _template(name: str) -> str:
 
 def _write(out: str | Path, title: str, body: str, payload: dict[str, Any], head: str) -> Path:
     data = json.dumps(payload, ensure_ascii=False, allow_nan=False).replace("<", "\\u003c")
-    parts = {"TITLE": html.escape(title), "STYLE": _template("report.css"), "HEAD": head, "BODY": body,
-             "DATA": data, "SCRIPT": _template("token_view.js")}
+    parts = {
+        "TITLE": html.escape(title),
+        "STYLE": _template("report.css"),
+        "HEAD": head,
+        "BODY": body,
+        "DATA": data,
+        "SCRIPT": _template("token_view.js"),
+    }
     # One pass over the template: text put in is never scanned for placeholders again.
     page = _PLACEHOLDER.sub(lambda m: parts[m[1]], _template("page.html"))
     out = Path(out)

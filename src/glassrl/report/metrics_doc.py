@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from glassrl.errors import GlassrlError
 

@@ -65,17 +65,24 @@ def read_run(path: str | Path, name: str | None = None) -> RunDir:
         raise GlassrlError(f"run directory {path}: not a directory")
     missing = [n for n in (CONFIG, METRICS) if not (path / n).is_file()]
     if missing:
-        raise GlassrlError(f"run directory {path}: missing {' and '.join(missing)} (is it a `glassrl train` "
-                           "output_dir?)")
+        raise GlassrlError(
+            f"run directory {path}: missing {' and '.join(missing)} (is it a `glassrl train` output_dir?)"
+        )
     env_path = path / ENVIRONMENT
     if env_path.is_file():
         environment, source = _read_json_object(env_path), f"{env_path}, written by the run"
     else:
         environment = collect_environment()
         source = f"collected when the report was written ({path} has no {ENVIRONMENT})"
-    return RunDir(path=path, name=name or path.resolve().name, config_text=(path / CONFIG).read_text(encoding="utf-8"),
-                  metrics=read_metrics(path / METRICS), ledger_paths=ledger_paths(path), environment=environment,
-                  environment_source=source)
+    return RunDir(
+        path=path,
+        name=name or path.resolve().name,
+        config_text=(path / CONFIG).read_text(encoding="utf-8"),
+        metrics=read_metrics(path / METRICS),
+        ledger_paths=ledger_paths(path),
+        environment=environment,
+        environment_source=source,
+    )
 
 
 def read_runs(paths: list[str | Path]) -> list[RunDir]:
@@ -124,8 +131,11 @@ def collect_environment() -> dict[str, Any]:
     """
     import glassrl
 
-    env: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform(),
-                           "glassrl": glassrl.__version__}
+    env: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "glassrl": glassrl.__version__,
+    }
     for module in ("torch", "transformers", "plotly"):
         env[module] = _version(module)
     env["device"], env["cuda"] = _device()

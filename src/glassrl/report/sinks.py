@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 
 class MetricSink(Protocol):
@@ -129,8 +130,12 @@ class ConsoleSink:
         self.keys = list(keys_to_show)
         self.total_steps = total_steps
         self._progress = Progress(
-            TextColumn("step"), MofNCompleteColumn(), BarColumn(), TimeElapsedColumn(),
-            TextColumn("ETA"), TimeRemainingColumn(),
+            TextColumn("step"),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
             console=console if console is not None else Console(),
         )
         self._task = self._progress.add_task("train", total=total_steps, completed=start_step)

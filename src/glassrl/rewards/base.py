@@ -23,8 +23,9 @@ character ``end - 1`` — the step-end token of DeepSeekMath's process supervisi
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from glassrl.data.records import PromptRecord
 

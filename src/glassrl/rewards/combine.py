@@ -13,7 +13,7 @@ component out would be a different reward.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource

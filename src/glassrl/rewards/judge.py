@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Sequence
+from collections.abc import Sequence
 
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardRequest, RewardResult

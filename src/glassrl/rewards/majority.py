@@ -14,7 +14,8 @@ cannot agree with the majority). An extractor that raises gives that response an
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rewards.user_function import import_spec

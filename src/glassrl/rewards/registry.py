@@ -14,7 +14,8 @@ and a combination of sources as ``[{name: ..., weight: ..., <arguments>}, ...]``
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardSource

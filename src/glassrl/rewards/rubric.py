@@ -18,8 +18,8 @@ failure, naming the criterion — a missing criterion is not scored 0.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence, Union
 
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
@@ -33,7 +33,7 @@ class Criterion:
 
     name: str
     weight: float
-    judge: Union[Rule, RewardSource]
+    judge: Rule | RewardSource
 
 
 class RubricSource:

@@ -37,9 +37,10 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 # Starting a worker (interpreter start plus imports) is not user time; a
 # generous bound only catches a worker that cannot start at all.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from typing import Sequence
+from collections.abc import Sequence
 
 from glassrl.rewards.base import RewardRequest, RewardResult
 
@@ -140,8 +140,13 @@ class ArithVerifyVerifier:
                 steps = [(comma + 1, float(verdict_ok)), (len(response), float(sum_ok))]
             elif response:
                 steps = [(len(response), score)]
-        details = {"verdict": verdict, "language": language, "stated": stated, "verdict_ok": verdict_ok,
-                   "sum_ok": sum_ok}
+        details = {
+            "verdict": verdict,
+            "language": language,
+            "stated": stated,
+            "verdict_ok": verdict_ok,
+            "sum_ok": sum_ok,
+        }
         return RewardResult.ok(score, steps, details)
 
 

@@ -75,8 +75,13 @@ class RolloutBatch:
         """The responses at ``index`` (K,) long, in that order."""
         rows = index.tolist()
         return RolloutBatch(
-            self.prompt_ids[index], self.prompt_mask[index], self.response_ids[index], self.response_mask[index],
-            self.group_index[index], [self.finish_reasons[i] for i in rows], [self.texts[i] for i in rows],
+            self.prompt_ids[index],
+            self.prompt_mask[index],
+            self.response_ids[index],
+            self.response_mask[index],
+            self.group_index[index],
+            [self.finish_reasons[i] for i in rows],
+            [self.texts[i] for i in rows],
         )
 
 

@@ -15,8 +15,8 @@ switches them off.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 
@@ -89,8 +89,12 @@ class HFRolloutEngine:
         if params.greedy:
             sampling = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
         else:
-            sampling = {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p,
-                        "top_k": params.top_k}
+            sampling = {
+                "do_sample": True,
+                "temperature": params.temperature,
+                "top_p": params.top_p,
+                "top_k": params.top_k,
+            }
         was_training = self.model.training
         self.model.eval()
         with sampling_rng(generator):
@@ -105,7 +109,7 @@ class HFRolloutEngine:
                 **_NEUTRAL,
             )
         self.model.train(was_training)
-        response_ids = out[:, prompt_ids.shape[1]:]  # (B, T)
+        response_ids = out[:, prompt_ids.shape[1] :]  # (B, T)
         response_mask, ended = response_mask_from_eos(response_ids, self.eos_id)
         response_ids = torch.where(response_mask, response_ids, self.pad_id)  # (B, T)
         texts = [

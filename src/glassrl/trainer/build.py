@@ -49,13 +49,15 @@ def load_records(spec: str, split: str, tokenizer, max_prompt_tokens: int, key: 
     from glassrl.data.tasks import load_task
 
     if spec.startswith("task:"):
-        name, _, task_split = spec[len("task:"):].partition("/")
+        name, _, task_split = spec[len("task:") :].partition("/")
         records = load_task(name, task_split or split)
         records = [r for r in records if prompt_token_count(r.prompt, tokenizer) <= max_prompt_tokens]
     else:
         records = load_prompts(spec, tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens)
     if not records:
-        raise GlassrlError(f"{key} = {spec!r}: no prompt of at most data.max_prompt_tokens = {max_prompt_tokens} tokens")
+        raise GlassrlError(
+            f"{key} = {spec!r}: no prompt of at most data.max_prompt_tokens = {max_prompt_tokens} tokens"
+        )
     return records
 
 
@@ -71,8 +73,9 @@ def test_spec(cfg: TrainConfig) -> str | None:
 def _optimizer(model: torch.nn.Module, o: OptimConfig, total_steps: int):
     from glassrl.trainer.common import make_optimizer
 
-    optimizer, _ = make_optimizer(model, lr=o.lr, weight_decay=o.weight_decay, warmup_steps=o.warmup_steps,
-                                  total_steps=total_steps)
+    optimizer, _ = make_optimizer(
+        model, lr=o.lr, weight_decay=o.weight_decay, warmup_steps=o.warmup_steps, total_steps=total_steps
+    )
     # make_optimizer's schedule is cosine only; this one follows ``decay``. Both read the
     # same base rate (LambdaLR keeps the first "initial_lr" of each parameter group).
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.decay, o.warmup_steps, total_steps))
@@ -86,12 +89,19 @@ def build_ptx(cfg: TrainConfig, resolved: Resolved, tokenizer) -> PtxLoss | None
     max_length = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens  # what the model's positions allow
     examples = load_ptx_examples(cfg.data.ptx, tokenizer, max_length)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return PtxLoss(examples, cfg.algo.ptx_coef, resolved.mini_batch_responses, cfg.batch.micro_batch_responses,
-                   pad_id, seed=cfg.seed + 3)
+    return PtxLoss(
+        examples,
+        cfg.algo.ptx_coef,
+        resolved.mini_batch_responses,
+        cfg.batch.micro_batch_responses,
+        pad_id,
+        seed=cfg.seed + 3,
+    )
 
 
-def build_local_workers(cfg: TrainConfig, resolved: Resolved, path: Path, tokenizer,
-                        ptx: PtxLoss | None = None) -> Workers:
+def build_local_workers(
+    cfg: TrainConfig, resolved: Resolved, path: Path, tokenizer, ptx: PtxLoss | None = None
+) -> Workers:
     """In-process workers; the rollout samples with the actor's own model; ``ptx`` joins the actor's updates."""
     from glassrl.models import load_causal_lm, load_scalar_model
     from glassrl.rewards import build_combined
@@ -111,15 +121,34 @@ def build_local_workers(cfg: TrainConfig, resolved: Resolved, path: Path, tokeni
     actor_steps = (cfg.steps - a.value_warmup_steps) * resolved.optimizer_steps_per_step
     optimizer, scheduler = _optimizer(model, cfg.actor_optim, actor_steps)
     terms = actor_terms(
-        policy_loss=a.policy_loss, params=loss_params(a), loss_agg=a.loss_agg, norm_length=resolved.norm_length,
-        kl_in_loss=a.kl.kind if a.kl.placement == "loss" else None, kl_coef=a.kl.coef,
-        entropy_coef=a.entropy_coef, positive_nll_coef=a.positive_nll_coef,
+        policy_loss=a.policy_loss,
+        params=loss_params(a),
+        loss_agg=a.loss_agg,
+        norm_length=resolved.norm_length,
+        kl_in_loss=a.kl.kind if a.kl.placement == "loss" else None,
+        kl_coef=a.kl.coef,
+        entropy_coef=a.entropy_coef,
+        positive_nll_coef=a.positive_nll_coef,
     )
-    update = partial(run_updates, micro_batch=micro, grad_clip=cfg.actor_optim.grad_clip,
-                     forward=partial(actor_forward, r.temperature, a.entropy_coef > 0), terms=terms, prefix="actor",
-                     ptx=ptx)
-    actor = LocalActor(model, tokenizer, optimizer, scheduler, temperature=r.temperature, micro_batch=micro,
-                       update=update, load=load_lm)
+    update = partial(
+        run_updates,
+        micro_batch=micro,
+        grad_clip=cfg.actor_optim.grad_clip,
+        forward=partial(actor_forward, r.temperature, a.entropy_coef > 0),
+        terms=terms,
+        prefix="actor",
+        ptx=ptx,
+    )
+    actor = LocalActor(
+        model,
+        tokenizer,
+        optimizer,
+        scheduler,
+        temperature=r.temperature,
+        micro_batch=micro,
+        update=update,
+        load=load_lm,
+    )
     device = next(model.parameters()).device
     rollout = LocalRollout(HFRolloutEngine(model, tokenizer), torch.Generator(device).manual_seed(cfg.seed + 1))
     reference = None
@@ -130,9 +159,15 @@ def build_local_workers(cfg: TrainConfig, resolved: Resolved, path: Path, tokeni
         load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=m.device)
         critic_model = load_critic(m.critic or path)
         c_opt, c_sched = _optimizer(critic_model, cfg.critic_optim, resolved.total_optimizer_steps)
-        c_update = partial(run_updates, micro_batch=micro, grad_clip=cfg.critic_optim.grad_clip, forward=critic_forward,
-                           terms=critic_terms(value_clip=a.value_clip, loss_agg=a.loss_agg,
-                                              norm_length=resolved.norm_length), prefix="critic")
-        critic = LocalCritic(critic_model, tokenizer, c_opt, c_sched, micro_batch=micro, update=c_update,
-                             load=load_critic)
+        c_update = partial(
+            run_updates,
+            micro_batch=micro,
+            grad_clip=cfg.critic_optim.grad_clip,
+            forward=critic_forward,
+            terms=critic_terms(value_clip=a.value_clip, loss_agg=a.loss_agg, norm_length=resolved.norm_length),
+            prefix="critic",
+        )
+        critic = LocalCritic(
+            critic_model, tokenizer, c_opt, c_sched, micro_batch=micro, update=c_update, load=load_critic
+        )
     return Workers(actor, rollout, LocalReward(build_combined(cfg.reward.sources)), reference, critic)

@@ -45,9 +45,10 @@ import os
 import re
 import secrets
 import shutil
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -138,9 +139,7 @@ class CheckpointManager:
         name = pointer.read_text(encoding="utf-8").strip()
         path = self.root / name
         if not _STEP_DIR.match(name) or not (path / MANIFEST).is_file():
-            raise GlassrlError(
-                f"{pointer}: names {name!r}, which is not a complete checkpoint (no {path / MANIFEST})"
-            )
+            raise GlassrlError(f"{pointer}: names {name!r}, which is not a complete checkpoint (no {path / MANIFEST})")
         return path
 
     def checkpoints(self) -> list[Path]:
@@ -175,10 +174,7 @@ class CheckpointManager:
         for entry in manifest["parts"].values():
             for file in entry["files"]:
                 _verify_file(path, file)
-        return {
-            part_name: _READERS[entry["kind"]](path, part_name)
-            for part_name, entry in manifest["parts"].items()
-        }
+        return {part_name: _READERS[entry["kind"]](path, part_name) for part_name, entry in manifest["parts"].items()}
 
     def _write_part(self, directory: Path, name: str, part: Part) -> dict:
         if not _PART_NAME.match(name) or name == "manifest":
@@ -263,7 +259,9 @@ def _write_safetensors(directory: Path, name: str, value: object) -> None:
 
 def _write_hf(directory: Path, name: str, value: object) -> None:
     if not hasattr(value, "save_pretrained"):
-        raise TypeError(f"checkpoint part {name!r} of kind 'hf' needs a save_pretrained method, got {type(value).__name__}")
+        raise TypeError(
+            f"checkpoint part {name!r} of kind 'hf' needs a save_pretrained method, got {type(value).__name__}"
+        )
     target = directory / _part_path("hf", name)
     value.save_pretrained(target)
     for file in target.rglob("*"):
@@ -333,7 +331,9 @@ def _verify_file(checkpoint: Path, entry: dict) -> None:
             f"{entry['size']} (truncated or replaced)"
         )
     if _sha256(file) != entry["sha256"]:
-        raise GlassrlError(f"checkpoint {checkpoint.name}: file {entry['path']} is corrupt (sha256 differs from the manifest)")
+        raise GlassrlError(
+            f"checkpoint {checkpoint.name}: file {entry['path']} is corrupt (sha256 differs from the manifest)"
+        )
 
 
 def _fsync(path: Path) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 import random
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch

@@ -40,7 +40,9 @@ class DataConfig:
     test: str | None = None  # evaluation prompts, same forms; null = the test split of a task:NAME train set, else none
     max_prompt_tokens: int = 48  # prompts longer than this (in tokens, as the policy sees them) are dropped
     eval_size: int = 200  # evaluation prompts used (the first ones of the test set)
-    ptx: str | None = None  # PPO-ptx supervised pairs: "task:NAME" or a jsonl of prompt/response; used when algo.ptx_coef > 0
+    ptx: str | None = (
+        None  # PPO-ptx supervised pairs: "task:NAME" or a jsonl of prompt/response; used when algo.ptx_coef > 0
+    )
 
 
 @dataclass
@@ -54,13 +56,17 @@ class RolloutConfig:
 
 @dataclass
 class RewardConfig:
-    sources: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "arith_verify", "weight": 1.0}])  # [{name, weight, ...arguments}] summed with weights (rewards.build_combined)
+    sources: list[dict[str, Any]] = field(
+        default_factory=lambda: [{"name": "arith_verify", "weight": 1.0}]
+    )  # [{name, weight, ...arguments}] summed with weights (rewards.build_combined)
     max_failure_rate: float = 0.1  # a step whose fraction of failed (timeout/error) scores exceeds this stops the run
 
 
 @dataclass
 class KLConfig:
-    placement: Literal["reward", "loss", "none"] = "loss"  # where β·KL acts: in the token rewards (PPO), in the loss (GRPO), nowhere
+    placement: Literal["reward", "loss", "none"] = (
+        "loss"  # where β·KL acts: in the token rewards (PPO), in the loss (GRPO), nowhere
+    )
     kind: str = "k3"  # per-token estimator: k1 | abs | k2 | k3 (glassrl.algos.kl)
     coef: float = 0.001  # β, the KL coefficient (initial value for the adaptive controller)
     target: float | None = None  # adaptive controller's target KL per token; null = fixed β (placement reward only)
@@ -76,7 +82,9 @@ class OverlongConfig:
 @dataclass
 class AlgoConfig:
     advantage: str = "grpo"  # advantage estimator (ADVANTAGE_ESTIMATORS): gae, grpo, dr_grpo, rloo, remax, ...
-    policy_loss: str = "ppo_clip"  # policy loss (POLICY_LOSSES): ppo_clip, dual_clip, gspo, cispo, aspo, clip_cov, reinforce
+    policy_loss: str = (
+        "ppo_clip"  # policy loss (POLICY_LOSSES): ppo_clip, dual_clip, gspo, cispo, aspo, clip_cov, reinforce
+    )
     loss_agg: str = "token-mean"  # aggregation of per-token losses: token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
     norm_length: int | None = None  # L of seq-mean-token-sum-norm; null = rollout.max_new_tokens
     gamma: float = 1.0  # discount γ in [0, 1]
@@ -108,7 +116,9 @@ class AlgoConfig:
 class BatchConfig:
     prompts_per_step: int = 8  # prompts per training step (global); responses = prompts × rollout.n
     mini_batch_prompts: int = 8  # prompts per optimiser step; must divide prompts_per_step
-    micro_batch_responses: int = 8  # responses per forward/backward pass (per worker); must divide a mini-batch's responses
+    micro_batch_responses: int = (
+        8  # responses per forward/backward pass (per worker); must divide a mini-batch's responses
+    )
     epochs: int = 1  # passes over the step's responses (PPO epochs)
 
 
@@ -116,9 +126,13 @@ class BatchConfig:
 class OptimConfig:
     lr: float = 1e-5  # peak learning rate of AdamW
     warmup_steps: int = 0  # linear warm-up, in optimiser steps
-    decay: Literal["cosine", "constant"] = "constant"  # after warm-up: cosine to 0 at the last optimiser step, or constant
+    decay: Literal["cosine", "constant"] = (
+        "constant"  # after warm-up: cosine to 0 at the last optimiser step, or constant
+    )
     weight_decay: float = 0.0  # AdamW weight decay on matrices (not on norms and biases)
-    grad_clip: float | None = 1.0  # clip the global gradient norm to this; null = no clipping (the norm is still logged)
+    grad_clip: float | None = (
+        1.0  # clip the global gradient norm to this; null = no clipping (the norm is still logged)
+    )
 
 
 @dataclass
@@ -127,8 +141,12 @@ class LoggingConfig:
     tensorboard: bool = False  # also write TensorBoard event files under output_dir/tensorboard
     ledger_every: int = 10  # steps between ledger samples (output_dir/ledgers/step_XXXXXX.jsonl); 0 = never
     ledger_samples: int = 4  # responses per ledger sample
-    eval_every: int = 0  # steps between greedy evaluations on the test set; 0 = only before the first and after the last step
-    eval_group_by: str | None = None  # a metadata key of the test records (e.g. lang): also eval/accuracy/<value> per value
+    eval_every: int = (
+        0  # steps between greedy evaluations on the test set; 0 = only before the first and after the last step
+    )
+    eval_group_by: str | None = (
+        None  # a metadata key of the test records (e.g. lang): also eval/accuracy/<value> per value
+    )
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only after the last step
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     report: bool = True  # write output_dir/report.html (glassrl report) at the end of the run
@@ -202,8 +220,11 @@ def resolve(cfg: TrainConfig) -> Resolved:
     mini_responses = b.mini_batch_prompts * n
     _divides(b.mini_batch_prompts, "batch.mini_batch_prompts", b.prompts_per_step, "batch.prompts_per_step", "prompts")
     _divides(
-        b.micro_batch_responses, "batch.micro_batch_responses", mini_responses,
-        f"a mini-batch (batch.mini_batch_prompts × rollout.n = {b.mini_batch_prompts} × {n})", "responses",
+        b.micro_batch_responses,
+        "batch.micro_batch_responses",
+        mini_responses,
+        f"a mini-batch (batch.mini_batch_prompts × rollout.n = {b.mini_batch_prompts} × {n})",
+        "responses",
     )
     from glassrl.algos.advantages import REQUIRED_INPUTS
 
@@ -252,21 +273,33 @@ def _divides(part: int, part_key: str, whole: int, whole_key: str, unit: str) ->
 def _check_ranges(cfg: TrainConfig) -> None:
     a, r, b = cfg.algo, cfg.rollout, cfg.batch
     positive_ints = {
-        "steps": cfg.steps, "rollout.n": r.n, "rollout.max_new_tokens": r.max_new_tokens,
-        "batch.prompts_per_step": b.prompts_per_step, "batch.mini_batch_prompts": b.mini_batch_prompts,
-        "batch.micro_batch_responses": b.micro_batch_responses, "batch.epochs": b.epochs,
-        "data.max_prompt_tokens": cfg.data.max_prompt_tokens, "algo.kl.horizon": a.kl.horizon,
+        "steps": cfg.steps,
+        "rollout.n": r.n,
+        "rollout.max_new_tokens": r.max_new_tokens,
+        "batch.prompts_per_step": b.prompts_per_step,
+        "batch.mini_batch_prompts": b.mini_batch_prompts,
+        "batch.micro_batch_responses": b.micro_batch_responses,
+        "batch.epochs": b.epochs,
+        "data.max_prompt_tokens": cfg.data.max_prompt_tokens,
+        "algo.kl.horizon": a.kl.horizon,
         "algo.dynamic_sampling_max_rounds": a.dynamic_sampling_max_rounds,
-        "logging.log_every": cfg.logging.log_every, "logging.keep_checkpoints": cfg.logging.keep_checkpoints,
+        "logging.log_every": cfg.logging.log_every,
+        "logging.keep_checkpoints": cfg.logging.keep_checkpoints,
     }
     for key, value in positive_ints.items():
         if value < 1:
             _fail(key, value, "must be >= 1")
     non_negative = {
-        "rollout.top_k": r.top_k, "data.eval_size": cfg.data.eval_size, "algo.entropy_coef": a.entropy_coef,
-        "algo.kl.coef": a.kl.coef, "algo.ptx_coef": a.ptx_coef, "algo.positive_nll_coef": a.positive_nll_coef,
-        "algo.value_warmup_steps": a.value_warmup_steps, "logging.ledger_every": cfg.logging.ledger_every,
-        "logging.ledger_samples": cfg.logging.ledger_samples, "logging.eval_every": cfg.logging.eval_every,
+        "rollout.top_k": r.top_k,
+        "data.eval_size": cfg.data.eval_size,
+        "algo.entropy_coef": a.entropy_coef,
+        "algo.kl.coef": a.kl.coef,
+        "algo.ptx_coef": a.ptx_coef,
+        "algo.positive_nll_coef": a.positive_nll_coef,
+        "algo.value_warmup_steps": a.value_warmup_steps,
+        "logging.ledger_every": cfg.logging.ledger_every,
+        "logging.ledger_samples": cfg.logging.ledger_samples,
+        "logging.eval_every": cfg.logging.eval_every,
         "logging.checkpoint_every": cfg.logging.checkpoint_every,
     }
     for key, value in non_negative.items():
@@ -282,13 +315,20 @@ def _check_ranges(cfg: TrainConfig) -> None:
         _fail("rollout.temperature", r.temperature, "must be > 0")
     if not 0.0 < r.top_p <= 1.0:
         _fail("rollout.top_p", r.top_p, "must lie in (0, 1]")
-    for key, value in (("algo.length_alpha", a.length_alpha), ("algo.value_clip", a.value_clip),
-                       ("algo.kl.target", a.kl.target), ("algo.norm_length", a.norm_length)):
+    for key, value in (
+        ("algo.length_alpha", a.length_alpha),
+        ("algo.value_clip", a.value_clip),
+        ("algo.kl.target", a.kl.target),
+        ("algo.norm_length", a.norm_length),
+    ):
         if value is not None and not value > 0:
             _fail(key, value, "must be > 0 (or null)")
     if a.overlong is not None and not 0 < a.overlong.cache_length <= a.overlong.max_length:
-        _fail("algo.overlong.cache_length", a.overlong.cache_length,
-              f"must satisfy 0 < cache_length <= algo.overlong.max_length ({a.overlong.max_length})")
+        _fail(
+            "algo.overlong.cache_length",
+            a.overlong.cache_length,
+            f"must satisfy 0 < cache_length <= algo.overlong.max_length ({a.overlong.max_length})",
+        )
     for name in ("actor_optim", "critic_optim"):
         o: OptimConfig = getattr(cfg, name)
         if not o.lr > 0:
@@ -345,27 +385,49 @@ def _check_consistency(cfg: TrainConfig) -> None:
     if a.advantage in GROUP_ESTIMATORS and n < 2:
         _fail("rollout.n", n, f"algo.advantage = {a.advantage} compares responses within a group: needs n >= 2")
     if a.dynamic_sampling and a.advantage not in GROUP_ESTIMATORS:
-        _fail("algo.dynamic_sampling", True,
-              f"keeps groups whose scores differ; algo.advantage = {a.advantage} is not a group estimator "
-              f"(valid: {', '.join(sorted(GROUP_ESTIMATORS))})")
+        _fail(
+            "algo.dynamic_sampling",
+            True,
+            f"keeps groups whose scores differ; algo.advantage = {a.advantage} is not a group estimator "
+            f"(valid: {', '.join(sorted(GROUP_ESTIMATORS))})",
+        )
     if not needs_values:
-        for key, value in (("model.critic", cfg.model.critic), ("algo.critic_lam", a.critic_lam),
-                           ("algo.length_alpha", a.length_alpha)):
+        for key, value in (
+            ("model.critic", cfg.model.critic),
+            ("algo.critic_lam", a.critic_lam),
+            ("algo.length_alpha", a.length_alpha),
+        ):
             if value is not None:
                 _fail(key, value, f"only used with a critic; algo.advantage = {a.advantage} uses none (set it to null)")
         if a.value_warmup_steps:
-            _fail("algo.value_warmup_steps", a.value_warmup_steps,
-                  f"pre-trains a critic; algo.advantage = {a.advantage} uses none")
+            _fail(
+                "algo.value_warmup_steps",
+                a.value_warmup_steps,
+                f"pre-trains a critic; algo.advantage = {a.advantage} uses none",
+            )
     if a.value_warmup_steps >= cfg.steps:
-        _fail("algo.value_warmup_steps", a.value_warmup_steps, f"must be < steps ({cfg.steps}) or the actor never trains")
+        _fail(
+            "algo.value_warmup_steps", a.value_warmup_steps, f"must be < steps ({cfg.steps}) or the actor never trains"
+        )
     if a.kl.placement == "loss" and a.kl.kind == "k1":
-        _fail("algo.kl.kind", "k1", "as a loss term k1 = log π − log π_ref has gradient ∇log π, zero in "
-              "expectation: it does not pull towards π_ref; use k3 (GRPO) or k2 with algo.kl.placement = loss")
+        _fail(
+            "algo.kl.kind",
+            "k1",
+            "as a loss term k1 = log π − log π_ref has gradient ∇log π, zero in "
+            "expectation: it does not pull towards π_ref; use k3 (GRPO) or k2 with algo.kl.placement = loss",
+        )
     if a.kl.target is not None and a.kl.placement != "reward":
-        _fail("algo.kl.target", a.kl.target, "the adaptive controller tunes β of a KL in the reward; "
-              f"algo.kl.placement = {a.kl.placement} (set target to null)")
+        _fail(
+            "algo.kl.target",
+            a.kl.target,
+            "the adaptive controller tunes β of a KL in the reward; "
+            f"algo.kl.placement = {a.kl.placement} (set target to null)",
+        )
     if a.ptx_coef > 0 and cfg.data.ptx is None:
         _fail("algo.ptx_coef", a.ptx_coef, "needs data.ptx (the supervised pairs)")
     if a.overlong is not None and a.overlong.max_length > cfg.rollout.max_new_tokens:
-        _fail("algo.overlong.max_length", a.overlong.max_length,
-              f"must be <= rollout.max_new_tokens ({cfg.rollout.max_new_tokens})")
+        _fail(
+            "algo.overlong.max_length",
+            a.overlong.max_length,
+            f"must be <= rollout.max_new_tokens ({cfg.rollout.max_new_tokens})",
+        )

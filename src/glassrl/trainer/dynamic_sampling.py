@@ -19,8 +19,9 @@ responses are left out of the comparison as out of every group baseline
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -89,20 +90,36 @@ class DynamicSampler:
             self.buffer += [g for g, keep in zip(groups, mixed) if keep]
             rounds, generated, kept = rounds + 1, generated + len(groups), kept + sum(mixed)
         step, self.buffer = self.buffer[: self.need], self.buffer[self.need :]
-        metrics = {"sampling/rounds": rounds, "sampling/groups_generated": generated,
-                   "sampling/groups_kept": kept, "sampling/buffer_groups": len(self.buffer)}
+        metrics = {
+            "sampling/rounds": rounds,
+            "sampling/groups_generated": generated,
+            "sampling/groups_kept": kept,
+            "sampling/buffer_groups": len(self.buffer),
+        }
         return join_groups(step, self.pad_id), metrics
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
-        groups = [{"rollout": _rollout_state(g.rollout), "prompt": _record_state(g.prompt),
-                   "prompt_ids": g.prompt_ids, "results": [_result_state(r) for r in g.results]}
-                  for g in self.buffer]
+        groups = [
+            {
+                "rollout": _rollout_state(g.rollout),
+                "prompt": _record_state(g.prompt),
+                "prompt_ids": g.prompt_ids,
+                "results": [_result_state(r) for r in g.results],
+            }
+            for g in self.buffer
+        ]
         return {"sample_buffer": ("torch", {"groups": groups})}
 
     def load_state_dict(self, parts: dict[str, Any]) -> None:
-        self.buffer = [_Group(RolloutBatch(**g["rollout"]), _record(g["prompt"]), list(g["prompt_ids"]),
-                              [_result(r) for r in g["results"]])
-                       for g in parts["sample_buffer"]["groups"]]
+        self.buffer = [
+            _Group(
+                RolloutBatch(**g["rollout"]),
+                _record(g["prompt"]),
+                list(g["prompt_ids"]),
+                [_result(r) for r in g["results"]],
+            )
+            for g in parts["sample_buffer"]["groups"]
+        ]
 
 
 def mixed_groups(sampled: Sampled) -> list[bool]:
@@ -132,16 +149,27 @@ def join_groups(groups: list[_Group], pad_id: int) -> Sampled:
         part = g.rollout.select(torch.arange(len(g.rollout)))
         part.group_index = torch.full_like(part.group_index, k)
         parts.append(part)
-    return Sampled(concat_rollouts(parts, pad_id), [g.prompt for g in groups], [g.prompt_ids for g in groups],
-                   [r for g in groups for r in g.results])
+    return Sampled(
+        concat_rollouts(parts, pad_id),
+        [g.prompt for g in groups],
+        [g.prompt_ids for g in groups],
+        [r for g in groups for r in g.results],
+    )
 
 
 # A checkpoint's "torch" parts load with weights_only=True: tensors and plain containers only.
 
+
 def _rollout_state(r: RolloutBatch) -> dict[str, Any]:
-    return {"prompt_ids": r.prompt_ids.cpu(), "prompt_mask": r.prompt_mask.cpu(), "response_ids": r.response_ids.cpu(),
-            "response_mask": r.response_mask.cpu(), "group_index": r.group_index.cpu(),
-            "finish_reasons": list(r.finish_reasons), "texts": list(r.texts)}
+    return {
+        "prompt_ids": r.prompt_ids.cpu(),
+        "prompt_mask": r.prompt_mask.cpu(),
+        "response_ids": r.response_ids.cpu(),
+        "response_mask": r.response_mask.cpu(),
+        "group_index": r.group_index.cpu(),
+        "finish_reasons": list(r.finish_reasons),
+        "texts": list(r.texts),
+    }
 
 
 def _record_state(r: PromptRecord) -> dict[str, Any]:
@@ -155,13 +183,23 @@ def _record(state: dict[str, Any]) -> PromptRecord:
 
 
 def _result_state(r: RewardResult) -> dict[str, Any]:
-    return {"status": r.status, "score": r.score, "process_rewards": [list(p) for p in r.process_rewards],
-            "message": r.message, "details": _encode(r.details)}
+    return {
+        "status": r.status,
+        "score": r.score,
+        "process_rewards": [list(p) for p in r.process_rewards],
+        "message": r.message,
+        "details": _encode(r.details),
+    }
 
 
 def _result(state: dict[str, Any]) -> RewardResult:
-    return RewardResult(state["status"], state["score"], tuple(tuple(p) for p in state["process_rewards"]),
-                        state["message"], _decode(state["details"]))
+    return RewardResult(
+        state["status"],
+        state["score"],
+        tuple(tuple(p) for p in state["process_rewards"]),
+        state["message"],
+        _decode(state["details"]),
+    )
 
 
 def _encode(value: Any) -> Any:

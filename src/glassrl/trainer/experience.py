@@ -13,8 +13,8 @@ baseline and is left out the same way. The metrics count both.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -128,7 +128,9 @@ def step_end_tokens(tokenizer, token_ids: list[int], text: str, ends: Sequence[i
     positions, k = [], 0
     for end in ends:
         target = text[:end]
-        while k < len(token_ids) - 1 and not tokenizer.decode(token_ids[: k + 1], skip_special_tokens=True).startswith(target):
+        while k < len(token_ids) - 1 and not tokenizer.decode(token_ids[: k + 1], skip_special_tokens=True).startswith(
+            target
+        ):
             k += 1
         positions.append(k)
     return positions
@@ -205,8 +207,10 @@ class NormShaper:
 # name -> (is it on for this AlgoConfig?, build it). Each is a callable
 # (scores (B,), scored (B,) bool, rollout) -> scores (B,).
 SCORE_SHAPERS = {
-    "overlong": (lambda a: a.overlong is not None,
-                 lambda a: OverlongShaper(a.overlong.max_length, a.overlong.cache_length)),
+    "overlong": (
+        lambda a: a.overlong is not None,
+        lambda a: OverlongShaper(a.overlong.max_length, a.overlong.cache_length),
+    ),
     "reward_norm": (lambda a: a.reward_norm, lambda a: NormShaper()),
 }
 
@@ -228,9 +232,7 @@ def estimator_rows(estimator: str, scored: torch.Tensor, group_index: torch.Tens
     return scored & (members[inverse] >= 2)
 
 
-def estimate_advantages(
-    exp: Experience, estimator: str, params: AdvantageParams, whiten: bool, gamma: float
-) -> None:
+def estimate_advantages(exp: Experience, estimator: str, params: AdvantageParams, whiten: bool, gamma: float) -> None:
     """Fill exp.advantages, returns, deltas and whitened_advantages from exp.token_rewards.
 
     The estimator runs on the rows of ``estimator_rows`` only; other rows get 0 and
@@ -249,8 +251,11 @@ def estimate_advantages(
     if missing:
         raise GlassrlError(
             f"algo.advantage = {estimator} needs {missing[0]}"
-            + ("; the reward gives no process rewards (e.g. arith_verify with process_rewards: true)"
-               if missing[0] == "step_end_mask" else "")
+            + (
+                "; the reward gives no process rewards (e.g. arith_verify with process_rewards: true)"
+                if missing[0] == "step_end_mask"
+                else ""
+            )
         )
     advantages = torch.zeros_like(exp.token_rewards)
     returns = torch.zeros_like(exp.token_rewards)

@@ -50,15 +50,24 @@ from glassrl.trainer.step_metrics import accuracy, correct, response_metrics, re
 from glassrl.trainer.update import minibatch_plan
 
 # Shown under the progress bar, in this order (when present).
-CONSOLE_KEYS = ("reward/mean", "task/accuracy", "kl/mean", "actor/policy_loss", "critic/value_loss",
-                "response/length/mean", "eval/accuracy", "perf/step_s")
+CONSOLE_KEYS = (
+    "reward/mean",
+    "task/accuracy",
+    "kl/mean",
+    "actor/policy_loss",
+    "critic/value_loss",
+    "response/length/mean",
+    "eval/accuracy",
+    "perf/step_s",
+)
 
 
 class Trainer:
     """Builds the workers of ``cfg`` and runs its steps; ``resume`` continues from the latest checkpoint."""
 
-    def __init__(self, cfg: TrainConfig, *, resume: bool = False, console: Console | None = None,
-                 progress: bool = True) -> None:
+    def __init__(
+        self, cfg: TrainConfig, *, resume: bool = False, console: Console | None = None, progress: bool = True
+    ) -> None:
         from glassrl.models import load_tokenizer
 
         self.cfg, self.resolved = cfg, resolve(cfg)
@@ -67,27 +76,36 @@ class Trainer:
         path = actor_path(cfg, self.console)
         self.tokenizer = load_tokenizer(path)
         max_tokens = cfg.data.max_prompt_tokens
-        self.prompts = state.PromptStream(load_records(cfg.data.train, "train", self.tokenizer, max_tokens, "data.train"),
-                                          cfg.seed)
+        self.prompts = state.PromptStream(
+            load_records(cfg.data.train, "train", self.tokenizer, max_tokens, "data.train"), cfg.seed
+        )
         spec = test_spec(cfg)
         self.test_records = [] if spec is None else load_records(spec, "test", self.tokenizer, max_tokens, "data.test")
         self.test_records = self.test_records[: cfg.data.eval_size]
         self.ptx = build_ptx(cfg, self.resolved, self.tokenizer)  # PPO-ptx's supervised batches, or None
         self.workers = build_local_workers(cfg, self.resolved, path, self.tokenizer, self.ptx)
         kl = cfg.algo.kl
-        self.kl = (FixedKLController(kl.coef) if kl.target is None
-                   else AdaptiveKLController(kl.coef, kl.target, kl.horizon))
+        self.kl = (
+            FixedKLController(kl.coef) if kl.target is None else AdaptiveKLController(kl.coef, kl.target, kl.horizon)
+        )
         self.shapers = [make(cfg.algo) for on, make in X.SCORE_SHAPERS.values() if on(cfg.algo)]
         self.shuffle = torch.Generator().manual_seed(cfg.seed + 2)  # mini-batch order
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        self.sampler = (DynamicSampler(cfg.batch.prompts_per_step, cfg.algo.dynamic_sampling_max_rounds, pad_id)
-                        if cfg.algo.dynamic_sampling else OneRound())
+        self.sampler = (
+            DynamicSampler(cfg.batch.prompts_per_step, cfg.algo.dynamic_sampling_max_rounds, pad_id)
+            if cfg.algo.dynamic_sampling
+            else OneRound()
+        )
         self.counters = state.Counters()
         self.components = [c for c in (self.workers.actor, self.workers.critic, self.workers.rollout) if c is not None]
-        self.components += [self.prompts, self.counters, state.Wrapped("kl_controller", "json", self.kl),
-                            *[s for s in (*self.shapers, self.sampler) if getattr(s, "part_names", ())],
-                            *([self.ptx.stream] if self.ptx is not None else []),
-                            state.GlobalRNG({"shuffle": self.shuffle})]
+        self.components += [
+            self.prompts,
+            self.counters,
+            state.Wrapped("kl_controller", "json", self.kl),
+            *[s for s in (*self.shapers, self.sampler) if getattr(s, "part_names", ())],
+            *([self.ptx.stream] if self.ptx is not None else []),
+            state.GlobalRNG({"shuffle": self.shuffle}),
+        ]
         self.out = Path(cfg.output_dir)
         self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)
         self._check_run_dir(resume)
@@ -112,8 +130,13 @@ class Trainer:
         with self.timer.phase("rewards"):  # 4. token rewards
             self._token_rewards(exp)
         with self.timer.phase("advantages"):  # 5. advantages and returns
-            X.estimate_advantages(exp, self.cfg.algo.advantage, self._advantage_params(),
-                                  self.cfg.algo.whiten_advantages, self.cfg.algo.gamma)
+            X.estimate_advantages(
+                exp,
+                self.cfg.algo.advantage,
+                self._advantage_params(),
+                self.cfg.algo.whiten_advantages,
+                self.cfg.algo.gamma,
+            )
         with self.timer.phase("update"):  # 6. update critic and actor
             updated = self._update(exp, step)
         self.counters.step = step
@@ -125,7 +148,9 @@ class Trainer:
         """Run the remaining steps (evaluating before the first); returns the last metrics."""
         metrics: dict[str, float] = {}
         try:
-            (self.out / "config.yaml").write_text(yaml.safe_dump(to_dict(self.cfg), sort_keys=False, allow_unicode=True))
+            (self.out / "config.yaml").write_text(
+                yaml.safe_dump(to_dict(self.cfg), sort_keys=False, allow_unicode=True)
+            )
             (self.out / "environment.json").write_text(json.dumps(collect_environment(), indent=2))
             if self.counters.step == 0 and self.test_records:
                 initial = self.evaluate()
@@ -220,8 +245,12 @@ class Trainer:
             metrics.update(self.workers.critic.update(critic_batch, plan))
         if step > self.cfg.algo.value_warmup_steps:  # VAPO value pre-training: critic only until then
             # "scores" marks VAPO's positive examples: correct answers, judged before any shaping.
-            actor_batch = {**base, "old_logprobs": exp.logprobs, "advantages": exp.policy_advantages,
-                           "scores": exp.raw_scores}
+            actor_batch = {
+                **base,
+                "old_logprobs": exp.logprobs,
+                "advantages": exp.policy_advantages,
+                "scores": exp.raw_scores,
+            }
             if exp.ref_logprobs is not None:
                 actor_batch["ref_logprobs"] = exp.ref_logprobs
             metrics.update(self.workers.actor.update(actor_batch, plan))
@@ -282,15 +311,31 @@ class Trainer:
         return Ledger.from_tensors(
             prompts=[X.prompt_text(self.tokenizer, r.prompt) for r in exp.records[:k]],
             token_texts=[[self.tokenizer.decode([t]) for t in row.tolist()] for row in rollout.response_ids],
-            response_mask=pick(exp.response_mask), estimator=a.advantage, gamma=a.gamma,
-            lam=a.lam if exp.values is not None else None, beta=exp.beta if a.kl.placement == "reward" else 0.0,
-            kl_kind=a.kl.kind if exp.kl is not None else None, token_ids=rollout.response_ids,
-            logprobs=pick(exp.logprobs), ref_logprobs=pick(exp.ref_logprobs), kl=pick(exp.kl),
-            token_scores=pick(exp.token_scores), token_rewards=pick(exp.token_rewards), values=pick(exp.values),
-            deltas=pick(exp.deltas), advantages=pick(exp.advantages), returns=pick(exp.returns),
-            whitened_advantages=pick(exp.whitened_advantages), step_end_mask=pick(exp.step_end_mask),
-            scores=pick(exp.scores), group_ids=rollout.group_index, baseline_rewards=pick(exp.baseline_rewards),
-            lengths=rollout.lengths, finish_reasons=rollout.finish_reasons, responses=rollout.texts, step=step,
+            response_mask=pick(exp.response_mask),
+            estimator=a.advantage,
+            gamma=a.gamma,
+            lam=a.lam if exp.values is not None else None,
+            beta=exp.beta if a.kl.placement == "reward" else 0.0,
+            kl_kind=a.kl.kind if exp.kl is not None else None,
+            token_ids=rollout.response_ids,
+            logprobs=pick(exp.logprobs),
+            ref_logprobs=pick(exp.ref_logprobs),
+            kl=pick(exp.kl),
+            token_scores=pick(exp.token_scores),
+            token_rewards=pick(exp.token_rewards),
+            values=pick(exp.values),
+            deltas=pick(exp.deltas),
+            advantages=pick(exp.advantages),
+            returns=pick(exp.returns),
+            whitened_advantages=pick(exp.whitened_advantages),
+            step_end_mask=pick(exp.step_end_mask),
+            scores=pick(exp.scores),
+            group_ids=rollout.group_index,
+            baseline_rewards=pick(exp.baseline_rewards),
+            lengths=rollout.lengths,
+            finish_reasons=rollout.finish_reasons,
+            responses=rollout.texts,
+            step=step,
         )
 
     # ------------------------------------------------------------------ helpers
@@ -305,16 +350,20 @@ class Trainer:
         saved = self.out / "config.yaml"
         if not resume:
             if self.checkpoints.checkpoints():
-                raise GlassrlError(f"output_dir = {self.out} already holds checkpoints: resume with --resume, "
-                                   "or choose another output_dir")
+                raise GlassrlError(
+                    f"output_dir = {self.out} already holds checkpoints: resume with --resume, "
+                    "or choose another output_dir"
+                )
             return
         if saved.is_file():
             old, new = _flatten(yaml.safe_load(saved.read_text(encoding="utf-8"))), _flatten(to_dict(self.cfg))
             changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
             if changed:
-                raise GlassrlError(f"--resume: the config differs from {saved} in {', '.join(changed)} "
-                                   f"({changed[0]}: {old.get(changed[0])!r} then, {new.get(changed[0])!r} now); "
-                                   "a resumed run continues the same run")
+                raise GlassrlError(
+                    f"--resume: the config differs from {saved} in {', '.join(changed)} "
+                    f"({changed[0]}: {old.get(changed[0])!r} then, {new.get(changed[0])!r} now); "
+                    "a resumed run continues the same run"
+                )
 
     def _sinks(self, resume: bool, progress: bool) -> MetricSinks:
         self.out.mkdir(parents=True, exist_ok=True)

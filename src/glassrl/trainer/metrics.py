@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Callable, Hashable, Iterator, Sequence
 
 import torch
 

@@ -25,7 +25,7 @@ def load_ptx_examples(spec: str, tokenizer, max_length: int) -> list[Example]:
 
     try:
         if spec.startswith("task:"):
-            name, _, split = spec[len("task:"):].partition("/")
+            name, _, split = spec[len("task:") :].partition("/")
             pairs = sft_pairs(name, split or "train")
             rows = [(prompt, answer, f"{spec}#{i}") for i, (prompt, answer) in enumerate(pairs)]
         else:
@@ -38,8 +38,9 @@ def load_ptx_examples(spec: str, tokenizer, max_length: int) -> list[Example]:
 class PtxLoss:
     """γ and the next supervised batch per call; ``stream`` is a checkpointed component."""
 
-    def __init__(self, examples: list[Example], coef: float, batch_size: int, micro_batch: int, pad_id: int,
-                 seed: int) -> None:
+    def __init__(
+        self, examples: list[Example], coef: float, batch_size: int, micro_batch: int, pad_id: int, seed: int
+    ) -> None:
         self.coef, self.batch_size, self.micro_batch, self.pad_id = coef, batch_size, micro_batch, pad_id
         self.stream = PromptStream(examples, seed, part="ptx_data", key="data.ptx")
 

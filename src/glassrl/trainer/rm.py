@@ -104,7 +104,9 @@ def encode_pairs(tokenizer, pairs: list[PreferencePair], max_length: int) -> lis
     return examples
 
 
-def pair_rewards(model, examples: list[Example], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def pair_rewards(
+    model, examples: list[Example], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rewards (B,) of the chosen and of the rejected responses of B pairs, from one forward pass."""
     rows = [(p, c) for p, c, _, _ in examples] + [(p, r) for p, _, r, _ in examples]
     batch = collate(rows, pad_id)
@@ -125,7 +127,9 @@ def pairwise_accuracy(chosen: torch.Tensor, rejected: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def evaluate(model, examples: list[Example], *, batch_size: int, pad_id: int, device: torch.device, use_margin: bool) -> dict[str, float]:
+def evaluate(
+    model, examples: list[Example], *, batch_size: int, pad_id: int, device: torch.device, use_margin: bool
+) -> dict[str, float]:
     """Held-out metrics over ``examples``: eval/accuracy, eval/loss (as trained), eval/reward_gap (mean r_c − r_r)."""
     was_training = model.training
     model.eval()
@@ -159,7 +163,9 @@ def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
     train = encode_pairs(tokenizer, load_preferences(cfg.data), cfg.max_length)
     evals = encode_pairs(tokenizer, load_preferences(_eval_spec(cfg)), cfg.max_length)
     if cfg.use_margin:
-        missing = next((name for name, ex in (("data", train), ("eval_data", evals)) if any(e[3] is None for e in ex)), None)
+        missing = next(
+            (name for name, ex in (("data", train), ("eval_data", evals)) if any(e[3] is None for e in ex)), None
+        )
         if missing:
             raise GlassrlError(f"use_margin=true, but some pairs of {missing} have no margin")
     optimizer, scheduler = make_optimizer(
@@ -174,8 +180,13 @@ def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
     window: list[tuple[float, float, float]] = []  # (loss, accuracy, reward gap) per step since the last log
     start = time.perf_counter()
     progress = Progress(
-        TextColumn("rm"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(), console=console, transient=True,
+        TextColumn("rm"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
     )
     with progress, (out / "metrics.jsonl").open("w", encoding="utf-8") as log:
         bar = progress.add_task("rm", total=cfg.steps, info="")
@@ -196,7 +207,11 @@ def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
                 row.update({"train/grad_norm": grad_norm.item(), "train/lr": scheduler.get_last_lr()[0]})
                 window = []
             if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:
-                row.update(evaluate(model, evals, batch_size=cfg.batch_size, pad_id=pad_id, device=device, use_margin=cfg.use_margin))
+                row.update(
+                    evaluate(
+                        model, evals, batch_size=cfg.batch_size, pad_id=pad_id, device=device, use_margin=cfg.use_margin
+                    )
+                )
             if row:
                 log.write(json.dumps({"step": step, **row}) + "\n")
                 log.flush()

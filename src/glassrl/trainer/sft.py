@@ -77,7 +77,9 @@ def load_pairs(spec: str) -> list[tuple[Any, str, str]]:
     if spec.startswith("task:"):
         name, _, split = spec[len("task:") :].partition("/")
         if name not in TASKS:
-            raise GlassrlError(f"data: unknown task {name!r} in {spec!r}; valid: {', '.join('task:' + t for t in TASKS)}")
+            raise GlassrlError(
+                f"data: unknown task {name!r} in {spec!r}; valid: {', '.join('task:' + t for t in TASKS)}"
+            )
         return [(r.prompt, str(r.answer), r.source) for r in load_task(name, split or "train")]
     path = Path(spec)
     if not path.is_file():
@@ -89,7 +91,10 @@ def load_pairs(spec: str) -> list[tuple[Any, str, str]]:
                 raise GlassrlError(f"{where}: missing field \"{key}\"")
         prompt, response = row["prompt"], row["response"]
         if isinstance(prompt, list):
-            if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt):
+            if not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in prompt
+            ):
                 raise GlassrlError(f"{where}: field \"prompt\": messages must be {{\"role\": str, \"content\": str}}")
             prompt = tuple(prompt)
         elif not isinstance(prompt, str):
@@ -181,8 +186,13 @@ def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | Non
     window_loss, window_tokens = 0.0, 0
     start = time.perf_counter()
     progress = Progress(
-        TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(), console=console, transient=True,
+        TextColumn("sft"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
     )
     with progress, (out / "metrics.jsonl").open("w", encoding="utf-8") as log:
         bar = progress.add_task("sft", total=steps, info="")
@@ -198,8 +208,11 @@ def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | Non
             window_tokens += int(n_tokens)
             row: dict[str, float] = {}
             if step % cfg.log_every == 0 or step == steps:
-                row = {"train/loss": window_loss / window_tokens, "train/grad_norm": grad_norm.item(),
-                       "train/lr": scheduler.get_last_lr()[0]}
+                row = {
+                    "train/loss": window_loss / window_tokens,
+                    "train/grad_norm": grad_norm.item(),
+                    "train/lr": scheduler.get_last_lr()[0],
+                }
                 window_loss, window_tokens = 0.0, 0
             if evals and ((cfg.eval_every and step % cfg.eval_every == 0) or step == steps):
                 row["eval/loss"] = eval_loss(model, evals, cfg.batch_size, pad_id, device)
@@ -212,7 +225,9 @@ def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | Non
     result["time_s"] = time.perf_counter() - start
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    summary = f"train/loss {result['train/loss']:.4f}" + (f", eval/loss {result['eval/loss']:.4f}" if "eval/loss" in result else "")
+    summary = f"train/loss {result['train/loss']:.4f}" + (
+        f", eval/loss {result['eval/loss']:.4f}" if "eval/loss" in result else ""
+    )
     console.print(f"sft: {steps} steps in {result['time_s']:.1f}s, {summary} -> {out}")
     return result
 
@@ -229,7 +244,9 @@ def _check(cfg: SFTConfig) -> None:
     if cfg.steps is None and cfg.epochs <= 0:
         raise GlassrlError(f"epochs must be > 0 when steps is null, got {cfg.epochs}")
     if cfg.lr <= 0 or cfg.grad_clip <= 0 or cfg.weight_decay < 0:
-        raise GlassrlError(f"lr and grad_clip must be > 0 and weight_decay >= 0, got {cfg.lr}, {cfg.grad_clip}, {cfg.weight_decay}")
+        raise GlassrlError(
+            f"lr and grad_clip must be > 0 and weight_decay >= 0, got {cfg.lr}, {cfg.grad_clip}, {cfg.weight_decay}"
+        )
 
 
 def _as_list(spec: str | list[str]) -> list[str]:

@@ -10,7 +10,7 @@ an answer are not counted.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -64,7 +64,9 @@ def reward_metrics(results: Sequence[RewardResult]) -> dict[str, float]:
     metrics["reward/mean"], metrics["reward/std"] = _mean_std([r.score for r in results if r.is_ok])
     metrics["reward/failures/timeout"] = sum(r.status == "timeout" for r in results)
     metrics["reward/failures/error"] = sum(r.status == "error" for r in results)
-    metrics["reward/failure_rate"] = (metrics["reward/failures/timeout"] + metrics["reward/failures/error"]) / len(results)
+    metrics["reward/failure_rate"] = (metrics["reward/failures/timeout"] + metrics["reward/failures/error"]) / len(
+        results
+    )
     return metrics
 
 

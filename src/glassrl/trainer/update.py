@@ -20,9 +20,9 @@ by algorithm name: :func:`actor_terms` and :func:`critic_terms`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
 
 import torch
 
@@ -175,6 +175,7 @@ def run_updates(
 
 # ---------------------------------------------------------------- schedules
 
+
 def _constant(step: int, warmup_steps: int, total_steps: int) -> float:
     """Linear warm-up (Goyal et al. 2017, §2.2), then the peak rate."""
     return min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
@@ -196,6 +197,7 @@ def lr_lambda(decay: str, warmup_steps: int, total_steps: int) -> Callable[[int]
 # Module-level functions bound with functools.partial (not closures): a remote
 # worker can receive them pickled.
 
+
 def actor_forward(temperature: float, with_entropy: bool, model: torch.nn.Module, micro: Batch) -> Forward:
     """log π_θ(a_i|s_i) (B, T) at the sampling temperature, and the entropy when a term needs it."""
     T = micro["response_mask"].shape[1]
@@ -212,6 +214,7 @@ def critic_forward(model: torch.nn.Module, micro: Batch) -> Forward:
 
 
 # ---------------------------------------------------------------- actor terms
+
 
 def _response_mask(micro: Batch) -> torch.Tensor:
     return micro["response_mask"]
@@ -243,8 +246,15 @@ def _positive_nll_per_token(out: Forward, micro: Batch):
 
 
 def actor_terms(
-    *, policy_loss: str, params: PolicyLossParams, loss_agg: str, norm_length: int,
-    kl_in_loss: str | None, kl_coef: float, entropy_coef: float, positive_nll_coef: float,
+    *,
+    policy_loss: str,
+    params: PolicyLossParams,
+    loss_agg: str,
+    norm_length: int,
+    kl_in_loss: str | None,
+    kl_coef: float,
+    entropy_coef: float,
+    positive_nll_coef: float,
 ) -> list[Term]:
     """The actor's loss: the policy loss, then each auxiliary term whose coefficient is on.
 
@@ -253,20 +263,39 @@ def actor_terms(
     """
     agg = dict(mode=loss_agg, norm_length=norm_length)
     get_policy_loss(policy_loss)  # unknown name: error now, not at the first update
-    terms = [Term("actor/policy_loss", 1.0, mask=_response_mask,
-                  per_token=partial(_policy_per_token, policy_loss, params), **agg)]
+    terms = [
+        Term(
+            "actor/policy_loss",
+            1.0,
+            mask=_response_mask,
+            per_token=partial(_policy_per_token, policy_loss, params),
+            **agg,
+        )
+    ]
     if kl_in_loss is not None and kl_coef > 0:
-        terms.append(Term("actor/kl_loss", kl_coef, mask=_response_mask,
-                          per_token=partial(_kl_per_token, kl_in_loss), **agg))
+        terms.append(
+            Term("actor/kl_loss", kl_coef, mask=_response_mask, per_token=partial(_kl_per_token, kl_in_loss), **agg)
+        )
     if entropy_coef > 0:
-        terms.append(Term("actor/entropy_loss", -entropy_coef, mask=_response_mask, per_token=_entropy_per_token, **agg))
+        terms.append(
+            Term("actor/entropy_loss", -entropy_coef, mask=_response_mask, per_token=_entropy_per_token, **agg)
+        )
     if positive_nll_coef > 0:
-        terms.append(Term("actor/positive_nll_loss", positive_nll_coef, "token-mean", None,
-                          mask=_positive_mask, per_token=_positive_nll_per_token))
+        terms.append(
+            Term(
+                "actor/positive_nll_loss",
+                positive_nll_coef,
+                "token-mean",
+                None,
+                mask=_positive_mask,
+                per_token=_positive_nll_per_token,
+            )
+        )
     return terms
 
 
 # ---------------------------------------------------------------- critic terms
+
 
 def _value_per_token(clip: float | None, out: Forward, micro: Batch):
     result = value_loss(out["values"], micro["old_values"], micro["returns"], micro["response_mask"], clip)
@@ -275,5 +304,13 @@ def _value_per_token(clip: float | None, out: Forward, micro: Batch):
 
 def critic_terms(*, value_clip: float | None, loss_agg: str, norm_length: int) -> list[Term]:
     """The critic's loss: the (clipped) value loss against the returns R_i (DESIGN §1)."""
-    return [Term("critic/value_loss", 1.0, loss_agg, norm_length, mask=_response_mask,
-                 per_token=partial(_value_per_token, value_clip))]
+    return [
+        Term(
+            "critic/value_loss",
+            1.0,
+            loss_agg,
+            norm_length,
+            mask=_response_mask,
+            per_token=partial(_value_per_token, value_clip),
+        )
+    ]

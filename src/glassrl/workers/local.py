@@ -8,8 +8,9 @@ See glassrl.workers.base for the protocol and the batch keys.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -71,8 +72,7 @@ class _Trained:
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
         optim = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
-        return {self.role: ("hf", PretrainedExport(self.model, self.tokenizer)),
-                f"{self.role}_optim": ("torch", optim)}
+        return {self.role: ("hf", PretrainedExport(self.model, self.tokenizer)), f"{self.role}_optim": ("torch", optim)}
 
     def load_state_dict(self, parts: dict[str, Any]) -> None:
         # Load into the live module (the optimiser holds its parameters; the rollout shares it).
@@ -87,8 +87,18 @@ class LocalActor(_Trained):
 
     role = "actor"
 
-    def __init__(self, model, tokenizer, optimizer, scheduler, *, temperature: float, micro_batch: int,
-                 update: UpdateFn, load: LoadFn) -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        optimizer,
+        scheduler,
+        *,
+        temperature: float,
+        micro_batch: int,
+        update: UpdateFn,
+        load: LoadFn,
+    ) -> None:
         super().__init__(model, tokenizer, optimizer, scheduler, micro_batch=micro_batch, update=update, load=load)
         self.temperature = temperature
 
@@ -98,8 +108,14 @@ class LocalActor(_Trained):
         logprobs, entropy = [], []
         for micro in _micro_batches(_to(batch, _device(self.model)), self.micro_batch):
             T = micro["response_mask"].shape[1]
-            lp, ent = response_logprobs(self.model, micro["input_ids"], micro["attention_mask"], T,
-                                        temperature=self.temperature, with_entropy=True)
+            lp, ent = response_logprobs(
+                self.model,
+                micro["input_ids"],
+                micro["attention_mask"],
+                T,
+                temperature=self.temperature,
+                with_entropy=True,
+            )
             logprobs.append(lp)
             entropy.append(ent)
         return torch.cat(logprobs), torch.cat(entropy)  # (B, T) each
@@ -132,8 +148,9 @@ class LocalReference:
         logprobs = []
         for micro in _micro_batches(_to(batch, _device(self.model)), self.micro_batch):
             T = micro["response_mask"].shape[1]
-            lp, _ = response_logprobs(self.model, micro["input_ids"], micro["attention_mask"], T,
-                                      temperature=self.temperature)
+            lp, _ = response_logprobs(
+                self.model, micro["input_ids"], micro["attention_mask"], T, temperature=self.temperature
+            )
             logprobs.append(lp)
         return torch.cat(logprobs)  # (B, T)
 

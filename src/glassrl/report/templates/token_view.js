@@ -15,12 +15,12 @@
   // RdBu end points and centre: negative blue, 0 near white, positive red.
   const INTEGER_FIELDS = ["index", "token_id", "response_index", "group_id", "length", "step"];
   const PARAMETERS = ["gamma", "lam", "beta"];
-  // Estimators that give every token of a response one advantage (glassrl.ledger_render.TOKEN_CREDIT).
+  // Estimators that give every token of a response one advantage (glassrl.ledger.render.TOKEN_CREDIT).
   const BROADCAST = ["grpo", "dr_grpo", "rloo", "remax", "reinforce_pp_baseline"];
   const LOW = [33, 102, 172], MID = [247, 247, 247], HIGH = [178, 24, 43];
 
   function isNum(x) { return typeof x === "number"; }
-  // As glassrl.ledger_render.fmt: 4 decimals, "—" for a missing quantity, -0.0000 shown as 0.0000.
+  // As glassrl.ledger.render.fmt: 4 decimals, "—" for a missing quantity, -0.0000 shown as 0.0000.
   function fmt(x) {
     if (x === null || x === undefined) return "—";
     if (typeof x === "string") return x; // "nan", "inf", "-inf": not finite
@@ -201,7 +201,7 @@
     for (let j = i + 1; j < r.tokens.length; j++) if (get(r.tokens[j], "response_mask")) return j;
     return null;
   }
-  // DESIGN §1 for token i of response b, as glassrl.ledger_render.legend_lines: [tag, text] per line.
+  // DESIGN §1 for token i of response b, as glassrl.ledger.render.legend_lines: [tag, text] per line.
   function legend(lg, r, b, i) {
     const row = r.tokens[i], g = (n) => get(row, n), f = (n) => fmt(g(n));
     const prefix = r.tokens.slice(0, i).map((t) => get(t, "token")).join("");

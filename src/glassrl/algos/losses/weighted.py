@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from glassrl.algos.losses_policy import (
+from glassrl.algos.losses.common import (
     PolicyLossOutput,
     PolicyLossParams,
     clip_flags,
@@ -34,9 +34,7 @@ def reinforce(
     gradient theorem). On-policy: ``old_logprobs`` and ``params`` only feed
     the "ratio" diagnostic, which should read 1 when the data is fresh.
     """
-    logprobs, old_logprobs, advantages = neutralise(
-        response_mask, logprobs, old_logprobs, advantages
-    )
+    logprobs, old_logprobs, advantages = neutralise(response_mask, logprobs, old_logprobs, advantages)
     ratio = torch.exp(log_ratio(logprobs, old_logprobs))
     loss = -advantages * logprobs
     return PolicyLossOutput(zero_masked(loss, response_mask), {"ratio": ratio.detach()})
@@ -57,9 +55,7 @@ def cispo(
     clipped_low (r < 1 − ε^IS_low), clipped_high (r > 1 + ε^IS_high), both
     whatever the sign of A (the weight is clipped, not the objective).
     """
-    logprobs, old_logprobs, advantages = neutralise(
-        response_mask, logprobs, old_logprobs, advantages
-    )
+    logprobs, old_logprobs, advantages = neutralise(response_mask, logprobs, old_logprobs, advantages)
     ratio = torch.exp(log_ratio(logprobs, old_logprobs))
     low, high = 1.0 - params.cispo_eps_is_low, 1.0 + params.cispo_eps_is_high
     weight = ratio.clamp(low, high).detach()  # MiniMax-M1 eq. 5, sg(r̂) in eq. 4
@@ -95,9 +91,7 @@ def aspo(
     Diagnostics: ratio, clipped_low (A < 0, r < 1 − ε_low), clipped_high
     (A > 0, r > 1 + ε_high), dual_clipped (soft-clipped tokens).
     """
-    logprobs, old_logprobs, advantages = neutralise(
-        response_mask, logprobs, old_logprobs, advantages
-    )
+    logprobs, old_logprobs, advantages = neutralise(response_mask, logprobs, old_logprobs, advantages)
     c = params.dual_clip_c
     ratio = torch.exp(log_ratio(logprobs, old_logprobs))
     positive = advantages > 0

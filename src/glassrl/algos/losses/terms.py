@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from glassrl.algos.losses_policy import neutralise, zero_masked
+from glassrl.algos.losses.common import neutralise, zero_masked
 
 
 @dataclass
@@ -54,9 +54,7 @@ def value_loss(
     values_clipped = old_values + (values - old_values).clamp(-clip_range, clip_range)
     clipped = (values_clipped - returns) ** 2
     loss = 0.5 * torch.maximum(unclipped, clipped)
-    return ValueLossOutput(
-        zero_masked(loss, response_mask), {"clipped": response_mask & (clipped > unclipped)}
-    )
+    return ValueLossOutput(zero_masked(loss, response_mask), {"clipped": response_mask & (clipped > unclipped)})
 
 
 def pairwise_rm_loss(

@@ -132,9 +132,7 @@ def clip_flags(
     }
 
 
-def clipped_surrogate(
-    ratio: torch.Tensor, advantages: torch.Tensor, params: PolicyLossParams
-) -> torch.Tensor:
+def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, params: PolicyLossParams) -> torch.Tensor:
     """−min(r·A, clip(r, 1 − ε_low, 1 + ε_high)·A) per token (B, T).
 
     Schulman et al. 2017, PPO, eq. 7, with DAPO's decoupled ε_low / ε_high

@@ -30,8 +30,8 @@ pairs once ``size`` exceeds the number of pairs (20 test, 80 train). Everything 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Callable
 
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
@@ -72,7 +72,7 @@ def verify_answer(is_true: bool, total: int, lang: str) -> str:
 
 
 def arith_verify(split: str, seed: int, size: int) -> list[PromptRecord]:
-    """"Is a+b=c?" in Chinese or English, answered with a verdict and the true sum."""
+    """ "Is a+b=c?" in Chinese or English, answered with a verdict and the true sum."""
     rng, pairs = _draw_pairs("arith-verify", split, seed, size)
     records = []
     for i, (a, b) in enumerate(pairs):
@@ -89,7 +89,7 @@ def arith_verify(split: str, seed: int, size: int) -> list[PromptRecord]:
 
 
 def add(split: str, seed: int, size: int) -> list[PromptRecord]:
-    """"a+b=" answered with the number."""
+    """ "a+b=" answered with the number."""
     _, pairs = _draw_pairs("add", split, seed, size)
     return [
         PromptRecord(f"{a}+{b}=", str(a + b), {"a": a, "b": b, "sum": a + b, "task": "add"}, f"task:add/{split}#{i}")

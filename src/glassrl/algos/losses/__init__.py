@@ -15,15 +15,15 @@ the one place that names them and the import point for everything:
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from glassrl.algos.kl import kl_penalty
-from glassrl.algos.losses_clipped import clip_cov, dual_clip, gspo, ppo_clip
-from glassrl.algos.losses_policy import PolicyLossOutput, PolicyLossParams, neutralise, zero_masked
-from glassrl.algos.losses_value import ValueLossOutput, pairwise_rm_loss, value_loss
-from glassrl.algos.losses_weighted import aspo, cispo, reinforce
+from glassrl.algos.losses.clipped import clip_cov, dual_clip, gspo, ppo_clip
+from glassrl.algos.losses.common import PolicyLossOutput, PolicyLossParams, neutralise, zero_masked
+from glassrl.algos.losses.terms import ValueLossOutput, pairwise_rm_loss, value_loss
+from glassrl.algos.losses.weighted import aspo, cispo, reinforce
 
 __all__ = [
     "POLICY_LOSSES",
@@ -39,9 +39,7 @@ __all__ = [
     "value_loss",
 ]
 
-PolicyLossFn = Callable[
-    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, PolicyLossParams], PolicyLossOutput
-]
+PolicyLossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, PolicyLossParams], PolicyLossOutput]
 
 POLICY_LOSSES: dict[str, PolicyLossFn] = {
     "ppo_clip": ppo_clip,
@@ -87,9 +85,7 @@ def entropy_loss_term(entropy: torch.Tensor, response_mask: torch.Tensor) -> tor
     return zero_masked(entropy, response_mask)
 
 
-def positive_nll_term(
-    logprobs: torch.Tensor, response_mask: torch.Tensor, is_positive: torch.Tensor
-) -> torch.Tensor:
+def positive_nll_term(logprobs: torch.Tensor, response_mask: torch.Tensor, is_positive: torch.Tensor) -> torch.Tensor:
     """−log π_θ on the valid tokens of positive responses, 0 elsewhere (B, T).
 
     VAPO (Yue et al. 2025), "Positive Example LM Loss": L_NLL = −1/Σ_{o∈𝒯}|o|

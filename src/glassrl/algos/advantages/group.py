@@ -25,8 +25,7 @@ def _require_two(ids: torch.Tensor, counts: torch.Tensor, estimator: str, what: 
     if len(small):
         g = int(small[0])
         raise ValueError(
-            f"{estimator}: group {int(ids[g])} has {int(counts[g])} {what}; "
-            f"a group baseline needs at least 2"
+            f"{estimator}: group {int(ids[g])} has {int(counts[g])} {what}; a group baseline needs at least 2"
         )
 
 
@@ -89,9 +88,7 @@ def grpo_process(
     outside = step_end_mask & ~response_mask
     if bool(outside.any()):
         b, t = outside.nonzero()[0].tolist()
-        raise ValueError(
-            f"grpo_process: step_end_mask[{b}, {t}] is True on a token where response_mask is False"
-        )
+        raise ValueError(f"grpo_process: step_end_mask[{b}, {t}] is True on a token where response_mask is False")
     ids, inverse, counts = _groups(group_index, step_end_mask.sum(-1))
     _require_two(ids, counts, "grpo_process", "step rewards")
     zero = torch.zeros((), dtype=token_rewards.dtype, device=token_rewards.device)

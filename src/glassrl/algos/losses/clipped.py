@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from glassrl.algos.losses_policy import (
+from glassrl.algos.losses.common import (
     PolicyLossOutput,
     PolicyLossParams,
     clip_flags,
@@ -38,14 +38,10 @@ def ppo_clip(
     (Schulman et al. 2017, eq. 7; Yu et al. 2025, DAPO, eq. 8).
     Diagnostics: ratio, clipped_low, clipped_high.
     """
-    logprobs, old_logprobs, advantages = neutralise(
-        response_mask, logprobs, old_logprobs, advantages
-    )
+    logprobs, old_logprobs, advantages = neutralise(response_mask, logprobs, old_logprobs, advantages)
     ratio = torch.exp(log_ratio(logprobs, old_logprobs))
     loss = clipped_surrogate(ratio, advantages, params)
-    return PolicyLossOutput(
-        zero_masked(loss, response_mask), clip_flags(ratio, advantages, response_mask, params)
-    )
+    return PolicyLossOutput(zero_masked(loss, response_mask), clip_flags(ratio, advantages, response_mask, params))
 
 
 def dual_clip(
@@ -63,9 +59,7 @@ def dual_clip(
     Diagnostics: ratio, clipped_low, clipped_high, dual_clipped (A < 0 and
     r > c, where the gradient is 0).
     """
-    logprobs, old_logprobs, advantages = neutralise(
-        response_mask, logprobs, old_logprobs, advantages
-    )
+    logprobs, old_logprobs, advantages = neutralise(response_mask, logprobs, old_logprobs, advantages)
     ratio = torch.exp(log_ratio(logprobs, old_logprobs))
     ppo_loss = clipped_surrogate(ratio, advantages, params)
     bound = -advantages * params.dual_clip_c  # −c·A, Ye et al. 2020, eq. 5
@@ -96,18 +90,14 @@ def gspo(
     the paper's 1/G Σ_i. Diagnostics: ratio (= s_i), clipped_low,
     clipped_high (per sequence, broadcast to its tokens).
     """
-    logprobs, old_logprobs, advantages = neutralise(
-        response_mask, logprobs, old_logprobs, advantages
-    )
+    logprobs, old_logprobs, advantages = neutralise(response_mask, logprobs, old_logprobs, advantages)
     length = response_mask.sum(-1).clamp(min=1)  # (B,); an empty row gives s = 1
     seq_log_ratio = masked_sum(log_ratio(logprobs, old_logprobs), response_mask, dim=-1) / length
     # GSPO §4.3: value s_i, gradient only through this token's log-prob.
     token_log_ratio = seq_log_ratio.detach()[:, None] + logprobs - logprobs.detach()  # (B, T)
     ratio = torch.exp(token_log_ratio)
     loss = clipped_surrogate(ratio, advantages, params)
-    return PolicyLossOutput(
-        zero_masked(loss, response_mask), clip_flags(ratio, advantages, response_mask, params)
-    )
+    return PolicyLossOutput(zero_masked(loss, response_mask), clip_flags(ratio, advantages, response_mask, params))
 
 
 def clip_cov(
@@ -130,9 +120,7 @@ def clip_cov(
     its loss value and contributes no gradient. Diagnostics: ratio,
     clipped_low, clipped_high, cov_clipped.
     """
-    logprobs, old_logprobs, advantages = neutralise(
-        response_mask, logprobs, old_logprobs, advantages
-    )
+    logprobs, old_logprobs, advantages = neutralise(response_mask, logprobs, old_logprobs, advantages)
     ratio = torch.exp(log_ratio(logprobs, old_logprobs))
     loss = clipped_surrogate(ratio, advantages, params)
     diagnostics = clip_flags(ratio, advantages, response_mask, params)
@@ -143,12 +131,7 @@ def clip_cov(
     centred_adv = advantages.detach() - masked_sum(advantages.detach(), response_mask) / count
     cov = centred_lp * centred_adv  # (B, T), Cui et al. 2025, §5 Cov(y_i)
     ppo_clipped = diagnostics["clipped_low"] | diagnostics["clipped_high"]
-    eligible = (
-        response_mask
-        & ~ppo_clipped
-        & (cov > params.clip_cov_omega_low)
-        & (cov < params.clip_cov_omega_high)
-    )
+    eligible = response_mask & ~ppo_clipped & (cov > params.clip_cov_omega_low) & (cov < params.clip_cov_omega_high)
     k = torch.floor(params.clip_cov_r * response_mask.sum()).clamp(min=1)  # max(⌊r·N⌋, 1)
     # Rank the eligible tokens by covariance without leaving the device.
     score = torch.where(eligible, cov, torch.full_like(cov, -math.inf)).flatten()  # (B*T,)

@@ -17,15 +17,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from glassrl.ledger import SYMBOLS, Ledger, ResponseLedger, TokenRow
+from glassrl.ledger.model import SYMBOLS, Ledger, ResponseLedger, TokenRow
 
 if TYPE_CHECKING:
     from rich.console import Group
 
 # Left out of the views when no row of the ledger has them.
 OPTIONAL_COLUMNS = ("token_id", "logprobs", "ref_logprobs", "step_end")
-COLUMNS = ("index", "token_id", "token", "logprobs", "ref_logprobs", "kl", "token_scores", "token_rewards",
-           "values", "deltas", "advantages", "returns", "whitened_advantages", "response_mask", "step_end")
+COLUMNS = (
+    "index",
+    "token_id",
+    "token",
+    "logprobs",
+    "ref_logprobs",
+    "kl",
+    "token_scores",
+    "token_rewards",
+    "values",
+    "deltas",
+    "advantages",
+    "returns",
+    "whitened_advantages",
+    "response_mask",
+    "step_end",
+)
 DASH = "—"
 
 
@@ -78,8 +93,13 @@ def run_line(ledger: Ledger) -> str:
     """The run parameters in one line."""
     has_kl = any(row.kl is not None for resp in ledger.responses for row in resp.tokens)
     kl = f"KL {ledger.kl_kind} from log-probs" if ledger.kl_kind else "KL given per token" if has_kl else "no KL"
-    parts = [f"estimator {ledger.estimator}", f"γ = {num(ledger.gamma)}", f"λ = {num(ledger.lam)}",
-             f"β = {num(ledger.beta)}", kl]
+    parts = [
+        f"estimator {ledger.estimator}",
+        f"γ = {num(ledger.gamma)}",
+        f"λ = {num(ledger.lam)}",
+        f"β = {num(ledger.beta)}",
+        kl,
+    ]
     if ledger.step is not None:
         parts.insert(0, f"step {ledger.step}")
     return " · ".join(parts)
@@ -87,9 +107,14 @@ def run_line(ledger: Ledger) -> str:
 
 def response_line(b: int, resp: ResponseLedger) -> str:
     """The per-response fields in one line."""
-    parts = [f"response {b}", f"prompt {resp.prompt!r}", f"score {fmt(resp.score)}",
-             f"group {DASH if resp.group_id is None else resp.group_id}", f"{resp.length} tokens",
-             f"finish {resp.finish_reason or DASH}"]
+    parts = [
+        f"response {b}",
+        f"prompt {resp.prompt!r}",
+        f"score {fmt(resp.score)}",
+        f"group {DASH if resp.group_id is None else resp.group_id}",
+        f"{resp.length} tokens",
+        f"finish {resp.finish_reason or DASH}",
+    ]
     if resp.baseline_reward is not None:
         parts.insert(3, f"baseline reward {fmt(resp.baseline_reward)}")
     return " · ".join(parts)
@@ -105,8 +130,13 @@ def to_rich(ledger: Ledger) -> Group:
     shown = columns(ledger)
     parts: list = [Text(run_line(ledger), style="bold")]
     for b, resp in enumerate(ledger.responses):
-        table = Table(title=Text(response_line(b, resp)), title_justify="left", box=box.SIMPLE_HEAD,
-                      padding=(0, 1), pad_edge=False)
+        table = Table(
+            title=Text(response_line(b, resp)),
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            padding=(0, 1),
+            pad_edge=False,
+        )
         for name in shown:
             table.add_column(SYMBOLS[name], justify="left" if name == "token" else "right", no_wrap=True)
         for row in resp.tokens:
@@ -142,11 +172,15 @@ def legend_lines(ledger: Ledger, b: int, i: int) -> list[str]:
     row = resp.tokens[i]
     prefix = "".join(t.token for t in resp.tokens[:i])
     state = "the prompt" if i == 0 else f"prompt ⊕ y_<{i} = {_clip(resp.prompt)!r} ⊕ {_clip(prefix)!r}"
-    lines = [f"response {b}, token {i}: a_{i} = {row.token!r}",
-             f"  state   s_{i} = {state}" + (f" = {_clip(resp.prompt)!r}" if i == 0 else "")]
+    lines = [
+        f"response {b}, token {i}: a_{i} = {row.token!r}",
+        f"  state   s_{i} = {state}" + (f" = {_clip(resp.prompt)!r}" if i == 0 else ""),
+    ]
     if not row.response_mask:
-        lines.append(f"  a_{i} is an observation token (mask 0): not an action of the policy, so it has no reward, "
-                     f"δ, A or R and does not train; GAE carries V and A across it.")
+        lines.append(
+            f"  a_{i} is an observation token (mask 0): not an action of the policy, so it has no reward, "
+            f"δ, A or R and does not train; GAE carries V and A across it."
+        )
         return lines
     action = f"  action  a_{i} = {row.token!r}, the token itself"
     if row.logprobs is not None:
@@ -157,8 +191,10 @@ def legend_lines(ledger: Ledger, b: int, i: int) -> list[str]:
     if row.kl is None:
         lines.append(f"  reward  r_{i} = score_{i} = {fmt(row.token_rewards)} (no KL in the reward)")
     else:
-        lines.append(f"  reward  r_{i} = score_{i} − β·kl_{i} = {fmt(row.token_scores)} − {num(ledger.beta)}·"
-                     f"{factor(row.kl)} = {fmt(row.token_rewards)}")
+        lines.append(
+            f"  reward  r_{i} = score_{i} − β·kl_{i} = {fmt(row.token_scores)} − {num(ledger.beta)}·"
+            f"{factor(row.kl)} = {fmt(row.token_rewards)}"
+        )
     lines += TOKEN_CREDIT.get(ledger.estimator, _credit_generic)(ledger, resp, i)
     return lines
 
@@ -171,21 +207,31 @@ def _credit_gae(ledger: Ledger, resp: ResponseLedger, i: int) -> list[str]:
     row, j = resp.tokens[i], _next_valid(resp, i)
     T, g, gl = resp.length, num(ledger.gamma), num(ledger.gamma * (ledger.lam or 0.0))
     future = f"r_{i}" if i == T - 1 else f"r_{i} + γ·r_{i + 1} + …"
-    lines = [f"  value   V(s_{i}) = {fmt(row.values)}: the critic's estimate of {future}, read before a_{i}; "
-             f"it includes r_{i}"]
+    lines = [
+        f"  value   V(s_{i}) = {fmt(row.values)}: the critic's estimate of {future}, read before a_{i}; "
+        f"it includes r_{i}"
+    ]
     if j is None:
-        lines.append(f"  TD      δ_{i} = r_{i} + γ·V(s_{T}) − V(s_{i}) = {fmt(row.token_rewards)} + {g}·0 − "
-                     f"{fmt(row.values)} = {fmt(row.deltas)}   (V(s_{T}) = 0: the episode has ended)")
+        lines.append(
+            f"  TD      δ_{i} = r_{i} + γ·V(s_{T}) − V(s_{i}) = {fmt(row.token_rewards)} + {g}·0 − "
+            f"{fmt(row.values)} = {fmt(row.deltas)}   (V(s_{T}) = 0: the episode has ended)"
+        )
         lines.append(f"  adv     A_{i} = δ_{i} = {fmt(row.advantages)}   (no token after it)")
     else:
         nxt = resp.tokens[j]
         carry = "" if j == i + 1 else f"   (s_{j}: next generated token; observation tokens {i + 1}…{j - 1} carried)"
-        lines.append(f"  TD      δ_{i} = r_{i} + γ·V(s_{j}) − V(s_{i}) = {fmt(row.token_rewards)} + {g}·"
-                     f"{factor(nxt.values)} − {fmt(row.values)} = {fmt(row.deltas)}{carry}")
-        lines.append(f"  adv     A_{i} = δ_{i} + γλ·A_{j} = {fmt(row.deltas)} + {gl}·{factor(nxt.advantages)} = "
-                     f"{fmt(row.advantages)}")
-    lines.append(f"  return  R_{i} = A_{i} + V(s_{i}) = {fmt(row.advantages)} + {fmt(row.values)} = "
-                 f"{fmt(row.returns)}: target of V(s_{i}), includes r_{i}; raw A_{i}, not the whitened one")
+        lines.append(
+            f"  TD      δ_{i} = r_{i} + γ·V(s_{j}) − V(s_{i}) = {fmt(row.token_rewards)} + {g}·"
+            f"{factor(nxt.values)} − {fmt(row.values)} = {fmt(row.deltas)}{carry}"
+        )
+        lines.append(
+            f"  adv     A_{i} = δ_{i} + γλ·A_{j} = {fmt(row.deltas)} + {gl}·{factor(nxt.advantages)} = "
+            f"{fmt(row.advantages)}"
+        )
+    lines.append(
+        f"  return  R_{i} = A_{i} + V(s_{i}) = {fmt(row.advantages)} + {fmt(row.values)} = "
+        f"{fmt(row.returns)}: target of V(s_{i}), includes r_{i}; raw A_{i}, not the whitened one"
+    )
     lines += _whitened_line(row, i)
     return lines
 
@@ -193,38 +239,47 @@ def _credit_gae(ledger: Ledger, resp: ResponseLedger, i: int) -> list[str]:
 def _whitened_line(row: TokenRow, i: int) -> list[str]:
     if row.whitened_advantages is None:
         return []
-    return [f"  whiten  Â_{i} = {fmt(row.whitened_advantages)}: A_{i} whitened over all valid tokens; "
-            f"only the policy loss sees it"]
+    return [
+        f"  whiten  Â_{i} = {fmt(row.whitened_advantages)}: A_{i} whitened over all valid tokens; "
+        f"only the policy loss sees it"
+    ]
 
 
 def _credit_broadcast(ledger: Ledger, resp: ResponseLedger, i: int) -> list[str]:
     row = resp.tokens[i]
-    return [f"  adv     A_{i} = {fmt(row.advantages)}: the advantage of the whole response (baseline above), "
-            f"the same on every generated token (task-level credit)",
-            f"  return  R_{i} = {fmt(row.returns)} (no critic is fitted to it)"] + _whitened_line(row, i)
+    return [
+        f"  adv     A_{i} = {fmt(row.advantages)}: the advantage of the whole response (baseline above), "
+        f"the same on every generated token (task-level credit)",
+        f"  return  R_{i} = {fmt(row.returns)} (no critic is fitted to it)",
+    ] + _whitened_line(row, i)
 
 
 def _credit_reinforce_pp(ledger: Ledger, resp: ResponseLedger, i: int) -> list[str]:
     row = resp.tokens[i]
     mean, std = _stats([t.returns for r in ledger.responses for t in r.tokens if t.response_mask])
-    return [f"  return  R_{i} = G_{i} = r_{i} + γ·G_(next) = {fmt(row.returns)}: discounted sum of the rewards "
-            f"from a_{i} on (γ = {num(ledger.gamma)}, no critic)",
-            f"  adv     A_{i} = (G_{i} − mean G)/std G over all valid tokens = ({fmt(row.returns)} − {fmt(mean)})"
-            f"/{fmt(std)} = {fmt(row.advantages)}"] + _whitened_line(row, i)
+    return [
+        f"  return  R_{i} = G_{i} = r_{i} + γ·G_(next) = {fmt(row.returns)}: discounted sum of the rewards "
+        f"from a_{i} on (γ = {num(ledger.gamma)}, no critic)",
+        f"  adv     A_{i} = (G_{i} − mean G)/std G over all valid tokens = ({fmt(row.returns)} − {fmt(mean)})"
+        f"/{fmt(std)} = {fmt(row.advantages)}",
+    ] + _whitened_line(row, i)
 
 
 def _credit_process(ledger: Ledger, resp: ResponseLedger, i: int) -> list[str]:
     row = resp.tokens[i]
     ends = [t.index for t in resp.tokens if t.step_end and t.index >= i]
-    return [f"  adv     A_{i} = Σ of the normalised step rewards r̃ of the steps ending at or after token {i} "
-            f"(tokens {ends}) = {fmt(row.advantages)}",
-            f"  return  R_{i} = {fmt(row.returns)} (no critic is fitted to it)"] + _whitened_line(row, i)
+    return [
+        f"  adv     A_{i} = Σ of the normalised step rewards r̃ of the steps ending at or after token {i} "
+        f"(tokens {ends}) = {fmt(row.advantages)}",
+        f"  return  R_{i} = {fmt(row.returns)} (no critic is fitted to it)",
+    ] + _whitened_line(row, i)
 
 
 def _credit_generic(ledger: Ledger, resp: ResponseLedger, i: int) -> list[str]:
     row = resp.tokens[i]
-    return [f"  adv     A_{i} = {fmt(row.advantages)}, R_{i} = {fmt(row.returns)} "
-            f"(estimator {ledger.estimator})"] + _whitened_line(row, i)
+    return [
+        f"  adv     A_{i} = {fmt(row.advantages)}, R_{i} = {fmt(row.returns)} (estimator {ledger.estimator})"
+    ] + _whitened_line(row, i)
 
 
 TOKEN_CREDIT = {
@@ -275,56 +330,71 @@ def _group_scores(ledger: Ledger, gid: int | None) -> list[float]:
 def _group_scores_line(ledger: Ledger, gid: int | None) -> str:
     scores = _group_scores(ledger, gid)
     mean, std = _stats(scores)
-    return (f"group {gid}: S = Σ_i r_i per response = [{', '.join(fmt(x) for x in scores)}], "
-            f"mean {fmt(mean)}, std {fmt(std)} (unbiased)")
+    return (
+        f"group {gid}: S = Σ_i r_i per response = [{', '.join(fmt(x) for x in scores)}], "
+        f"mean {fmt(mean)}, std {fmt(std)} (unbiased)"
+    )
 
 
 def _response_grpo(ledger: Ledger, b: int) -> str:
     resp = ledger.responses[b]
     mean, std = _stats(_group_scores(ledger, resp.group_id))
-    return (f"response {b}: A = (S − mean)/(std + ε) = ({fmt(sequence_score(resp))} − {fmt(mean)})/({fmt(std)} + ε)"
-            f" = {_first_advantage(resp)}")
+    return (
+        f"response {b}: A = (S − mean)/(std + ε) = ({fmt(sequence_score(resp))} − {fmt(mean)})/({fmt(std)} + ε)"
+        f" = {_first_advantage(resp)}"
+    )
 
 
 def _response_dr_grpo(ledger: Ledger, b: int) -> str:
     resp = ledger.responses[b]
     mean, _ = _stats(_group_scores(ledger, resp.group_id))
-    return (f"response {b}: A = S − mean = {fmt(sequence_score(resp))} − {factor(mean)} = {_first_advantage(resp)}"
-            f" (no division by std)")
+    return (
+        f"response {b}: A = S − mean = {fmt(sequence_score(resp))} − {factor(mean)} = {_first_advantage(resp)}"
+        f" (no division by std)"
+    )
 
 
 def _response_rloo(ledger: Ledger, b: int) -> str:
     resp = ledger.responses[b]
     scores, S = _group_scores(ledger, resp.group_id), sequence_score(resp)
     others = (sum(scores) - S) / (len(scores) - 1)
-    return (f"response {b}: baseline = mean S of the other {len(scores) - 1} = {fmt(others)}; "
-            f"A = {fmt(S)} − {factor(others)} = {_first_advantage(resp)}")
+    return (
+        f"response {b}: baseline = mean S of the other {len(scores) - 1} = {fmt(others)}; "
+        f"A = {fmt(S)} − {factor(others)} = {_first_advantage(resp)}"
+    )
 
 
 def _response_remax(ledger: Ledger, b: int) -> str:
     resp = ledger.responses[b]
-    return (f"response {b}: A = S − reward of the greedy response = {fmt(sequence_score(resp))} − "
-            f"{factor(resp.baseline_reward)} = {_first_advantage(resp)}")
+    return (
+        f"response {b}: A = S − reward of the greedy response = {fmt(sequence_score(resp))} − "
+        f"{factor(resp.baseline_reward)} = {_first_advantage(resp)}"
+    )
 
 
 def _response_reinforce_pp_baseline(ledger: Ledger, b: int) -> str:
     resp = ledger.responses[b]
     raw = next((t.returns for t in resp.tokens if t.response_mask), None)
-    return (f"response {b}: S − mean = {fmt(raw)} (= R), then whitened over all valid tokens → A = "
-            f"{_first_advantage(resp)}")
+    return (
+        f"response {b}: S − mean = {fmt(raw)} (= R), then whitened over all valid tokens → A = {_first_advantage(resp)}"
+    )
 
 
 def _group_steps_line(ledger: Ledger, gid: int | None) -> str:
     steps = [t.token_rewards for r in ledger.responses if r.group_id == gid for t in r.tokens if t.step_end]
     mean, std = _stats(steps)
-    return (f"group {gid}: {len(steps)} step rewards, mean {fmt(mean)}, std {fmt(std)} (unbiased); "
-            f"each becomes r̃ = (r − mean)/(std + ε)")
+    return (
+        f"group {gid}: {len(steps)} step rewards, mean {fmt(mean)}, std {fmt(std)} (unbiased); "
+        f"each becomes r̃ = (r − mean)/(std + ε)"
+    )
 
 
 def _response_process(ledger: Ledger, b: int) -> str:
     mine = [t for t in ledger.responses[b].tokens if t.step_end]
-    return (f"response {b}: step rewards at tokens {[t.index for t in mine]} = "
-            f"[{', '.join(fmt(t.token_rewards) for t in mine)}]; A_i = Σ r̃ of the steps ending at or after i")
+    return (
+        f"response {b}: step rewards at tokens {[t.index for t in mine]} = "
+        f"[{', '.join(fmt(t.token_rewards) for t in mine)}]; A_i = Σ r̃ of the steps ending at or after i"
+    )
 
 
 # estimator -> (line per group or None, line per response)
@@ -346,4 +416,4 @@ def _stats(xs: list[float]) -> tuple[float, float]:
 
 
 def _clip(text: str, n: int = 40) -> str:
-    return text if len(text) <= n else "…" + text[-(n - 1):]
+    return text if len(text) <= n else "…" + text[-(n - 1) :]

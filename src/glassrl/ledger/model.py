@@ -13,7 +13,7 @@ Shapes: ``B`` responses, ``T`` padded response length.
 Writers: :meth:`Ledger.to_jsonl` (one JSON object per token row, carrying the
 run and response fields; :func:`read_jsonl` loads it back exactly),
 :meth:`Ledger.to_csv` (the same rows), :meth:`Ledger.to_markdown` and
-:meth:`Ledger.to_rich` (glassrl.ledger_render). Torch is imported only by
+:meth:`Ledger.to_rich` (glassrl.ledger.render). Torch is imported only by
 :meth:`Ledger.from_tensors`, so a ledger file can be read without it.
 """
 
@@ -152,8 +152,9 @@ class Ledger:
         # 0 the tensors hold there; None says so (DESIGN §1: GAE carries V and A across).
         for name in ACTION_ONLY:
             if cols[name] is not None:
-                cols[name] = [[x if m else None for x, m in zip(row, mrow)]
-                              for row, mrow in zip(cols[name], mask.tolist())]
+                cols[name] = [
+                    [x if m else None for x, m in zip(row, mrow)] for row, mrow in zip(cols[name], mask.tolist())
+                ]
         mask_rows, length_list = mask.tolist(), _lists(lengths)
         score_list, group_list, base_list = _lists(scores), _lists(group_ids), _lists(baseline_rewards)
         built = []
@@ -194,8 +195,15 @@ class Ledger:
                     tokens=rows,
                 )
             )
-        return cls(estimator=estimator, gamma=float(gamma), lam=None if lam is None else float(lam),
-                   beta=float(beta), kl_kind=kl_kind, responses=tuple(built), step=step)
+        return cls(
+            estimator=estimator,
+            gamma=float(gamma),
+            lam=None if lam is None else float(lam),
+            beta=float(beta),
+            kl_kind=kl_kind,
+            responses=tuple(built),
+            step=step,
+        )
 
     def rows(self) -> list[dict[str, Any]]:
         """Flat rows: run fields, response fields and token fields of every token (JSONL/CSV)."""
@@ -230,14 +238,14 @@ class Ledger:
         return buf.getvalue()
 
     def to_markdown(self) -> str:
-        """One Markdown table per response (see glassrl.ledger_render)."""
-        from glassrl.ledger_render import to_markdown
+        """One Markdown table per response (see glassrl.ledger.render)."""
+        from glassrl.ledger.render import to_markdown
 
         return to_markdown(self)
 
     def to_rich(self) -> Group:
         """One rich Table per response, numbers to 4 decimals, observation tokens dim."""
-        from glassrl.ledger_render import to_rich
+        from glassrl.ledger.render import to_rich
 
         return to_rich(self)
 
@@ -245,8 +253,16 @@ class Ledger:
 # Defined only where a generated token was an action (response_mask True).
 ACTION_ONLY = ("token_rewards", "deltas", "advantages", "returns", "whitened_advantages")
 RUN_FIELDS = ("step", "estimator", "gamma", "lam", "beta", "kl_kind")
-RESPONSE_FIELDS = ("response_index", "prompt", "response", "score", "group_id", "length", "finish_reason",
-                   "baseline_reward")
+RESPONSE_FIELDS = (
+    "response_index",
+    "prompt",
+    "response",
+    "score",
+    "group_id",
+    "length",
+    "finish_reason",
+    "baseline_reward",
+)
 TOKEN_FIELDS = tuple(f.name for f in dataclasses.fields(TokenRow))
 ALL_FIELDS = RUN_FIELDS + RESPONSE_FIELDS + TOKEN_FIELDS
 

@@ -14,18 +14,18 @@ The math lives in advantages_gae.py and advantages_group.py; this file adapts.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Callable
 
 import torch
 
-from glassrl.algos.advantages_gae import (
+from glassrl.algos.advantages.gae import (
     gae,
     gae_reference,
     length_adaptive_lam,
     td_errors,
 )
-from glassrl.algos.advantages_group import grpo_outcome, grpo_process, minus_group_mean, rloo
+from glassrl.algos.advantages.group import grpo_outcome, grpo_process, minus_group_mean, rloo
 from glassrl.algos.masked import masked_sum, masked_whiten
 
 __all__ = [
@@ -121,9 +121,7 @@ def _gae(inputs: AdvantageInputs, params: AdvantageParams) -> AdvantageOutputs:
     return AdvantageOutputs(advantages, returns)
 
 
-def _grpo(
-    inputs: AdvantageInputs, params: AdvantageParams, normalize_by_std: bool
-) -> AdvantageOutputs:
+def _grpo(inputs: AdvantageInputs, params: AdvantageParams, normalize_by_std: bool) -> AdvantageOutputs:
     name = "grpo" if normalize_by_std else "dr_grpo"
     seq = grpo_outcome(_scores(inputs), inputs.group_index, normalize_by_std, params.eps, name)
     return _broadcast(seq, inputs.response_mask)
@@ -212,26 +210,18 @@ def _check(name: str, inputs: AdvantageInputs) -> None:
     if missing:
         raise ValueError(f"advantage estimator {name!r} needs AdvantageInputs.{missing[0]}")
     if inputs.response_mask.dtype != torch.bool:
-        raise ValueError(
-            f"AdvantageInputs.response_mask must be bool, got {inputs.response_mask.dtype}"
-        )
+        raise ValueError(f"AdvantageInputs.response_mask must be bool, got {inputs.response_mask.dtype}")
     B, T = inputs.token_rewards.shape
     for field in fields(inputs):
         value = getattr(inputs, field.name)
         expected = _SHAPES[field.name](B, T)
         if value is not None and tuple(value.shape) != expected:
-            raise ValueError(
-                f"AdvantageInputs.{field.name}: expected shape {expected}, got {tuple(value.shape)}"
-            )
+            raise ValueError(f"AdvantageInputs.{field.name}: expected shape {expected}, got {tuple(value.shape)}")
 
 
-def compute_advantages(
-    name: str, inputs: AdvantageInputs, params: AdvantageParams
-) -> AdvantageOutputs:
+def compute_advantages(name: str, inputs: AdvantageInputs, params: AdvantageParams) -> AdvantageOutputs:
     """Run the estimator ``name`` after checking that its inputs are present and shaped."""
     if name not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; valid: {', '.join(ADVANTAGE_ESTIMATORS)}"
-        )
+        raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(ADVANTAGE_ESTIMATORS)}")
     _check(name, inputs)
     return ADVANTAGE_ESTIMATORS[name](inputs, params)

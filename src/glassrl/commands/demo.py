@@ -1,7 +1,7 @@
-"""``make demo`` (``python -m glassrl.demo``): reinforcement learning on a CPU in minutes, then its ledger.
+"""``make demo`` (``python -m glassrl.commands.demo``): reinforcement learning on a CPU in minutes, then its ledger.
 
-    python -m glassrl.demo [--algo grpo] [--steps N] [--out DIR] [--resume] [key=value ...]
-    python -m glassrl.demo --walkthrough     # the token convention on given numbers (glassrl.walkthrough)
+    python -m glassrl.commands.demo [--algo grpo] [--steps N] [--out DIR] [--resume] [key=value ...]
+    python -m glassrl.commands.demo --walkthrough     # the token convention on given numbers (glassrl.walkthrough)
 
 What it does, in order:
 
@@ -59,7 +59,7 @@ def presets() -> list[str]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m glassrl.demo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m glassrl.commands.demo", description=__doc__.splitlines()[0])
     p.add_argument("--algo", default="grpo", help="preset: examples/ALGO.yaml (default grpo)")
     p.add_argument("--steps", metavar="N", type=int, help="training steps (default: the preset's)")
     p.add_argument("--out", metavar="DIR", help="run directory (default runs/demo-ALGO)")
@@ -100,8 +100,12 @@ def run(args: argparse.Namespace, console) -> int:
     if args.algo not in valid:
         raise GlassrlError(f"--algo: unknown preset {args.algo!r}; valid: {', '.join(valid)}")
     out = Path(args.out or f"runs/demo-{args.algo}")
-    overrides = [f"output_dir={out}", *DEMO_OVERRIDES, *([f"steps={args.steps}"] if args.steps else []),
-                 *args.overrides]
+    overrides = [
+        f"output_dir={out}",
+        *DEMO_OVERRIDES,
+        *([f"steps={args.steps}"] if args.steps else []),
+        *args.overrides,
+    ]
     cfg = load_config(TrainConfig, EXAMPLES / f"{args.algo}.yaml", overrides)
     resolved = resolve(cfg)
 
@@ -122,7 +126,9 @@ def run(args: argparse.Namespace, console) -> int:
     console.print(summary_table(out / "metrics.jsonl", cfg))
     console.print(f"run directory: {out}", markup=False)
     if (Path(out) / "report.html").is_file():  # written by the trainer at the end of the run (logging.report)
-        console.print(f"report: {Path(out) / 'report.html'} (learning curves and token view; open in a browser)", markup=False)
+        console.print(
+            f"report: {Path(out) / 'report.html'} (learning curves and token view; open in a browser)", markup=False
+        )
 
     console.print(Rule("4. the reference example on the trained model"))
     command = ["explain", "--model", str(out), "--prompt", PROMPT, "--response", RESPONSE]
@@ -134,8 +140,10 @@ def run(args: argparse.Namespace, console) -> int:
     sys.stdout.flush()
     code = glassrl_main(command)
     total = time.perf_counter() - start
-    console.print(f"demo finished in {_clock(total)} (model {_clock(model_s)}, training {_clock(train_s)}, "
-                  f"explain {_clock(total - model_s - train_s)})")
+    console.print(
+        f"demo finished in {_clock(total)} (model {_clock(model_s)}, training {_clock(train_s)}, "
+        f"explain {_clock(total - model_s - train_s)})"
+    )
     return code
 
 
@@ -148,8 +156,11 @@ def _model(cfg, console) -> None:
 
     path = ensure_default_model(console=console)
     info = json.loads((path / MARKER).read_text(encoding="utf-8"))
-    console.print(f"default model: {path} ({info['parameters']:,} parameters, built in {info['build_time_s']:g} s; "
-                  "rebuild: glassrl init-model --force)", markup=False)
+    console.print(
+        f"default model: {path} ({info['parameters']:,} parameters, built in {info['build_time_s']:g} s; "
+        "rebuild: glassrl init-model --force)",
+        markup=False,
+    )
 
 
 def _fresh(out: Path) -> None:
@@ -187,8 +198,10 @@ def summary_table(metrics_file: Path, cfg):
 
     from glassrl.trainer.build import test_spec
 
-    what = Text(f"greedy answers to the first {cfg.data.eval_size} prompts of {test_spec(cfg)}, judged by the task's "
-                "verifier (verdict and sum both right, in the question's language):")
+    what = Text(
+        f"greedy answers to the first {cfg.data.eval_size} prompts of {test_spec(cfg)}, judged by the task's "
+        "verifier (verdict and sum both right, in the question's language):"
+    )
     table = Table()
     table.add_column("prompts")
     for name in ("before training", "after training", "change"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from glassrl import demo
+from glassrl.commands import demo
 
 ROOT = Path(__file__).resolve().parents[1]
 

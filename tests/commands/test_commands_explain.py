@@ -15,9 +15,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glassrl import cli, demo
+from glassrl import cli
 from glassrl.cli import build_parser
-from glassrl.commands import explain, explain_input
+from glassrl.commands import demo, explain, explain_input
 from glassrl.ledger import read_jsonl
 from glassrl.ledger.render import baseline_lines, legend_lines, sequence_score
 

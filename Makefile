@@ -1,5 +1,8 @@
 # Two commands for a newcomer: `make demo` and `make test`. Both create .venv and
 # install what they need on first use; later runs reuse it.
+#   make test       lint, format check, import contracts, then the whole test suite
+#   make test-fast  the same checks, then every test not marked `slow` (minutes less)
+#   make lint       the checks alone; make format rewrites what ruff can fix
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -10,8 +13,9 @@ TORCH_SPEC ?= torch==2.13.0
 ALGO   ?= grpo
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install bench clean
+.PHONY: demo test test-fast lint format install bench clean
 
+# The [test] extra brings pytest, hypothesis, playwright, ruff and import-linter.
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
@@ -21,10 +25,23 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m glassrl.commands.demo --algo $(ALGO)
+	$(BIN)/glassrl demo --algo $(ALGO)
 
-test: $(STAMP)
+# ruff's settings and the import contracts (layers, no cycles) are in pyproject.toml.
+lint: $(STAMP)
+	$(BIN)/ruff check
+	$(BIN)/ruff format --check
+	$(BIN)/lint-imports
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix
+	$(BIN)/ruff format
+
+test: lint
 	$(BIN)/python -m pytest -q
+
+test-fast: lint
+	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_advantages.py

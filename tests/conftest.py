@@ -1,15 +1,15 @@
 """Fixtures for every test directory: a tiny model in the default model's format (never
 downloaded) and small arith-verify prompt files.
 
-Built with :func:`glassrl.models.default_model.build_default_model` and a tiny spec
+Built with :func:`glassrl.trainer.default_model.build_default_model` and a tiny spec
 (30k parameters, 150 SFT steps): the same tokenizer, chat/plain prompt format and
 answer format as the real default model, so the answers are well-formed
 ("是的，等于12！") while the arithmetic is mostly wrong.
 
 The build costs tens of seconds (task generation and tokenisation dominate), so it
 is kept in pytest's cache directory under a key hashed from the spec, the library
-versions and the source of every module the build runs; a change to any of them
-rebuilds it.
+versions and the source of every glassrl module the build imports; a change to any
+of them rebuilds it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,10 @@ TINY_SPEC = dict(
 )
 
 
-def _build_key() -> str:
+def _build_key(build_module: str) -> str:
+    """Hash of the spec, the library versions and the source of ``build_module`` and of every
+    glassrl module it imports, directly or not (grimp's graph, function-local imports included)."""
+    import grimp
     import tokenizers
     import torch
     import transformers
@@ -44,24 +47,21 @@ def _build_key() -> str:
     src = Path(glassrl.__file__).parent
     digest = hashlib.sha256(repr(sorted(TINY_SPEC.items())).encode())
     digest.update(f"{torch.__version__} {transformers.__version__} {tokenizers.__version__}".encode())
-    for module in (
-        "models/default_model.py",
-        "models/default_tokenizer.py",
-        "trainer/sft.py",
-        "trainer/common.py",
-        "data/tasks.py",
-        "data/jsonl.py",
-    ):
-        digest.update((src / module).read_bytes())
+    graph = grimp.build_graph("glassrl", cache_dir=None)
+    for module in sorted({build_module, *graph.find_upstream_modules(build_module)}):
+        path = src.joinpath(*module.split(".")[1:])
+        digest.update(module.encode())
+        digest.update((path / "__init__.py" if path.is_dir() else path.with_suffix(".py")).read_bytes())
     return digest.hexdigest()[:16]
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(request) -> Path:
     """Directory of the tiny default-format model (config.json, safetensors, tokenizer, glassrl.json)."""
-    from glassrl.models.default_model import MARKER, DefaultModelSpec, build_default_model
+    from glassrl.models.default_model import MARKER, DefaultModelSpec
+    from glassrl.trainer.default_model import build_default_model
 
-    out = Path(request.config.cache.mkdir("glassrl-tiny-default-model")) / _build_key()
+    out = Path(request.config.cache.mkdir("glassrl-tiny-default-model")) / _build_key(build_default_model.__module__)
     if not (out / MARKER).is_file():
         tmp = out.parent / f".{out.name}.building-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)

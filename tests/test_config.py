@@ -4,8 +4,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import pytest
+import yaml
 
-from glassrl.config import load_config, to_dict
+from glassrl.config import knob_set, load_config, load_saved_config, to_dict
 from glassrl.errors import GlassrlError
 
 
@@ -70,3 +71,47 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("- 1\n- 2\n")
     with pytest.raises(GlassrlError, match="top level must be a mapping"):
         load_config(Cfg, bad)
+
+
+def test_unknown_key_suggests_the_section_that_has_it():
+    with pytest.raises(GlassrlError, match=r"unknown key lr \(did you mean optim\.lr\?\); valid keys here: seed, "):
+        load_config(Cfg, None, ["lr=1e-3"])
+
+
+@dataclass
+class Checked:
+    """A config with a validate step: records what the loader passed to it."""
+
+    seed: int = 0
+    optim: Optim = field(default_factory=Optim)
+    seen: list = field(default_factory=list)
+
+    def validate(self, written):
+        self.seen.append(written)
+        if self.seed < 0:
+            raise GlassrlError(f"seed = {self.seed}: must be >= 0")
+
+
+def test_the_loader_validates_with_the_keys_the_user_wrote(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("optim:\n  lr: 0.5\n")
+    cfg = load_config(Checked, path, ["seed=2"])
+    assert cfg.seen == [frozenset({"optim", "optim.lr", "seed"})]
+    with pytest.raises(GlassrlError, match="seed = -1: must be >= 0"):
+        load_config(Checked, path, ["seed=-1"])
+    # a file glassrl wrote holds every key: its knobs are judged by value, not by presence
+    saved = tmp_path / "saved.yaml"
+    saved.write_text(yaml.safe_dump(to_dict(cfg) | {"seen": []}))
+    assert load_saved_config(Checked, saved).seen[-1] is None
+
+
+def test_knob_set_by_writing_or_by_value():
+    cfg = Cfg(seed=0, critic="c", optim=Optim(lr=0.5))
+    written = frozenset({"seed", "optim", "optim.warmup_steps"})
+    # written: a key counts when the user wrote it (or a key under it), whatever its value; null never counts
+    assert knob_set(cfg, "seed", written) and knob_set(cfg, "optim", written)
+    assert knob_set(cfg, "optim.warmup_steps", written) and not knob_set(cfg, "optim.lr", written)
+    assert not knob_set(cfg, "critic", written) and not knob_set(Cfg(), "critic", {"critic"})
+    # not known (a config built in Python): a key counts when it differs from the default
+    assert not knob_set(cfg, "seed", None) and knob_set(cfg, "optim.lr", None) and knob_set(cfg, "critic", None)
+    assert not knob_set(cfg, "optim.warmup_steps", None) and knob_set(cfg, "optim", None)

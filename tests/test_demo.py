@@ -1,4 +1,4 @@
-"""`python -m glassrl.commands.demo` (make demo) on the tiny default-format model: train, before/after, the ledger."""
+"""`glassrl demo` (make demo) on the tiny default-format model: train, before/after, the ledger."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from glassrl.cli import main
 from glassrl.commands import demo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,10 +35,11 @@ def figures(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
 
 
+@pytest.mark.slow
 def test_demo_prints_before_after_run_dir_and_ledger(tiny_model_dir, prompt_files, tmp_path, capsys):
     out = tmp_path / "demo-grpo"
-    argv = ["--algo", "grpo", "--steps", "2", "--out", str(out), *tiny(tiny_model_dir, prompt_files)]
-    assert demo.main(argv) == 0
+    argv = ["demo", "--algo", "grpo", "--steps", "2", "--out", str(out), *tiny(tiny_model_dir, prompt_files)]
+    assert main(argv) == 0
     text = capsys.readouterr().out
     rows = figures_before = figures(out)
     assert [r["step"] for r in rows] == [0, 1, 2]  # evaluated before the first and after the last step only
@@ -55,7 +57,7 @@ def test_demo_prints_before_after_run_dir_and_ledger(tiny_model_dir, prompt_file
     assert "demo finished in" in text
 
     # A second demo in the same directory starts afresh and prints the same figures (seeded).
-    assert demo.main(argv) == 0
+    assert main(argv) == 0
     again = capsys.readouterr().out
     assert figures(out) == figures_before
     table = lambda t: t.split("3. held-out accuracy")[1].split("run directory")[0]  # noqa: E731
@@ -80,12 +82,16 @@ def test_accuracies_reads_the_first_and_last_evaluation(tmp_path):
 
 
 def test_demo_errors(tmp_path, capsys):
-    assert demo.main(["--algo", "nope"]) == 2
+    assert main(["demo", "--algo", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("glassrl demo: error: --algo: unknown preset 'nope'; valid: ") and "grpo" in err
     assert "ppo" in err and "sft" not in err
+    assert main(["demo", "algo.lam=0.9"]) == 2  # a knob GRPO ignores: one line, before any model is built
+    assert capsys.readouterr().err == (
+        "glassrl demo: error: algo.lam = 0.9: ignored: algo.advantage = grpo does not read it (only gae); remove it\n"
+    )
     (tmp_path / "mine.txt").write_text("keep me")
-    assert demo.main(["--out", str(tmp_path), "model.actor=/nonexistent"]) == 2
+    assert main(["demo", "--out", str(tmp_path), "model.actor=/nonexistent"]) == 2
     assert capsys.readouterr().err == (
         f"glassrl demo: error: --out: {tmp_path} is not empty and not a glassrl run directory; choose another --out\n"
     )

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from glassrl.errors import GlassrlError
 from glassrl.ledger import ALL_FIELDS, TOKEN_FIELDS, Ledger, read_jsonl
-from glassrl.ledger.render import columns, fmt, to_markdown
+from glassrl.ledger.render import columns, fmt, to_markdown, to_rich
 
 PARAMS = dict(estimator="gae", gamma=1.0, lam=0.95, beta=0.1, kl_kind=None)
 
@@ -51,6 +51,77 @@ def test_from_tensors_rows_per_token_and_missing_quantities_are_none():
     for name in ("logprobs", "ref_logprobs", "token_id", "deltas", "returns", "whitened_advantages"):
         assert getattr(row, name) is None
     assert (r0.score, r1.score, r0.group_id, r1.finish_reason) == (1.0, 0.0, 0, "length")
+
+
+def _experience(values: bool, kl_in_reward: bool):
+    """A hand-made Experience of 3 responses (the attributes glassrl.ledger.compute reads)."""
+    from types import SimpleNamespace
+
+    from glassrl.rollout.base import RolloutBatch
+    from glassrl.trainer.experience import Experience
+
+    B, T = 3, 2
+    mask = torch.tensor([[True, True], [True, False], [True, True]])
+    rollout = RolloutBatch(
+        torch.ones(B, 1, dtype=torch.long),
+        torch.ones(B, 1, dtype=torch.bool),
+        torch.tensor([[5, 6], [7, 0], [8, 9]]),
+        mask,
+        torch.tensor([0, 0, 1]),
+        ["stop", "stop", "length"],
+        ["r0", "r1", "r2"],
+    )
+    full = torch.arange(B * T, dtype=torch.float32).reshape(B, T)
+    exp = Experience(
+        rollout=rollout,
+        records=[],
+        prompts=["p0", "p0", "p1"],
+        results=[],
+        scored=torch.ones(B, dtype=torch.bool),
+        raw_scores=torch.tensor([1.0, 0.0, 1.0]),
+        scores=torch.tensor([1.0, 0.0, 1.0]),
+        token_scores=full,
+        step_end_mask=None,
+        baseline_rewards=None,
+        response_mask=mask,
+        logprobs=-full,
+        kl=full / 10,
+        values=full if values else None,
+        beta=0.25,
+        kl_in_reward=kl_in_reward,
+        token_rewards=full,
+        advantages=full,
+        returns=full,
+    )
+    tokenizer = SimpleNamespace(decode=lambda ids: f"<{ids[0]}>")
+    return exp, tokenizer
+
+
+def test_from_experience_records_what_the_step_had():
+    from glassrl.ledger.compute import from_experience
+
+    run = dict(estimator="gae", gamma=0.9, lam=0.95, kl_kind="k1", step=7)
+    exp, tokenizer = _experience(values=True, kl_in_reward=True)
+    ledger = from_experience(exp, tokenizer, **run, samples=2)  # the first 2 responses
+    assert (ledger.estimator, ledger.gamma, ledger.lam, ledger.beta, ledger.kl_kind, ledger.step) == (
+        "gae",
+        0.9,
+        0.95,
+        0.25,
+        "k1",
+        7,
+    )
+    assert [r.prompt for r in ledger.responses] == ["p0", "p0"] and [r.length for r in ledger.responses] == [2, 1]
+    assert [t.token for t in ledger.responses[0].tokens] == ["<5>", "<6>"]
+    assert [t.values for t in ledger.responses[0].tokens] == [0.0, 1.0]
+    assert [t.kl for t in ledger.responses[1].tokens] == pytest.approx([0.2])
+    # no critic: λ and the values are not recorded; KL in the loss: β of the token rewards is 0
+    exp, tokenizer = _experience(values=False, kl_in_reward=False)
+    ledger = from_experience(exp, tokenizer, **run)
+    assert len(ledger.responses) == 3 and (ledger.lam, ledger.beta, ledger.kl_kind) == (None, 0.0, "k1")
+    assert all(t.values is None for r in ledger.responses for t in r.tokens)
+    exp.kl = None  # no reference: no KL estimator
+    assert from_experience(exp, tokenizer, **run).kl_kind is None
 
 
 def test_from_tensors_action_quantities_are_none_on_observation_tokens():
@@ -194,11 +265,11 @@ def test_markdown_escapes_pipes_and_shows_whitespace():
 
 def test_rich_table_shows_dash_and_dims_observations():
     console = Console(record=True, width=200)
-    console.print(small_ledger().to_rich())
+    console.print(to_rich(small_ledger()))
     text = console.export_text()
     assert "V(s_i)" in text and "—" in text and "0.1250" in text
     assert "<obs>" in text
-    table = small_ledger().to_rich().renderables[1]  # response 0, after the run line
+    table = to_rich(small_ledger()).renderables[1]  # response 0, after the run line
     assert [row.style for row in table.rows] == [None, None, "dim", None]
 
 

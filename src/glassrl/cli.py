@@ -17,12 +17,14 @@ from glassrl.errors import GlassrlError
 
 # name on the command line -> module in glassrl.commands
 COMMANDS = {
+    "demo": "glassrl.commands.demo",
     "explain": "glassrl.commands.explain",
     "init-model": "glassrl.commands.init_model",
     "sft": "glassrl.commands.sft",
     "rm": "glassrl.commands.rm",
     "train": "glassrl.commands.train",
     "report": "glassrl.commands.report",
+    "export": "glassrl.commands.export",
 }
 
 

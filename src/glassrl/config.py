@@ -8,7 +8,13 @@
   against the field's type.
 - An unknown key, in the file or in an override, is a :class:`GlassrlError`
   that names it, says where it came from, and lists the valid keys.
-- ``to_dict(cfg)`` gives plain data for writing the resolved config next to a run.
+- A config class with a ``validate(written)`` method is checked by the loader:
+  ``written`` holds the dotted keys the user wrote (file and overrides), so a
+  check can tell a knob the user set from one left at its default
+  (:func:`knob_set`). Every config class has one validation path: its
+  ``validate``, called here and again by the trainer with ``written=None``.
+- ``to_dict(cfg)`` gives plain data for writing the resolved config next to a run;
+  :func:`load_saved_config` reads such a file back.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Set
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,31 +34,64 @@ C = TypeVar("C")
 
 
 def load_config(cls: type[C], path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> C:
-    """Build ``cls`` from defaults, then the YAML file at ``path``, then ``overrides``."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise GlassrlError(f"config file not found: {path}")
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as err:
-            raise GlassrlError(f"{path}: not valid YAML: {err}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise GlassrlError(f"{path}: the top level must be a mapping of keys to values")
-        data = loaded or {}
+    """Build ``cls`` from defaults, then the YAML file at ``path``, then ``overrides``; validate it."""
+    data = _read(path)
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise GlassrlError(f"override {item!r}: expected dotted.key=value")
         _set_dotted(data, key.strip().split("."), yaml.safe_load(raw) if raw.strip() else None)
-    source = str(path) if path is not None else "overrides"
-    return _build(cls, data, prefix="", source=source)
+    cfg = _build(cls, data, prefix="", source=str(path) if path is not None else "overrides")
+    if hasattr(cfg, "validate"):
+        cfg.validate(frozenset(_dotted_keys(data)))
+    return cfg
+
+
+def load_saved_config(cls: type[C], path: str | Path) -> C:
+    """A config glassrl wrote itself (a run's ``config.yaml``): every key is in the file, so
+    ``validate`` judges a knob by its value against the default, not by its presence."""
+    cfg = _build(cls, _read(path), prefix="", source=str(path))
+    if hasattr(cfg, "validate"):
+        cfg.validate(None)
+    return cfg
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
     """Plain nested dict of a config dataclass (for YAML/JSON output)."""
     return dataclasses.asdict(cfg)
+
+
+def get_dotted(cfg: Any, key: str) -> Any:
+    """The value of the dotted ``key`` ("algo.kl.coef") in a config dataclass."""
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def knob_set(cfg: Any, key: str, written: Set[str] | None) -> bool:
+    """Whether the user set the knob ``key``: wrote it (or a key under it) when ``written`` is
+    known, else gave it a value other than its default. A null value never counts as set."""
+    value = get_dotted(cfg, key)
+    if value is None:
+        return False
+    if written is not None:
+        return key in written or any(w.startswith(key + ".") for w in written)
+    return value != get_dotted(type(cfg)(), key)
+
+
+def _read(path: str | Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    path = Path(path)
+    if not path.is_file():
+        raise GlassrlError(f"config file not found: {path}")
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise GlassrlError(f"{path}: not valid YAML: {err}") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise GlassrlError(f"{path}: the top level must be a mapping of keys to values")
+    return loaded or {}
 
 
 def _set_dotted(data: dict[str, Any], keys: list[str], value: Any) -> None:
@@ -65,6 +105,16 @@ def _set_dotted(data: dict[str, Any], keys: list[str], value: Any) -> None:
     node[keys[-1]] = value
 
 
+def _dotted_keys(data: dict[str, Any], prefix: str = "") -> list[str]:
+    """Every dotted key in nested ``data``, sections included: {"a": {"b": 1}} -> a, a.b."""
+    keys = []
+    for name, value in data.items():
+        keys.append(prefix + str(name))
+        if isinstance(value, dict):
+            keys += _dotted_keys(value, f"{prefix}{name}.")
+    return keys
+
+
 def _build(cls: type[C], data: dict[str, Any], prefix: str, source: str) -> C:
     if not isinstance(data, dict):
         raise GlassrlError(f"{source}: {prefix.rstrip('.') or 'config'} must be a mapping, got {data!r}")
@@ -73,11 +123,26 @@ def _build(cls: type[C], data: dict[str, Any], prefix: str, source: str) -> C:
     unknown = sorted(set(data) - set(fields))
     if unknown:
         valid = ", ".join(prefix + name for name in fields)
-        raise GlassrlError(f"{source}: unknown key {prefix}{unknown[0]!s}; valid keys here: {valid}")
+        hint = _moved(hints, str(unknown[0]))
+        raise GlassrlError(
+            f"{source}: unknown key {prefix}{unknown[0]!s}"
+            + (f" (did you mean {prefix}{hint}?)" if hint else "")
+            + f"; valid keys here: {valid}"
+        )
     kwargs = {}
     for name, value in data.items():
         kwargs[name] = _coerce(hints[name], value, f"{prefix}{name}", source)
     return cls(**kwargs)
+
+
+def _moved(hints: dict[str, Any], name: str) -> str | None:
+    """``section.name`` when ``name`` is a field of one of these fields' config sections."""
+    for field_name, hint in hints.items():
+        options = typing.get_args(hint) or (hint,)
+        for option in options:
+            if dataclasses.is_dataclass(option) and name in {f.name for f in dataclasses.fields(option)}:
+                return f"{field_name}.{name}"
+    return None
 
 
 def _coerce(hint: Any, value: Any, key: str, source: str) -> Any:

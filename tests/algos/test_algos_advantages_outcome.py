@@ -96,11 +96,32 @@ def test_rloo_hand_table_and_group_of_one():
 
 
 def test_remax_hand_table():
-    # A = r(response) − r(greedy): [1 − 0.5, 0.2 − 0.5] = [0.5, −0.3], on valid tokens.
+    # Outcome scores only: A = r(response) − r(greedy) = [1 − 0.5, 0.2 − 0.5] = [0.5, −0.3] on valid
+    # tokens; R = the reward-to-go, here the score on every valid token (verl's ReMax returns).
     r, m = _outcome([1.0, 0.2], [2, 3])
     inputs = AdvantageInputs(r, m, baseline_rewards=torch.tensor([0.5, 0.5], dtype=F64))
     out = compute_advantages("remax", inputs, AdvantageParams())
     torch.testing.assert_close(out.advantages, torch.tensor([[0.5, 0.5, 0], [-0.3, -0.3, -0.3]], dtype=F64))
+    torch.testing.assert_close(out.returns, torch.tensor([[1.0, 1.0, 0], [0.2, 0.2, 0.2]], dtype=F64))
+
+
+def test_remax_returns_are_the_reward_to_go():
+    # Token rewards with a KL cost on every token, baseline 0.5 for each row.
+    #   row 0: r = [−0.1, 0.2, 1.0]; S = 1.1, A = 0.6 on every token;
+    #          R_i = Σ_{j≥i} r_j = [1.1, 1.2, 1.0].
+    #   row 1: r = [0.3, −0.2, pad]; S = 0.1, A = −0.4; R = [0.1, −0.2, 0].
+    #   row 2: r = [0.5, observation (mask False), 0.25]; S = 0.75, A = 0.25; R = [0.75, 0, 0.25].
+    # γ = 0.5 changes nothing: ReMax's reward-to-go is undiscounted (as verl).
+    r = torch.tensor([[-0.1, 0.2, 1.0], [0.3, -0.2, 7.0], [0.5, 9.0, 0.25]], dtype=F64)
+    m = torch.tensor([[True, True, True], [True, True, False], [True, False, True]])
+    inputs = AdvantageInputs(r, m, baseline_rewards=torch.tensor([0.5, 0.5, 0.5], dtype=F64))
+    out = compute_advantages("remax", inputs, AdvantageParams(gamma=0.5))
+    torch.testing.assert_close(
+        out.advantages, torch.tensor([[0.6, 0.6, 0.6], [-0.4, -0.4, 0.0], [0.25, 0.0, 0.25]], dtype=F64)
+    )
+    torch.testing.assert_close(
+        out.returns, torch.tensor([[1.1, 1.2, 1.0], [0.1, -0.2, 0.0], [0.75, 0.0, 0.25]], dtype=F64)
+    )
 
 
 def test_reinforce_pp_hand_table():

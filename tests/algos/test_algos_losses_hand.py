@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+from glassrl.algos.aggregation import aggregate
 from glassrl.algos.losses import POLICY_LOSSES, PolicyLossParams, get_policy_loss
 from glassrl.errors import GlassrlError
 
@@ -106,6 +107,29 @@ def test_gspo_table():
     close(lp.grad, [[-1.0, -1.0], [0.0, 0.0], [1.1, 0.0]])
     close(out.diagnostics["ratio"][:, 0], [1.0, 2.0, 1.1])
     assert out.diagnostics["clipped_high"].tolist() == [[False, False], [True, True], [False, False]]
+
+
+def test_gspo_is_eq5_under_seq_mean_token_mean_only():
+    # Two responses of lengths 1 and 3, on-policy (s = 1, nothing clipped), A = +1 and −1.
+    # Eq. 5 (negated): ℓ = [−1, +1], 1/G Σ ℓ = 0; dℓ_i/dlogπ_t = −A_i·s/|y_i|, times 1/G:
+    #   response 0: −1/2; response 1: +1/6 on each of its 3 tokens.
+    # token-mean: (1·(−1) + 3·(+1))/4 = 0.5 ≠ 0; gradient −A·s/N = −1/4 and +1/4 each.
+    lp0 = torch.full((2, 3), -1.0, dtype=torch.float64)
+    adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, False, False], [True, True, True]])
+    results = {}
+    for mode in ("seq-mean-token-mean", "token-mean"):
+        lp = lp0.clone().requires_grad_(True)
+        out = get_policy_loss("gspo")(lp, lp0, adv, mask, PolicyLossParams())
+        loss = aggregate(out.loss, mask, mode)
+        loss.backward()
+        results[mode] = (loss.detach(), lp.grad)
+    loss, grad = results["seq-mean-token-mean"]
+    close(loss, 0.0)
+    close(grad, [[-1 / 2, 0, 0], [1 / 6, 1 / 6, 1 / 6]])
+    loss, grad = results["token-mean"]
+    close(loss, 0.5)
+    close(grad, [[-1 / 4, 0, 0], [1 / 4, 1 / 4, 1 / 4]])
 
 
 def test_cispo_table():

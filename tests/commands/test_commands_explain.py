@@ -1,4 +1,4 @@
-"""`glassrl explain`: the reference example's numbers, every input path, one-line errors, the demo."""
+"""`glassrl explain`: the reference example's numbers, every input path, one-line errors."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 from glassrl import cli
 from glassrl.cli import build_parser
-from glassrl.commands import demo, explain, explain_input
+from glassrl.commands import explain, explain_input
 from glassrl.ledger import read_jsonl
-from glassrl.ledger.render import baseline_lines, legend_lines, sequence_score
+from glassrl.ledger.legend import baseline_legend, sequence_score
+from glassrl.ledger.render import legend_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = str(ROOT / "examples/explain/reference_dialogue_c.json")
@@ -138,6 +139,25 @@ def test_table_output_has_legend_with_row_arithmetic(capsys):
     assert cli.main(["explain", "--input", REFERENCE, "--legend-token", "2"]) == 0
     out = capsys.readouterr().out
     assert "r_2 = score_2 − β·kl_2 = 0.0000 − 0.1·(-0.0500) = 0.0050" in out and "token 0:" not in out
+
+
+def test_lang_zh_changes_the_legend_and_nothing_else(capsys):
+    assert cli.main(["explain", "--input", REFERENCE, "--format", "markdown"]) == 0
+    en = capsys.readouterr().out
+    assert cli.main(["explain", "--input", REFERENCE, "--format", "markdown", "--lang", "zh"]) == 0
+    zh = capsys.readouterr().out
+    table, legend_zh = zh.split("```text\n")
+    assert table == en.split("```text\n")[0]  # the ledger itself does not depend on the language
+    assert legend_zh.splitlines()[:2] == [
+        "逐 token 说明（s_i = 生成 token i 之前的状态，a_i = 该 token；values[i] = V(s_i) 在 a_i 之前读出）：",
+        "回答 0，token 0：a_0 = '是'",
+    ]
+    assert "  优势    A_5 = δ_5 = 0.3950   （其后没有 token）" in legend_zh
+    assert cli.main(["explain", "--input", GROUP, "--lang", "zh", "--legend-token", "0"]) == 0
+    assert "基线（每个回答的优势如何由它的组或基线得出）：" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:  # argparse's choices, as --format's
+        cli.main(["explain", "--input", REFERENCE, "--lang", "fr"])
+    assert exit_.value.code == 2 and "invalid choice: 'fr'" in capsys.readouterr().err
 
 
 def test_markdown_and_csv_formats(tmp_path, capsys):
@@ -266,7 +286,7 @@ def group_file(tmp_path: Path) -> str:
 def test_baseline_legend_agrees_with_the_estimator(tmp_path, estimator):
     """The legend recomputes each baseline in plain Python; it must match what glassrl.algos computed."""
     ledger = ledger_of("--input", group_file(tmp_path), "--estimator", estimator)
-    assert baseline_lines(ledger)
+    assert baseline_legend(ledger)
     S = [sequence_score(r) for r in ledger.responses]
     mean, std = statistics.fmean(S), statistics.stdev(S)
     for b, resp in enumerate(ledger.responses):
@@ -279,7 +299,20 @@ def test_baseline_legend_agrees_with_the_estimator(tmp_path, estimator):
         }[estimator]
         got = resp.tokens[0].returns if estimator == "reinforce_pp_baseline" else resp.tokens[0].advantages
         assert got == pytest.approx(expected, abs=1e-9)
-        assert f"{expected:.4f}" in "\n".join(baseline_lines(ledger))
+        assert f"{expected:.4f}" in "\n".join(baseline_legend(ledger))
+
+
+def test_remax_returns_are_the_reward_to_go(capsys):
+    # r = score − β·kl = [0 − 0.5·0.1, 0 − 0.5·0.2, 1 − 0.5·0.3] = [−0.05, −0.1, 0.85]; S = 0.7.
+    # A = S − greedy reward = 0.7 − 0.4 = 0.3 on every token; R_i = Σ_{j≥i} r_j = [0.7, 0.75, 0.85].
+    rows = run_jsonl(
+        capsys,
+        *["--tokens", "a", "b", "c", "--score", "1", "--kl", "0.1", "0.2", "0.3", "--beta", "0.5"],
+        *["--estimator", "remax", "--baseline-reward", "0.4"],
+    )
+    assert col(rows, "token_rewards") == pytest.approx([-0.05, -0.1, 0.85], abs=1e-12)
+    assert col(rows, "advantages") == pytest.approx([0.3, 0.3, 0.3], abs=1e-12)
+    assert col(rows, "returns") == pytest.approx([0.7, 0.75, 0.85], abs=1e-12)
 
 
 def test_grpo_process_step_rewards(tmp_path, capsys):
@@ -385,6 +418,7 @@ def test_file_errors_name_file_and_field(tmp_path, capsys):
     assert error(capsys, "--input", str(path)).startswith(f"{path}:1: not valid JSON")
 
 
+@pytest.mark.slow
 def test_subprocess_exit_code_and_no_traceback():
     """One real process (the in-process tests cover exit code 0): the error is one line on stderr, exit 2."""
     bad = subprocess.run(
@@ -440,22 +474,6 @@ def test_gae_ledger_invariants(data, T, lam, gamma):
         carried = 0.0 if nxt is None else float(gamma) * float(lam) * nxt.advantages
         assert row.advantages == pytest.approx(row.deltas + carried, abs=1e-9)
     assert rows[-1].token_scores == 1.0  # the outcome score sits on the last generated token
-
-
-# ---------------------------------------------------------------- the demo
-
-
-def test_demo_runs_and_prints_its_commands(capsys):
-    assert demo.main(["--walkthrough"]) == 0
-    out = capsys.readouterr().out
-    for command in (
-        "$ glassrl explain --input examples/explain/reference_dialogue_c.json",
-        "$ glassrl explain --input examples/explain/reference_dialogue_c.json --lam 0 --legend-token 0",
-        "$ glassrl explain --input examples/explain/reference_dialogue_c.json --lam 1 --legend-token 0",
-        "$ glassrl explain --input examples/explain/grpo_group.json",
-    ):
-        assert command in out
-    assert "0.6211" in out and "A_0 = δ_0 = 0.0400" in out and "0.8660" in out
 
 
 def test_html_flag_writes_the_token_view(tmp_path):

@@ -70,8 +70,8 @@ def error(capsys, *argv: str) -> str:
 
 def direct(model_dir: Path, prompt: str, response: str, temperature: float = 1.0):
     """(token ids, log π of the response tokens) computed here, without glassrl's trainer."""
+    from glassrl.data.formatting import format_prompt
     from glassrl.models import load_causal_lm, load_tokenizer, response_logprobs
-    from glassrl.models.default_model import format_prompt
 
     tokenizer = load_tokenizer(model_dir)
     prompt_ids = format_prompt(tokenizer, prompt)

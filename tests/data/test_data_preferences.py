@@ -18,7 +18,8 @@ from glassrl.data.preferences import (
     preference_pairs,
 )
 from glassrl.data.records import PreferencePair, PromptRecord
-from glassrl.data.tasks import DELTAS, load_task
+from glassrl.data.tasks import load_task
+from glassrl.data.tasks.arith_verify import DELTAS
 from glassrl.errors import GlassrlError
 
 ANSWER = {

@@ -9,26 +9,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+from helpers import tiny_llama_config
 
 VOCAB = 100
-HIDDEN = 32
-
-
-def tiny_llama_config() -> LlamaConfig:
-    return LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        initializer_range=0.3,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=None,
-    )
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +21,16 @@ def tiny_lm_path(tmp_path_factory):
     """Directory of a saved tiny LlamaForCausalLM (the 'actor' checkpoint)."""
     path = tmp_path_factory.mktemp("tiny_lm")
     torch.manual_seed(0)
-    LlamaForCausalLM(tiny_llama_config()).save_pretrained(path)
+    config = tiny_llama_config(
+        VOCAB,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+        initializer_range=0.3,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    LlamaForCausalLM(config).save_pretrained(path)
     return path
 
 

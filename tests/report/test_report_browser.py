@@ -17,7 +17,11 @@ from pathlib import Path
 import pytest
 
 from glassrl.ledger import read_jsonl
+from glassrl.ledger.legend import label, token_legend
 from glassrl.ledger.render import fmt
+from helpers import EXAMPLES
+
+pytestmark = pytest.mark.slow  # Chromium end to end
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -33,7 +37,8 @@ ARGS = [
 LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
 
 
-@pytest.fixture(scope="module")
+# session scope, like the runs it opens, so that a missing Chromium skips before any run trains
+@pytest.fixture(scope="session")
 def browser():
     if not Path(CHROMIUM).is_file() and shutil.which("chromium") is None:
         pytest.skip(f"Chromium is not installed ({CHROMIUM} absent): apt-get install chromium (.ci/run does)")
@@ -69,18 +74,21 @@ class Page:
             ".tok[data-b]:not(.obs)", "els => els.map(e => getComputedStyle(e).backgroundColor)"
         )
 
+    def legend(self) -> list[list[str]]:
+        """[element id, text] of each token line of the legend panel."""
+        return self.page.eval_on_selector_all(
+            "#token-legend > div[id^='legend-']:not(#legend-baselines)", "els => els.map(e => [e.id, e.textContent])"
+        )
+
     def check_clean(self) -> None:
         assert self.errors == [], self.errors
         assert self.remote == [], f"requests left file://: {self.remote}"
 
 
 @pytest.fixture(scope="module")
-def run_report(tiny_model_dir, prompt_files, tmp_path_factory):
-    from test_report_html import real_runs
-
+def run_report(browser, runs, tmp_path_factory):
     from glassrl.report.html import write_run_report
 
-    runs = real_runs(tiny_model_dir, prompt_files, tmp_path_factory.mktemp("report-runs"))
     out = write_run_report([runs["ppo"], runs["grpo"]], tmp_path_factory.mktemp("browser") / "report.html")
     return runs, out
 
@@ -120,10 +128,11 @@ def test_report_renders_and_shows_the_ledger_of_a_clicked_token(browser, run_rep
     assert view.text("#field-length") == str(ledger.responses[b].length)
     assert view.text("#field-finish_reason") == ledger.responses[b].finish_reason
     assert view.text("#field-estimator") == "gae"
+    # The legend is the Python legend's text (glassrl.ledger.legend), label then line, nothing composed in the page.
+    assert view.legend() == [[f"legend-{x.key}", label(x.key) + x.text] for x in token_legend(ledger, b, i)]
     reward = view.text("#legend-reward")
     assert f"= {fmt(token.token_scores)} − " in reward and reward.endswith(f"= {fmt(token.token_rewards)}")
     assert view.text("#legend-return").startswith(f"returnR_{i} = A_{i} + V(s_{i}) = {fmt(token.advantages)} + ")
-    assert "includes r_" in view.text("#legend-value")
 
     before = view.backgrounds()
     page.select_option("#quantity-select", "kl")
@@ -143,6 +152,10 @@ def test_report_renders_and_shows_the_ledger_of_a_clicked_token(browser, run_rep
     assert page.locator(".tok[data-b]").count() == sum(len(r.tokens) for r in first.responses)
     page.select_option("#source-select", "1")
     assert view.text("#run-line").startswith("grpo: step 2 · estimator grpo")
+    page.click("#tok-0-0")
+    grpo = read_jsonl(runs["grpo"] / "ledgers" / "step_000002.jsonl")
+    assert view.legend() == [[f"legend-{x.key}", label(x.key) + x.text] for x in token_legend(grpo, 0, 0)]
+    assert view.text("#legend-baselines").startswith("Baselines (how each response's advantage follows")
     view.check_clean()
     print(f"screenshot: {shot}")
 
@@ -152,7 +165,7 @@ def test_explain_page_marks_observation_tokens(browser, tmp_path):
     from glassrl.commands import explain, explain_input
     from glassrl.report.html import write_explain_html
 
-    source = Path(__file__).resolve().parents[2] / "examples" / "explain" / "observation_tokens.json"
+    source = EXAMPLES / "explain" / "observation_tokens.json"
     ledger = explain.build_ledger(
         explain_input.from_args(build_parser(only="explain").parse_args(["explain", "--input", str(source)]))
     )
@@ -166,7 +179,7 @@ def test_explain_page_marks_observation_tokens(browser, tmp_path):
     assert "repeating-linear-gradient" in obs_background  # hatched
     page.click("#tok-0-4")
     assert view.text("#field-response_mask") == "False" and view.text("#field-advantages") == "—"
-    assert "observation / tool token (mask False)" in view.text("#legend-obs")
+    assert view.text("#legend-obs").startswith("obsa_4 is an observation token (mask 0)")
     page.click("#tok-0-2")
     token = ledger.responses[0].tokens[2]
     assert view.text("#legend-TD").endswith("carried)")  # δ_2 bootstraps from V(s_6) across the observation
@@ -177,3 +190,8 @@ def test_explain_page_marks_observation_tokens(browser, tmp_path):
     assert view.text("#field-deltas") == fmt(token.deltas) == "0.3980"
     page.screenshot(path=str(tmp_path / "explain.png"), full_page=True)
     view.check_clean()
+    zh = Page(browser, write_explain_html(ledger, tmp_path / "explain-zh.html", lang="zh").as_uri())
+    zh.page.click("#tok-0-2")
+    assert zh.legend() == [[f"legend-{x.key}", label(x.key, "zh") + x.text] for x in token_legend(ledger, 0, 2, "zh")]
+    assert zh.text("#legend-TD").endswith("观测 token 3…5 被跨过）")
+    zh.check_clean()

@@ -1,8 +1,8 @@
 """The run report (glassrl.report.html, charts, run_dir) built from short real runs of the tiny model.
 
-``real_runs`` trains PPO and GRPO for 2 steps each on the tiny default-format model of
-tests/conftest.py; tests/report/test_report_browser.py imports it to open the same report
-in Chromium.
+The ``runs`` fixture (tests/report/conftest.py) trains PPO and GRPO for 2 steps each on
+the tiny default-format model; tests/report/test_report_browser.py opens the same runs'
+report in Chromium.
 """
 
 from __future__ import annotations
@@ -10,48 +10,15 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from glassrl.errors import GlassrlError
 from glassrl.ledger import TOKEN_FIELDS, Ledger, ResponseLedger, TokenRow, read_jsonl
-
-ROOT = Path(__file__).resolve().parents[2]
-_RUNS: dict[str, Path] = {}  # preset -> run directory, shared by both report test files in a session
-
-
-def real_runs(model: Path, prompt_files: tuple[Path, Path], root: Path) -> dict[str, Path]:
-    """{"ppo": dir, "grpo": dir}: 2-step runs of examples/{ppo,grpo}.yaml on the tiny model, a ledger every step."""
-    if _RUNS:
-        return _RUNS
-    from glassrl.config import load_config
-    from glassrl.trainer.config import TrainConfig
-    from glassrl.trainer.loop import Trainer
-
-    train, test = prompt_files
-    made = {}
-    for preset in ("ppo", "grpo"):
-        overrides = [
-            f"model.actor={model}",
-            f"data.train={train}",
-            f"data.test={test}",
-            "data.eval_size=4",
-            f"output_dir={root / preset}",
-            "steps=2",
-            "rollout.n=4",
-            "rollout.max_new_tokens=16",
-            "batch.prompts_per_step=2",
-            "batch.mini_batch_prompts=2",
-            "batch.micro_batch_responses=8",
-            "logging.ledger_every=1",
-            "logging.ledger_samples=4",
-            "logging.checkpoint_every=0",
-        ]
-        Trainer(load_config(TrainConfig, ROOT / "examples" / f"{preset}.yaml", overrides), progress=False).train()
-        made[preset] = root / preset
-    _RUNS.update(made)
-    return _RUNS
+from helpers import EXAMPLES
 
 
 def embedded_payload(page: str) -> dict:
@@ -64,11 +31,6 @@ def embedded_payload(page: str) -> dict:
 
 def token_dicts(payload_ledger: dict) -> list[list[dict]]:
     return [[dict(zip(TOKEN_FIELDS, row)) for row in resp["tokens"]] for resp in payload_ledger["responses"]]
-
-
-@pytest.fixture(scope="module")
-def runs(tiny_model_dir, prompt_files, tmp_path_factory) -> dict[str, Path]:
-    return real_runs(tiny_model_dir, prompt_files, tmp_path_factory.mktemp("report-runs"))
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +135,17 @@ def test_trainer_writes_the_report_at_the_end_of_a_run(runs):
         assert 'id="tokens"' in page and (run / "ledgers" / "step_000002.jsonl").is_file()
 
 
+def test_a_run_is_reported_where_torch_cannot_be_imported(runs, tmp_path):
+    """The report reads run directories and ledgers only: it works offline, without torch."""
+    code = (
+        "import sys; sys.modules['torch'] = sys.modules['transformers'] = None; "
+        "from glassrl.report.html import write_run_report; write_run_report(sys.argv[1:2], sys.argv[2])"
+    )
+    out = tmp_path / "report.html"
+    subprocess.run([sys.executable, "-c", code, str(runs["grpo"]), str(out)], check=True)
+    assert "token-data" in out.read_text(encoding="utf-8")
+
+
 def test_environment_json_is_read_when_present(tmp_path):
     from glassrl.report.run_dir import ENVIRONMENT, collect_environment, read_run
 
@@ -272,7 +245,7 @@ def test_explain_html_of_the_reference_example(tmp_path):
     from glassrl.report.html import write_explain_html
 
     args = build_parser(only="explain").parse_args(
-        ["explain", "--input", str(ROOT / "examples" / "explain" / "observation_tokens.json")]
+        ["explain", "--input", str(EXAMPLES / "explain" / "observation_tokens.json")]
     )
     ledger = explain.build_ledger(explain_input.from_args(args))
     payload = embedded_payload(write_explain_html(ledger, tmp_path / "e.html").read_text(encoding="utf-8"))
@@ -283,3 +256,73 @@ def test_explain_html_of_the_reference_example(tmp_path):
         r == dict(zip(TOKEN_FIELDS, (getattr(t, f) for f in TOKEN_FIELDS)))
         for r, t in zip(rows, ledger.responses[0].tokens)
     ] == [True] * 8
+
+
+# ---------------------------------------------------------------- the legend: Python's text, shown by the page
+
+
+def test_token_legend_is_the_python_legend_in_the_chosen_language(runs, tmp_path, capsys):
+    from glassrl.cli import main
+    from glassrl.ledger.legend import baseline_legend, labels, phrase, token_legend
+
+    for lang in ("en", "zh"):
+        out = tmp_path / f"report-{lang}.html"
+        assert main(["report", str(runs["ppo"]), str(runs["grpo"]), "--lang", lang, "--out", str(out)]) == 0
+        payload = embedded_payload(out.read_text(encoding="utf-8"))
+        assert payload["legend"] == {
+            "lang": lang,
+            "labels": labels(lang),
+            "baselines_heading": phrase("heading.baselines", lang),
+        }
+        for source, preset in zip(payload["sources"], ("ppo", "grpo")):
+            for got, file in zip(source["ledgers"], sorted((runs[preset] / "ledgers").glob("step_*.jsonl"))):
+                ledger = read_jsonl(file)
+                assert got["baselines"] == baseline_legend(ledger, lang)
+                assert bool(got["baselines"]) == (preset == "grpo")
+                for b, resp in enumerate(ledger.responses):
+                    assert got["responses"][b]["legend"] == [
+                        [[line.key, line.text] for line in token_legend(ledger, b, i, lang)] for i in range(resp.length)
+                    ]
+    capsys.readouterr()
+    zh = embedded_payload((tmp_path / "report-zh.html").read_text(encoding="utf-8"))
+    first = zh["sources"][0]["ledgers"][0]["responses"][0]["legend"][0]
+    assert [key for key, _ in first][:4] == ["token", "state", "action", "reward"] and "回答 0，token 0" in first[0][1]
+
+
+def test_the_page_composes_no_legend_sentence():
+    """The JavaScript copy of the legend is gone: no fixed piece of any phrase, in any language, is in the script."""
+    from glassrl.ledger.legend import PHRASES
+    from glassrl.report.html import _template
+
+    script = _template("token_view.js")
+    for lang, table in PHRASES.items():
+        for key, text in table.items():
+            if key.startswith("label."):
+                continue
+            for piece in re.split(r"\{[a-z_A-Z]+\}", text):
+                assert len(piece.strip()) < 12 or piece.strip() not in script, (lang, key, piece)
+    assert "the critic's estimate" not in script and "γλ" not in script
+
+
+def test_explain_html_legend_language(tmp_path):
+    from glassrl.cli import main
+    from glassrl.ledger.legend import token_legend
+
+    out = tmp_path / "e.html"
+    argv = ["explain", "--input", str(EXAMPLES / "explain" / "reference_dialogue_c.json"), "--format", "csv"]
+    assert main([*argv, "--out", str(tmp_path / "l.csv"), "--html", str(out), "--lang", "zh"]) == 0
+    payload = embedded_payload(out.read_text(encoding="utf-8"))
+    ledger = ledger_of_reference()
+    legend = payload["sources"][0]["ledgers"][0]["responses"][0]["legend"]
+    assert legend[0] == [[line.key, line.text] for line in token_legend(ledger, 0, 0, "zh")]
+    assert legend[0][4] == ["value", "V(s_0) = 0.2000：critic 对 r_0 + γ·r_1 + … 的估计，在 a_0 之前读出；它包含 r_0"]
+
+
+def ledger_of_reference():
+    from glassrl.cli import build_parser
+    from glassrl.commands import explain, explain_input
+
+    args = build_parser(only="explain").parse_args(
+        ["explain", "--input", str(EXAMPLES / "explain" / "reference_dialogue_c.json")]
+    )
+    return explain.build_ledger(explain_input.from_args(args))

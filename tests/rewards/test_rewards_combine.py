@@ -20,6 +20,7 @@ from glassrl.rewards import (
     build_combined,
     build_reward_source,
 )
+from helpers import FixedResults
 
 RECORD = PromptRecord(
     "请问1+1=2？", "是的，等于2！", {"a": 1, "b": 1, "c": 2, "sum": 2, "is_true": True, "lang": "zh"}, "t#0"
@@ -28,16 +29,6 @@ RECORD = PromptRecord(
 
 def req(response: str) -> RewardRequest:
     return RewardRequest(str(RECORD.prompt), response, RECORD)
-
-
-class Stub:
-    name = "stub"
-
-    def __init__(self, by_response: dict[str, RewardResult]):
-        self.by_response = by_response
-
-    def score(self, requests):
-        return [self.by_response[r.response] for r in requests]
 
 
 def test_weighted_sum_and_each_source_reported():
@@ -50,7 +41,9 @@ def test_weighted_sum_and_each_source_reported():
 
 
 def test_a_failed_component_fails_the_combination_naming_it():
-    stub = Stub({"a": RewardResult.ok(1.0), "b": RewardResult.timeout("slow"), "c": RewardResult.error("broken")})
+    stub = FixedResults(
+        {"a": RewardResult.ok(1.0), "b": RewardResult.timeout("slow"), "c": RewardResult.error("broken")}
+    )
     ok, timeout, error = CombinedReward([(NumericVerifier(), 1.0), (stub, 2.0)]).score([req("a"), req("b"), req("c")])
     assert ok.status == "ok" and ok.score == 2.0
     assert (timeout.status, timeout.score, timeout.message) == ("timeout", None, "stub: slow")
@@ -59,8 +52,8 @@ def test_a_failed_component_fails_the_combination_naming_it():
 
 
 def test_process_rewards_are_weighted_and_merged_by_offset():
-    steps_a = Stub({"是的，等于2！": RewardResult.ok(1.0, [(3, 1.0), (7, 1.0)])})
-    steps_b = Stub({"是的，等于2！": RewardResult.ok(0.0, [(7, -1.0)])})
+    steps_a = FixedResults({"是的，等于2！": RewardResult.ok(1.0, [(3, 1.0), (7, 1.0)])})
+    steps_b = FixedResults({"是的，等于2！": RewardResult.ok(0.0, [(7, -1.0)])})
     (result,) = CombinedReward([(steps_a, 2.0), (steps_b, 0.5)]).score([req("是的，等于2！")])
     assert result.process_rewards == ((3, 2.0), (7, 1.5))
     assert set(result.details["sources"]) == {"stub", "stub:2"}  # repeated names get a suffix
@@ -81,6 +74,7 @@ def test_registry_builds_every_name_it_lists():
         "numeric",
         "arith_verify",
         "rubric",
+        "research_rubric",
         "reward_model",
         "judge",
         "majority_vote",

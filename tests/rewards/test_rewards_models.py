@@ -4,25 +4,23 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForTokenClassification, LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForTokenClassification, LlamaForCausalLM
 
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.models import load_scalar_model, load_tokenizer, sequence_scores
 from glassrl.models.default_tokenizer import build_tokenizer
 from glassrl.rewards import JudgeSource, RewardModelSource, RewardRequest
+from helpers import tiny_llama_config
 
 TEXTS = ["请问1+1=2？是的，等于2！", "Is 3+4=8? No, it equals 7!", "Rate the answer from 0 to 10. Score: 7"]
 
 
-def tiny_config(vocab_size: int, **extra) -> LlamaConfig:
-    return LlamaConfig(
-        vocab_size=vocab_size,
+def tiny_config(vocab_size: int, **extra):
+    return tiny_llama_config(
+        vocab_size,
         hidden_size=16,
         intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
         max_position_embeddings=128,
         tie_word_embeddings=False,
         **extra,

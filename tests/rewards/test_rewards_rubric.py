@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.rewards import Criterion, RewardRequest, RewardResult, RubricSource
+from helpers import FixedResults
 
 # dialogue-agentic-rl-rubric-reward.md, part 2: the three rubric lines and their weights.
 PROMPT = "帮我总结 Google 2025年的财报，重点关注 Cloud 业务的营收。"
@@ -62,20 +63,8 @@ def test_reference_counter_example():
     assert result.score == 1.5 and result.details["criteria"]["temporal"] == 0.0
 
 
-class StubJudge:
-    """A reward source standing in for a judge model: a fixed result per response."""
-
-    name = "stub_judge"
-
-    def __init__(self, results: dict[str, RewardResult]):
-        self.results = results
-
-    def score(self, requests):
-        return [self.results[r.response] for r in requests]
-
-
 def test_a_source_can_judge_a_criterion_and_its_failures_name_the_criterion():
-    judge = StubJudge(
+    judge = FixedResults(  # stands in for a judge model
         {
             "a": RewardResult.ok(0.8),
             "b": RewardResult.timeout("judge took too long"),

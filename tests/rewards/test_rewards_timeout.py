@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -83,3 +84,11 @@ def test_concurrent_callers_share_the_pool():
 def test_call_with_timeout_default_pool():
     assert call_with_timeout(operator.sub, (5, 3), 5.0).value == 2
     assert in_thread(call_with_timeout, time.sleep, (30,), 0.3).status == "timeout"
+
+
+def test_the_worker_imports_no_torch():
+    """A worker is a fresh interpreter that imports glassrl.rewards; the model-backed sources load
+    torch and transformers only when built, so a worker starts without them."""
+    code = "import sys, glassrl.rewards.timeout; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

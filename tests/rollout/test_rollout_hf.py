@@ -20,7 +20,7 @@ def engine(tiny_model_dir):
 
 
 def _ids(engine):
-    from glassrl.models.default_model import format_prompt
+    from glassrl.data.formatting import format_prompt
 
     return [format_prompt(engine.tokenizer, p) for p in PROMPTS]
 

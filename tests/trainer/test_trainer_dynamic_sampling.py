@@ -16,7 +16,8 @@ from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardResult
 from glassrl.rollout.base import RolloutBatch
 from glassrl.trainer.config import TrainConfig
-from glassrl.trainer.dynamic_sampling import DynamicSampler, Sampled
+from glassrl.trainer.dynamic_sampling import DynamicSampler
+from glassrl.trainer.phases import Sampled
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # A reward most groups of the tiny model disagree on, so that rounds leave a surplus to buffer.
@@ -47,9 +48,12 @@ def _round(scores: list[list[float | None]], tag: str) -> Sampled:
     return Sampled(rollout, prompts, [[7, 7]] * k, results)
 
 
-def _rounds(*rounds):
+def fill(sampler: DynamicSampler, *rounds: Sampled):
+    """The step's loop (glassrl.trainer.loop.Trainer.step) with these rounds."""
     it = iter(rounds)
-    return lambda: next(it)
+    while sampler.needs_more():
+        sampler.add(next(it))
+    return sampler.take()
 
 
 def test_keeps_mixed_groups_and_buffers_the_surplus():
@@ -57,7 +61,7 @@ def test_keeps_mixed_groups_and_buffers_the_surplus():
     # round 1: [1,1] all equal (drop), [0,1] mixed (keep); round 2: both mixed -> 3 kept, 2 used, 1 left
     r1 = _round([[1.0, 1.0], [0.0, 1.0]], "a")
     r2 = _round([[1.0, 0.0], [0.5, 0.0]], "b")
-    sampled, metrics = sampler.fill(_rounds(r1, r2))
+    sampled, metrics = fill(sampler, r1, r2)
     assert metrics == {
         "sampling/rounds": 2,
         "sampling/groups_generated": 4,
@@ -69,7 +73,7 @@ def test_keeps_mixed_groups_and_buffers_the_surplus():
     assert sampled.rollout.group_index.tolist() == [0, 0, 1, 1]
     assert [r.score for r in sampled.results] == [0.0, 1.0, 1.0, 0.0]
     # next step: the buffered group plus one from a new round; the all-zero group is dropped
-    sampled, metrics = sampler.fill(_rounds(_round([[0.0, 0.0], [1.0, 0.5]], "c")))
+    sampled, metrics = fill(sampler, _round([[0.0, 0.0], [1.0, 0.5]], "c"))
     assert [p.prompt for p in sampled.prompts] == ["b1", "c1"]
     assert metrics == {
         "sampling/rounds": 1,
@@ -84,7 +88,7 @@ def test_failed_scores_are_left_out_of_the_comparison():
     # [1, fail, 1]: the scored ones agree (a failure's 0 must not make it "mixed");
     # [fail, fail, 0]: one scored member, no comparison; [0, fail, 1]: mixed
     r = _round([[1.0, None, 1.0], [None, None, 0.0], [0.0, None, 1.0]], "a")
-    sampled, metrics = sampler.fill(_rounds(r))
+    sampled, metrics = fill(sampler, r)
     assert [p.prompt for p in sampled.prompts] == ["a2"]
     assert metrics["sampling/groups_kept"] == 1
     assert [x.status for x in sampled.results] == ["ok", "error", "ok"]  # failed rows travel with their group
@@ -99,12 +103,12 @@ def test_too_many_rounds_is_an_error_naming_the_key_and_counts():
         r"generated, 1 with mixed scores kept\) the step holds 1 of "
         r"batch.prompts_per_step = 2",
     ):
-        sampler.fill(_rounds(_round(same, "a"), _round([[0.0, 1.0], [1.0, 1.0]], "b")))
+        fill(sampler, _round(same, "a"), _round([[0.0, 1.0], [1.0, 1.0]], "b"))
 
 
 def test_the_buffer_round_trips_through_a_weights_only_checkpoint():
     sampler = DynamicSampler(need=1, max_rounds=1, pad_id=0)
-    sampler.fill(_rounds(_round([[0.0, 1.0], [1.0, 0.0], [1.0, 0.5]], "a")))
+    fill(sampler, _round([[0.0, 1.0], [1.0, 0.0], [1.0, 0.5]], "a"))
     assert len(sampler.buffer) == 2
     ((name, (kind, value)),) = sampler.state_dict().items()
     assert (name, kind) == ("sample_buffer", "torch")
@@ -113,9 +117,9 @@ def test_the_buffer_round_trips_through_a_weights_only_checkpoint():
     f.seek(0)
     other = DynamicSampler(need=2, max_rounds=1, pad_id=0)
     other.load_state_dict({name: torch.load(f, weights_only=True)})
-    one, _ = sampler.fill(_rounds())  # need 1 from the buffer: no round
+    one, _ = fill(sampler)  # need 1 from the buffer: no round
     sampler.need = 1
-    two, _ = other.fill(_rounds())  # need 2 from the restored buffer
+    two, _ = fill(other)  # need 2 from the restored buffer
     assert [p.prompt for p in two.prompts] == ["a1", "a2"]
     assert [p.prompt for p in one.prompts] == ["a1"]
     assert two.prompts[0] == one.prompts[0]
@@ -133,13 +137,9 @@ def _trainer(overrides, **kwargs):
 
 
 def test_every_trained_group_is_mixed_and_the_counters_add_up(fast, tmp_path, monkeypatch):
-    from glassrl.trainer import loop
-
     trained: list[Sampled] = []
-    score = loop.Trainer._score
-    monkeypatch.setattr(
-        loop.Trainer, "_score", lambda self, sampled: (trained.append(sampled), score(self, sampled))[1]
-    )
+    take = DynamicSampler.take
+    monkeypatch.setattr(DynamicSampler, "take", lambda self: (out := take(self), trained.append(out[0]))[0])
     common = [*fast, MIXED_REWARD, "steps=3", "algo.dynamic_sampling_max_rounds=8", "logging.ledger_every=0"]
     _trainer(common).train()
     rows = logged_metrics(tmp_path / "run")[1:]
@@ -155,6 +155,7 @@ def test_every_trained_group_is_mixed_and_the_counters_add_up(fast, tmp_path, mo
     assert sum(r["sampling/groups_generated"] for r in rows) > 12  # it did over-sample
 
 
+@pytest.mark.slow
 def test_resume_with_a_non_empty_buffer_is_bit_identical(fast, tmp_path):
     common = [
         *fast,

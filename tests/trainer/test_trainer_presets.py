@@ -1,5 +1,5 @@
-"""Every algorithm preset in examples/: its defining settings, two steps on the tiny model,
-and its page in docs/algorithms/.
+"""Every algorithm preset (glassrl/presets/, linked from examples/): its defining settings, two
+steps on the tiny model, and its page in docs/algorithms/.
 
 grpo and ppo run in test_trainer_loop.py::test_preset_runs_two_steps; the other presets run
 here with the same ``fast`` overrides (tests/trainer/conftest.py), plus the few a preset
@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from glassrl import presets
 from glassrl.config import load_config
 from glassrl.trainer.config import TrainConfig, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 DOCS = ROOT / "docs" / "algorithms"
-NOT_PRESETS = {"sft", "rm"}  # other trainers' configs
-PRESETS = sorted(p.stem for p in EXAMPLES.glob("*.yaml") if p.stem not in NOT_PRESETS)
+PRESETS = presets.rl_names()  # sft and rm are the other trainers' configs
 RUN_ELSEWHERE = {"grpo", "ppo"}  # test_trainer_loop.py::test_preset_runs_two_steps
 
 # What makes each preset the algorithm it names (dotted config key -> value).
@@ -167,7 +167,7 @@ def _get(cfg, dotted: str):
 
 
 def _config(preset: str, overrides=()) -> TrainConfig:
-    return load_config(TrainConfig, EXAMPLES / f"{preset}.yaml", list(overrides))
+    return load_config(TrainConfig, presets.path(preset), list(overrides))
 
 
 def _rows(run: Path) -> list[dict]:
@@ -192,6 +192,14 @@ def _run(preset: str, fast: list[str], extra: list[str], tmp_path: Path) -> tupl
 
 
 # ---------------------------------------------------------------- the YAML files
+
+
+def test_examples_link_to_the_packaged_presets():
+    """One copy of each file: examples/<name>.yaml is a relative symlink into the package."""
+    assert sorted(p.stem for p in EXAMPLES.glob("*.yaml")) == presets.names()
+    for name in presets.names():
+        link = EXAMPLES / f"{name}.yaml"
+        assert link.is_symlink() and link.readlink() == Path(f"../src/glassrl/presets/{name}.yaml"), name
 
 
 def test_the_issue_presets_are_all_here():

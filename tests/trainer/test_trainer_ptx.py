@@ -105,6 +105,7 @@ def test_task_pairs_load(tiny_model_dir):
         load_ptx_examples("nope.jsonl", tokenizer, 64)
 
 
+@pytest.mark.slow
 def test_a_ptx_run_trains_and_resumes_bit_identical(fast, tmp_path):
     from glassrl.trainer.loop import Trainer
 

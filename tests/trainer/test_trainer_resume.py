@@ -29,6 +29,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.slow
 def test_resume_is_bit_identical(case, fast, tmp_path):
     preset, extra, steps, every, killed, resumed, position = CASES[case]
     common = [*fast, *extra, f"steps={steps}", f"logging.checkpoint_every={every}", "logging.keep_checkpoints=1"]

@@ -14,6 +14,7 @@ from glassrl.cli import main as cli_main
 from glassrl.data.preferences import preference_pairs
 from glassrl.errors import GlassrlError
 from glassrl.models import load_scalar_model, load_tokenizer
+from glassrl.trainer.config import OptimConfig
 from glassrl.trainer.rm import RMConfig, encode_pairs, evaluate, pairwise_accuracy, train_rm
 
 CPU = torch.device("cpu")
@@ -76,8 +77,7 @@ def _cfg(tiny_model, pair_files, tmp_path, **kw) -> RMConfig:
         model=str(tiny_model),
         data=pair_files["train"],
         eval_data=pair_files["test"],
-        lr=3e-3,
-        warmup_steps=2,
+        optim=OptimConfig(lr=3e-3, warmup_steps=2, decay="cosine"),
         steps=30,
         batch_size=8,
         max_length=40,
@@ -129,6 +129,7 @@ def test_evaluate_by_hand(monkeypatch, use_margin):
 # --- end to end on the tiny model --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_loss_falls_and_outputs_load_back(tiny_model, pair_files, tmp_path):
     cfg = _cfg(tiny_model, pair_files, tmp_path)
     result = train_rm(cfg)
@@ -168,7 +169,7 @@ def test_value_head_and_margin(tiny_model, pair_files, tmp_path):
 def test_config_errors(tiny_model, pair_files, tmp_path):
     with pytest.raises(GlassrlError, match="use_margin=true, but some pairs of data have no margin"):
         train_rm(_cfg(tiny_model, pair_files, tmp_path, data=pair_files["bare"], use_margin=True))
-    with pytest.raises(GlassrlError, match="eval_data: needed when data is a file"):
+    with pytest.raises(GlassrlError, match="eval_data = None: needed when data is a file"):
         train_rm(_cfg(tiny_model, pair_files, tmp_path, eval_data=None))
     with pytest.raises(GlassrlError, match=r"train\.jsonl:1: prompt\+response is \d+ tokens, more than max_length=8"):
         train_rm(_cfg(tiny_model, pair_files, tmp_path, max_length=8))
@@ -181,4 +182,8 @@ def test_cli(tiny_model, pair_files, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "held-out pairwise accuracy:" in out and "(12 pairs" in out and str(tmp_path / "cli") in out
+    assert "glassrl rm: resolved" in out and "sequences per step" in out  # the table printed at start
     assert cli_main(["rm", str(config), "nope=1"]) == 2
+    capsys.readouterr()
+    assert cli_main(["rm", str(config), "batch_size=0"]) == 2  # checked before any model is loaded
+    assert capsys.readouterr().err == "glassrl rm: error: batch_size = 0: must be >= 1\n"

@@ -14,11 +14,12 @@ from rich.console import Console
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from glassrl.cli import main
+from glassrl.data.formatting import format_prompt
 from glassrl.data.tasks import TASKS, sft_pairs
 from glassrl.errors import GlassrlError
-from glassrl.models.default_model import format_prompt
 from glassrl.models.default_tokenizer import build_tokenizer
 from glassrl.trainer.common import collate, encode_response, lr_factor
+from glassrl.trainer.config import OptimConfig
 from glassrl.trainer.sft import SFTConfig, load_pairs, response_loss, tokenize_pairs, train_sft
 
 QUIET = Console(file=io.StringIO())
@@ -97,8 +98,7 @@ def test_sft_loss_falls_and_writes_a_loadable_checkpoint(tokenizer, tmp_path):
         model="in memory",
         data="task:add",
         seed=0,
-        lr=1e-2,
-        warmup_steps=2,
+        optim=OptimConfig(lr=1e-2, warmup_steps=2, decay="cosine"),
         steps=30,
         batch_size=16,
         output_dir=str(tmp_path / "run"),
@@ -171,5 +171,9 @@ def test_cli_sft_with_example_config(tiny_path, tmp_path, capsys):
     out = tmp_path / "cli"
     code = main(["sft", str(EXAMPLE), f"model={tiny_path}", "steps=2", f"output_dir={out}", "device=cpu"])
     assert code == 0 and (out / "model.safetensors").is_file() and (out / "sft_config.yaml").is_file()
+    out_text = capsys.readouterr().out
+    assert "glassrl sft: resolved" in out_text and "training length" in out_text  # the table printed at start
     assert main(["sft", str(EXAMPLE), "nonsense=1"]) == 2
     assert "unknown key nonsense" in capsys.readouterr().err
+    assert main(["sft", str(EXAMPLE), "batch_size=0"]) == 2
+    assert capsys.readouterr().err == "glassrl sft: error: batch_size = 0: must be >= 1\n"

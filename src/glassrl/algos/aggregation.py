@@ -13,8 +13,9 @@ Modes (verl's names; DAPO and Dr.GRPO for what they mean):
 - "seq-mean-token-sum-norm": mean over sequences of (token sum / L), L a
   constant (``norm_length``, default T): Dr.GRPO (Liu et al. 2025, "Understanding
   R1-Zero-Like Training", §3.2) removes 1/|o_i| and divides by a constant so that
-  no length bias is introduced. verl's mode of the same name divides the
-  *total* by T without the 1/B; here it is 1/B · Σ_i (Σ_t x / L), Dr.GRPO's.
+  no length bias is introduced: 1/B · Σ_i (Σ_t x / L). verl 0.9.1's mode of
+  the same name computes the same (agg_loss: the seq-mean over non-empty rows,
+  then ÷ loss_scale_factor, default T); verl's 0.8 tree left out the 1/B.
 
 Empty masks (a choice, stated): a sum over no token is 0, and every mode
 returns 0 (with a zero gradient) when no token is valid, never NaN. An

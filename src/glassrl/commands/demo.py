@@ -1,13 +1,12 @@
-"""``make demo`` (``python -m glassrl.commands.demo``): reinforcement learning on a CPU in minutes, then its ledger.
-
-    python -m glassrl.commands.demo [--algo grpo] [--steps N] [--out DIR] [--resume] [key=value ...]
-    python -m glassrl.commands.demo --walkthrough     # the token convention on given numbers (glassrl.walkthrough)
+"""`glassrl demo [--algo grpo] [--steps N] [--out DIR] [--resume] [key=value ...]` (``make demo``):
+reinforcement learning on a CPU in minutes, then its ledger.
 
 What it does, in order:
 
 1. The embedded default model (glassrl.models.default_model): built on first use, then
    reused from ``~/.cache/glassrl/models/default-v2``.
-2. Training with ``examples/<algo>.yaml`` by the code ``glassrl train`` runs
+2. Training with the preset ``--algo`` (glassrl/presets/<algo>.yaml, package data; in a
+   checkout also examples/<algo>.yaml) by the code ``glassrl train`` runs
    (glassrl.trainer.loop.Trainer), with its progress bar. Before the first step and after
    the last, the trainer answers the first ``data.eval_size`` prompts of the arith-verify
    test split greedily; the task's verifier judges them (verdict and sum both right, in the
@@ -16,6 +15,9 @@ What it does, in order:
 4. The ledger of the reference example ("请问1+1=2？" → "是的，等于2！") on the trained
    model: the ``glassrl explain --model`` command, printed, then run in-process. Under a
    group estimator the response is explained within a group: itself and 3 sampled ones.
+
+The token convention on given numbers, without a model (λ = 0.95, 0 and 1, a GRPO group), is
+docs/token-convention.md: each of its tables is a ``glassrl explain --input`` command.
 
 Decisions (the demo's own overrides of the preset; ``key=value`` arguments come after them):
 
@@ -38,55 +40,26 @@ import sys
 import time
 from pathlib import Path
 
+from glassrl import presets
 from glassrl.errors import GlassrlError
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+HELP = "train a preset (default grpo) on the bundled task in minutes, show accuracy before/after and a ledger"
 PROMPT, RESPONSE = "请问1+1=2？", "是的，等于2！"
 GROUP_SAMPLES = 3  # sampled companions of the reference response under a group estimator
 DEMO_OVERRIDES = ["logging.eval_every=0", "logging.checkpoint_every=0"]
 
 
-def presets() -> list[str]:
-    """Names of the RL presets in examples/: the YAML files with an ``algo`` section."""
-    import yaml
-
-    found = []
-    for path in sorted(EXAMPLES.glob("*.yaml")):
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        if isinstance(data, dict) and "algo" in data:
-            found.append(path.stem)
-    return found
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m glassrl.commands.demo", description=__doc__.splitlines()[0])
-    p.add_argument("--algo", default="grpo", help="preset: examples/ALGO.yaml (default grpo)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--algo", default="grpo", help=f"RL preset (default grpo): {', '.join(presets.rl_names())}")
     p.add_argument("--steps", metavar="N", type=int, help="training steps (default: the preset's)")
     p.add_argument("--out", metavar="DIR", help="run directory (default runs/demo-ALGO)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out instead of starting afresh")
-    p.add_argument("--walkthrough", action="store_true", help="only the token-convention walkthrough (no model)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="more config overrides, e.g. actor_optim.lr=1e-3")
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if args.walkthrough:
-        from glassrl.walkthrough import explain_walkthrough
-
-        return explain_walkthrough()
-    from rich.console import Console
-
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-    try:
-        return run(args, console)
-    except GlassrlError as err:
-        print(f"glassrl demo: error: {err}", file=sys.stderr)
-        return 2
-
-
-def run(args: argparse.Namespace, console) -> int:
+def run(args: argparse.Namespace) -> int:
     """Model, training, before/after, explain (the module docstring's steps 1–4)."""
+    from rich.console import Console
     from rich.rule import Rule
     from transformers.utils import logging as hf_logging
 
@@ -94,9 +67,10 @@ def run(args: argparse.Namespace, console) -> int:
     from glassrl.config import load_config
     from glassrl.trainer.config import TrainConfig, print_resolved, resolve
 
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     start = time.perf_counter()
     hf_logging.disable_progress_bar()  # per-shard bars on every load would drown the progress bar
-    valid = presets()
+    valid = presets.rl_names()
     if args.algo not in valid:
         raise GlassrlError(f"--algo: unknown preset {args.algo!r}; valid: {', '.join(valid)}")
     out = Path(args.out or f"runs/demo-{args.algo}")
@@ -106,14 +80,14 @@ def run(args: argparse.Namespace, console) -> int:
         *([f"steps={args.steps}"] if args.steps else []),
         *args.overrides,
     ]
-    cfg = load_config(TrainConfig, EXAMPLES / f"{args.algo}.yaml", overrides)
+    cfg = load_config(TrainConfig, presets.path(args.algo), overrides)
     resolved = resolve(cfg)
 
     console.print(Rule(f"1. the model ({cfg.model.actor})"))
     _model(cfg, console)
     model_s = time.perf_counter() - start
 
-    console.print(Rule(f"2. training: examples/{args.algo}.yaml, {cfg.steps} steps → {out}"))
+    console.print(Rule(f"2. training: the {args.algo} preset, {cfg.steps} steps → {out}"))
     if not args.resume:
         _fresh(out)
     print_resolved(resolved, console)
@@ -152,7 +126,8 @@ def _model(cfg, console) -> None:
     if cfg.model.actor != "default":
         console.print(f"model: {cfg.model.actor}", markup=False)
         return
-    from glassrl.models.default_model import MARKER, ensure_default_model
+    from glassrl.models.default_model import MARKER
+    from glassrl.trainer.default_model import ensure_default_model
 
     path = ensure_default_model(console=console)
     info = json.loads((path / MARKER).read_text(encoding="utf-8"))
@@ -221,5 +196,7 @@ def _clock(seconds: float) -> str:
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m glassrl.commands.demo [...] = glassrl demo [...]
+    from glassrl.cli import main
+
+    sys.exit(main(["demo", *sys.argv[1:]]))

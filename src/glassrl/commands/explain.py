@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 from glassrl.commands import explain_input, explain_model
 from glassrl.commands.explain_model import DEFAULT_REWARD
 from glassrl.errors import GlassrlError
+from glassrl.ledger.legend import LANGUAGES
+from glassrl.ledger.render import legend_text, to_markdown, to_rich
 
 if TYPE_CHECKING:
     from glassrl.ledger import Ledger
@@ -95,6 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--html", metavar="FILE", help="also write the token view (the run report's) to FILE")
     out.add_argument("--legend-response", metavar="B", default="0", help="response the legend explains (default 0)")
     out.add_argument("--legend-token", metavar="I", help="token the legend explains (default: first and last)")
+    out.add_argument("--lang", choices=LANGUAGES, default="en", help="language of the legend: en (default), zh")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,14 +109,15 @@ def run(args: argparse.Namespace) -> int:
     if args.html is not None:
         from glassrl.report.html import write_explain_html
 
-        print(f"token view: {write_explain_html(ledger, args.html)}", file=sys.stderr)
-    lines = legend(ledger, args.legend_response, args.legend_token) if args.format in ("table", "markdown") else []
+        print(f"token view: {write_explain_html(ledger, args.html, lang=args.lang)}", file=sys.stderr)
+    table = args.format in ("table", "markdown")
+    lines = legend(ledger, args.legend_response, args.legend_token, args.lang) if table else []
     if args.format == "jsonl":
         text = ledger.jsonl()
     elif args.format == "csv":
         text = ledger.csv()
     elif args.format == "markdown":
-        text = "".join(f"{line}\n\n" for line in header) + ledger.to_markdown()
+        text = "".join(f"{line}\n\n" for line in header) + to_markdown(ledger)
         text += "\n```text\n" + "\n".join(lines) + "\n```\n"
     else:
         return _print_table(ledger, header, lines, args.out)
@@ -131,7 +135,7 @@ def _print_table(ledger: Ledger, header: list[str], legend: list[str], out: str 
     def show(console: Console) -> None:
         for line in header:
             console.print(Text(line), soft_wrap=True)
-        console.print(ledger.to_rich())
+        console.print(to_rich(ledger))
         for line in legend:
             console.print(Text(line, style="bold" if not line.startswith(" ") else ""), soft_wrap=True)
 
@@ -144,10 +148,8 @@ def _print_table(ledger: Ledger, header: list[str], legend: list[str], out: str 
     return 0
 
 
-def legend(ledger: Ledger, response: str, token: str | None) -> list[str]:
+def legend(ledger: Ledger, response: str, token: str | None, lang: str = "en") -> list[str]:
     """Group baselines (group estimators), then the chosen tokens of one response in words."""
-    from glassrl.ledger.render import baseline_lines, legend_lines
-
     b = explain_input.integer(response, "--legend-response")
     if not 0 <= b < len(ledger.responses):
         raise GlassrlError(f"--legend-response: expected 0 … {len(ledger.responses) - 1}, got {b}")
@@ -159,114 +161,24 @@ def legend(ledger: Ledger, response: str, token: str | None) -> list[str]:
         if not 0 <= i < n:
             raise GlassrlError(f"--legend-token: response {b} has tokens 0 … {n - 1}, got {i}")
         picks = [i]
-    lines = []
-    baselines = baseline_lines(ledger)
-    if baselines:
-        lines += [
-            "Baselines (how each response's advantage follows from its group or baseline):",
-            *("  " + x for x in baselines),
-        ]
-    lines.append("Legend (s_i = state before token i, a_i = the token; values[i] = V(s_i) is read before a_i):")
-    for i in picks:
-        lines += legend_lines(ledger, b, i)
-    return lines
+    return legend_text(ledger, b, picks, lang)
 
 
 def build_ledger(spec: explain_input.ExplainSpec) -> Ledger:
-    """Token rewards, advantages, returns (and δ, whitened A) of the spec's responses, as the trainer computes them."""
-    import torch
+    """Token rewards, advantages, returns (and δ, whitened A) of the spec's responses, as the trainer
+    computes them (glassrl.ledger.compute.from_given); a case the checks did not foresee is still one
+    line naming the input."""
+    from glassrl.ledger.compute import from_given
 
-    from glassrl.algos.advantages import (
-        REQUIRED_INPUTS,
-        AdvantageInputs,
-        AdvantageParams,
-        compute_advantages,
-        td_errors,
-    )
-    from glassrl.algos.kl import kl_penalty
-    from glassrl.algos.masked import masked_whiten
-    from glassrl.algos.token_rewards import assemble_token_rewards, place_outcome_scores, place_process_rewards
-    from glassrl.ledger import Ledger
-
-    resps, dt = spec.responses, torch.float64  # float64: the printed digits are the arithmetic's, not fp32 noise
-    B, T = len(resps), max(len(r.tokens) for r in resps)
-
-    def pad(key: str, fill: float = 0.0, dtype: torch.dtype = dt) -> torch.Tensor | None:
-        rows = [getattr(r, key) for r in resps]
-        if any(row is None for row in rows):  # check() made values, KL, log-probs all-or-none
-            return None
-        return torch.tensor([list(row) + [fill] * (T - len(row)) for row in rows], dtype=dtype)  # (B, T)
-
-    lengths = torch.tensor([len(r.tokens) for r in resps])  # (B,)
-    inside = torch.arange(T).expand(B, T) < lengths.unsqueeze(1)  # (B, T)
-    given_mask = torch.tensor([(r.mask or [True] * len(r.tokens)) + [False] * (T - len(r.tokens)) for r in resps])
-    mask = inside & given_mask  # (B, T)
-
-    has_score = torch.tensor([r.score is not None for r in resps])  # (B,)
-    scores = torch.tensor([r.score if r.score is not None else 0.0 for r in resps], dtype=dt)  # (B,)
-    token_scores = torch.where(
-        has_score.unsqueeze(1),
-        place_outcome_scores(scores, mask),
-        torch.tensor(
-            [(r.token_scores or [0.0] * len(r.tokens)) + [0.0] * (T - len(r.tokens)) for r in resps], dtype=dt
-        ),
-    )  # (B, T)
-    step_end_mask = None
-    if resps[0].step_ends is not None:
-        S = max(len(r.step_ends) for r in resps)
-        ends = torch.tensor([r.step_ends + [0] * (S - len(r.step_ends)) for r in resps])  # (B, S)
-        step_scores = torch.tensor([r.step_scores + [0.0] * (S - len(r.step_scores)) for r in resps], dtype=dt)
-        step_valid = torch.arange(S).expand(B, S) < torch.tensor([[len(r.step_ends)] for r in resps])  # (B, S)
-        token_scores = token_scores + place_process_rewards(step_scores, ends, step_valid, T)
-        step_end_mask = place_process_rewards(torch.ones(B, S, dtype=dt), ends, step_valid, T) > 0  # (B, T)
-
-    logprobs, ref_logprobs = pad("logprobs"), pad("ref_logprobs")
-    kl = kl_penalty(logprobs, ref_logprobs, spec.kl_kind) if logprobs is not None else pad("kl")
-    token_rewards = assemble_token_rewards(
-        token_scores, kl if kl is not None else torch.zeros(B, T, dtype=dt), spec.beta, mask
-    )
-    values = pad("values")
-    grouped = "group_index" in REQUIRED_INPUTS[spec.estimator] or any(r.group is not None for r in resps)
-    group_index = torch.tensor([r.group or 0 for r in resps]) if grouped else None  # (B,)
-    baselines = [r.baseline_reward for r in resps]
-    inputs = AdvantageInputs(
-        token_rewards=token_rewards,
-        response_mask=mask,
-        values=values,
-        group_index=group_index,
-        baseline_rewards=None if None in baselines else torch.tensor(baselines, dtype=dt),
-        step_end_mask=step_end_mask,
-    )
     try:
-        out = compute_advantages(spec.estimator, inputs, AdvantageParams(gamma=spec.gamma, lam=spec.lam))
-    except ValueError as err:  # a case the checks above did not foresee: still one line, naming the input
+        return from_given(
+            spec.responses,
+            estimator=spec.estimator,
+            gamma=spec.gamma,
+            lam=spec.lam,
+            beta=spec.beta,
+            kl_kind=spec.kl_kind,
+            whiten=spec.whiten,
+        )
+    except ValueError as err:  # raised by glassrl.algos
         raise GlassrlError(f"{spec.source}: {err}") from None
-    uses_lam = "values" in REQUIRED_INPUTS[spec.estimator]  # λ belongs to GAE, the critic's estimator
-    return Ledger.from_tensors(
-        prompts=[r.prompt for r in resps],
-        token_texts=[r.tokens for r in resps],
-        response_mask=mask,
-        estimator=spec.estimator,
-        gamma=spec.gamma,
-        lam=spec.lam if uses_lam else None,
-        beta=spec.beta,
-        kl_kind=spec.kl_kind if logprobs is not None else None,
-        token_ids=pad("token_ids", 0, torch.long),
-        logprobs=logprobs,
-        ref_logprobs=ref_logprobs,
-        kl=kl,
-        token_scores=token_scores,
-        token_rewards=token_rewards,
-        values=values,
-        deltas=td_errors(token_rewards, values, mask, spec.gamma) if values is not None else None,
-        advantages=out.advantages,
-        returns=out.returns,
-        whitened_advantages=masked_whiten(out.advantages, mask) if spec.whiten else None,
-        step_end_mask=step_end_mask,
-        scores=None if None in [r.score for r in resps] else scores,
-        group_ids=group_index,
-        baseline_rewards=inputs.baseline_rewards,
-        lengths=lengths,
-        finish_reasons=[r.finish_reason for r in resps],
-        responses=[r.response if r.response is not None else "".join(r.tokens) for r in resps],
-    )

@@ -18,10 +18,10 @@ initial actor), the checkpoint's critic, the rollout temperature. Parameter flag
 (``--gamma``, ``--lam``, ``--beta``, ``--estimator``, ``--kl-kind``, ``--whiten``,
 ``--reward``, ``--reference``) override the run's values (what if λ were 0?).
 
-The numbers come from the trainer's own functions, in its order (glassrl.trainer.loop,
-phases 2–5): reward requests → reward → outcome scores → score shapers → placed scores →
-log-probs of actor and reference at the rollout temperature → KL → values → token
-rewards → advantages. A given response is tokenised as the trainer's responses are: the
+The numbers come from the trainer's own phase functions (glassrl.trainer.phases, phases
+2–5 of ``Trainer.step``), run with the checkpoint's models: score (reward → outcome scores
+→ score shapers → scores on tokens) → model outputs (log-probs of actor and reference at
+the rollout temperature, KL, values) → token rewards → advantages. A given response is tokenised as the trainer's responses are: the
 text's tokens, then EOS (a finished response: EOS is trained and holds the outcome score).
 ``--sample N`` adds N responses sampled with the run's rollout settings from a generator
 seeded with ``--seed``; all responses answer the one prompt, so a group estimator compares
@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from glassrl.commands import explain_input
 from glassrl.data.records import PromptRecord
+from glassrl.data.tasks import record_for_prompt
 from glassrl.errors import GlassrlError
 from glassrl.trainer.config import TrainConfig
 
@@ -71,11 +71,6 @@ CONFIG_FIELDS = {
     "whiten": "algo.whiten_advantages",
 }
 DEFAULT_REWARD = "arith_verify"
-
-# The bundled tasks' prompt forms (glassrl.data.tasks), so that a typed prompt can be scored.
-_ARITH_ZH = re.compile(r"请问(\d+)\+(\d+)=(\d+)？")
-_ARITH_EN = re.compile(r"Is (\d+)\+(\d+)=(\d+)\?")
-_ADD = re.compile(r"(\d+)\+(\d+)=")
 
 
 def _flag(key: str) -> str:
@@ -118,7 +113,7 @@ class ModelRun:
 
 def open_model(args: argparse.Namespace, console=None) -> ModelRun:
     """Resolve ``--model`` (and ``--reference``, ``--reward``) into a :class:`ModelRun`."""
-    from glassrl.config import load_config
+    from glassrl.config import load_saved_config
     from glassrl.trainer.build import actor_path
     from glassrl.trainer.checkpoint import MANIFEST, CheckpointManager, read_manifest
 
@@ -140,7 +135,7 @@ def open_model(args: argparse.Namespace, console=None) -> ModelRun:
             f"--model: {path} is neither a run directory (config.yaml), a checkpoint (manifest.json) "
             "nor a Hugging Face model directory (config.json)"
         )
-    cfg = load_config(TrainConfig, run / "config.yaml")
+    cfg = load_saved_config(TrainConfig, run / "config.yaml")
     # The manager checks every file's size and hash; ask for exactly the parts present.
     parts = CheckpointManager(checkpoint.parent, keep=1).load(checkpoint, set(read_manifest(checkpoint)["parts"]))
     missing = [name for name in ("actor", "kl_controller", "counters") if name not in parts]
@@ -211,25 +206,9 @@ def resolve_params(args: argparse.Namespace, run: ModelRun) -> explain_input.Exp
 
 def prompt_record(prompt: str, answer: str | None) -> PromptRecord:
     """The record a reward checks a response to ``prompt`` against (see the module docstring)."""
-    metadata: dict[str, Any] = {}
-    reference = None
-    if m := _ARITH_ZH.fullmatch(prompt) or _ARITH_EN.fullmatch(prompt):
-        a, b, c = map(int, m.groups())
-        zh, total = prompt.startswith("请问"), a + b
-        verdict = ("是的" if c == total else "不是") if zh else ("Yes" if c == total else "No")
-        reference = f"{verdict}，等于{total}！" if zh else f"{verdict}, it equals {total}!"
-        metadata = {
-            "a": a,
-            "b": b,
-            "c": c,
-            "sum": total,
-            "is_true": c == total,
-            "lang": "zh" if zh else "en",
-            "task": "arith-verify",
-        }
-    elif m := _ADD.fullmatch(prompt):
-        a, b = map(int, m.groups())
-        reference, metadata = str(a + b), {"a": a, "b": b, "sum": a + b, "task": "add"}
+    task_record = record_for_prompt(prompt)
+    metadata: dict[str, Any] = dict(task_record.metadata) if task_record is not None else {}
+    reference = task_record.answer if task_record is not None else None
     return PromptRecord(prompt, answer if answer is not None else reference, metadata, repr(prompt))
 
 
@@ -287,92 +266,119 @@ def _check_estimator(run: ModelRun, estimator: str, label: str, count: int) -> N
 
 def model_ledger(run: ModelRun, prompt: str, response: str | None, sample: int, seed: int, record: PromptRecord):
     """The ledger of ``response`` (if given) and ``sample`` sampled responses to ``prompt``."""
-    import torch
-
-    from glassrl.algos.advantages import REQUIRED_INPUTS, AdvantageParams
-    from glassrl.algos.kl import kl_penalty
-    from glassrl.models import load_causal_lm, load_scalar_model, load_tokenizer, response_logprobs, response_values
-    from glassrl.models.default_model import format_prompt
+    from glassrl.data.formatting import format_prompt
     from glassrl.rollout.base import SamplingParams, concat_rollouts
-    from glassrl.rollout.hf import HFRolloutEngine
-    from glassrl.trainer import experience as X
 
-    cfg, a, r = run.cfg, run.cfg.algo, run.cfg.rollout
-    load = dict(dtype=cfg.model.dtype, device=cfg.model.device)
-    tokenizer = load_tokenizer(run.actor)
-    actor = load_causal_lm(run.actor, **load)
-    engine = HFRolloutEngine(actor, tokenizer)
-    device = next(actor.parameters()).device
-    prompt_ids = format_prompt(tokenizer, prompt)
-    batches = [] if response is None else [_given(tokenizer, prompt_ids, response, engine.pad_id, device)]
-    generator = torch.Generator(device).manual_seed(seed)
+    policy = load_policy(run, seed)
+    prompt_ids = format_prompt(policy.tokenizer, prompt)
+    batches = []
+    if response is not None:
+        batches.append(given_response(policy, prompt_ids, _response_ids(policy.tokenizer, response)))
     if sample:
+        r = run.cfg.rollout
         params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
-        batches.append(engine.generate([prompt_ids], n=sample, params=params, generator=generator))
-    rollout = concat_rollouts(batches, engine.pad_id)
-    _check_positions(actor, rollout)
-
-    # Phase 2 of the trainer's step: score, shape, place on tokens.
-    reward = _reward(cfg)
-    records = [record] * len(rollout)
-    results = _scored(reward, X.reward_requests(rollout, records, tokenizer))
-    scores, scored = X.outcome_scores(results, device)
-    for shape in _shapers(run):
-        scores = shape(scores, scored, rollout)
-    exp = X.Experience(rollout, records, results, scored, scores, rollout.response_mask)
-    exp.token_scores, exp.step_end_mask = X.place_scores(results, scores, rollout, tokenizer)
-    if "baseline_rewards" in REQUIRED_INPUTS[a.advantage]:  # ReMax: the greedy response's reward
-        greedy = engine.generate(
-            [prompt_ids], n=1, params=SamplingParams(r.max_new_tokens, greedy=True), generator=generator
-        )
-        baseline, _ = X.outcome_scores(_scored(reward, X.reward_requests(greedy, [record], tokenizer)), device)
-        exp.baseline_rewards = baseline[rollout.group_index]  # (B,)
-    rows = X.estimator_rows(a.advantage, scored, rollout.group_index)
-    exp.response_mask = rollout.response_mask & rows.unsqueeze(-1)  # (B, T)
-
-    # Phase 3: log-probs of actor and reference (at the sampling temperature), KL, values.
-    T = rollout.response_ids.shape[1]
-    with torch.no_grad():
-        exp.logprobs, exp.entropy = response_logprobs(
-            actor, rollout.input_ids, rollout.attention_mask, T, temperature=r.temperature, with_entropy=True
-        )
-        reference = load_causal_lm(run.reference, **load)
-        exp.ref_logprobs, _ = response_logprobs(
-            reference, rollout.input_ids, rollout.attention_mask, T, temperature=r.temperature
-        )
-        exp.kl = kl_penalty(exp.logprobs, exp.ref_logprobs, a.kl.kind)
-        if "values" in REQUIRED_INPUTS[a.advantage]:
-            critic = load_scalar_model(run.critic, head=cfg.model.critic_head, **load)
-            exp.values = response_values(critic, rollout.input_ids, rollout.attention_mask, T)
-
-    # Phases 4 and 5: token rewards (β only when the KL is in the reward), advantages.
-    exp.beta = run.beta if a.kl.placement == "reward" else 0.0
-    exp.token_rewards = X.token_rewards(exp.token_scores, exp.kl, exp.beta, exp.response_mask)
-    params = AdvantageParams(gamma=a.gamma, lam=a.lam, critic_lam=a.critic_lam, length_alpha=a.length_alpha)
-    X.estimate_advantages(exp, a.advantage, params, a.whiten_advantages, a.gamma)
-    return _ledger(exp, tokenizer, a, run.step)
+        batches.append(policy.rollout.generate([prompt_ids], n=sample, params=params))
+    return explain_rollout(run, policy, concat_rollouts(batches, policy.pad_id), [record], [prompt_ids])
 
 
-def _given(tokenizer, prompt_ids: list[int], response: str, pad_id: int, device):
-    """A RolloutBatch of one given response: its tokens then EOS, finished ("stop")."""
+@dataclass
+class Policy:
+    """The checkpoint's actor, loaded once: its tokenizer, the model, and a sampler over it
+    (glassrl.workers.local.LocalRollout) seeded with ``--seed``."""
+
+    tokenizer: Any
+    model: Any
+    rollout: Any
+    pad_id: int
+    device: Any
+
+
+def load_policy(run: ModelRun, seed: int = 0) -> Policy:
     import torch
 
-    from glassrl.rollout.base import RolloutBatch
-    from glassrl.rollout.hf import left_pad
+    from glassrl.models import load_causal_lm, load_tokenizer
+    from glassrl.rollout.hf import HFRolloutEngine
+    from glassrl.workers.local import LocalRollout
+
+    tokenizer = load_tokenizer(run.actor)
+    model = load_causal_lm(run.actor, dtype=run.cfg.model.dtype, device=run.cfg.model.device)
+    engine = HFRolloutEngine(model, tokenizer)
+    device = next(model.parameters()).device
+    return Policy(
+        tokenizer, model, LocalRollout(engine, torch.Generator(device).manual_seed(seed)), engine.pad_id, device
+    )
+
+
+def explain_rollout(run: ModelRun, policy: Policy, rollout, prompts: list[PromptRecord], prompt_ids: list[list[int]]):
+    """Phases 2–5 of the trainer's step (glassrl.trainer.phases) on ``rollout``, whose response b
+    answers ``prompts[rollout.group_index[b]]`` (token ids ``prompt_ids``): the Ledger of every response.
+
+    The models are the run's: the checkpoint's actor (``policy``), the reference, the checkpoint's
+    critic when the estimator reads values; forward passes run in micro-batches of the run's
+    ``batch.micro_batch_responses``, as the trainer's workers do.
+    """
+    from glassrl.algos.advantages import REQUIRED_INPUTS
+    from glassrl.ledger.compute import from_experience
+    from glassrl.models import load_causal_lm, load_scalar_model
+    from glassrl.trainer import phases
+    from glassrl.workers.local import FrozenActor, FrozenCritic, LocalReference
+
+    cfg, a = run.cfg, run.cfg.algo
+    load = dict(dtype=cfg.model.dtype, device=cfg.model.device)
+    micro, temperature = cfg.batch.micro_batch_responses, cfg.rollout.temperature
+    _check_positions(policy.model, rollout)
+    reward = _StrictReward(_reward(cfg))
+    records = [prompts[g] for g in rollout.group_index.tolist()]  # the record each response answers
+    results = reward.score(phases.reward_requests(rollout, records, policy.tokenizer))
+    exp = phases.score(
+        phases.Sampled(rollout, prompts, prompt_ids, results),
+        policy.tokenizer,
+        estimator=a.advantage,
+        shapers=_shapers(run),
+        rollout=policy.rollout,
+        reward=reward,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+    )
+    actor = FrozenActor(policy.model, temperature=temperature, micro_batch=micro)
+    reference = LocalReference(load_causal_lm(run.reference, **load), temperature=temperature, micro_batch=micro)
+    critic = None
+    if "values" in REQUIRED_INPUTS[a.advantage]:
+        critic = FrozenCritic(load_scalar_model(run.critic, head=cfg.model.critic_head, **load), micro_batch=micro)
+    phases.model_outputs(exp, actor, reference, critic, a.kl.kind)
+    phases.token_rewards(exp, run.beta, a.kl.placement == "reward")
+    phases.advantages(exp, a)
+    return from_experience(
+        exp, policy.tokenizer, estimator=a.advantage, gamma=a.gamma, lam=a.lam, kl_kind=a.kl.kind, step=run.step
+    )
+
+
+def _response_ids(tokenizer, response: str) -> list[int]:
+    """A given response's tokens then EOS, as the trainer's responses are (a finished response)."""
     from glassrl.trainer.common import encode_response
 
     ids = encode_response(tokenizer, response)
     if len(ids) < 2:
         raise GlassrlError("--response: empty (the model's tokenizer makes no token of it)")
-    prompt, prompt_mask = left_pad([prompt_ids], pad_id)
+    return ids
+
+
+def given_response(policy: Policy, prompt_ids: list[int], ids: list[int], finish_reason: str = "stop"):
+    """A RolloutBatch of one response with token ids ``ids`` (group 0)."""
+    import torch
+
+    from glassrl.rollout.base import RolloutBatch
+    from glassrl.rollout.hf import left_pad
+
+    prompt, prompt_mask = left_pad([prompt_ids], policy.pad_id)
+    device = policy.device
     return RolloutBatch(
         prompt.to(device),
         prompt_mask.to(device),
         torch.tensor([ids], device=device),
         torch.ones((1, len(ids)), dtype=torch.bool, device=device),
         torch.zeros(1, dtype=torch.long, device=device),
-        ["stop"],
-        [tokenizer.decode(ids, skip_special_tokens=True)],
+        [finish_reason],
+        [policy.tokenizer.decode(ids, skip_special_tokens=True)],
     )
 
 
@@ -394,70 +400,34 @@ def _reward(cfg: TrainConfig):
         raise GlassrlError(f"--reward: {err}") from None
 
 
-def _scored(reward, requests):
-    """The reward's results; a failed one is an error (explain has nothing to show without a score)."""
-    results = reward.score(requests)
-    for b, result in enumerate(results):
-        if not result.is_ok:
-            raise GlassrlError(
-                f"--prompt: the reward could not score response {b} "
-                f"({result.status}: {result.message}); "
-                "give a prompt in a bundled task's form, or --answer TEXT"
-            )
-    return results
+class _StrictReward:
+    """The run's reward; a failed score is an error (explain has nothing to show without a score)."""
+
+    def __init__(self, source) -> None:
+        self.source = source
+
+    def score(self, requests):
+        results = self.source.score(requests)
+        for b, result in enumerate(results):
+            if not result.is_ok:
+                raise GlassrlError(
+                    f"--prompt: the reward could not score response {b} "
+                    f"({result.status}: {result.message}); "
+                    "give a prompt in a bundled task's form, or --answer TEXT"
+                )
+        return results
 
 
 def _shapers(run: ModelRun) -> list:
-    """The run's score shapers (glassrl.trainer.experience.SCORE_SHAPERS) with their checkpointed state."""
-    from glassrl.trainer.experience import SCORE_SHAPERS
+    """The run's score shapers (glassrl.trainer.phases.score_shapers) with their checkpointed state."""
+    from glassrl.trainer.phases import score_shapers
 
-    shapers = []
-    for on, make in SCORE_SHAPERS.values():
-        if not on(run.cfg.algo):
-            continue
-        shaper = make(run.cfg.algo)
+    shapers = score_shapers(run.cfg.algo)
+    for shaper in shapers:
         names = getattr(shaper, "part_names", ())
         missing = [n for n in names if n not in run.parts]
         if missing:
             raise GlassrlError(f"--model: {run.where} has no part {missing[0]!r} (the score shaper's state)")
         if names:
             shaper.load_state_dict({n: run.parts[n] for n in names})
-        shapers.append(shaper)
     return shapers
-
-
-def _ledger(exp, tokenizer, algo, step: int | None):
-    """Every response of ``exp`` as a Ledger (the fields of the trainer's ledger samples)."""
-    from glassrl.ledger import Ledger
-    from glassrl.trainer.experience import prompt_text
-
-    r = exp.rollout
-    return Ledger.from_tensors(
-        prompts=[prompt_text(tokenizer, rec.prompt) for rec in exp.records],
-        token_texts=[[tokenizer.decode([t]) for t in row.tolist()] for row in r.response_ids],
-        response_mask=exp.response_mask,
-        estimator=algo.advantage,
-        gamma=algo.gamma,
-        lam=algo.lam if exp.values is not None else None,
-        beta=exp.beta,
-        kl_kind=algo.kl.kind,
-        token_ids=r.response_ids,
-        logprobs=exp.logprobs,
-        ref_logprobs=exp.ref_logprobs,
-        kl=exp.kl,
-        token_scores=exp.token_scores,
-        token_rewards=exp.token_rewards,
-        values=exp.values,
-        deltas=exp.deltas,
-        advantages=exp.advantages,
-        returns=exp.returns,
-        whitened_advantages=exp.whitened_advantages,
-        step_end_mask=exp.step_end_mask,
-        scores=exp.scores,
-        group_ids=r.group_index,
-        baseline_rewards=exp.baseline_rewards,
-        lengths=r.lengths,
-        finish_reasons=r.finish_reasons,
-        responses=r.texts,
-        step=step,
-    )

@@ -20,7 +20,8 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from glassrl.models.default_model import MARKER, ensure_default_model
+    from glassrl.models.default_model import MARKER
+    from glassrl.trainer.default_model import ensure_default_model
 
     console = Console()
     path = ensure_default_model(out_dir=args.out, seed=args.seed, rebuild=args.force, console=console)

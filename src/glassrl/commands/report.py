@@ -1,8 +1,10 @@
-"""`glassrl report RUN_DIR [RUN_DIR ...] [--out FILE] [--step N]`: the run report as one HTML file."""
+"""`glassrl report RUN_DIR [RUN_DIR ...] [--out FILE] [--step N] [--lang en|zh]`: the run report as one HTML file."""
 
 from __future__ import annotations
 
 import argparse
+
+from glassrl.ledger.legend import LANGUAGES
 
 HELP = "write one self-contained HTML report (learning curves, token view, config) of run directories"
 
@@ -23,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="ledger step the token view shows first (default: the first run's last ledger step)",
     )
+    parser.add_argument("--lang", choices=LANGUAGES, default="en", help="language of the token legend: en, zh")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,5 +34,5 @@ def run(args: argparse.Namespace) -> int:
     from glassrl.report.html import write_run_report
 
     out = Path(args.out) if args.out else Path(args.run_dirs[0]) / "report.html"
-    print(write_run_report(args.run_dirs, out, step=args.step))
+    print(write_run_report(args.run_dirs, out, step=args.step, lang=args.lang))
     return 0

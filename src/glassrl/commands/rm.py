@@ -8,21 +8,21 @@ HELP = "train a reward model on preference pairs (Bradley–Terry loss) and repo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="YAML file of RMConfig fields (see examples/rm.yaml)")
+    parser.add_argument("config", help="YAML file of RMConfig fields, or the preset rm (examples/rm.yaml)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="override a config field, e.g. steps=50")
 
 
 def run(args: argparse.Namespace) -> int:
-    import yaml
     from rich.console import Console
 
-    from glassrl.config import load_config, to_dict
+    from glassrl import presets
+    from glassrl.config import load_config
+    from glassrl.trainer.config import print_resolved
     from glassrl.trainer.rm import RMConfig, train_rm
 
-    cfg = load_config(RMConfig, args.config, args.overrides)
+    cfg = load_config(RMConfig, presets.config_file(args.config), args.overrides)
     console = Console()
-    console.print("[bold]glassrl rm[/bold]: resolved config")
-    console.print(yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True).rstrip(), markup=False)
+    print_resolved(cfg, console)
     metrics = train_rm(cfg, console=console)
     console.print(
         f"held-out pairwise accuracy: {metrics['eval/accuracy']:.3f} "

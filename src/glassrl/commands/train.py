@@ -8,8 +8,12 @@ HELP = "train a policy with reinforcement learning (PPO, GRPO, ...) as CONFIG sa
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="YAML file of TrainConfig fields (see examples/grpo.yaml, examples/ppo.yaml)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="override a config field, e.g. algo.lam=0.9")
+    parser.add_argument(
+        "config", help="YAML file of TrainConfig fields, or a preset's name (grpo, ppo, ...; see examples/*.yaml)"
+    )
+    parser.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="override a config field, e.g. actor_optim.lr=3e-4"
+    )
     parser.add_argument(
         "--resume", action="store_true", help="continue from the latest checkpoint in output_dir (same config)"
     )
@@ -21,12 +25,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from transformers.utils import logging as hf_logging
 
+    from glassrl import presets
     from glassrl.config import load_config
     from glassrl.trainer.config import TrainConfig, print_resolved, resolve
     from glassrl.trainer.loop import Trainer
 
     hf_logging.disable_progress_bar()  # per-shard bars on every checkpoint would drown the progress bar
-    cfg = load_config(TrainConfig, args.config, args.overrides)
+    cfg = load_config(TrainConfig, presets.config_file(args.config), args.overrides)
     console = Console()
     print_resolved(resolve(cfg), console)
     trainer = Trainer(cfg, resume=args.resume, console=console)

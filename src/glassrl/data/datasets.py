@@ -28,9 +28,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from glassrl.data.jsonl import jsonl_objects
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
+from glassrl.jsonl import jsonl_objects
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ test splits are exactly the task's (disjoint) splits. For each prompt:
   loss (Touvron et al. 2023, Llama 2, §3.2.2, eq. 2) a response with two
   mistakes must score further below the reference than one with one mistake.
   A wrong sum is the true sum shifted by one of the task's own slips
-  (``glassrl.data.tasks.DELTAS``: ±1, ±2, ±10), never negative.
+  (``glassrl.data.tasks.arith_verify.DELTAS``: ±1, ±2, ±10), never negative.
 
 A ``data`` config string is ``task:arith-verify-preferences`` (train split),
 ``task:arith-verify-preferences/test``, or the path of a JSONL file: one
@@ -33,12 +33,14 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from glassrl.data.jsonl import jsonl_objects
 from glassrl.data.records import PreferencePair, PromptRecord
-from glassrl.data.tasks import DELTAS, load_task
+from glassrl.data.tasks import PREFIX, load_task, parse_task
+from glassrl.data.tasks.arith_verify import DELTAS, VERDICTS
 from glassrl.errors import GlassrlError
+from glassrl.jsonl import jsonl_objects
 
-BUNDLED = "task:arith-verify-preferences"
+NAME = "arith-verify-preferences"
+BUNDLED = PREFIX + NAME
 
 # kind -> (verdict flipped, sum wrong, margin = number of mistakes)
 REJECTION_KINDS: dict[str, tuple[bool, bool, float]] = {
@@ -46,8 +48,6 @@ REJECTION_KINDS: dict[str, tuple[bool, bool, float]] = {
     "wrong-sum": (False, True, 1.0),
     "both-wrong": (True, True, 2.0),
 }
-# (true, false) verdict words that start an arith-verify answer (glassrl.data.tasks.arith_verify).
-_VERDICT_WORDS = {"zh": ("是的", "不是"), "en": ("Yes", "No")}
 
 
 def preference_pairs(split: str, *, seed: int = 0, size: int | None = None) -> list[PreferencePair]:
@@ -85,8 +85,7 @@ def _wrong_answer(record: PromptRecord, *, flip: bool, wrong_sum: bool, rng: ran
     meta = record.metadata
     answer, total = str(record.answer), meta["sum"]
     if flip:
-        words = _VERDICT_WORDS[meta["lang"]]
-        right, wrong = (words[0], words[1]) if meta["is_true"] else (words[1], words[0])
+        right, wrong = VERDICTS[meta["lang"], meta["is_true"]], VERDICTS[meta["lang"], not meta["is_true"]]
         answer = wrong + answer.removeprefix(right)
     if wrong_sum:
         slipped = rng.choice([total + d for d in DELTAS if total + d >= 0])
@@ -126,9 +125,9 @@ def load_preference_file(path: str | Path) -> list[PreferencePair]:
 def load_preferences(spec: str) -> list[PreferencePair]:
     """Resolve a ``data`` config string: ``task:arith-verify-preferences[/SPLIT]`` (SPLIT
     defaults to train) or a JSONL path."""
-    if spec.startswith("task:"):
-        name, _, split = spec.partition("/")
-        if name != BUNDLED:
-            raise GlassrlError(f"data: unknown preference task {name!r} in {spec!r}; valid: {BUNDLED}")
-        return preference_pairs(split or "train")
+    ref = parse_task(spec)
+    if ref is not None:
+        if ref.name != NAME:
+            raise GlassrlError(f"data: unknown preference task {PREFIX + ref.name!r} in {spec!r}; valid: {BUNDLED}")
+        return preference_pairs(ref.split)
     return load_preference_file(spec)

@@ -1,7 +1,9 @@
 """The token ledger: one row per response token with every number of DESIGN §1.
 
-model.py holds the rows and their file formats; render.py the table, Markdown, CSV
-and rich views and the legend.
+model.py holds the rows and their file formats; compute.py builds a ledger from a step's
+Experience or from given numbers (it imports torch, so it is not imported here: reading a
+ledger file needs no torch); render.py the table, Markdown, CSV and rich views; legend.py
+the legend.
 """
 
 from glassrl.ledger.model import (

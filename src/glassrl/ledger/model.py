@@ -12,9 +12,10 @@ Shapes: ``B`` responses, ``T`` padded response length.
 
 Writers: :meth:`Ledger.to_jsonl` (one JSON object per token row, carrying the
 run and response fields; :func:`read_jsonl` loads it back exactly),
-:meth:`Ledger.to_csv` (the same rows), :meth:`Ledger.to_markdown` and
-:meth:`Ledger.to_rich` (glassrl.ledger.render). Torch is imported only by
-:meth:`Ledger.from_tensors`, so a ledger file can be read without it.
+:meth:`Ledger.to_csv` (the same rows); the Markdown and rich views are
+glassrl.ledger.render's. Torch is imported only by :meth:`Ledger.from_tensors`,
+so a ledger file can be read without it; glassrl.ledger.compute builds ledgers
+from a step's Experience or from given numbers.
 """
 
 from __future__ import annotations
@@ -26,12 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from glassrl.data.jsonl import jsonl_objects
 from glassrl.errors import GlassrlError
+from glassrl.jsonl import jsonl_objects
 
 if TYPE_CHECKING:
     import torch
-    from rich.console import Group
 
 
 @dataclass(frozen=True)
@@ -236,18 +236,6 @@ class Ledger:
         writer.writeheader()
         writer.writerows(self.rows())
         return buf.getvalue()
-
-    def to_markdown(self) -> str:
-        """One Markdown table per response (see glassrl.ledger.render)."""
-        from glassrl.ledger.render import to_markdown
-
-        return to_markdown(self)
-
-    def to_rich(self) -> Group:
-        """One rich Table per response, numbers to 4 decimals, observation tokens dim."""
-        from glassrl.ledger.render import to_rich
-
-        return to_rich(self)
 
 
 # Defined only where a generated token was an action (response_mask True).

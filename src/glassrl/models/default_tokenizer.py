@@ -12,7 +12,7 @@ BPE merges then join the bytes of each frequent piece into one token. The vocabu
 ``vocab_size`` is an upper bound.
 
 A plain-text prompt is encoded as BOS + text (the post-processor adds BOS); chat messages go
-through ``CHAT_TEMPLATE``. See :func:`glassrl.models.default_model.format_prompt`.
+through ``CHAT_TEMPLATE``. See :func:`glassrl.data.formatting.format_prompt`.
 """
 
 from __future__ import annotations

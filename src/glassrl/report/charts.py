@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import plotly.graph_objects as go
+
 from glassrl.report.run_dir import RunDir
 
 # (id, title, y-axis title, pattern) in page order; a key goes to the first full match.
@@ -88,8 +90,6 @@ def series(run: RunDir, key: str) -> tuple[list[int], list[float | None]]:
 
 def build_charts(runs: list[RunDir]) -> list[Chart]:
     """One chart per logged group, each run a colour; HTML divs without plotly.js."""
-    import plotly.graph_objects as go
-
     titles = {slug: (title, axis) for slug, title, axis, _ in GROUPS}
     last = max((row["step"] for run in runs for row in run.metrics), default=0)
     dtick = 1 if last < 10 else None  # a short run: one tick per step, none at 0.5

@@ -9,6 +9,8 @@ the ledger samples, and each run's resolved config and environment. The token
 view (templates/token_view.js, plain JS) draws each response as its tokens,
 coloured by a chosen quantity on a diverging scale centred at 0; clicking a token
 fills a panel with every ledger field and the DESIGN §1 legend with its numbers.
+The legend is glassrl.ledger.legend's, written here in Python (``lang``: en or zh)
+and embedded as text, one list of lines per token; the page only shows it.
 
 The ledgers travel as JSON in ``<script type="application/json" id="token-data">``
 (:func:`token_payload`); a non-finite number travels as the string "nan", "inf" or
@@ -28,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from glassrl.errors import GlassrlError
-from glassrl.ledger import RESPONSE_FIELDS, RUN_FIELDS, SYMBOLS, TOKEN_FIELDS, Ledger, ResponseLedger
+from glassrl.ledger import RESPONSE_FIELDS, RUN_FIELDS, SYMBOLS, TOKEN_FIELDS, Ledger
+from glassrl.ledger.legend import baseline_legend, labels, phrase, token_legend
 from glassrl.report.run_dir import RunDir, read_runs
 
 # The quantities a token can be coloured by, in menu order: (ledger field, label).
@@ -47,11 +50,12 @@ QUANTITIES = (
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
 
 
-def write_run_report(run_dirs: list[str | Path], out: str | Path, step: int | None = None) -> Path:
+def write_run_report(run_dirs: list[str | Path], out: str | Path, step: int | None = None, lang: str = "en") -> Path:
     """Write the report of ``run_dirs`` (overlaid; the first run's ledgers shown first) to ``out``.
 
     ``step``: the ledger step shown when the page opens (default: the first run's last
-    ledger step); GlassrlError when no run has a ledger for it. Returns ``out``.
+    ledger step); GlassrlError when no run has a ledger for it. ``lang``: the language
+    of the token legend (glassrl.ledger.legend.LANGUAGES). Returns ``out``.
     """
     from plotly.offline import get_plotlyjs
 
@@ -76,21 +80,26 @@ def write_run_report(run_dirs: list[str | Path], out: str | Path, step: int | No
             "</section>",
         ]
     )
-    payload = token_payload([(run.name, [run.ledger(s) for s in run.ledger_paths]) for run in runs], initial)
+    payload = token_payload([(run.name, [run.ledger(s) for s in run.ledger_paths]) for run in runs], initial, lang)
     head = f'<script type="text/javascript">{get_plotlyjs()}</script>'
     return _write(out, f"glassrl report: {names}", body, payload, head)
 
 
-def write_explain_html(ledger: Ledger, out: str | Path) -> Path:
+def write_explain_html(ledger: Ledger, out: str | Path, lang: str = "en") -> Path:
     """Write the token view of one explained ledger (``glassrl explain --html FILE``); returns ``out``."""
     body = '<section id="tokens">' + _template("token_view.html") + "</section>"
-    return _write(out, "glassrl explain", body, token_payload([("explain", [ledger])], (0, 0)), "")
+    return _write(out, "glassrl explain", body, token_payload([("explain", [ledger])], (0, 0), lang), "")
 
 
-def token_payload(sources: list[tuple[str, list[Ledger]]], initial: tuple[int, int]) -> dict[str, Any]:
+def token_payload(
+    sources: list[tuple[str, list[Ledger]]], initial: tuple[int, int], lang: str = "en"
+) -> dict[str, Any]:
     """The token view's data: per source (a run) its ledgers; ``initial`` = (source, ledger) shown first.
 
     Tokens are rows of values in the order of ``token_fields`` (compact: one list per token).
+    Each response carries its tokens' legends in ``lang`` (``legend``: per token, [key, text]
+    per line; the labels of the keys once, in ``legend.labels``), each ledger the lines of its
+    group baselines (``baselines``, empty for GAE).
     """
     present = [(name, label) for name, label in QUANTITIES if name in TOKEN_FIELDS]
     return {
@@ -99,24 +108,28 @@ def token_payload(sources: list[tuple[str, list[Ledger]]], initial: tuple[int, i
         "response_fields": list(RESPONSE_FIELDS),
         "symbols": SYMBOLS,
         "quantities": [{"field": n, "label": label} for n, label in present],
+        "legend": {"lang": lang, "labels": labels(lang), "baselines_heading": phrase("heading.baselines", lang)},
         "initial": {"source": initial[0], "ledger": initial[1]},
-        "sources": [{"name": name, "ledgers": [_ledger_json(lg) for lg in ledgers]} for name, ledgers in sources],
+        "sources": [{"name": name, "ledgers": [_ledger_json(lg, lang) for lg in ledgers]} for name, ledgers in sources],
     }
 
 
-def _ledger_json(ledger: Ledger) -> dict[str, Any]:
+def _ledger_json(ledger: Ledger, lang: str) -> dict[str, Any]:
     return {
         **{name: _finite(getattr(ledger, name)) for name in RUN_FIELDS},
-        "responses": [_response_json(b, resp) for b, resp in enumerate(ledger.responses)],
+        "baselines": baseline_legend(ledger, lang),
+        "responses": [_response_json(ledger, b, lang) for b in range(len(ledger.responses))],
     }
 
 
-def _response_json(b: int, resp: ResponseLedger) -> dict[str, Any]:
+def _response_json(ledger: Ledger, b: int, lang: str) -> dict[str, Any]:
+    resp = ledger.responses[b]
     head = {name: _finite(getattr(resp, name)) for name in RESPONSE_FIELDS[1:]}
     return {
         "response_index": b,
         **head,
         "tokens": [[_finite(getattr(row, name)) for name in TOKEN_FIELDS] for row in resp.tokens],
+        "legend": [[[line.key, line.text] for line in token_legend(ledger, b, i, lang)] for i in range(resp.length)],
     }
 
 

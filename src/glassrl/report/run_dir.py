@@ -22,9 +22,11 @@ import re
 import socket
 import sys
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from glassrl import __version__
 from glassrl.errors import GlassrlError
 from glassrl.ledger import Ledger, read_jsonl
 
@@ -129,12 +131,10 @@ def collect_environment() -> dict[str, Any]:
     not installed), device (the CUDA device's name, or "cpu"), cuda (torch's CUDA
     version or None), cpu_count, hostname.
     """
-    import glassrl
-
     env: dict[str, Any] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "glassrl": glassrl.__version__,
+        "glassrl": __version__,
     }
     for module in ("torch", "transformers", "plotly"):
         env[module] = _version(module)
@@ -145,17 +145,15 @@ def collect_environment() -> dict[str, Any]:
 
 
 def _version(module: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
-        return version(module)
-    except PackageNotFoundError:
+        return metadata.version(module)
+    except metadata.PackageNotFoundError:
         return None
 
 
 def _device() -> tuple[str, str | None]:
     try:
-        import torch
+        import torch  # here, not at the top: reading runs needs no torch (and may run where it is absent)
     except ImportError:
         return "cpu", None
     if torch.cuda.is_available():

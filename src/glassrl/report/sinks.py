@@ -23,6 +23,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
 
 class MetricSink(Protocol):
     """One destination of per-step metrics."""
@@ -94,6 +104,7 @@ class TensorBoardSink:
     """
 
     def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
+        # torch and tensorboard load only when a run logs to TensorBoard: the report stays torch-free
         from torch.utils.tensorboard import SummaryWriter
 
         self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
@@ -117,16 +128,6 @@ class ConsoleSink:
     """
 
     def __init__(self, total_steps: int, keys_to_show: Sequence[str], start_step: int = 0, console=None) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
         self.keys = list(keys_to_show)
         self.total_steps = total_steps
         self._progress = Progress(

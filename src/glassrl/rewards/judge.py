@@ -68,6 +68,8 @@ class JudgeSource:
                 "judge: max_score and timeout_s must be > 0, max_new_tokens and batch_size >= 1; got "
                 f"{max_score}, {timeout_s}, {max_new_tokens}, {batch_size}"
             )
+        # torch and transformers load when a judge is built, so that importing
+        # glassrl.rewards stays torch-free (rewards/timeout.py's user-function worker imports it)
         from glassrl.models import load_causal_lm, load_tokenizer
 
         self.model = load_causal_lm(model_path, dtype=dtype, device=device)
@@ -93,7 +95,7 @@ class JudgeSource:
 
     def _generate(self, questions: list[str]) -> list[tuple[str, bool]]:
         """Greedy answers to ``questions``; each with whether it finished (EOS or max_new_tokens)."""
-        import torch
+        import torch  # see __init__
 
         tok = self.tokenizer
         if tok.chat_template:

@@ -41,6 +41,8 @@ class MajorityVoteSource:
         self.group_key = group_key
 
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
+        # torch loads on the first vote, so that importing
+        # glassrl.rewards stays torch-free (rewards/timeout.py's user-function worker imports it)
         import torch
 
         from glassrl.algos.shaping import majority_vote

@@ -22,6 +22,7 @@ from glassrl.rewards.base import RewardSource
 from glassrl.rewards.combine import CombinedReward
 from glassrl.rewards.judge import JudgeSource
 from glassrl.rewards.majority import MajorityVoteSource
+from glassrl.rewards.research import research_rubric
 from glassrl.rewards.reward_model import RewardModelSource
 from glassrl.rewards.rubric import Criterion, RubricSource
 from glassrl.rewards.user_function import UserFunctionSource
@@ -55,6 +56,7 @@ REWARD_SOURCES: dict[str, Callable[..., RewardSource]] = {
     "numeric": NumericVerifier,
     "arith_verify": ArithVerifyVerifier,
     "rubric": _rubric,
+    "research_rubric": research_rubric,
     "reward_model": RewardModelSource,
     "judge": JudgeSource,
     "majority_vote": MajorityVoteSource,

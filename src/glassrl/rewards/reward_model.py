@@ -43,6 +43,8 @@ class RewardModelSource:
         dtype: str = "auto",
         device: str = "auto",
     ) -> None:
+        # torch and transformers load when the source is built, so that importing
+        # glassrl.rewards stays torch-free (rewards/timeout.py's user-function worker imports it)
         from glassrl.models import load_scalar_model, load_tokenizer
 
         if max_length < 1 or batch_size < 1:
@@ -80,7 +82,7 @@ class RewardModelSource:
 
     def _forward(self, batch: list[list[int]]) -> list[float]:
         """Right-pad ``batch`` to (B, L) and read each row's score at its last real token."""
-        import torch
+        import torch  # see __init__
 
         from glassrl.models import sequence_scores
 

@@ -1,16 +1,9 @@
 """Rule verifiers for the bundled tasks: exact match, numeric answer, arith-verify.
 
-The bundled task formats (src/glassrl/data/tasks.py):
-
-- ``add``: prompt ``"{a}+{b}="``, answer ``"{a+b}"``; metadata ``a, b, sum``.
-- ``arith-verify``: prompt ``"请问{a}+{b}={c}？"`` with answer ``"是的，等于{a+b}！"``
-  when ``c == a+b``, else ``"不是，等于{a+b}！"``; English variant ``"Is {a}+{b}={c}?"``
-  with ``"Yes, it equals {a+b}!"`` / ``"No, it equals {a+b}!"``; metadata
-  ``a, b, c, sum, is_true, lang``.
-
-Text is compared after Unicode NFKC normalisation, which maps full-width forms to
-their ASCII twins (``"，"`` -> ``","``, ``"２"`` -> ``"2"``), so a verifier does not
-care which punctuation width the model picked.
+The bundled tasks (glassrl.data.tasks) own their formats and, for arith-verify, the rule that
+judges a response (:func:`glassrl.data.tasks.arith_verify.grade`); the sources here turn those
+judgements into scores. Text is compared after NFKC normalisation (glassrl.data.answers), so a
+verifier does not care which punctuation width the model picked.
 
 A record without the reference a verifier needs is an ``error`` result (a data
 problem), never a 0. A response that states no answer is a wrong answer: 0.
@@ -19,29 +12,11 @@ problem), never a 0. A response that states no answer is a wrong answer: 0.
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
 from collections.abc import Sequence
 
+from glassrl.data.answers import extract_last_number, normalize_text
+from glassrl.data.tasks import arith_verify
 from glassrl.rewards.base import RewardRequest, RewardResult
-
-# A number not glued to a preceding digit: in "3-5" the "-" is an operator, not a sign.
-_NUMBER = re.compile(r"(?<!\d)-?\d+(?:\.\d+)?")
-_COMMAS = ("，", ",")
-
-
-def normalize_text(text: str) -> str:
-    """NFKC (full-width -> ASCII forms) and runs of whitespace collapsed to one space."""
-    return " ".join(unicodedata.normalize("NFKC", text).split())
-
-
-def extract_last_number(text: str) -> str | None:
-    """The last number in ``text`` in canonical form ("2.0" -> "2"), or None if there is none."""
-    found = _NUMBER.findall(unicodedata.normalize("NFKC", text))
-    if not found:
-        return None
-    value = float(found[-1])
-    return str(int(value)) if value.is_integer() else repr(value)
 
 
 class ExactMatchVerifier:
@@ -88,8 +63,8 @@ class NumericVerifier:
 
 
 class ArithVerifyVerifier:
-    """The arith-verify task: the verdict (yes/no) and the stated sum must both be right,
-    and the answer must be in the question's language (``metadata["lang"]``, when given):
+    """The arith-verify task, judged by :func:`glassrl.data.tasks.arith_verify.grade`: the verdict
+    (yes/no) and the stated sum must both be right, and the answer must be in the question's language (``metadata["lang"]``, when given):
     是的/不是 answer a Chinese question, Yes/No an English one. "是的，等于7！" to
     "Is 3+4=7?" is right arithmetic in the wrong language and scores 0 (the language
     consistency of DeepSeek-R1, Guo et al. 2025, §2.3.3, as a hard requirement).
@@ -120,14 +95,8 @@ class ArithVerifyVerifier:
         if missing:
             return RewardResult.error(f"{request.record.source}: arith_verify needs metadata {missing[0]!r}")
         response = request.response
-        comma = min((i for i in (response.find(c) for c in _COMMAS) if i >= 0), default=-1)
-        verdict_text = response[:comma] if comma >= 0 else response
-        number_text = response[comma + 1 :] if comma >= 0 else response
-        verdict, language = _verdict(verdict_text)
-        stated = extract_last_number(number_text)
-        language_ok = metadata.get("lang") in (None, language)
-        verdict_ok = verdict is not None and verdict == bool(metadata["is_true"]) and language_ok
-        sum_ok = stated is not None and float(stated) == float(metadata["sum"])
+        g = arith_verify.grade(response, metadata)
+        verdict_ok, sum_ok = g.verdict_ok, g.sum_ok
         if verdict_ok and sum_ok:
             score = 1.0
         elif verdict_ok and self.partial_credit:
@@ -136,30 +105,15 @@ class ArithVerifyVerifier:
             score = 0.0
         steps: list[tuple[int, float]] = []
         if self.process_rewards:
-            if 0 <= comma < len(response) - 1:
-                steps = [(comma + 1, float(verdict_ok)), (len(response), float(sum_ok))]
+            if 0 <= g.comma < len(response) - 1:
+                steps = [(g.comma + 1, float(verdict_ok)), (len(response), float(sum_ok))]
             elif response:
                 steps = [(len(response), score)]
         details = {
-            "verdict": verdict,
-            "language": language,
-            "stated": stated,
+            "verdict": g.verdict,
+            "language": g.language,
+            "stated": g.stated,
             "verdict_ok": verdict_ok,
             "sum_ok": sum_ok,
         }
         return RewardResult.ok(score, steps, details)
-
-
-def _verdict(text: str) -> tuple[bool | None, str | None]:
-    """(verdict, its language): "是…" -> (True, "zh"), "不…" -> (False, "zh"), "yes…" -> (True, "en"),
-    "no…" -> (False, "en"), anything else -> (None, None)."""
-    text = normalize_text(text).lower()
-    if text.startswith("不"):
-        return False, "zh"
-    if text.startswith("是"):
-        return True, "zh"
-    if re.match(r"no\b", text):
-        return False, "en"
-    if re.match(r"yes\b", text):
-        return True, "en"
-    return None, None

@@ -10,12 +10,21 @@ EOS convention (as verl): the EOS token that ends a response is part of it —
 score sits on it, as the last valid token) and a gradient: the policy learns
 when to stop. Tokens after EOS are padding (mask False). A response that hit
 ``max_new_tokens`` without EOS has finish reason "length", otherwise "stop".
+
+Multi-turn responses (glassrl.rollout.agent) interleave generated tokens with
+observation tokens (tool results) that the model did not write. Two masks tell
+them apart: ``response_mask`` is True on generated tokens only (they train);
+``response_context_mask`` is True on every real response token, generated or
+observation, and is what ``attention_mask`` uses, so every recomputed log-prob,
+value and reference log-prob sees exactly the tokens that were in the context
+when the response was sampled. ``turns`` records where each turn and each
+observation lies. For a single-turn response the two masks are equal.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -32,17 +41,57 @@ class SamplingParams:
     greedy: bool = False
 
 
+# token_roles values
+ROLE_PAD, ROLE_GENERATED, ROLE_OBSERVATION = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn of a multi-turn response, in response positions (0-based, as ``response_ids``).
+
+    Generated tokens [start, end), then the observation that answered the turn
+    [end, observation_end) (empty when none followed: observation_end == end).
+
+    finish_reason: why the turn ended: "tool_call" (it called a tool; an observation
+        follows), "continue" (the environment went on without a call), "stop" (final
+        answer: EOS, or the environment ended the episode), "length" (the response's
+        token budget ran out, in the turn or before its observation fitted),
+        "turn_limit" (it asked for more, but it was the last turn allowed).
+    text: the generated text (special tokens kept, the turn's EOS left out).
+    observation: the observation text as appended (format markup included).
+    tool_calls: one record per call: {"name", "arguments", "status", "seconds"}.
+    reward_parts: named rewards the environment gave for this turn.
+    """
+
+    start: int
+    end: int
+    observation_end: int
+    finish_reason: str
+    text: str
+    observation: str = ""
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    reward_parts: dict[str, float] = field(default_factory=dict)
+
+
 @dataclass
 class RolloutBatch:
     """B sampled responses and their prompts.
 
     prompt_ids (B, P) long, left-padded; prompt_mask (B, P) bool.
     response_ids (B, T) long, right-padded; response_mask (B, T) bool, True on the
-        generated tokens up to and including EOS.
+        generated tokens up to and including EOS (the tokens that train).
     group_index (B,) long: index of the prompt (in the list given to ``generate``,
         plus any offset the caller adds) that each response answers.
-    finish_reasons: B strings, "stop" (ended with EOS) or "length".
-    texts: B decoded responses, special tokens (EOS) removed.
+    finish_reasons: B strings, "stop" (ended with EOS) or "length"; multi-turn: the
+        last turn's finish reason (also "turn_limit").
+    texts: B decoded responses, special tokens (EOS) removed; multi-turn: the final
+        answer (the last turn, when it is not a tool call; else "").
+    response_context_mask (B, T) bool: True on every real response token, generated
+        or observation; None (the default) means equal to response_mask.
+    turns: per response, its turns in order; None for single-turn batches.
+    rollout_logprobs (B, T) float32: log π(y_i | s_i) as computed while sampling
+        (softmax of logits / temperature), 0 off generated tokens; None unless the
+        engine was asked for them.
     """
 
     prompt_ids: torch.Tensor
@@ -52,6 +101,13 @@ class RolloutBatch:
     group_index: torch.Tensor
     finish_reasons: list[str]
     texts: list[str]
+    response_context_mask: torch.Tensor | None = None
+    turns: list[tuple[Turn, ...]] | None = None
+    rollout_logprobs: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.response_context_mask is None:
+            self.response_context_mask = self.response_mask
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -60,13 +116,25 @@ class RolloutBatch:
 
     @property
     def attention_mask(self) -> torch.Tensor:
-        """(B, P+T) bool, True on real prompt and response tokens."""
-        return torch.cat([self.prompt_mask, self.response_mask], dim=1)
+        """(B, P+T) bool, True on real prompt and response tokens (observations included)."""
+        return torch.cat([self.prompt_mask, self.response_context_mask], dim=1)
 
     @property
     def lengths(self) -> torch.Tensor:
-        """Response lengths in tokens, EOS included (B,)."""
+        """Generated tokens per response, EOS included (B,); observations not counted."""
         return self.response_mask.sum(-1)
+
+    @property
+    def context_lengths(self) -> torch.Tensor:
+        """Real response tokens per response, generated and observation (B,)."""
+        return self.response_context_mask.sum(-1)
+
+    @property
+    def token_roles(self) -> torch.Tensor:
+        """(B, T) int8: ROLE_GENERATED on generated tokens, ROLE_OBSERVATION on observation
+        tokens, ROLE_PAD on padding."""
+        observation = torch.where(self.response_context_mask, ROLE_OBSERVATION, ROLE_PAD)
+        return torch.where(self.response_mask, ROLE_GENERATED, observation).to(torch.int8)
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -82,6 +150,9 @@ class RolloutBatch:
             self.group_index[index],
             [self.finish_reasons[i] for i in rows],
             [self.texts[i] for i in rows],
+            self.response_context_mask[index],
+            None if self.turns is None else [self.turns[i] for i in rows],
+            None if self.rollout_logprobs is None else self.rollout_logprobs[index],
         )
 
 
@@ -96,6 +167,10 @@ def concat_rollouts(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
     def right(x: torch.Tensor, width: int, value) -> torch.Tensor:
         return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
 
+    multi_turn = {b.turns is not None for b in batches}
+    with_logprobs = {b.rollout_logprobs is not None for b in batches}
+    if len(multi_turn) > 1 or len(with_logprobs) > 1:
+        raise ValueError("concat_rollouts: batches differ in turns or rollout_logprobs (single- vs multi-turn engines)")
     return RolloutBatch(
         torch.cat([left(b.prompt_ids, P, pad_id) for b in batches]),
         torch.cat([left(b.prompt_mask, P, False) for b in batches]),
@@ -104,6 +179,9 @@ def concat_rollouts(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
         torch.cat([b.group_index for b in batches]),
         [r for b in batches for r in b.finish_reasons],
         [t for b in batches for t in b.texts],
+        torch.cat([right(b.response_context_mask, T, False) for b in batches]),
+        [t for b in batches for t in b.turns] if multi_turn == {True} else None,
+        torch.cat([right(b.rollout_logprobs, T, 0.0) for b in batches]) if with_logprobs == {True} else None,
     )
 
 

@@ -35,6 +35,16 @@ _NEUTRAL = {
 }
 
 
+def generation_kwargs(params: SamplingParams) -> dict:
+    """``model.generate`` keyword arguments that sample from softmax(logits / temperature),
+    cut by top-k / top-p (or argmax when greedy), with every other logits processor off."""
+    if params.greedy:
+        sampling = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    else:
+        sampling = {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k}
+    return {**sampling, **_NEUTRAL}
+
+
 @contextmanager
 def sampling_rng(generator: torch.Generator) -> Iterator[None]:
     """Run the block with torch's global RNG (of ``generator``'s device) set from
@@ -86,15 +96,6 @@ class HFRolloutEngine:
         prompt_ids, prompt_mask = left_pad(prompts, self.pad_id)
         prompt_ids = prompt_ids.repeat_interleave(n, dim=0).to(device)  # (B, P), B = len(prompts)·n
         prompt_mask = prompt_mask.repeat_interleave(n, dim=0).to(device)  # (B, P)
-        if params.greedy:
-            sampling = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
-        else:
-            sampling = {
-                "do_sample": True,
-                "temperature": params.temperature,
-                "top_p": params.top_p,
-                "top_k": params.top_k,
-            }
         was_training = self.model.training
         self.model.eval()
         with sampling_rng(generator):
@@ -105,8 +106,7 @@ class HFRolloutEngine:
                 eos_token_id=self.eos_id,
                 pad_token_id=self.pad_id,
                 use_cache=True,
-                **sampling,
-                **_NEUTRAL,
+                **generation_kwargs(params),
             )
         self.model.train(was_training)
         response_ids = out[:, prompt_ids.shape[1] :]  # (B, T)

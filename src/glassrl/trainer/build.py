@@ -14,10 +14,12 @@ from pathlib import Path
 import torch
 
 from glassrl.data.records import PromptRecord
+from glassrl.data.tasks import held_out_split, load_task, parse_task
 from glassrl.errors import GlassrlError
-from glassrl.trainer.config import OptimConfig, Resolved, TrainConfig, loss_params
+from glassrl.trainer.common import make_optimizer
+from glassrl.trainer.config import Resolved, TrainConfig, loss_params
 from glassrl.trainer.ptx import PtxLoss, load_ptx_examples
-from glassrl.trainer.update import actor_forward, actor_terms, critic_forward, critic_terms, lr_lambda, run_updates
+from glassrl.trainer.update import actor_forward, actor_terms, critic_forward, critic_terms, run_updates
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
 
 
@@ -34,7 +36,7 @@ class Workers:
 
 def actor_path(cfg: TrainConfig, console) -> Path:
     """model.actor as a checkpoint directory; "default" builds the embedded default model if missing."""
-    from glassrl.models.default_model import ensure_default_model
+    from glassrl.trainer.default_model import ensure_default_model
 
     path = ensure_default_model(console=console) if cfg.model.actor == "default" else Path(cfg.model.actor)
     if not (path / "config.json").is_file():
@@ -46,11 +48,9 @@ def load_records(spec: str, split: str, tokenizer, max_prompt_tokens: int, key: 
     """Prompts of ``spec``: "task:NAME[/SPLIT]" (``split`` by default) or a dataset path;
     prompts longer than ``max_prompt_tokens`` tokens are dropped."""
     from glassrl.data.datasets import load_prompts, prompt_token_count
-    from glassrl.data.tasks import load_task
 
-    if spec.startswith("task:"):
-        name, _, task_split = spec[len("task:") :].partition("/")
-        records = load_task(name, task_split or split)
+    if (ref := parse_task(spec, split=split)) is not None:
+        records = load_task(ref.name, ref.split)
         records = [r for r in records if prompt_token_count(r.prompt, tokenizer) <= max_prompt_tokens]
     else:
         records = load_prompts(spec, tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens)
@@ -65,20 +65,7 @@ def test_spec(cfg: TrainConfig) -> str | None:
     """data.test, or the test split of a task:NAME training set, or None (no evaluation)."""
     if cfg.data.test is not None:
         return cfg.data.test
-    if cfg.data.train.startswith("task:"):
-        return cfg.data.train.partition("/")[0] + "/test"
-    return None
-
-
-def _optimizer(model: torch.nn.Module, o: OptimConfig, total_steps: int):
-    from glassrl.trainer.common import make_optimizer
-
-    optimizer, _ = make_optimizer(
-        model, lr=o.lr, weight_decay=o.weight_decay, warmup_steps=o.warmup_steps, total_steps=total_steps
-    )
-    # make_optimizer's schedule is cosine only; this one follows ``decay``. Both read the
-    # same base rate (LambdaLR keeps the first "initial_lr" of each parameter group).
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.decay, o.warmup_steps, total_steps))
+    return held_out_split(cfg.data.train)
 
 
 def build_ptx(cfg: TrainConfig, resolved: Resolved, tokenizer) -> PtxLoss | None:
@@ -119,7 +106,7 @@ def build_local_workers(
             f"is more than the model's {positions} positions ({path})"
         )
     actor_steps = (cfg.steps - a.value_warmup_steps) * resolved.optimizer_steps_per_step
-    optimizer, scheduler = _optimizer(model, cfg.actor_optim, actor_steps)
+    optimizer, scheduler = make_optimizer(model, cfg.actor_optim, actor_steps)
     terms = actor_terms(
         policy_loss=a.policy_loss,
         params=loss_params(a),
@@ -158,7 +145,7 @@ def build_local_workers(
     if resolved.uses_critic:
         load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=m.device)
         critic_model = load_critic(m.critic or path)
-        c_opt, c_sched = _optimizer(critic_model, cfg.critic_optim, resolved.total_optimizer_steps)
+        c_opt, c_sched = make_optimizer(critic_model, cfg.critic_optim, resolved.total_optimizer_steps)
         c_update = partial(
             run_updates,
             micro_batch=micro,

@@ -1,5 +1,6 @@
-"""Helpers shared by the supervised trainers (SFT, reward model): seeding, optimiser and
-schedule, and collation of prompt/response pairs into the project's batch layout.
+"""Helpers shared by the trainers (RL, SFT, reward model): seeding, the optimiser and its
+schedule (from the shared :class:`~glassrl.trainer.config.OptimConfig`), and collation of
+prompt/response pairs into the project's batch layout.
 
 Batch layout (the one every module touching models uses):
 
@@ -18,10 +19,13 @@ from __future__ import annotations
 import math
 import os
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 
 import numpy as np
 import torch
+
+from glassrl.trainer.config import OptimConfig
 
 
 def seed_everything(seed: int) -> None:
@@ -38,24 +42,26 @@ def seed_everything(seed: int) -> None:
 
 
 def make_optimizer(
-    model: torch.nn.Module, *, lr: float, weight_decay: float, warmup_steps: int, total_steps: int
+    model: torch.nn.Module, optim: OptimConfig, total_steps: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW (Loshchilov & Hutter 2019) with linear warmup then cosine decay to 0.
+    """AdamW (Loshchilov & Hutter 2019) as ``optim`` says, with its learning-rate schedule
+    (:func:`lr_lambda`: linear warm-up, then ``optim.decay``) over ``total_steps`` optimiser steps.
 
     Weight decay applies to matrices only, not to norms and biases (1-D tensors), as in
     GPT-2/nanoGPT. Call ``scheduler.step()`` after each ``optimizer.step()``.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
-        {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": optim.weight_decay},
         {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
     ]
-    optimizer = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, warmup_steps, total_steps))
+    optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=(0.9, 0.95))
+    schedule = lr_lambda(optim.decay, optim.warmup_steps, total_steps)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
-    """Multiplier of the peak learning rate at optimiser step ``step`` (0-based).
+    """Multiplier of the peak learning rate at optimiser step ``step`` (0-based), decay "cosine".
 
     Linear warmup over ``warmup_steps`` (Goyal et al. 2017, §2.2), then half a cosine
     down to 0 at ``total_steps`` (Loshchilov & Hutter 2017, SGDR, eq. 5 without restarts).
@@ -64,6 +70,27 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
         return (step + 1) / warmup_steps
     progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def constant_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Decay "constant": linear warm-up (Goyal et al. 2017, §2.2), then the peak rate."""
+    return min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
+
+
+# OptimConfig.decay -> multiplier of the peak rate at (step, warmup_steps, total_steps)
+LR_SCHEDULES: dict[str, Callable[[int, int, int], float]] = {"cosine": lr_factor, "constant": constant_factor}
+
+
+def lr_lambda(decay: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """The multiplier of the peak learning rate at optimiser step s (0-based), for LambdaLR.
+
+    A partial of a module-level function, not a closure: a remote worker can receive it pickled.
+    """
+    return partial(_schedule_at, decay, warmup_steps, total_steps)
+
+
+def _schedule_at(decay: str, warmup_steps: int, total_steps: int, step: int) -> float:
+    return LR_SCHEDULES[decay](step, warmup_steps, total_steps)
 
 
 def encode_response(tokenizer, response: str) -> list[int]:

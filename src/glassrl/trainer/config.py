@@ -1,6 +1,6 @@
 """What ``glassrl train CONFIG`` reads: nested typed dataclasses, and ``resolve()``.
 
-    cfg = load_config(TrainConfig, "examples/grpo.yaml", ["algo.lam=0.9"])
+    cfg = load_config(TrainConfig, "examples/grpo.yaml", ["algo.clip_high=0.28"])  # validated
     resolved = resolve(cfg)          # every derived size, checked; GlassrlError naming the key
     print_resolved(resolved, console)
 
@@ -12,15 +12,25 @@ Sizes have units (DESIGN §3: one way to say a batch size):
   micro-batches of one mini-batch accumulate gradients.
 Optimiser settings count optimiser steps (``epochs × mini-batches`` per training step).
 
+Checks (:meth:`TrainConfig.validate`, run by the loader and again by ``resolve``): ranges,
+registry names, consistency, and knobs the chosen algorithm ignores (``algo.lam`` under
+GRPO, ``algo.cispo_*`` without CISPO, ``critic_optim.*`` without a critic, ...), each one
+GlassrlError line naming the key and why. The optimiser section (:class:`OptimConfig`) is
+shared with the SFT and reward-model configs (glassrl.trainer.sft, glassrl.trainer.rm).
+
 Each field carries a one-line comment; docs/algorithms/*.md name these keys.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Set
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
+from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS, REQUIRED_INPUTS
+from glassrl.config import get_dotted, knob_set
 from glassrl.errors import GlassrlError
 
 
@@ -124,6 +134,8 @@ class BatchConfig:
 
 @dataclass
 class OptimConfig:
+    """The optimiser section of every trainer (RL actor and critic, SFT, reward model)."""
+
     lr: float = 1e-5  # peak learning rate of AdamW
     warmup_steps: int = 0  # linear warm-up, in optimiser steps
     decay: Literal["cosine", "constant"] = (
@@ -133,6 +145,28 @@ class OptimConfig:
     grad_clip: float | None = (
         1.0  # clip the global gradient norm to this; null = no clipping (the norm is still logged)
     )
+
+    def check(self, prefix: str) -> None:
+        """Ranges, naming keys ``{prefix}.lr`` etc.; GlassrlError."""
+        if not self.lr > 0:
+            fail(f"{prefix}.lr", self.lr, "must be > 0")
+        at_least(0, {f"{prefix}.warmup_steps": self.warmup_steps, f"{prefix}.weight_decay": self.weight_decay})
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            fail(f"{prefix}.grad_clip", self.grad_clip, "must be > 0 (or null)")
+
+    @property
+    def max_norm(self) -> float:
+        """``max_norm`` of torch.nn.utils.clip_grad_norm_: grad_clip, or inf (measure, never clip)."""
+        return self.grad_clip if self.grad_clip is not None else math.inf
+
+    def rows(self, prefix: str = "") -> list[tuple[str, str, str]]:
+        """(quantity, value, unit) rows of the resolved table; ``prefix`` names the model ("actor ")."""
+        clip = "off" if self.grad_clip is None else f"{self.grad_clip:g}"
+        schedule = f"peak; {self.warmup_steps} warm-up optimiser steps, then {self.decay}"
+        return [
+            (f"{prefix}learning rate", f"{self.lr:g}", schedule),
+            (f"{prefix}grad clip / weight decay", f"{clip} / {self.weight_decay:g}", "global norm / AdamW on matrices"),
+        ]
 
 
 @dataclass
@@ -167,6 +201,15 @@ class TrainConfig:
     critic_optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4))  # critic optimiser and schedule
     logging: LoggingConfig = field(default_factory=LoggingConfig)  # metrics, ledgers, evaluation, checkpoints
 
+    def validate(self, written: Set[str] | None = None) -> None:
+        """Every check of the config (ranges, registry names, consistency, knobs the chosen algorithm
+        ignores); GlassrlError naming the key. ``written``: the dotted keys the user wrote (the loader
+        passes them), None to judge a knob by its value against the default."""
+        _check_ranges(self)
+        _check_names(self)
+        _check_consistency(self)
+        _check_ignored(self, written)
+
 
 @dataclass(frozen=True)
 class Resolved:
@@ -184,10 +227,12 @@ class Resolved:
     uses_reference: bool  # a KL term needs π_ref
     norm_length: int  # L of seq-mean-token-sum-norm
 
+    title = "glassrl train: resolved sizes"
+
     def rows(self) -> list[tuple[str, str, str]]:
         """(quantity, value, unit) for the resolved table."""
         c = self.cfg
-        return [
+        rows = [
             ("training steps", f"{c.steps}", "steps"),
             ("prompts per step", f"{c.batch.prompts_per_step}", "prompts, global"),
             ("samples per prompt (n)", f"{c.rollout.n}", "responses per prompt"),
@@ -204,30 +249,20 @@ class Resolved:
             ("max prompt length", f"{c.data.max_prompt_tokens}", "tokens, per prompt"),
             ("advantage estimator", c.algo.advantage, "critic: " + ("yes" if self.uses_critic else "no")),
             ("policy loss", f"{c.algo.policy_loss} / {c.algo.loss_agg}", "loss / aggregation"),
-            ("KL", f"{c.algo.kl.placement} ({c.algo.kl.kind}, β={c.algo.kl.coef:g})", "placement (estimator, β)"),
+            ("KL", _kl_text(c.algo.kl), "placement (estimator, β)"),
+            *c.actor_optim.rows("actor "),
         ]
+        return rows + (c.critic_optim.rows("critic ") if self.uses_critic else [])
 
 
 def resolve(cfg: TrainConfig) -> Resolved:
-    """Check ``cfg`` (ranges, registry names, consistency) and derive every size.
+    """Check ``cfg`` (:meth:`TrainConfig.validate`) and derive every size.
 
     Raises GlassrlError naming the key, its value and the rule it breaks.
     """
-    _check_ranges(cfg)
-    _check_names(cfg)
-    _check_consistency(cfg)
+    cfg.validate()
     b, n = cfg.batch, cfg.rollout.n
     mini_responses = b.mini_batch_prompts * n
-    _divides(b.mini_batch_prompts, "batch.mini_batch_prompts", b.prompts_per_step, "batch.prompts_per_step", "prompts")
-    _divides(
-        b.micro_batch_responses,
-        "batch.micro_batch_responses",
-        mini_responses,
-        f"a mini-batch (batch.mini_batch_prompts × rollout.n = {b.mini_batch_prompts} × {n})",
-        "responses",
-    )
-    from glassrl.algos.advantages import REQUIRED_INPUTS
-
     mini_batches = b.prompts_per_step // b.mini_batch_prompts
     a = cfg.algo
     return Resolved(
@@ -239,17 +274,30 @@ def resolve(cfg: TrainConfig) -> Resolved:
         optimizer_steps_per_step=b.epochs * mini_batches,
         total_optimizer_steps=cfg.steps * b.epochs * mini_batches,
         actor_warmup_steps=a.value_warmup_steps,
-        uses_critic="values" in REQUIRED_INPUTS[a.advantage],
+        uses_critic=uses_critic(a),
         uses_reference=a.kl.placement != "none",
         norm_length=a.norm_length if a.norm_length is not None else cfg.rollout.max_new_tokens,
     )
 
 
-def print_resolved(resolved: Resolved, console) -> None:
-    """The resolved table (rich), one row per derived size with its unit."""
+def _kl_text(kl: KLConfig) -> str:
+    if kl.placement == "none":
+        return "none"
+    beta = f"β={kl.coef:g}" + (f" → target KL {kl.target:g}" if kl.target is not None else "")
+    return f"{kl.placement} ({kl.kind}, {beta})"
+
+
+def uses_critic(algo: AlgoConfig) -> bool:
+    """Whether the advantage estimator reads values V(s_i), i.e. the run trains a critic."""
+    return "values" in REQUIRED_INPUTS[algo.advantage]
+
+
+def print_resolved(resolved, console) -> None:
+    """The resolved table (rich) of a :class:`Resolved`, SFTConfig or RMConfig: its ``title``,
+    then one row per quantity with its value and unit (``rows()``)."""
     from rich.table import Table
 
-    table = Table(title="glassrl train: resolved sizes", title_justify="left")
+    table = Table(title=resolved.title, title_justify="left")
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_column("unit")
@@ -258,8 +306,18 @@ def print_resolved(resolved: Resolved, console) -> None:
     console.print(table)
 
 
-def _fail(key: str, value: Any, rule: str) -> None:
+# ---------------------------------------------------------------- checks shared by every trainer's config
+
+
+def fail(key: str, value: Any, rule: str) -> NoReturn:
     raise GlassrlError(f"{key} = {value!r}: {rule}")
+
+
+def at_least(minimum: int, values: dict[str, float | int | None]) -> None:
+    """Each ``key: value`` (None skipped) must be >= ``minimum``."""
+    for key, value in values.items():
+        if value is not None and value < minimum:
+            fail(key, value, f"must be >= {minimum}")
 
 
 def _divides(part: int, part_key: str, whole: int, whole_key: str, unit: str) -> None:
@@ -270,51 +328,54 @@ def _divides(part: int, part_key: str, whole: int, whole_key: str, unit: str) ->
         )
 
 
+# ---------------------------------------------------------------- TrainConfig's checks
+
+
 def _check_ranges(cfg: TrainConfig) -> None:
     a, r, b = cfg.algo, cfg.rollout, cfg.batch
-    positive_ints = {
-        "steps": cfg.steps,
-        "rollout.n": r.n,
-        "rollout.max_new_tokens": r.max_new_tokens,
-        "batch.prompts_per_step": b.prompts_per_step,
-        "batch.mini_batch_prompts": b.mini_batch_prompts,
-        "batch.micro_batch_responses": b.micro_batch_responses,
-        "batch.epochs": b.epochs,
-        "data.max_prompt_tokens": cfg.data.max_prompt_tokens,
-        "algo.kl.horizon": a.kl.horizon,
-        "algo.dynamic_sampling_max_rounds": a.dynamic_sampling_max_rounds,
-        "logging.log_every": cfg.logging.log_every,
-        "logging.keep_checkpoints": cfg.logging.keep_checkpoints,
-    }
-    for key, value in positive_ints.items():
-        if value < 1:
-            _fail(key, value, "must be >= 1")
-    non_negative = {
-        "rollout.top_k": r.top_k,
-        "data.eval_size": cfg.data.eval_size,
-        "algo.entropy_coef": a.entropy_coef,
-        "algo.kl.coef": a.kl.coef,
-        "algo.ptx_coef": a.ptx_coef,
-        "algo.positive_nll_coef": a.positive_nll_coef,
-        "algo.value_warmup_steps": a.value_warmup_steps,
-        "logging.ledger_every": cfg.logging.ledger_every,
-        "logging.ledger_samples": cfg.logging.ledger_samples,
-        "logging.eval_every": cfg.logging.eval_every,
-        "logging.checkpoint_every": cfg.logging.checkpoint_every,
-    }
-    for key, value in non_negative.items():
-        if value < 0:
-            _fail(key, value, "must be >= 0")
+    at_least(
+        1,
+        {
+            "steps": cfg.steps,
+            "rollout.n": r.n,
+            "rollout.max_new_tokens": r.max_new_tokens,
+            "batch.prompts_per_step": b.prompts_per_step,
+            "batch.mini_batch_prompts": b.mini_batch_prompts,
+            "batch.micro_batch_responses": b.micro_batch_responses,
+            "batch.epochs": b.epochs,
+            "data.max_prompt_tokens": cfg.data.max_prompt_tokens,
+            "algo.kl.horizon": a.kl.horizon,
+            "algo.dynamic_sampling_max_rounds": a.dynamic_sampling_max_rounds,
+            "logging.log_every": cfg.logging.log_every,
+            "logging.keep_checkpoints": cfg.logging.keep_checkpoints,
+        },
+    )
+    at_least(
+        0,
+        {
+            "rollout.top_k": r.top_k,
+            "data.eval_size": cfg.data.eval_size,
+            "algo.entropy_coef": a.entropy_coef,
+            "algo.kl.coef": a.kl.coef,
+            "algo.ptx_coef": a.ptx_coef,
+            "algo.positive_nll_coef": a.positive_nll_coef,
+            "algo.value_warmup_steps": a.value_warmup_steps,
+            "logging.ledger_every": cfg.logging.ledger_every,
+            "logging.ledger_samples": cfg.logging.ledger_samples,
+            "logging.eval_every": cfg.logging.eval_every,
+            "logging.checkpoint_every": cfg.logging.checkpoint_every,
+        },
+    )
     for key in ("gamma", "lam", "critic_lam"):
         value = getattr(a, key)
         if value is not None and not 0.0 <= value <= 1.0:
-            _fail(f"algo.{key}", value, "must lie in [0, 1]")
+            fail(f"algo.{key}", value, "must lie in [0, 1]")
     if not 0.0 <= cfg.reward.max_failure_rate <= 1.0:
-        _fail("reward.max_failure_rate", cfg.reward.max_failure_rate, "must lie in [0, 1]")
+        fail("reward.max_failure_rate", cfg.reward.max_failure_rate, "must lie in [0, 1]")
     if not r.temperature > 0:
-        _fail("rollout.temperature", r.temperature, "must be > 0")
+        fail("rollout.temperature", r.temperature, "must be > 0")
     if not 0.0 < r.top_p <= 1.0:
-        _fail("rollout.top_p", r.top_p, "must lie in (0, 1]")
+        fail("rollout.top_p", r.top_p, "must lie in (0, 1]")
     for key, value in (
         ("algo.length_alpha", a.length_alpha),
         ("algo.value_clip", a.value_clip),
@@ -322,23 +383,15 @@ def _check_ranges(cfg: TrainConfig) -> None:
         ("algo.norm_length", a.norm_length),
     ):
         if value is not None and not value > 0:
-            _fail(key, value, "must be > 0 (or null)")
+            fail(key, value, "must be > 0 (or null)")
     if a.overlong is not None and not 0 < a.overlong.cache_length <= a.overlong.max_length:
-        _fail(
+        fail(
             "algo.overlong.cache_length",
             a.overlong.cache_length,
             f"must satisfy 0 < cache_length <= algo.overlong.max_length ({a.overlong.max_length})",
         )
-    for name in ("actor_optim", "critic_optim"):
-        o: OptimConfig = getattr(cfg, name)
-        if not o.lr > 0:
-            _fail(f"{name}.lr", o.lr, "must be > 0")
-        if o.warmup_steps < 0:
-            _fail(f"{name}.warmup_steps", o.warmup_steps, "must be >= 0")
-        if o.weight_decay < 0:
-            _fail(f"{name}.weight_decay", o.weight_decay, "must be >= 0")
-        if o.grad_clip is not None and not o.grad_clip > 0:
-            _fail(f"{name}.grad_clip", o.grad_clip, "must be > 0 (or null)")
+    cfg.actor_optim.check("actor_optim")
+    cfg.critic_optim.check("critic_optim")
     loss_params(a)
 
 
@@ -349,12 +402,11 @@ def loss_params(algo: AlgoConfig):
     names = [f.name for f in dataclasses.fields(PolicyLossParams)]
     try:
         return PolicyLossParams(**{name: getattr(algo, name) for name in names})
-    except GlassrlError as err:  # "PolicyLossParams.clip_low = ..." -> "algo.clip_low = ..."
+    except (ValueError, GlassrlError) as err:  # "PolicyLossParams.clip_low = ..." -> "algo.clip_low = ..."
         raise GlassrlError(str(err).replace("PolicyLossParams.", "algo.")) from None
 
 
 def _check_names(cfg: TrainConfig) -> None:
-    from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS
     from glassrl.algos.aggregation import AGGREGATIONS
     from glassrl.algos.kl import KL_ESTIMATORS
     from glassrl.algos.losses import POLICY_LOSSES
@@ -369,65 +421,126 @@ def _check_names(cfg: TrainConfig) -> None:
     ]
     for key, value, registry in registries:
         if value not in registry:
-            _fail(key, value, f"unknown; valid: {', '.join(registry)}")
+            fail(key, value, f"unknown; valid: {', '.join(registry)}")
     if not cfg.reward.sources:
-        _fail("reward.sources", cfg.reward.sources, "needs at least one source {name, weight, ...}")
+        fail("reward.sources", cfg.reward.sources, "needs at least one source {name, weight, ...}")
     for i, source in enumerate(cfg.reward.sources):
         if source.get("name") not in REWARD_SOURCES:
-            _fail(f"reward.sources[{i}].name", source.get("name"), f"unknown; valid: {', '.join(REWARD_SOURCES)}")
+            fail(f"reward.sources[{i}].name", source.get("name"), f"unknown; valid: {', '.join(REWARD_SOURCES)}")
 
 
 def _check_consistency(cfg: TrainConfig) -> None:
-    from glassrl.algos.advantages import GROUP_ESTIMATORS, REQUIRED_INPUTS
-
-    a, n = cfg.algo, cfg.rollout.n
-    needs_values = "values" in REQUIRED_INPUTS[a.advantage]
+    a, b, n = cfg.algo, cfg.batch, cfg.rollout.n
+    _divides(b.mini_batch_prompts, "batch.mini_batch_prompts", b.prompts_per_step, "batch.prompts_per_step", "prompts")
+    _divides(
+        b.micro_batch_responses,
+        "batch.micro_batch_responses",
+        b.mini_batch_prompts * n,
+        f"a mini-batch (batch.mini_batch_prompts × rollout.n = {b.mini_batch_prompts} × {n})",
+        "responses",
+    )
     if a.advantage in GROUP_ESTIMATORS and n < 2:
-        _fail("rollout.n", n, f"algo.advantage = {a.advantage} compares responses within a group: needs n >= 2")
+        fail("rollout.n", n, f"algo.advantage = {a.advantage} compares responses within a group: needs n >= 2")
     if a.dynamic_sampling and a.advantage not in GROUP_ESTIMATORS:
-        _fail(
+        fail(
             "algo.dynamic_sampling",
             True,
             f"keeps groups whose scores differ; algo.advantage = {a.advantage} is not a group estimator "
             f"(valid: {', '.join(sorted(GROUP_ESTIMATORS))})",
         )
-    if not needs_values:
-        for key, value in (
-            ("model.critic", cfg.model.critic),
-            ("algo.critic_lam", a.critic_lam),
-            ("algo.length_alpha", a.length_alpha),
-        ):
-            if value is not None:
-                _fail(key, value, f"only used with a critic; algo.advantage = {a.advantage} uses none (set it to null)")
-        if a.value_warmup_steps:
-            _fail(
-                "algo.value_warmup_steps",
-                a.value_warmup_steps,
-                f"pre-trains a critic; algo.advantage = {a.advantage} uses none",
-            )
     if a.value_warmup_steps >= cfg.steps:
-        _fail(
+        fail(
             "algo.value_warmup_steps", a.value_warmup_steps, f"must be < steps ({cfg.steps}) or the actor never trains"
         )
     if a.kl.placement == "loss" and a.kl.kind == "k1":
-        _fail(
+        fail(
             "algo.kl.kind",
             "k1",
             "as a loss term k1 = log π − log π_ref has gradient ∇log π, zero in "
             "expectation: it does not pull towards π_ref; use k3 (GRPO) or k2 with algo.kl.placement = loss",
         )
     if a.kl.target is not None and a.kl.placement != "reward":
-        _fail(
+        fail(
             "algo.kl.target",
             a.kl.target,
             "the adaptive controller tunes β of a KL in the reward; "
             f"algo.kl.placement = {a.kl.placement} (set target to null)",
         )
     if a.ptx_coef > 0 and cfg.data.ptx is None:
-        _fail("algo.ptx_coef", a.ptx_coef, "needs data.ptx (the supervised pairs)")
+        fail("algo.ptx_coef", a.ptx_coef, "needs data.ptx (the supervised pairs)")
     if a.overlong is not None and a.overlong.max_length > cfg.rollout.max_new_tokens:
-        _fail(
+        fail(
             "algo.overlong.max_length",
             a.overlong.max_length,
             f"must be <= rollout.max_new_tokens ({cfg.rollout.max_new_tokens})",
         )
+
+
+# ---------------------------------------------------------------- knobs the chosen algorithm ignores
+
+# The algo.* knobs each advantage estimator reads (AdvantageParams), besides the critic's.
+ESTIMATOR_KNOBS: dict[str, tuple[str, ...]] = {
+    "gae": ("gamma", "lam"),
+    "grpo": (),
+    "dr_grpo": (),
+    "grpo_process": (),
+    "rloo": (),
+    "remax": (),
+    "reinforce_pp": ("gamma",),  # discounted return-to-go, GAE with V = 0 and λ = 1
+    "reinforce_pp_baseline": (),
+}
+# The algo.* knobs each policy loss reads (PolicyLossParams; glassrl.algos.losses).
+POLICY_LOSS_KNOBS: dict[str, tuple[str, ...]] = {
+    "ppo_clip": ("clip_low", "clip_high"),
+    "dual_clip": ("clip_low", "clip_high", "dual_clip_c"),
+    "gspo": ("clip_low", "clip_high"),
+    "cispo": ("cispo_eps_is_low", "cispo_eps_is_high"),
+    "aspo": ("clip_low", "clip_high", "dual_clip_c"),
+    "clip_cov": ("clip_low", "clip_high", "clip_cov_r", "clip_cov_omega_low", "clip_cov_omega_high"),
+    "reinforce": (),
+}
+# Read only when the estimator reads values, i.e. the run trains a critic.
+CRITIC_KNOBS = (
+    "model.critic",
+    "model.critic_head",
+    "algo.critic_lam",
+    "algo.length_alpha",
+    "algo.value_clip",
+    "algo.value_warmup_steps",
+    *(f"critic_optim.{f.name}" for f in dataclasses.fields(OptimConfig)),
+)
+
+
+def _check_ignored(cfg: TrainConfig, written: Set[str] | None) -> None:
+    """A knob the user set (:func:`glassrl.config.knob_set`) that the chosen algorithm never reads
+    is an error saying what ignores it."""
+    a, kl = cfg.algo, cfg.algo.kl
+
+    def ignored(key: str, why: str) -> None:
+        if knob_set(cfg, key, written):
+            fail(key, get_dotted(cfg, key), f"ignored: {why}; remove it")
+
+    if not uses_critic(a):
+        for key in CRITIC_KNOBS:
+            ignored(key, f"only a critic uses it, and algo.advantage = {a.advantage} has none")
+    for knob in ("gamma", "lam"):
+        if knob not in ESTIMATOR_KNOBS[a.advantage]:
+            readers = ", ".join(name for name, knobs in ESTIMATOR_KNOBS.items() if knob in knobs)
+            ignored(f"algo.{knob}", f"algo.advantage = {a.advantage} does not read it (only {readers})")
+    if a.critic_lam is not None and a.length_alpha is not None:
+        ignored("algo.lam", "algo.length_alpha sets the policy's λ and algo.critic_lam the critic's")
+    for knob in dict.fromkeys(k for knobs in POLICY_LOSS_KNOBS.values() for k in knobs):
+        if knob not in POLICY_LOSS_KNOBS[a.policy_loss]:
+            readers = ", ".join(name for name, knobs in POLICY_LOSS_KNOBS.items() if knob in knobs)
+            ignored(f"algo.{knob}", f"algo.policy_loss = {a.policy_loss} does not read it (only {readers})")
+    if a.loss_agg != "seq-mean-token-sum-norm":
+        ignored("algo.norm_length", f"the L of loss_agg seq-mean-token-sum-norm; algo.loss_agg = {a.loss_agg}")
+    if kl.placement == "none":
+        for key in ("algo.kl.kind", "algo.kl.coef", "algo.kl.horizon", "model.reference"):
+            ignored(key, "algo.kl.placement = none: there is no KL term and no reference policy")
+    elif kl.target is None:
+        ignored("algo.kl.horizon", "the adaptive KL controller's horizon; algo.kl.target is null (fixed β)")
+    if not a.dynamic_sampling:
+        ignored("algo.dynamic_sampling_max_rounds", "algo.dynamic_sampling is off")
+    if a.ptx_coef == 0:
+        ignored("data.ptx", "PPO-ptx's supervised pairs; algo.ptx_coef = 0 turns PPO-ptx off")

@@ -1,25 +1,30 @@
-"""Phases 1–2 of a step: sample groups and score them, once, or (DAPO) until the step is full.
+"""Phase 1 of a step in rounds: the step takes one round, or (DAPO) rounds until it is full.
 
 Shapes: B responses, G = rollout.n responses per group (one group per prompt), P prompt
 width, T response width.
 
-A *round* generates and scores ``batch.prompts_per_step`` groups (glassrl.trainer.loop).
-:class:`OneRound` takes one round as the step. :class:`DynamicSampler` is DAPO's dynamic
+A *round* generates ``batch.prompts_per_step`` groups and gets their reward results
+(``Trainer.step``, glassrl.trainer.loop). The step fills a sampler in a loop:
+
+    while sampler.needs_more():
+        sampler.add(<one round>)
+    sampled, metrics = sampler.take()
+
+:class:`OneRound` holds one round as the step. :class:`DynamicSampler` is DAPO's dynamic
 sampling (Yu et al. 2025, DAPO, eq. 11 constraint 0 < |{o_i : is_equivalent(a, o_i)}| < G,
-and Algorithm 1): it over-samples, keeps only the groups whose scores are not all equal
-(glassrl.algos.shaping.dynamic_sampling_keep), and buffers them until the step holds
+and Algorithm 1): of each round it keeps only the groups whose scores are not all equal
+(glassrl.algos.shaping.dynamic_sampling_keep), in a buffer, until the buffer holds
 ``prompts_per_step`` groups. Groups kept beyond what the step needs wait in the buffer for
 the next step, so the buffer is checkpointed (part ``sample_buffer``).
 
 The filter reads the combined reward's score before any shaping — the paper's
 accuracy, not the overlong penalty — over the group's scored members only: failed
 responses are left out of the comparison as out of every group baseline
-(glassrl.trainer.experience), and a group with fewer than 2 scored members is dropped.
+(glassrl.trainer.phases), and a group with fewer than 2 scored members is dropped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,21 +35,7 @@ from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardResult
 from glassrl.rollout.base import RolloutBatch, concat_rollouts
-from glassrl.trainer.experience import outcome_scores
-
-
-@dataclass
-class Sampled:
-    """Scored groups: ``rollout`` (B responses, group_index 0..k−1 into ``prompts``),
-    the k prompt records and their token ids, and the B reward results."""
-
-    rollout: RolloutBatch
-    prompts: list[PromptRecord]
-    prompt_ids: list[list[int]]
-    results: list[RewardResult]
-
-
-Round = Callable[[], Sampled]  # generate and score one round of prompts
+from glassrl.trainer.phases import Sampled, outcome_scores
 
 
 class OneRound:
@@ -52,8 +43,18 @@ class OneRound:
 
     part_names: tuple[str, ...] = ()
 
-    def fill(self, sample_round: Round) -> tuple[Sampled, dict[str, float]]:
-        return sample_round(), {}
+    def __init__(self) -> None:
+        self.round: Sampled | None = None
+
+    def needs_more(self) -> bool:
+        return self.round is None
+
+    def add(self, sampled: Sampled) -> None:
+        self.round = sampled
+
+    def take(self) -> tuple[Sampled, dict[str, float]]:
+        sampled, self.round = self.round, None
+        return sampled, {}
 
 
 @dataclass
@@ -65,37 +66,44 @@ class _Group:
 
 
 class DynamicSampler:
-    """Rounds until ``need`` groups with mixed scores are buffered (at most ``max_rounds``)."""
+    """A buffer of groups with mixed scores; the step adds rounds until it holds ``need``
+    groups, at most ``max_rounds`` rounds per step."""
 
     part_names = ("sample_buffer",)
 
     def __init__(self, need: int, max_rounds: int, pad_id: int) -> None:
         self.need, self.max_rounds, self.pad_id = need, max_rounds, pad_id
         self.buffer: list[_Group] = []
+        self.rounds = self.generated = self.kept = 0  # this step's counts (the sampling/… metrics)
 
-    def fill(self, sample_round: Round) -> tuple[Sampled, dict[str, float]]:
+    def needs_more(self) -> bool:
+        return len(self.buffer) < self.need
+
+    def add(self, sampled: Sampled) -> None:
+        """Buffer the round's groups with mixed scores; an error when ``max_rounds`` rounds
+        leave the step short."""
+        groups = split_groups(sampled)
+        mixed = mixed_groups(sampled)
+        self.buffer += [g for g, keep in zip(groups, mixed) if keep]
+        self.rounds, self.generated, self.kept = self.rounds + 1, self.generated + len(groups), self.kept + sum(mixed)
+        if self.needs_more() and self.rounds == self.max_rounds:
+            raise GlassrlError(
+                f"algo.dynamic_sampling_max_rounds = {self.max_rounds}: after {self.rounds} rounds "
+                f"({self.generated} groups generated, {self.kept} with mixed scores kept) the step holds "
+                f"{len(self.buffer)} of batch.prompts_per_step = {self.need} groups; raise the limit, "
+                "or use prompts the policy sometimes solves"
+            )
+
+    def take(self) -> tuple[Sampled, dict[str, float]]:
         """The step's ``need`` groups (oldest first) and the sampling/… metrics (docs/metrics.md)."""
-        rounds = generated = kept = 0
-        while len(self.buffer) < self.need:
-            if rounds == self.max_rounds:
-                raise GlassrlError(
-                    f"algo.dynamic_sampling_max_rounds = {self.max_rounds}: after {rounds} rounds "
-                    f"({generated} groups generated, {kept} with mixed scores kept) the step holds "
-                    f"{len(self.buffer)} of batch.prompts_per_step = {self.need} groups; raise the limit, "
-                    "or use prompts the policy sometimes solves"
-                )
-            sampled = sample_round()
-            groups = split_groups(sampled)
-            mixed = mixed_groups(sampled)
-            self.buffer += [g for g, keep in zip(groups, mixed) if keep]
-            rounds, generated, kept = rounds + 1, generated + len(groups), kept + sum(mixed)
         step, self.buffer = self.buffer[: self.need], self.buffer[self.need :]
         metrics = {
-            "sampling/rounds": rounds,
-            "sampling/groups_generated": generated,
-            "sampling/groups_kept": kept,
+            "sampling/rounds": self.rounds,
+            "sampling/groups_generated": self.generated,
+            "sampling/groups_kept": self.kept,
             "sampling/buffer_groups": len(self.buffer),
         }
+        self.rounds = self.generated = self.kept = 0
         return join_groups(step, self.pad_id), metrics
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:

@@ -4,11 +4,12 @@
     trainer.train()
 
 The trainer owns the algorithm and talks to role workers (glassrl.workers.base);
-it never touches a torch model. Algorithm variants plug in as small parts chosen
-by config values, never by algorithm name: the estimator's REQUIRED_INPUTS decide
-which inputs are computed (values → critic, baseline_rewards → greedy rollout),
-score shapers (experience.SCORE_SHAPERS) by their keys, loss terms by their
-coefficients (update.actor_terms).
+it never touches a torch model. Phases 2–5 are the functions of glassrl.trainer.phases,
+which ``glassrl explain --model`` calls too. Algorithm variants plug in as small parts
+chosen by config values, never by algorithm name: the estimator's REQUIRED_INPUTS decide
+which inputs are computed (values → critic, baseline_rewards → greedy rollout), score
+shapers (phases.SCORE_SHAPERS) by their keys, loss terms by their coefficients
+(update.actor_terms).
 
 Run directory (``output_dir``): config.yaml (the resolved config), metrics.jsonl,
 tensorboard/ (when on), ledgers/step_XXXXXX.jsonl, checkpoints/ (glassrl.trainer.checkpoint).
@@ -20,34 +21,33 @@ import json
 import math
 import re
 import time
-from functools import partial
 from pathlib import Path
 
 import torch
 import yaml
 from rich.console import Console
 
-from glassrl.algos.advantages import REQUIRED_INPUTS, AdvantageParams
-from glassrl.algos.kl import AdaptiveKLController, FixedKLController, kl_penalty
+from glassrl.algos.kl import AdaptiveKLController, FixedKLController
 from glassrl.algos.masked import masked_mean
 from glassrl.config import to_dict
+from glassrl.data.formatting import format_prompt
 from glassrl.errors import GlassrlError
-from glassrl.ledger import Ledger
-from glassrl.models.default_model import format_prompt
+from glassrl.ledger.compute import from_experience
 from glassrl.report.html import write_run_report
 from glassrl.report.run_dir import collect_environment
 from glassrl.report.sinks import ConsoleSink, JsonlSink, MetricSinks, TensorBoardSink
 from glassrl.rollout.base import SamplingParams
-from glassrl.trainer import experience as X
-from glassrl.trainer import state
+from glassrl.trainer import phases, state
 from glassrl.trainer.build import actor_path, build_local_workers, build_ptx, load_records, test_spec
 from glassrl.trainer.checkpoint import CheckpointManager
 from glassrl.trainer.common import seed_everything
 from glassrl.trainer.config import TrainConfig, resolve
-from glassrl.trainer.dynamic_sampling import DynamicSampler, OneRound, Sampled
+from glassrl.trainer.dynamic_sampling import DynamicSampler, OneRound
+from glassrl.trainer.experience import Experience
 from glassrl.trainer.metrics import PhaseTimer
+from glassrl.trainer.phases import Sampled
 from glassrl.trainer.step_metrics import accuracy, correct, response_metrics, reward_metrics, tensor_metrics
-from glassrl.trainer.update import minibatch_plan
+from glassrl.trainer.update import actor_batch, critic_batch, minibatch_plan
 
 # Shown under the progress bar, in this order (when present).
 CONSOLE_KEYS = (
@@ -88,7 +88,7 @@ class Trainer:
         self.kl = (
             FixedKLController(kl.coef) if kl.target is None else AdaptiveKLController(kl.coef, kl.target, kl.horizon)
         )
-        self.shapers = [make(cfg.algo) for on, make in X.SCORE_SHAPERS.values() if on(cfg.algo)]
+        self.shapers = phases.score_shapers(cfg.algo)
         self.shuffle = torch.Generator().manual_seed(cfg.seed + 2)  # mini-batch order
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.sampler = (
@@ -119,28 +119,45 @@ class Trainer:
 
     def step(self) -> dict[str, float]:
         """One training step (DESIGN §2); returns its metrics."""
-        step, start = self.counters.step + 1, time.perf_counter()
+        step, start, a = self.counters.step + 1, time.perf_counter(), self.cfg.algo
         self.timer.reset()
-        # 1–2. generate n responses per prompt and score them, in rounds (dynamic sampling) or one
-        sampled, sampling = self.sampler.fill(partial(self._round, step))
-        with self.timer.phase("score"):  # 2. shape the scores, place them on tokens; failures masked
-            exp, flags = self._score(sampled)
-        with self.timer.phase("logprobs"):  # 3. old and reference log-probs, values
-            self._model_outputs(exp)
-        with self.timer.phase("rewards"):  # 4. token rewards
-            self._token_rewards(exp)
-        with self.timer.phase("advantages"):  # 5. advantages and returns
-            X.estimate_advantages(
-                exp,
-                self.cfg.algo.advantage,
-                self._advantage_params(),
-                self.cfg.algo.whiten_advantages,
-                self.cfg.algo.gamma,
+        # 1. generate n responses per prompt, with their reward results (ok / timeout / error). With
+        #    DAPO dynamic sampling (Yu et al. 2025, Algorithm 1) the sampler keeps only groups with
+        #    mixed scores, and rounds go on until it holds the step's batch.prompts_per_step groups.
+        while self.sampler.needs_more():
+            self.sampler.add(self._generate_and_reward(step))
+        sampled, sampling = self.sampler.take()
+        with self.timer.phase("score"):  # 2. shaped scores on tokens; failed (or baseline-less) rows masked
+            exp = phases.score(
+                sampled,
+                self.tokenizer,
+                estimator=a.advantage,
+                shapers=self.shapers,
+                rollout=self.workers.rollout,
+                reward=self.workers.reward,
+                max_new_tokens=self.cfg.rollout.max_new_tokens,
             )
-        with self.timer.phase("update"):  # 6. update critic and actor
-            updated = self._update(exp, step)
+        with self.timer.phase("logprobs"):  # 3. old and reference log-probs, KL, values
+            phases.model_outputs(exp, self.workers.actor, self.workers.reference, self.workers.critic, a.kl.kind)
+        with self.timer.phase("rewards"):  # 4. token rewards r_i = score_i − β·kl_i (when the KL is in the reward)
+            phases.token_rewards(exp, self.kl.value, a.kl.placement == "reward")
+        # Adaptive KL (Ziegler et al. 2019, §2.2): β follows the KL of the batch just sampled, per
+        # token (verl's apply_kl_penalty; TRL sums over the sequence instead); n = responses.
+        if exp.kl_in_reward and math.isfinite(kl := masked_mean(exp.kl, exp.response_mask).item()):
+            self.kl.update(kl, self.resolved.responses_per_step)
+        with self.timer.phase("advantages"):  # 5. advantages and returns (whitened when on), TD errors
+            phases.advantages(exp, a)
+        with self.timer.phase("update"):  # 6. epochs × mini-batches × micro-batches: the critic, then the actor
+            plan = minibatch_plan(
+                len(exp.rollout), self.resolved.mini_batch_responses, self.cfg.batch.epochs, self.shuffle
+            )
+            updated: dict[str, float] = {}
+            if self.workers.critic is not None:
+                updated |= self.workers.critic.update(critic_batch(exp), plan)
+            if step > a.value_warmup_steps:  # VAPO value pre-training: the critic alone until then
+                updated |= self.workers.actor.update(actor_batch(exp), plan)
         self.counters.step = step
-        metrics = self._metrics(exp, flags, {**sampling, **updated}, start)  # 7. log, ledger, evaluation, checkpoint
+        metrics = self._metrics(exp, {**sampling, **updated}, start)  # 7. log, ledger, evaluation, checkpoint
         self._log_and_save(step, exp, metrics)
         return metrics
 
@@ -164,15 +181,15 @@ class Trainer:
             write_run_report([self.out], self.out / "report.html")
         return metrics
 
-    # ------------------------------------------------------------------ phases
+    # ------------------------------------------------------------------ phase 1
 
     def _sampling(self, greedy: bool = False) -> SamplingParams:
         r = self.cfg.rollout
         return SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, greedy)
 
-    def _round(self, step: int) -> Sampled:
-        """Phases 1–2 for the next ``batch.prompts_per_step`` prompts: n responses each, their
-        typed reward results (failures counted: too many stop the run)."""
+    def _generate_and_reward(self, step: int) -> Sampled:
+        """Phase 1, one round: n responses to each of the next ``batch.prompts_per_step`` prompts
+        and their typed reward results (failures counted: too many stop the run)."""
         prompts = self.prompts.take(self.cfg.batch.prompts_per_step)
         with self.timer.phase("generate"):
             prompt_ids = [format_prompt(self.tokenizer, r.prompt) for r in prompts]
@@ -180,95 +197,25 @@ class Trainer:
             self.timer.add_tokens("generate", int(rollout.response_mask.sum()))
         with self.timer.phase("score"):
             records = [prompts[g] for g in rollout.group_index.tolist()]  # the record each response answers
-            results = self.workers.reward.score(X.reward_requests(rollout, records, self.tokenizer))
-            X.check_failure_rate(results, step, self.cfg.reward.max_failure_rate)
+            results = self.workers.reward.score(phases.reward_requests(rollout, records, self.tokenizer))
+            phases.check_failure_rate(results, step, self.cfg.reward.max_failure_rate)
         return Sampled(rollout, prompts, prompt_ids, results)
-
-    def _score(self, sampled: Sampled):
-        """Phase 2: the Experience with scores placed on tokens and failed rows masked out; and
-        the task verifier's verdict per response (for task/accuracy)."""
-        rollout, prompts, prompt_ids, results = sampled.rollout, sampled.prompts, sampled.prompt_ids, sampled.results
-        records = [prompts[g] for g in rollout.group_index.tolist()]  # the record each response answers
-        requests = X.reward_requests(rollout, records, self.tokenizer)
-        raw, scored = X.outcome_scores(results, rollout.response_mask.device)
-        scores = raw
-        for shape in self.shapers:
-            scores = shape(scores, scored, rollout)
-        exp = X.Experience(rollout, records, results, scored, scores, rollout.response_mask, raw_scores=raw)
-        exp.token_scores, exp.step_end_mask = X.place_scores(results, scores, rollout, self.tokenizer)
-        if "baseline_rewards" in REQUIRED_INPUTS[self.cfg.algo.advantage]:
-            exp.baseline_rewards, baseline_ok = self._greedy_baseline(rollout, prompts, prompt_ids)
-            scored = scored & baseline_ok
-        rows = X.estimator_rows(self.cfg.algo.advantage, scored, rollout.group_index)
-        exp.response_mask = rollout.response_mask & rows.unsqueeze(-1)  # (B, T)
-        return exp, correct(requests)
-
-    def _greedy_baseline(self, rollout, prompts, prompt_ids):
-        """ReMax (Li et al. 2023, Algorithm 1): the reward of the greedy response to each prompt,
-        per response (B,), and whether it was scored (B,)."""
-        greedy = self.workers.rollout.generate(prompt_ids, n=1, params=self._sampling(greedy=True))
-        results = self.workers.reward.score(X.reward_requests(greedy, prompts, self.tokenizer))
-        scores, ok = X.outcome_scores(results, rollout.response_mask.device)
-        return scores[rollout.group_index], ok[rollout.group_index]
-
-    def _model_outputs(self, exp: X.Experience) -> None:
-        batch = self._model_batch(exp)
-        exp.logprobs, exp.entropy = self.workers.actor.compute_logprobs(batch)
-        if self.workers.reference is not None:
-            exp.ref_logprobs = self.workers.reference.compute_logprobs(batch)
-            exp.kl = kl_penalty(exp.logprobs, exp.ref_logprobs, self.cfg.algo.kl.kind)
-        if self.workers.critic is not None:
-            exp.values = self.workers.critic.compute_values(batch)
-        self.timer.add_tokens("logprobs", int(exp.rollout.attention_mask.sum()))
-
-    def _token_rewards(self, exp: X.Experience) -> None:
-        in_reward = self.cfg.algo.kl.placement == "reward"
-        exp.beta = self.kl.value if exp.kl is not None else 0.0
-        beta = exp.beta if in_reward else 0.0
-        exp.token_rewards = X.token_rewards(exp.token_scores, exp.kl, beta, exp.response_mask)
-        # Ziegler et al. 2019, §2.2: β adapts to the KL of the batch just sampled, measured per
-        # token (verl's apply_kl_penalty; TRL sums over the sequence instead); n = responses.
-        kl_mean = masked_mean(exp.kl, exp.response_mask).item() if in_reward else math.nan
-        if math.isfinite(kl_mean):
-            self.kl.update(kl_mean, self.resolved.responses_per_step)
-
-    def _advantage_params(self) -> AdvantageParams:
-        a = self.cfg.algo
-        return AdvantageParams(gamma=a.gamma, lam=a.lam, critic_lam=a.critic_lam, length_alpha=a.length_alpha)
-
-    def _update(self, exp: X.Experience, step: int) -> dict[str, float]:
-        base = self._model_batch(exp)
-        plan = minibatch_plan(len(exp.rollout), self.resolved.mini_batch_responses, self.cfg.batch.epochs, self.shuffle)
-        metrics: dict[str, float] = {}
-        if self.workers.critic is not None:
-            critic_batch = {**base, "old_values": exp.values, "returns": exp.returns}
-            metrics.update(self.workers.critic.update(critic_batch, plan))
-        if step > self.cfg.algo.value_warmup_steps:  # VAPO value pre-training: critic only until then
-            # "scores" marks VAPO's positive examples: correct answers, judged before any shaping.
-            actor_batch = {
-                **base,
-                "old_logprobs": exp.logprobs,
-                "advantages": exp.policy_advantages,
-                "scores": exp.raw_scores,
-            }
-            if exp.ref_logprobs is not None:
-                actor_batch["ref_logprobs"] = exp.ref_logprobs
-            metrics.update(self.workers.actor.update(actor_batch, plan))
-        tokens = int(exp.rollout.attention_mask.sum()) * self.cfg.batch.epochs
-        self.timer.add_tokens("update", tokens * (2 if self.workers.critic is not None else 1))
-        return metrics
 
     # ------------------------------------------------------------------ phase 7
 
-    def _metrics(self, exp: X.Experience, flags, updated: dict[str, float], start: float) -> dict[str, float]:
+    def _metrics(self, exp: Experience, updated: dict[str, float], start: float) -> dict[str, float]:
+        flags = correct(phases.reward_requests(exp.rollout, exp.records, self.tokenizer))  # the task's verifier
         metrics = {**reward_metrics(exp.results), "task/accuracy": accuracy(flags), **response_metrics(exp)}
         metrics.update(tensor_metrics(exp))
         metrics.update(updated)
+        tokens = int(exp.rollout.attention_mask.sum())  # processed by each forward pass over the step
+        self.timer.add_tokens("logprobs", tokens)
+        self.timer.add_tokens("update", tokens * self.cfg.batch.epochs * (2 if self.workers.critic is not None else 1))
         metrics.update(self.timer.metrics())
         metrics["perf/step_s"] = time.perf_counter() - start
         return metrics
 
-    def _log_and_save(self, step: int, exp: X.Experience, metrics: dict[str, float]) -> None:
+    def _log_and_save(self, step: int, exp: Experience, metrics: dict[str, float]) -> None:
         lg = self.cfg.logging
         if (lg.eval_every and step % lg.eval_every == 0 or step == self.cfg.steps) and self.test_records:
             metrics.update(self.evaluate())
@@ -276,7 +223,18 @@ class Trainer:
             self.sinks.log(step, metrics)
         if lg.ledger_every and (step % lg.ledger_every == 0 or step == self.cfg.steps):  # the last step: for the report
             (self.out / "ledgers").mkdir(exist_ok=True)
-            self.ledger(exp, step).to_jsonl(self.out / "ledgers" / f"step_{step:06d}.jsonl")
+            a = self.cfg.algo
+            ledger = from_experience(  # the first logging.ledger_samples responses (whole groups first)
+                exp,
+                self.tokenizer,
+                estimator=a.advantage,
+                gamma=a.gamma,
+                lam=a.lam,
+                kl_kind=a.kl.kind,
+                step=step,
+                samples=lg.ledger_samples,
+            )
+            ledger.to_jsonl(self.out / "ledgers" / f"step_{step:06d}.jsonl")
         if lg.checkpoint_every and step % lg.checkpoint_every == 0 or step == self.cfg.steps:
             state.save(self.checkpoints, step, self.components)
 
@@ -290,7 +248,7 @@ class Trainer:
             records = self.test_records[start : start + chunk]
             ids = [format_prompt(self.tokenizer, r.prompt) for r in records]
             rollout = self.workers.rollout.generate(ids, n=1, params=self._sampling(greedy=True))
-            flags += correct(X.reward_requests(rollout, records, self.tokenizer))
+            flags += correct(phases.reward_requests(rollout, records, self.tokenizer))
         metrics = {"eval/accuracy": accuracy(flags)}
         key = self.cfg.logging.eval_group_by
         if key is not None:
@@ -301,49 +259,7 @@ class Trainer:
             metrics.update({f"eval/accuracy/{value}": accuracy(group) for value, group in sorted(groups.items())})
         return metrics
 
-    def ledger(self, exp: X.Experience, step: int) -> Ledger:
-        """The first ``logging.ledger_samples`` responses of the step (whole groups first), every token."""
-        k = min(self.cfg.logging.ledger_samples, len(exp.rollout))
-        rows = torch.arange(k)
-        pick = lambda t: None if t is None else t[:k]  # noqa: E731
-        rollout = exp.rollout.select(rows)
-        a = self.cfg.algo
-        return Ledger.from_tensors(
-            prompts=[X.prompt_text(self.tokenizer, r.prompt) for r in exp.records[:k]],
-            token_texts=[[self.tokenizer.decode([t]) for t in row.tolist()] for row in rollout.response_ids],
-            response_mask=pick(exp.response_mask),
-            estimator=a.advantage,
-            gamma=a.gamma,
-            lam=a.lam if exp.values is not None else None,
-            beta=exp.beta if a.kl.placement == "reward" else 0.0,
-            kl_kind=a.kl.kind if exp.kl is not None else None,
-            token_ids=rollout.response_ids,
-            logprobs=pick(exp.logprobs),
-            ref_logprobs=pick(exp.ref_logprobs),
-            kl=pick(exp.kl),
-            token_scores=pick(exp.token_scores),
-            token_rewards=pick(exp.token_rewards),
-            values=pick(exp.values),
-            deltas=pick(exp.deltas),
-            advantages=pick(exp.advantages),
-            returns=pick(exp.returns),
-            whitened_advantages=pick(exp.whitened_advantages),
-            step_end_mask=pick(exp.step_end_mask),
-            scores=pick(exp.scores),
-            group_ids=rollout.group_index,
-            baseline_rewards=pick(exp.baseline_rewards),
-            lengths=rollout.lengths,
-            finish_reasons=rollout.finish_reasons,
-            responses=rollout.texts,
-            step=step,
-        )
-
     # ------------------------------------------------------------------ helpers
-
-    @staticmethod
-    def _model_batch(exp: X.Experience) -> dict[str, torch.Tensor]:
-        r = exp.rollout
-        return {"input_ids": r.input_ids, "attention_mask": r.attention_mask, "response_mask": exp.response_mask}
 
     def _check_run_dir(self, resume: bool) -> None:
         """A fresh run must not mix with an old one; a resumed run must have the same config."""

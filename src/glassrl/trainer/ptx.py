@@ -21,12 +21,11 @@ from glassrl.trainer.state import PromptStream
 def load_ptx_examples(spec: str, tokenizer, max_length: int) -> list[Example]:
     """(prompt ids, response ids + EOS) of ``data.ptx``: "task:NAME[/SPLIT]" (a bundled task's
     pairs, train split by default) or a JSONL file of {"prompt", "response"}."""
-    from glassrl.data.tasks import sft_pairs
+    from glassrl.data.tasks import parse_task, sft_pairs
 
     try:
-        if spec.startswith("task:"):
-            name, _, split = spec[len("task:") :].partition("/")
-            pairs = sft_pairs(name, split or "train")
+        if (ref := parse_task(spec)) is not None:
+            pairs = sft_pairs(ref.name, ref.split)
             rows = [(prompt, answer, f"{spec}#{i}") for i, (prompt, answer) in enumerate(pairs)]
         else:
             rows = load_pairs(spec)

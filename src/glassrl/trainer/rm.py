@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Set
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -40,51 +41,63 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from glassrl.algos.losses import pairwise_rm_loss
 from glassrl.config import to_dict
+from glassrl.data.formatting import format_prompt
 from glassrl.data.preferences import load_preferences
 from glassrl.data.records import PreferencePair
+from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
 from glassrl.models import load_scalar_model, load_tokenizer, resolve_device, sequence_scores
-from glassrl.models.default_model import format_prompt
 from glassrl.trainer.common import batch_indices, collate, encode_response, make_optimizer, seed_everything
+from glassrl.trainer.config import OptimConfig, at_least, fail
 
 
 @dataclass
 class RMConfig:
-    """What ``glassrl rm CONFIG`` reads.
+    """What ``glassrl rm CONFIG`` reads (examples/rm.yaml). Checked by :meth:`validate`."""
 
-    model:       Hugging Face causal-LM checkpoint directory (the backbone; a fresh scalar head is
-                 added) or a scalar checkpoint saved with the same ``head`` (training continues);
-                 "default" for the embedded default model (built on first use)
-    head:        "token-classification" (backbone + score Linear, plain Hugging Face) or
-                 "value-head" (causal LM + v_head; see glassrl.models.value_head)
-    data:        "task:arith-verify-preferences" (the bundled set's train split;
-                 ".../test" for its test split) or a JSONL file of pairs
-    eval_data:   the same forms; null -> the bundled set's test split when ``data`` is the bundled
-                 set; a JSONL ``data`` needs an explicit ``eval_data``
-    use_margin:  subtract each pair's margin inside the sigmoid (every pair must have one)
-    steps:       optimiser steps, each on ``batch_size`` pairs (2 × batch_size sequences)
-    max_length:  longest prompt+response in tokens; a longer pair is an error naming it
-    eval_every:  steps between held-out evaluations; 0 -> only at the end
-    device:      "auto" (CUDA when visible), "cpu", "cuda", "cuda:N"
-    """
+    model: str = "default"  # causal-LM dir (+ fresh head), a scalar checkpoint of this head, or "default"
+    head: Literal["token-classification", "value-head"] = (
+        "token-classification"  # backbone + score Linear (plain HF), or causal LM + v_head (glassrl.models.value_head)
+    )
+    data: str = "task:arith-verify-preferences"  # "task:NAME[/SPLIT]" (a bundled preference set) or a JSONL of pairs
+    eval_data: str | None = None  # the same forms; null = the test split of a task:NAME data (a JSONL data needs one)
+    use_margin: bool = False  # subtract each pair's margin inside the sigmoid (every pair must have one)
+    seed: int = 0  # seeds python, numpy, torch (the fresh head) and the data order
+    steps: int = 200  # optimiser steps, each on batch_size pairs (2 × batch_size sequences)
+    batch_size: int = 32  # preference pairs per optimiser step
+    max_length: int = 64  # longest prompt+response in tokens; a longer pair is an error naming it
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(lr=1e-4, warmup_steps=10, decay="cosine")
+    )  # optimiser and schedule (shared with glassrl train)
+    output_dir: str = "runs/rm"  # reward model, tokenizer, rm_config.yaml, metrics.jsonl, glassrl.json
+    eval_every: int = 0  # steps between held-out evaluations; 0 = only at the end
+    log_every: int = 10  # steps between metric rows
+    device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
 
-    model: str = "default"
-    head: Literal["token-classification", "value-head"] = "token-classification"
-    data: str = "task:arith-verify-preferences"
-    eval_data: str | None = None
-    use_margin: bool = False
-    seed: int = 0
-    lr: float = 1e-4
-    warmup_steps: int = 10
-    steps: int = 200
-    batch_size: int = 32
-    max_length: int = 64
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    output_dir: str = "runs/rm"
-    eval_every: int = 0
-    log_every: int = 10
-    device: str = "auto"
+    title = "glassrl rm: resolved"
+
+    def validate(self, written: Set[str] | None = None) -> None:
+        """Ranges and the held-out set; GlassrlError naming the key (see glassrl.config)."""
+        at_least(1, {"steps": self.steps, "batch_size": self.batch_size, "max_length": self.max_length})
+        at_least(1, {"log_every": self.log_every})
+        at_least(0, {"eval_every": self.eval_every})
+        if self.eval_data is None and held_out_split(self.data) is None:
+            fail("eval_data", None, f"needed when data is a file ({self.data}); give a held-out JSONL file")
+        self.optim.check("optim")
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(quantity, value, unit) rows of the table printed at start (print_resolved)."""
+        return [
+            ("training steps", f"{self.steps}", "optimiser steps"),
+            ("batch", f"{self.batch_size}", "pairs, per optimiser step"),
+            ("sequences per step", f"{2 * self.batch_size}", "chosen + rejected, one forward pass"),
+            ("max length", f"{self.max_length}", "tokens, prompt + response"),
+            ("head", self.head, "scalar head"),
+            ("loss", "−log σ(r_c − r_r" + (" − m)" if self.use_margin else ")"), "Bradley–Terry, mean over pairs"),
+            ("data", self.data, "training pairs"),
+            ("eval data", _eval_spec(self), "held-out pairs"),
+            *self.optim.rows(),
+        ]
 
 
 # (prompt_ids, chosen_ids, rejected_ids, margin)
@@ -153,6 +166,7 @@ def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
     """Train a reward model as ``cfg`` says; returns the final metrics (train/…, eval/…, steps,
     pairs, eval_pairs, time_s). ``eval/accuracy`` is the held-out pairwise accuracy."""
     console = console or Console()
+    cfg.validate()
     seed_everything(cfg.seed)  # before loading: the fresh scalar head is drawn from torch's RNG
     device = resolve_device(cfg.device)
     path = _model_path(cfg.model, console)
@@ -168,9 +182,7 @@ def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
         )
         if missing:
             raise GlassrlError(f"use_margin=true, but some pairs of {missing} have no margin")
-    optimizer, scheduler = make_optimizer(
-        model, lr=cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps, total_steps=cfg.steps
-    )
+    optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
     batches = batch_indices(len(train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
 
     out = Path(cfg.output_dir)
@@ -196,7 +208,7 @@ def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
             loss = pairwise_rm_loss(r_c, r_r, margins(chunk, device) if cfg.use_margin else None).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
             optimizer.step()
             scheduler.step()
             window.append((loss.item(), pairwise_accuracy(r_c, r_r), (r_c - r_r).mean().item()))
@@ -247,15 +259,12 @@ def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
 
 def _model_path(model: str, console: Console) -> Path:
     if model == "default":
-        from glassrl.models.default_model import ensure_default_model
+        from glassrl.trainer.default_model import ensure_default_model
 
         return ensure_default_model(console=console)
     return Path(model)
 
 
 def _eval_spec(cfg: RMConfig) -> str:
-    if cfg.eval_data is not None:
-        return cfg.eval_data
-    if not cfg.data.startswith("task:"):
-        raise GlassrlError(f"eval_data: needed when data is a file ({cfg.data}); give a held-out JSONL file")
-    return cfg.data.partition("/")[0] + "/test"
+    """eval_data, or the test split of a task:NAME data (RMConfig.validate checked one exists)."""
+    return cfg.eval_data if cfg.eval_data is not None else str(held_out_split(cfg.data))

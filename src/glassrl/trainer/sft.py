@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Set
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,49 +25,64 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from glassrl.config import to_dict
-from glassrl.data.jsonl import jsonl_objects
-from glassrl.data.tasks import TASKS, load_task
+from glassrl.config import knob_set, to_dict
+from glassrl.data.formatting import format_prompts
+from glassrl.data.tasks import TASKS, held_out_split, load_task, parse_task
 from glassrl.errors import GlassrlError
-from glassrl.models.default_model import format_prompts
+from glassrl.jsonl import jsonl_objects
 from glassrl.trainer.common import batch_indices, collate, encode_responses, make_optimizer, seed_everything
+from glassrl.trainer.config import OptimConfig, at_least, fail
 
 
 @dataclass
 class SFTConfig:
-    """What ``glassrl sft CONFIG`` reads.
+    """What ``glassrl sft CONFIG`` reads (examples/sft.yaml). Checked by :meth:`validate`."""
 
-    model:        Hugging Face checkpoint directory, or "default" for the embedded default
-                  model (built on first use); ignored when ``train_sft`` is given a model
-    tokenizer:    tokenizer directory; null -> the model's
-    data:         "task:NAME" (a bundled task's train split; "task:NAME/test" for its test
-                  split) or a JSONL file with "prompt" (text or chat messages) and "response";
-                  a list of these is their concatenation
-    eval_data:    the same forms; null -> the test splits of the tasks in ``data`` (none for JSONL)
-    steps:        optimiser steps; null -> ``epochs`` passes over ``data``
-    batch_size:   examples per optimiser step
-    max_length:   longest prompt+response in tokens; a longer example is an error
-    eval_every:   steps between evaluations of the eval loss; 0 -> only at the end
-    device:       "auto" (CUDA when visible), "cpu", "cuda", "cuda:N"
-    """
+    model: str = "default"  # Hugging Face checkpoint dir, or "default" (the embedded default model, built on first use)
+    tokenizer: str | None = None  # tokenizer directory; null = the model's
+    data: str | list[str] = "task:add"  # "task:NAME[/SPLIT]" or a JSONL of prompt/response; a list is concatenated
+    eval_data: str | list[str] | None = None  # the same forms; null = the test splits of data's tasks (JSONL: none)
+    seed: int = 0  # seeds python, numpy, torch and the data order
+    steps: int | None = None  # optimiser steps; null = epochs passes over data
+    epochs: float = 1.0  # passes over data when steps is null
+    batch_size: int = 32  # examples per optimiser step
+    max_length: int = 64  # longest prompt+response in tokens; a longer example is an error naming it
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(lr=1e-3, warmup_steps=10, decay="cosine")
+    )  # optimiser and schedule (shared with glassrl train)
+    output_dir: str = "runs/sft"  # model, tokenizer, sft_config.yaml, metrics.jsonl
+    eval_every: int = 0  # steps between evaluations of the eval loss; 0 = only at the end
+    log_every: int = 10  # steps between metric rows
+    device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
 
-    model: str = "default"
-    tokenizer: str | None = None
-    data: str | list[str] = "task:add"
-    eval_data: str | list[str] | None = None
-    seed: int = 0
-    lr: float = 1e-3
-    warmup_steps: int = 10
-    steps: int | None = None
-    epochs: float = 1.0
-    batch_size: int = 32
-    max_length: int = 64
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    output_dir: str = "runs/sft"
-    eval_every: int = 0
-    log_every: int = 10
-    device: str = "auto"
+    title = "glassrl sft: resolved"
+
+    def validate(self, written: Set[str] | None = None) -> None:
+        """Ranges and ignored knobs; GlassrlError naming the key (see glassrl.config)."""
+        at_least(1, {"steps": self.steps, "batch_size": self.batch_size, "max_length": self.max_length})
+        at_least(1, {"log_every": self.log_every})
+        at_least(0, {"eval_every": self.eval_every})
+        if self.steps is None and not self.epochs > 0:
+            fail("epochs", self.epochs, "must be > 0 when steps is null")
+        if self.steps is not None and knob_set(self, "epochs", written):
+            fail(
+                "epochs",
+                self.epochs,
+                f"ignored: steps = {self.steps} sets the length (steps: null trains by epochs); remove it",
+            )
+        self.optim.check("optim")
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(quantity, value, unit) rows of the table printed at start (print_resolved)."""
+        length = (f"{self.steps}", "optimiser steps") if self.steps is not None else (f"{self.epochs:g}", "epochs")
+        return [
+            ("training length", *length),
+            ("batch", f"{self.batch_size}", "examples, per optimiser step"),
+            ("max length", f"{self.max_length}", "tokens, prompt + response"),
+            ("data", _spec_text(self.data), "training pairs"),
+            ("eval data", _spec_text(self.eval_data) if self.eval_data else "test splits of data's tasks", "held out"),
+            *self.optim.rows(),
+        ]
 
 
 Example = tuple[list[int], list[int]]  # (prompt_ids, response_ids)
@@ -74,13 +90,12 @@ Example = tuple[list[int], list[int]]  # (prompt_ids, response_ids)
 
 def load_pairs(spec: str) -> list[tuple[Any, str, str]]:
     """(prompt, response, source) triples from "task:NAME[/SPLIT]" or a JSONL file."""
-    if spec.startswith("task:"):
-        name, _, split = spec[len("task:") :].partition("/")
-        if name not in TASKS:
+    if (ref := parse_task(spec)) is not None:
+        if ref.name not in TASKS:
             raise GlassrlError(
-                f"data: unknown task {name!r} in {spec!r}; valid: {', '.join('task:' + t for t in TASKS)}"
+                f"data: unknown task {ref.name!r} in {spec!r}; valid: {', '.join('task:' + t for t in TASKS)}"
             )
-        return [(r.prompt, str(r.answer), r.source) for r in load_task(name, split or "train")]
+        return [(r.prompt, str(r.answer), r.source) for r in load_task(ref.name, ref.split)]
     path = Path(spec)
     if not path.is_file():
         raise GlassrlError(f"data: {spec!r} is neither task:NAME (valid: {', '.join(TASKS)}) nor a JSONL file")
@@ -160,7 +175,7 @@ def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | Non
     """Run SFT as ``cfg`` says; returns the final metrics (train/loss, eval/loss when evaluated,
     steps, examples, time_s). ``model``/``tokenizer`` given in memory are used instead of loading."""
     console = console or Console()
-    _check(cfg)
+    cfg.validate()
     seed_everything(cfg.seed)
     device = _device(cfg.device)
     if model is None:
@@ -171,12 +186,10 @@ def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | Non
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     train = tokenize_pairs(tokenizer, _load_all(cfg.data), cfg.max_length)
-    eval_specs = cfg.eval_data or [s.partition("/")[0] + "/test" for s in _as_list(cfg.data) if s.startswith("task:")]
+    eval_specs = cfg.eval_data or [t for s in _as_list(cfg.data) if (t := held_out_split(s)) is not None]
     evals = tokenize_pairs(tokenizer, _load_all(eval_specs), cfg.max_length)
     steps = cfg.steps if cfg.steps is not None else max(1, round(cfg.epochs * len(train) / cfg.batch_size))
-    optimizer, scheduler = make_optimizer(
-        model, lr=cfg.lr, weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps, total_steps=steps
-    )
+    optimizer, scheduler = make_optimizer(model, cfg.optim, steps)
     batches = batch_indices(len(train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
 
     out = Path(cfg.output_dir)
@@ -201,7 +214,7 @@ def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | Non
             loss_sum, n_tokens = response_loss(model, batch)
             optimizer.zero_grad(set_to_none=True)
             (loss_sum / n_tokens).backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
             optimizer.step()
             scheduler.step()
             window_loss += loss_sum.item()
@@ -232,21 +245,8 @@ def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | Non
     return result
 
 
-def _check(cfg: SFTConfig) -> None:
-    for name in ("batch_size", "max_length", "log_every"):
-        if getattr(cfg, name) < 1:
-            raise GlassrlError(f"{name} must be >= 1, got {getattr(cfg, name)}")
-    for name in ("warmup_steps", "eval_every"):
-        if getattr(cfg, name) < 0:
-            raise GlassrlError(f"{name} must be >= 0, got {getattr(cfg, name)}")
-    if cfg.steps is not None and cfg.steps < 1:
-        raise GlassrlError(f"steps must be >= 1 (or null to use epochs), got {cfg.steps}")
-    if cfg.steps is None and cfg.epochs <= 0:
-        raise GlassrlError(f"epochs must be > 0 when steps is null, got {cfg.epochs}")
-    if cfg.lr <= 0 or cfg.grad_clip <= 0 or cfg.weight_decay < 0:
-        raise GlassrlError(
-            f"lr and grad_clip must be > 0 and weight_decay >= 0, got {cfg.lr}, {cfg.grad_clip}, {cfg.weight_decay}"
-        )
+def _spec_text(spec: str | list[str]) -> str:
+    return spec if isinstance(spec, str) else ", ".join(spec)
 
 
 def _as_list(spec: str | list[str]) -> list[str]:
@@ -269,7 +269,7 @@ def _device(name: str) -> torch.device:
 def _load(cfg: SFTConfig, tokenizer, console: Console):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from glassrl.models.default_model import ensure_default_model
+    from glassrl.trainer.default_model import ensure_default_model
 
     path = ensure_default_model(console=console) if cfg.model == "default" else Path(cfg.model)
     if not (path / "config.json").is_file():

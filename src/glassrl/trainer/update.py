@@ -38,7 +38,8 @@ from glassrl.algos.losses import (
 from glassrl.algos.masked import masked_sum
 from glassrl.models.logprobs import response_logprobs
 from glassrl.models.values import response_values
-from glassrl.trainer.common import lr_factor
+from glassrl.trainer.experience import Experience
+from glassrl.trainer.phases import model_batch
 from glassrl.trainer.ptx import PtxLoss
 
 Batch = dict[str, torch.Tensor]
@@ -71,6 +72,25 @@ class Term:
     norm_length: int | None
     mask: Callable[[Batch], torch.Tensor]
     per_token: Callable[[Forward, Batch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+def actor_batch(exp: Experience) -> Batch:
+    """What the actor's update reads (keys in glassrl.workers.base). "scores" marks VAPO's
+    positive examples: correct answers, judged before any shaping."""
+    batch = {
+        **model_batch(exp),
+        "old_logprobs": exp.logprobs,
+        "advantages": exp.policy_advantages,
+        "scores": exp.raw_scores,
+    }
+    if exp.ref_logprobs is not None:
+        batch["ref_logprobs"] = exp.ref_logprobs
+    return batch
+
+
+def critic_batch(exp: Experience) -> Batch:
+    """What the critic's update reads: the values at rollout and the returns R_i, its target."""
+    return {**model_batch(exp), "old_values": exp.values, "returns": exp.returns}
 
 
 def minibatch_plan(rows: int, mini_batch: int, epochs: int, generator: torch.Generator) -> list[torch.Tensor]:
@@ -144,6 +164,11 @@ def run_updates(
         optimizer.zero_grad(set_to_none=True)
         for micro in micros:
             out = forward(model, micro)
+            # The loss, each term aggregated by its own mode and weighted by its share of the
+            # mini-batch's units (so the accumulated gradient is the mini-batch's):
+            #     actor:  L = L_π + β·KL − c·H + μ·NLL   (actor_terms; a term whose coefficient is 0 is absent)
+            #     critic: L = L_V                        (critic_terms)
+            # and, once per actor optimiser step below, + γ·L_ptx (PPO-ptx).
             loss = torch.zeros((), device=micro["response_mask"].device)
             for term in terms:
                 mask = term.mask(micro)
@@ -171,26 +196,6 @@ def run_updates(
     metrics = stats.means()
     metrics[f"{prefix}/lr"] = scheduler.get_last_lr()[0]
     return metrics
-
-
-# ---------------------------------------------------------------- schedules
-
-
-def _constant(step: int, warmup_steps: int, total_steps: int) -> float:
-    """Linear warm-up (Goyal et al. 2017, §2.2), then the peak rate."""
-    return min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
-
-
-LR_SCHEDULES: dict[str, Callable[[int, int, int], float]] = {"cosine": lr_factor, "constant": _constant}
-
-
-def _schedule_at(decay: str, warmup_steps: int, total_steps: int, step: int) -> float:
-    return LR_SCHEDULES[decay](step, warmup_steps, total_steps)
-
-
-def lr_lambda(decay: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
-    """The multiplier of the peak learning rate at optimiser step s (0-based), for LambdaLR."""
-    return partial(_schedule_at, decay, warmup_steps, total_steps)
 
 
 # ---------------------------------------------------------------- forward passes

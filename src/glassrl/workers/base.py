@@ -48,11 +48,24 @@ class Stateful(Protocol):
 
 
 @runtime_checkable
-class ActorWorker(Stateful, Protocol):
-    """The policy π_θ with its optimiser and learning-rate schedule."""
+class ActorForward(Protocol):
+    """What phase 3 asks of the policy: an ActorWorker, or a checkpoint's actor that is not trained."""
 
     def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(log π_θ(a_i|s_i), entropy H(π_θ(·|s_i))), both (B, T), no gradient."""
+
+
+@runtime_checkable
+class CriticForward(Protocol):
+    """What phase 3 asks of the critic: a CriticWorker, or a checkpoint's critic that is not trained."""
+
+    def compute_values(self, batch: Batch) -> torch.Tensor:
+        """V(s_i) (B, T), read at the position before token i (DESIGN §1)."""
+
+
+@runtime_checkable
+class ActorWorker(ActorForward, Stateful, Protocol):
+    """The policy π_θ with its optimiser and learning-rate schedule."""
 
     def update(self, batch: Batch, plan: list[torch.Tensor]) -> dict[str, float]:
         """One optimiser step per index tensor of ``plan``; returns "actor/…" metrics."""
@@ -70,11 +83,8 @@ class ReferenceWorker(Protocol):
 
 
 @runtime_checkable
-class CriticWorker(Stateful, Protocol):
+class CriticWorker(CriticForward, Stateful, Protocol):
     """The value model V with its optimiser and schedule."""
-
-    def compute_values(self, batch: Batch) -> torch.Tensor:
-        """V(s_i) (B, T), read at the position before token i (DESIGN §1)."""
 
     def update(self, batch: Batch, plan: list[torch.Tensor]) -> dict[str, float]:
         """One optimiser step per index tensor of ``plan``; returns "critic/…" metrics."""

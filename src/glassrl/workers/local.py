@@ -41,6 +41,34 @@ def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+@torch.no_grad()
+def _logprobs(
+    model: nn.Module, batch: Batch, micro_batch: int, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log π(a_i|s_i) (B, T) at ``temperature``, and H(π(·|s_i)) (B, T) or None."""
+    model.eval()
+    logprobs, entropy = [], []
+    for micro in _micro_batches(_to(batch, _device(model)), micro_batch):
+        T = micro["response_mask"].shape[1]
+        lp, ent = response_logprobs(
+            model, micro["input_ids"], micro["attention_mask"], T, temperature=temperature, with_entropy=with_entropy
+        )
+        logprobs.append(lp)
+        entropy.append(ent)
+    return torch.cat(logprobs), (torch.cat(entropy) if with_entropy else None)
+
+
+@torch.no_grad()
+def _values(model: nn.Module, batch: Batch, micro_batch: int) -> torch.Tensor:
+    """V(s_i) (B, T), read before each token."""
+    model.eval()
+    values = []
+    for micro in _micro_batches(_to(batch, _device(model)), micro_batch):
+        T = micro["response_mask"].shape[1]
+        values.append(response_values(model, micro["input_ids"], micro["attention_mask"], T))
+    return torch.cat(values)
+
+
 class PretrainedExport:
     """A model and its tokenizer as one ``save_pretrained`` (a self-contained HF directory)."""
 
@@ -102,23 +130,8 @@ class LocalActor(_Trained):
         super().__init__(model, tokenizer, optimizer, scheduler, micro_batch=micro_batch, update=update, load=load)
         self.temperature = temperature
 
-    @torch.no_grad()
     def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        self.model.eval()
-        logprobs, entropy = [], []
-        for micro in _micro_batches(_to(batch, _device(self.model)), self.micro_batch):
-            T = micro["response_mask"].shape[1]
-            lp, ent = response_logprobs(
-                self.model,
-                micro["input_ids"],
-                micro["attention_mask"],
-                T,
-                temperature=self.temperature,
-                with_entropy=True,
-            )
-            logprobs.append(lp)
-            entropy.append(ent)
-        return torch.cat(logprobs), torch.cat(entropy)  # (B, T) each
+        return _logprobs(self.model, batch, self.micro_batch, self.temperature, with_entropy=True)
 
 
 class LocalCritic(_Trained):
@@ -126,14 +139,8 @@ class LocalCritic(_Trained):
 
     role = "critic"
 
-    @torch.no_grad()
     def compute_values(self, batch: Batch) -> torch.Tensor:
-        self.model.eval()
-        values = []
-        for micro in _micro_batches(_to(batch, _device(self.model)), self.micro_batch):
-            T = micro["response_mask"].shape[1]
-            values.append(response_values(self.model, micro["input_ids"], micro["attention_mask"], T))
-        return torch.cat(values)  # (B, T)
+        return _values(self.model, batch, self.micro_batch)
 
 
 class LocalReference:
@@ -143,16 +150,29 @@ class LocalReference:
         self.model = model.eval().requires_grad_(False)
         self.temperature, self.micro_batch = temperature, micro_batch
 
-    @torch.no_grad()
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
-        logprobs = []
-        for micro in _micro_batches(_to(batch, _device(self.model)), self.micro_batch):
-            T = micro["response_mask"].shape[1]
-            lp, _ = response_logprobs(
-                self.model, micro["input_ids"], micro["attention_mask"], T, temperature=self.temperature
-            )
-            logprobs.append(lp)
-        return torch.cat(logprobs)  # (B, T)
+        return _logprobs(self.model, batch, self.micro_batch, self.temperature, with_entropy=False)[0]
+
+
+class FrozenActor:
+    """π_θ of a checkpoint, evaluated but not trained (``glassrl explain --model``): log-probs
+    and entropy exactly as :class:`LocalActor` computes them."""
+
+    def __init__(self, model: nn.Module, *, temperature: float, micro_batch: int) -> None:
+        self.model, self.temperature, self.micro_batch = model, temperature, micro_batch
+
+    def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        return _logprobs(self.model, batch, self.micro_batch, self.temperature, with_entropy=True)
+
+
+class FrozenCritic:
+    """V of a checkpoint, evaluated but not trained: values exactly as :class:`LocalCritic` computes them."""
+
+    def __init__(self, model: nn.Module, *, micro_batch: int) -> None:
+        self.model, self.micro_batch = model, micro_batch
+
+    def compute_values(self, batch: Batch) -> torch.Tensor:
+        return _values(self.model, batch, self.micro_batch)
 
 
 class LocalReward:

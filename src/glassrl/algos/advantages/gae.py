@@ -1,4 +1,5 @@
-"""GAE and TD errors with the observation-token carry of DESIGN §1.
+"""GAE, TD errors, VAPO's length-adaptive λ and REINFORCE++: the estimators
+built on the discounted reverse sum, with the observation-token carry of DESIGN §1.
 
 Shapes: B batch, T response length. ``token_rewards`` r_i, ``values`` V(s_i)
 and ``response_mask`` are (B, T); ``lam`` is a float or a (B,) tensor (one λ
@@ -13,12 +14,18 @@ next value and the running advantage across them unchanged (verl
 token before an observation bootstraps from the first generated token after
 it. That makes GAE on a row equal to GAE on its valid tokens alone, which is
 how the fast path computes it. Outputs are 0 on masked positions.
+
+``estimate_gae`` and ``estimate_reinforce_pp`` adapt this math to the one
+estimator signature (``glassrl.algos.advantages.types``).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from glassrl.algos.advantages.types import AdvantageInputs, AdvantageOutputs, AdvantageParams
+from glassrl.algos.masked import masked_whiten
 
 # Chunk length of the fast scan. Work is O(B·T·CHUNK) and the recursion depth
 # is log_CHUNK(T); 16 measured fastest on 2 CPU cores for B = 256, T ≤ 8192.
@@ -154,3 +161,36 @@ def length_adaptive_lam(response_mask: torch.Tensor, alpha: float) -> torch.Tens
     """
     lengths = response_mask.sum(-1).to(torch.get_default_dtype())  # (B,)
     return (1.0 - 1.0 / (alpha * lengths)).clamp(0.0, 1.0)
+
+
+def estimate_gae(inputs: AdvantageInputs, params: AdvantageParams) -> AdvantageOutputs:
+    """GAE ("gae"): A from GAE, R = A + V with the raw A (verl compute_gae_advantage_return).
+
+    Policy λ fixed, or VAPO's length-adaptive λ (Yue et al. 2025, §3.2) when
+    ``length_alpha`` is set; with ``critic_lam`` or ``length_alpha`` the returns
+    come from their own GAE run with λ_critic (VAPO's decoupled GAE, §3.1).
+    """
+    if params.length_alpha is None:
+        policy_lam: float | torch.Tensor = params.lam
+    else:
+        policy_lam = length_adaptive_lam(inputs.response_mask, params.length_alpha)
+    args = (inputs.token_rewards, inputs.values, inputs.response_mask, params.gamma)
+    advantages, returns = gae(*args, policy_lam)
+    if params.critic_lam is not None or params.length_alpha is not None:
+        critic_lam = params.lam if params.critic_lam is None else params.critic_lam
+        returns = gae(*args, critic_lam)[1]
+    return AdvantageOutputs(advantages, returns)
+
+
+def estimate_reinforce_pp(inputs: AdvantageInputs, params: AdvantageParams) -> AdvantageOutputs:
+    """REINFORCE++ ("reinforce_pp"): A = the discounted returns whitened over the batch; R = those returns.
+
+    REINFORCE++ (Hu 2025, arXiv 2501.03262): token-level discounted return
+    G_i = Σ_j γ^(j−i) r_j, i.e. GAE with V = 0 and λ = 1 (same carry over
+    observation tokens), then whitening over all valid tokens of the batch (its
+    "global advantage normalization"). R = G before whitening, as verl's
+    compute_reinforce_plus_plus_outcome_advantage returns.
+    """
+    zeros = torch.zeros_like(inputs.token_rewards)
+    returns = gae(inputs.token_rewards, zeros, inputs.response_mask, params.gamma, 1.0)[0]
+    return AdvantageOutputs(masked_whiten(returns, inputs.response_mask), returns)

@@ -84,11 +84,14 @@ def gspo(
     min(s_i·A, clip(s_i, 1 − ε_low, 1 + ε_high)·A) (eq. 5). Written per token
     in the GSPO-token form (§4.3): s_{i,t} = sg[s_i] · π_θ(y_{i,t}) /
     sg[π_θ(y_{i,t})], whose value is s_i and whose gradient is
-    s_i · ∇log π_θ(y_{i,t}). With one advantage per sequence and any of the
-    aggregation modes (they weight the tokens of one sequence equally) this
-    is exactly eq. 5 and its gradient; "seq-mean-token-mean" gives
-    the paper's 1/G Σ_i. Diagnostics: ratio (= s_i), clipped_low,
-    clipped_high (per sequence, broadcast to its tokens).
+    s_i · ∇log π_θ(y_{i,t}). With one advantage per sequence, every token of
+    sequence i carries eq. 5's term ℓ_i for that sequence, so a sequence's
+    token mean is ℓ_i and its gradient. Only "seq-mean-token-mean" then gives
+    eq. 5, 1/G Σ_i ℓ_i, value and gradient. The other modes weight ℓ_i by the
+    sequence's length: "token-mean" gives Σ_i |y_i|·ℓ_i / Σ_i |y_i|,
+    "seq-mean-token-sum" 1/G Σ_i |y_i|·ℓ_i (verl's GSPO, too, aggregates
+    with whichever mode is configured). Diagnostics: ratio (= s_i),
+    clipped_low, clipped_high (per sequence, broadcast to its tokens).
     """
     logprobs, old_logprobs, advantages = neutralise(response_mask, logprobs, old_logprobs, advantages)
     length = response_mask.sum(-1).clamp(min=1)  # (B,); an empty row gives s = 1

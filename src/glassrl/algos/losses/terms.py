@@ -1,6 +1,9 @@
-"""Critic and reward-model losses: clipped value loss, pairwise BT loss.
+"""The loss terms beside the policy loss: KL, entropy, positive NLL (actor),
+the clipped value loss (critic), the Bradley–Terry loss (reward model).
 
-Shapes: B batch, T response length.
+Shapes: B batch, T response length. Per-token terms are (B, T), 0 on masked
+positions; the trainer aggregates each and assembles the actor loss
+L = L_π + β·KL − c·H + μ·NLL.
 """
 
 from __future__ import annotations
@@ -10,7 +13,49 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from glassrl.algos.kl import kl_penalty
 from glassrl.algos.losses.common import neutralise, zero_masked
+
+
+def kl_loss_term(
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    response_mask: torch.Tensor,
+    kind: str = "k3",
+) -> torch.Tensor:
+    """Per-token KL(π_θ || π_ref) estimate to add to the loss as β·term (B, T).
+
+    GRPO puts the KL in the loss, not in the reward (Shao et al. 2024,
+    DeepSeekMath, eq. 3, with the k3 estimator of eq. 4). The gradient flows
+    through ``logprobs``; 0 on masked positions.
+    """
+    logprobs, ref_logprobs = neutralise(response_mask, logprobs, ref_logprobs)
+    return zero_masked(kl_penalty(logprobs, ref_logprobs, kind), response_mask)
+
+
+def entropy_loss_term(entropy: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Per-token entropy H(π_θ(·|s_i)) on valid tokens, 0 elsewhere (B, T).
+
+    The trainer subtracts coef·aggregate(term): an entropy bonus (Schulman et
+    al. 2017, PPO, eq. 9, the c₂·S term). ``entropy`` comes from the logits
+    elsewhere; this only masks it so that a NaN on padding cannot leak.
+    """
+    return zero_masked(entropy, response_mask)
+
+
+def positive_nll_term(logprobs: torch.Tensor, response_mask: torch.Tensor, is_positive: torch.Tensor) -> torch.Tensor:
+    """−log π_θ on the valid tokens of positive responses, 0 elsewhere (B, T).
+
+    VAPO (Yue et al. 2025), "Positive Example LM Loss": L_NLL = −1/Σ_{o∈𝒯}|o|
+    · Σ_{o∈𝒯} Σ_t log π_θ(a_t|s_t) over the correct responses 𝒯, added as
+    L_PPO + μ·L_NLL (μ = 0.1 in the paper). To get that normalisation,
+    aggregate with "token-mean" over the mask
+    ``response_mask & is_positive[:, None]``, not over ``response_mask``.
+
+    is_positive: (B,) bool, True for responses judged correct.
+    """
+    positive_tokens = response_mask & is_positive[:, None]  # (B, T)
+    return zero_masked(-logprobs, positive_tokens)
 
 
 @dataclass

@@ -1,107 +1,76 @@
 """The bundled tasks: small arithmetic prompts generated from a seed, with train/test splits.
 
-``arith-verify`` generalises the reference documents' example ("请问1+1=2？" → "是的，等于2！"):
+One module per task (nanochat's ``tasks/`` layout), each owning its prompt and answer formats,
+its records and the record of a typed prompt:
 
-    zh  "请问{a}+{b}={c}？"  →  "是的，等于{a+b}！"  if c == a+b  else  "不是，等于{a+b}！"
-    en  "Is {a}+{b}={c}?"    →  "Yes, it equals {a+b}!"  /  "No, it equals {a+b}!"
+- :mod:`.arith_verify`: "请问3+4=8？" → "不是，等于7！", and in English "Is 3+4=8?" → "No, it equals 7!";
+  it also owns the rule that judges a response (``grade``) and the default model's evaluation;
+- :mod:`.add`: "3+4=" → "7".
 
-An answer counts only in the question's language (ArithVerifyVerifier checks the verdict word).
+Both draw their operand pairs from one seeded train/test cut (:mod:`.splits`), so no test
+record of either task asks about an operand pair that any train record has.
 
-``add``: "{a}+{b}=" → str(a+b).
-
-Number ranges: a and b are digits, 0..``MAX_OPERAND`` = 9 (so a+b is in [0, 18]), as in the
-reference example. About half of the arith-verify prompts are true; a false one has
-c = a+b+δ with δ drawn from ``DELTAS`` (a slip of one or two, or in the tens digit), so the
-verdict cannot be guessed from the size of c. Why digits: the verdict comes *before* the sum
-in the answer, so the model must add silently and compare with c. A small model learns that
-for digits within a few hundred SFT steps on 2 CPU cores, and only partly for unseen operand
-pairs, while the answer format is learnt fully: visible headroom for RL. (With operands up to
-99 the same model, after 3000 steps, still got the verdict right only at chance.)
-
-Splits: the 10×10 operand pairs (a, b) are shuffled with ``seed`` and cut once into test
-(``TEST_FRACTION`` of them) and train; both tasks draw from the same cut. A test record
-therefore never shares (a, b), let alone (a, b, c, lang), with any train record of either
-task: the test split asks about sums never seen in training (a + b may have been seen as
-b + a). Records cycle through their split's pairs, so a split of ``size`` records repeats
-pairs once ``size`` exceeds the number of pairs (20 test, 80 train). Everything is drawn from
-``random.Random`` seeded by (task, split, seed): the same arguments give the same records.
+A config names a task's records ``task:NAME/SPLIT``, SPLIT optional (training data defaults
+to train); :func:`parse_task` is the one parser of that form, and :func:`held_out_split`
+names the test split of a task spec.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
-from functools import lru_cache
+from dataclasses import dataclass
 
 from glassrl.data.records import PromptRecord
+from glassrl.data.tasks import add, arith_verify
+from glassrl.data.tasks.splits import DEFAULT_SIZES, SPLITS
 from glassrl.errors import GlassrlError
 
-MAX_OPERAND = 9
-TEST_FRACTION = 0.2
-# Slips of one or two in the units digit, or of one in the tens digit.
-DELTAS = (-10, -2, -1, 1, 2, 10)
-SPLITS = ("train", "test")
-DEFAULT_SIZES = {"train": 8000, "test": 500}
+PREFIX = "task:"
 
 
-@lru_cache(maxsize=8)
-def _operand_pairs(split: str, seed: int) -> tuple[tuple[int, int], ...]:
-    """The (a, b) pairs of one split: a seeded shuffle of all pairs, cut at TEST_FRACTION."""
-    pairs = [(a, b) for a in range(MAX_OPERAND + 1) for b in range(MAX_OPERAND + 1)]
-    random.Random(f"glassrl-pairs/{seed}").shuffle(pairs)
-    n_test = round(len(pairs) * TEST_FRACTION)
-    return tuple(pairs[:n_test] if split == "test" else pairs[n_test:])
+@dataclass(frozen=True)
+class Task:
+    """A bundled task's entry points.
+
+    records:           (split, seed, size) -> its records
+    record_for_prompt: a typed prompt in the task's form -> its record (reference answer and
+                       metadata, as ``records`` would give); None for another form
+    """
+
+    records: Callable[[str, int, int], list[PromptRecord]]
+    record_for_prompt: Callable[[str], PromptRecord | None]
 
 
-def _draw_pairs(task: str, split: str, seed: int, size: int) -> tuple[random.Random, list[tuple[int, int]]]:
-    """``size`` operand pairs of the split, in a seeded order; they repeat only when size > the split."""
-    rng = random.Random(f"glassrl-task/{task}/{split}/{seed}")
-    pool = list(_operand_pairs(split, seed))
-    drawn: list[tuple[int, int]] = []
-    while len(drawn) < size:
-        rng.shuffle(pool)
-        drawn.extend(pool[: size - len(drawn)])
-    return rng, drawn
-
-
-def verify_answer(is_true: bool, total: int, lang: str) -> str:
-    """The reference answer to an arith-verify question, in language ``lang`` ("zh" or "en")."""
-    if lang == "zh":
-        return f"{'是的' if is_true else '不是'}，等于{total}！"
-    return f"{'Yes' if is_true else 'No'}, it equals {total}!"
-
-
-def arith_verify(split: str, seed: int, size: int) -> list[PromptRecord]:
-    """ "Is a+b=c?" in Chinese or English, answered with a verdict and the true sum."""
-    rng, pairs = _draw_pairs("arith-verify", split, seed, size)
-    records = []
-    for i, (a, b) in enumerate(pairs):
-        total = a + b
-        lang = rng.choice(("zh", "en"))
-        is_true = rng.random() < 0.5
-        delta = rng.choice(DELTAS)
-        c = total if is_true else (total + delta if total + delta >= 0 else total - delta)
-        prompt = f"请问{a}+{b}={c}？" if lang == "zh" else f"Is {a}+{b}={c}?"
-        answer = verify_answer(is_true, total, lang)
-        metadata = {"a": a, "b": b, "c": c, "sum": total, "is_true": is_true, "lang": lang, "task": "arith-verify"}
-        records.append(PromptRecord(prompt, answer, metadata, f"task:arith-verify/{split}#{i}"))
-    return records
-
-
-def add(split: str, seed: int, size: int) -> list[PromptRecord]:
-    """ "a+b=" answered with the number."""
-    _, pairs = _draw_pairs("add", split, seed, size)
-    return [
-        PromptRecord(f"{a}+{b}=", str(a + b), {"a": a, "b": b, "sum": a + b, "task": "add"}, f"task:add/{split}#{i}")
-        for i, (a, b) in enumerate(pairs)
-    ]
-
-
-# name -> generator(split, seed, size) -> records
-TASKS: dict[str, Callable[[str, int, int], list[PromptRecord]]] = {
-    "arith-verify": arith_verify,
-    "add": add,
+TASKS: dict[str, Task] = {
+    arith_verify.NAME: Task(arith_verify.records, arith_verify.record_for_prompt),
+    add.NAME: Task(add.records, add.record_for_prompt),
 }
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """A split of a bundled task, as a config names it: ``task:NAME/SPLIT``."""
+
+    name: str
+    split: str
+
+    def __str__(self) -> str:
+        return f"{PREFIX}{self.name}/{self.split}"
+
+
+def parse_task(spec: str, *, split: str = "train") -> TaskRef | None:
+    """``"task:NAME[/SPLIT]"`` -> TaskRef, SPLIT defaulting to ``split``; any other string (a
+    file path) -> None. The name is not checked here: the loader knows which names it serves."""
+    if not spec.startswith(PREFIX):
+        return None
+    name, _, given = spec[len(PREFIX) :].partition("/")
+    return TaskRef(name, given or split)
+
+
+def held_out_split(spec: str) -> str | None:
+    """The test split of a task spec ("task:add", "task:add/train" -> "task:add/test"); None for a path."""
+    ref = parse_task(spec)
+    return None if ref is None else str(TaskRef(ref.name, "test"))
 
 
 def load_task(name: str, split: str, *, seed: int = 0, size: int | None = None) -> list[PromptRecord]:
@@ -113,9 +82,18 @@ def load_task(name: str, split: str, *, seed: int = 0, size: int | None = None) 
     size = DEFAULT_SIZES[split] if size is None else size
     if size < 0:
         raise GlassrlError(f"task {name}: size must be >= 0, got {size}")
-    return TASKS[name](split, seed, size)
+    return TASKS[name].records(split, seed, size)
 
 
 def sft_pairs(name: str, split: str, seed: int = 0) -> list[tuple[str, str]]:
     """(prompt, reference answer) pairs of a bundled task, for supervised fine-tuning."""
     return [(str(r.prompt), str(r.answer)) for r in load_task(name, split, seed=seed)]
+
+
+def record_for_prompt(text: str) -> PromptRecord | None:
+    """The record of a typed prompt in some bundled task's form (its reference answer and
+    metadata, so that a reward can score a response to it); None when no task has that form."""
+    for task in TASKS.values():
+        if (record := task.record_for_prompt(text)) is not None:
+            return record
+    return None

@@ -1,7 +1,8 @@
 // The token view of glassrl's report (glassrl.report.html): plain JS, no framework, no network.
 // Data: <script type="application/json" id="token-data"> (html.token_payload). Each token is a span
 // id="tok-B-I" data-b=B data-i=I coloured by the chosen quantity on a diverging scale centred at 0;
-// clicking one fills #token-panel (every ledger field, id="field-NAME") and #token-legend (DESIGN §1).
+// clicking one fills #token-panel (every ledger field, id="field-NAME") and #token-legend (DESIGN §1: the
+// lines glassrl.ledger.legend wrote for that token, id="legend-KEY").
 (function () {
   "use strict";
   const DATA = JSON.parse(document.getElementById("token-data").textContent);
@@ -15,19 +16,16 @@
   // RdBu end points and centre: negative blue, 0 near white, positive red.
   const INTEGER_FIELDS = ["index", "token_id", "response_index", "group_id", "length", "step"];
   const PARAMETERS = ["gamma", "lam", "beta"];
-  // Estimators that give every token of a response one advantage (glassrl.ledger.render.TOKEN_CREDIT).
-  const BROADCAST = ["grpo", "dr_grpo", "rloo", "remax", "reinforce_pp_baseline"];
   const LOW = [33, 102, 172], MID = [247, 247, 247], HIGH = [178, 24, 43];
 
   function isNum(x) { return typeof x === "number"; }
-  // As glassrl.ledger.render.fmt: 4 decimals, "—" for a missing quantity, -0.0000 shown as 0.0000.
+  // As glassrl.ledger.legend.fmt: 4 decimals, "—" for a missing quantity, -0.0000 shown as 0.0000.
   function fmt(x) {
     if (x === null || x === undefined) return "—";
     if (typeof x === "string") return x; // "nan", "inf", "-inf": not finite
     const t = x.toFixed(4);
     return t === "-0.0000" ? "0.0000" : t;
   }
-  function factor(x) { const t = fmt(x); return t.charAt(0) === "-" ? "(" + t + ")" : t; }
   function num(x) { return x === null || x === undefined ? "—" : String(+Number(x).toPrecision(6)); }
   // Whitespace made visible where it would otherwise read as an empty box or break the line.
   function showTok(t) {
@@ -35,7 +33,6 @@
     const shown = t.replace(/\n/g, "↵").replace(/\t/g, "⇥");
     return /^ +$/.test(shown) ? shown.replace(/ /g, "␣") : shown;
   }
-  function clip(t) { return t.length <= 40 ? t : "…" + t.slice(t.length - 39); }
   function quote(t) { return JSON.stringify(t); }
   function colour(t) {
     const end = t < 0 ? LOW : HIGH, u = Math.min(Math.abs(t), 1);
@@ -188,74 +185,22 @@
     DATA.response_fields.forEach(function (name) { fieldRow(table, name, r[name]); });
     group("run");
     DATA.run_fields.forEach(function (name) { fieldRow(table, name, lg[name]); });
+    // The legend is glassrl.ledger.legend's text, written in Python (html.token_payload): shown, not composed.
     const box = $("token-legend");
     box.textContent = "";
-    legend(lg, r, b, i).forEach(function (line) {
+    if (lg.baselines.length) {
+      const base = el("div", { id: "legend-baselines", "class": "baselines" });
+      base.appendChild(el("div", {}, DATA.legend.baselines_heading));
+      lg.baselines.forEach(function (line) { base.appendChild(el("div", {}, line)); });
+      box.appendChild(base);
+    }
+    r.legend[i].forEach(function (line) {
       const div = el("div", { id: "legend-" + line[0] });
-      div.appendChild(el("span", { "class": "tag" }, line[0]));
+      div.appendChild(el("span", { "class": "tag" }, DATA.legend.labels[line[0]]));
       div.appendChild(document.createTextNode(line[1]));
       box.appendChild(div);
     });
   }
-  function nextValid(r, i) {
-    for (let j = i + 1; j < r.tokens.length; j++) if (get(r.tokens[j], "response_mask")) return j;
-    return null;
-  }
-  // DESIGN §1 for token i of response b, as glassrl.ledger.render.legend_lines: [tag, text] per line.
-  function legend(lg, r, b, i) {
-    const row = r.tokens[i], g = (n) => get(row, n), f = (n) => fmt(g(n));
-    const prefix = r.tokens.slice(0, i).map((t) => get(t, "token")).join("");
-    const lines = [["token", `response ${b}, token ${i}: a_${i} = ${quote(g("token"))}`]];
-    lines.push(["state", i === 0 ? `s_0 = the prompt = ${quote(clip(r.prompt))}`
-      : `s_${i} = prompt ⊕ y_<${i} = ${quote(clip(r.prompt))} ⊕ ${quote(clip(prefix))}`]);
-    if (!g("response_mask")) {
-      lines.push(["obs", `a_${i} is an observation / tool token (mask False): not an action of the policy, so it ` +
-        "has no reward, δ, A or R and does not train; GAE carries V and A across it."]);
-      return lines;
-    }
-    let action = `a_${i} = ${quote(g("token"))}, the token itself`;
-    if (g("logprobs") !== null) action += `; log π(a_${i}|s_${i}) = ${f("logprobs")}`;
-    if (g("ref_logprobs") !== null) action += `, log π_ref(a_${i}|s_${i}) = ${f("ref_logprobs")}`;
-    lines.push(["action", action]);
-    lines.push(["reward", g("kl") === null ? `r_${i} = score_${i} = ${f("token_rewards")} (no KL in the reward)`
-      : `r_${i} = score_${i} − β·kl_${i} = ${f("token_scores")} − ${num(lg.beta)}·${factor(g("kl"))} = ` +
-        f("token_rewards")]);
-    const T = r.tokens.length, j = nextValid(r, i), hasV = g("values") !== null;
-    const next = (n) => factor(get(r.tokens[j], n));
-    if (hasV) {
-      const future = i === T - 1 ? `r_${i}` : `r_${i} + γ·r_${i + 1} + …`;
-      lines.push(["value", `V(s_${i}) = ${f("values")}: the critic's estimate of ${future}, read before a_${i}; ` +
-        `it includes r_${i}`]);
-    }
-    if (g("deltas") !== null) {
-      const carry = j === i + 1 ? "" : `   (s_${j}: next generated token; observation tokens ${i + 1}…${j - 1} carried)`;
-      lines.push(["TD", j === null
-        ? `δ_${i} = r_${i} + γ·V(s_${T}) − V(s_${i}) = ${f("token_rewards")} + ${num(lg.gamma)}·0 − ${f("values")} = ` +
-          `${f("deltas")}   (V(s_${T}) = 0: the episode has ended)`
-        : `δ_${i} = r_${i} + γ·V(s_${j}) − V(s_${i}) = ${f("token_rewards")} + ${num(lg.gamma)}·${next("values")} − ` +
-          `${f("values")} = ${f("deltas")}${carry}`]);
-    }
-    if (lg.estimator === "gae" && lg.lam !== null) {
-      lines.push(["adv", j === null ? `A_${i} = δ_${i} = ${f("advantages")}   (no token after it)`
-        : `A_${i} = δ_${i} + γλ·A_${j} = ${f("deltas")} + ${num(lg.gamma * lg.lam)}·${next("advantages")} = ` +
-          f("advantages")]);
-    } else if (BROADCAST.indexOf(lg.estimator) >= 0) {
-      lines.push(["adv", `A_${i} = ${f("advantages")}: the advantage of the whole response, the same on every ` +
-        "generated token (task-level credit)"]);
-    } else {
-      lines.push(["adv", `A_${i} = ${f("advantages")} (estimator ${lg.estimator})`]);
-    }
-    lines.push(["return", hasV
-      ? `R_${i} = A_${i} + V(s_${i}) = ${f("advantages")} + ${factor(g("values"))} = ${f("returns")}: target of ` +
-        `V(s_${i}), includes r_${i}; raw A_${i}, not the whitened one`
-      : `R_${i} = ${f("returns")} (no critic is fitted to it)`]);
-    if (g("whitened_advantages") !== null) {
-      lines.push(["whiten", `Â_${i} = ${f("whitened_advantages")}: A_${i} whitened over all valid tokens; ` +
-        "only the policy loss sees it"]);
-    }
-    return lines;
-  }
-
   // ------------------------------------------------------------------ tooltip and events
 
   function tooltip(span, ev) {

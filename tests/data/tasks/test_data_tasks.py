@@ -1,47 +1,52 @@
-"""The bundled tasks: exact formats, determinism, disjoint splits, errors."""
+"""The task registry: the one task:NAME/SPLIT parser, the shared train/test cut, determinism, errors."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glassrl.data.tasks import DELTAS, MAX_OPERAND, TASKS, load_task, sft_pairs
+from glassrl.data.records import PromptRecord
+from glassrl.data.tasks import TASKS, TaskRef, held_out_split, load_task, parse_task, record_for_prompt, sft_pairs
+from glassrl.data.tasks.splits import MAX_OPERAND
 from glassrl.errors import GlassrlError
 
 
-def test_arith_verify_formats_are_exact():
-    """Each record re-derived from its metadata, by the formats the verifiers depend on."""
-    for i, r in enumerate(load_task("arith-verify", "train", size=400)):
-        m = r.metadata
-        a, b, c, s = m["a"], m["b"], m["c"], m["sum"]
-        assert s == a + b and m["is_true"] == (c == s) and m["task"] == "arith-verify"
-        assert 0 <= a <= MAX_OPERAND and 0 <= b <= MAX_OPERAND and c >= 0
-        assert m["is_true"] or c - s in DELTAS or s - c in DELTAS
-        if m["lang"] == "zh":
-            assert r.prompt == f"请问{a}+{b}={c}？"
-            assert r.answer == ("是的" if c == s else "不是") + f"，等于{s}！"
-        else:
-            assert m["lang"] == "en"
-            assert r.prompt == f"Is {a}+{b}={c}?"
-            assert r.answer == ("Yes" if c == s else "No") + f", it equals {s}!"
-        assert r.source == f"task:arith-verify/train#{i}"
+@pytest.mark.parametrize(
+    ("spec", "split", "expected"),
+    [
+        ("task:add", "train", TaskRef("add", "train")),
+        ("task:add", "test", TaskRef("add", "test")),
+        ("task:add/test", "train", TaskRef("add", "test")),
+        ("task:arith-verify/train", "test", TaskRef("arith-verify", "train")),
+        ("task:add/", "train", TaskRef("add", "train")),
+        ("task:arith-verify-preferences/test", "train", TaskRef("arith-verify-preferences", "test")),
+        ("data/task:add.jsonl", "train", None),
+        ("prompts.jsonl", "train", None),
+    ],
+)
+def test_parse_task(spec, split, expected):
+    assert parse_task(spec, split=split) == expected
 
 
-def test_arith_verify_is_balanced_and_bilingual():
-    records = load_task("arith-verify", "train")
-    true_share = sum(r.metadata["is_true"] for r in records) / len(records)
-    zh_share = sum(r.metadata["lang"] == "zh" for r in records) / len(records)
-    assert 0.45 < true_share < 0.55 and 0.45 < zh_share < 0.55
-    assert {r.metadata["c"] - r.metadata["sum"] for r in records if not r.metadata["is_true"]} == set(DELTAS)
+def test_task_ref_prints_as_the_spec_it_was_parsed_from():
+    assert str(TaskRef("add", "test")) == "task:add/test"
+    assert parse_task(str(TaskRef("arith-verify", "train"))) == TaskRef("arith-verify", "train")
 
 
-def test_add_format():
-    for i, r in enumerate(load_task("add", "test", size=50)):
-        a, b = r.metadata["a"], r.metadata["b"]
-        assert r.prompt == f"{a}+{b}=" and r.answer == str(a + b)
-        assert r.metadata == {"a": a, "b": b, "sum": a + b, "task": "add"}
-        assert r.source == f"task:add/test#{i}"
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("task:add", "task:add/test"),
+        ("task:add/train", "task:add/test"),
+        ("task:x/test", "task:x/test"),
+        ("a.jsonl", None),
+    ],
+)
+def test_held_out_split(spec, expected):
+    assert held_out_split(spec) == expected
 
 
 @settings(max_examples=10, deadline=None)
@@ -63,8 +68,6 @@ def test_splits_disjoint_across_both_tasks(seed):
 
 def test_splits_cover_all_pairs_and_cycle_evenly():
     """20 test pairs and 80 train pairs; 500 test records visit each test pair 25 times."""
-    from collections import Counter
-
     test = Counter((r.metadata["a"], r.metadata["b"]) for r in load_task("arith-verify", "test"))
     train = {(r.metadata["a"], r.metadata["b"]) for r in load_task("add", "train")}
     assert len(test) == 20 and set(test.values()) == {25} and len(train) == 80
@@ -75,6 +78,19 @@ def test_splits_cover_all_pairs_and_cycle_evenly():
 def test_sft_pairs_are_prompt_and_answer():
     records = load_task("arith-verify", "test")
     assert sft_pairs("arith-verify", "test") == [(r.prompt, r.answer) for r in records]
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_record_for_prompt_gives_each_record_back(name):
+    """A typed prompt of a task's form gets the record the task generated for it (source aside)."""
+    for r in load_task(name, "test", size=40):
+        found = record_for_prompt(r.prompt)
+        assert found == PromptRecord(r.prompt, r.answer, r.metadata, repr(r.prompt))
+
+
+@pytest.mark.parametrize("text", ["请问1+1=2", "Is 1+1=2？", "1+1", "hello", "", "1+1=2"])
+def test_record_for_prompt_of_no_task_form_is_none(text):
+    assert record_for_prompt(text) is None
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,8 @@
-"""JSON-lines files read one way everywhere: every error names ``path:LINE`` (1-based)."""
+"""JSON-lines files read one way everywhere (ledgers, prompt sets, SFT and preference pairs).
+
+A neutral module beside glassrl.errors: the ledger (which sits below data/) and data/
+both read through it. Every error names ``path:LINE`` (1-based).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from glassrl.errors import GlassrlError
 
 
 def jsonl_objects(path: str | Path) -> Iterator[tuple[dict[str, Any], str]]:
@@ -15,8 +21,6 @@ def jsonl_objects(path: str | Path) -> Iterator[tuple[dict[str, Any], str]]:
     ``path:LINE``. Lines are split on "\\n" only: a string may hold U+2028 or other
     characters that ``str.splitlines`` would break on (a ledger's token may).
     """
-    from glassrl.errors import GlassrlError
-
     path = Path(path)
     for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
         if not line.strip():

@@ -1,0 +1,218 @@
+"""Ledgers computed: from a step's Experience, or from numbers given on the command line.
+
+    from_experience(exp, tokenizer, ...)   the trainer's ledger samples, ``glassrl explain --model``
+    from_given(responses, ...)             ``glassrl explain`` with given scores, KL, values, …
+
+The ledger sits just above glassrl.algos (DESIGN §2), so this module imports no trainer,
+data or command: it reads an Experience (glassrl.trainer.experience) and explain's given
+responses (glassrl.commands.explain_input) by the attributes of the protocols below.
+Shapes: ``B`` responses, ``T`` padded response length, ``S`` steps of a response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+
+from glassrl.algos.advantages import REQUIRED_INPUTS, AdvantageInputs, AdvantageParams, compute_advantages, td_errors
+from glassrl.algos.kl import kl_penalty
+from glassrl.algos.masked import masked_whiten
+from glassrl.algos.token_rewards import assemble_token_rewards, place_outcome_scores, place_process_rewards
+from glassrl.ledger.model import Ledger
+
+
+class ExperienceLike(Protocol):
+    """What :func:`from_experience` reads of a glassrl.trainer.experience.Experience."""
+
+    rollout: Any  # RolloutBatch: response_ids (B, T), group_index (B,), lengths, finish_reasons, texts, select
+    prompts: list[str]
+    response_mask: torch.Tensor
+    scores: torch.Tensor
+    token_scores: torch.Tensor
+    step_end_mask: torch.Tensor | None
+    baseline_rewards: torch.Tensor | None
+    logprobs: torch.Tensor | None
+    ref_logprobs: torch.Tensor | None
+    kl: torch.Tensor | None
+    values: torch.Tensor | None
+    token_rewards: torch.Tensor | None
+    deltas: torch.Tensor | None
+    advantages: torch.Tensor | None
+    returns: torch.Tensor | None
+    whitened_advantages: torch.Tensor | None
+
+    @property
+    def reward_beta(self) -> float: ...
+
+
+def from_experience(
+    exp: ExperienceLike,
+    tokenizer,
+    *,
+    estimator: str,
+    gamma: float,
+    lam: float,
+    kl_kind: str,
+    step: int | None = None,
+    samples: int | None = None,
+) -> Ledger:
+    """The first ``samples`` responses of ``exp`` (all when None), every token.
+
+    ``estimator``, ``gamma``, ``lam``, ``kl_kind`` are the run's; the ledger records λ only
+    when the step had values (λ belongs to GAE) and the KL estimator only when a KL was
+    estimated. β is the one in the token rewards (0 unless the KL is in the reward).
+    ``tokenizer.decode`` gives each token's text.
+    """
+    k = len(exp.rollout) if samples is None else min(samples, len(exp.rollout))
+    rollout = exp.rollout.select(torch.arange(k))
+    pick = lambda t: None if t is None else t[:k]  # noqa: E731
+    return Ledger.from_tensors(
+        prompts=list(exp.prompts[:k]),
+        token_texts=[[tokenizer.decode([t]) for t in row.tolist()] for row in rollout.response_ids],
+        response_mask=pick(exp.response_mask),
+        estimator=estimator,
+        gamma=gamma,
+        lam=lam if exp.values is not None else None,
+        beta=exp.reward_beta,
+        kl_kind=kl_kind if exp.kl is not None else None,
+        token_ids=rollout.response_ids,
+        logprobs=pick(exp.logprobs),
+        ref_logprobs=pick(exp.ref_logprobs),
+        kl=pick(exp.kl),
+        token_scores=pick(exp.token_scores),
+        token_rewards=pick(exp.token_rewards),
+        values=pick(exp.values),
+        deltas=pick(exp.deltas),
+        advantages=pick(exp.advantages),
+        returns=pick(exp.returns),
+        whitened_advantages=pick(exp.whitened_advantages),
+        step_end_mask=pick(exp.step_end_mask),
+        scores=pick(exp.scores),
+        group_ids=rollout.group_index,
+        baseline_rewards=pick(exp.baseline_rewards),
+        lengths=rollout.lengths,
+        finish_reasons=rollout.finish_reasons,
+        responses=rollout.texts,
+        step=step,
+    )
+
+
+class GivenResponse(Protocol):
+    """What :func:`from_given` reads of one given response (glassrl.commands.explain_input.ResponseSpec).
+
+    Per-token lists have one entry per token; ``kl``, ``logprobs``/``ref_logprobs`` and
+    ``values`` are given for every response or for none.
+    """
+
+    prompt: str
+    tokens: list[str]
+    token_ids: list[int] | None
+    response: str | None
+    score: float | None
+    token_scores: list[float] | None
+    step_ends: list[int] | None
+    step_scores: list[float] | None
+    kl: list[float] | None
+    logprobs: list[float] | None
+    ref_logprobs: list[float] | None
+    values: list[float] | None
+    mask: list[bool] | None
+    group: int | None
+    baseline_reward: float | None
+    finish_reason: str | None
+
+
+def from_given(
+    resps: Sequence[GivenResponse],
+    *,
+    estimator: str,
+    gamma: float,
+    lam: float,
+    beta: float,
+    kl_kind: str,
+    whiten: bool,
+) -> Ledger:
+    """Token rewards, advantages, returns (and δ, whitened A) of given responses, as the trainer
+    computes them (glassrl.trainer.phases, phases 2, 4 and 5). An input the estimator cannot
+    use is a ValueError (glassrl.algos), for the caller to name."""
+    dt = torch.float64  # the printed digits are the arithmetic's, not fp32 noise
+    B, T = len(resps), max(len(r.tokens) for r in resps)
+
+    def pad(key: str, fill: float = 0.0, dtype: torch.dtype = dt) -> torch.Tensor | None:
+        rows = [getattr(r, key) for r in resps]
+        if any(row is None for row in rows):  # explain_input made values, KL, log-probs all-or-none
+            return None
+        return torch.tensor([list(row) + [fill] * (T - len(row)) for row in rows], dtype=dtype)  # (B, T)
+
+    lengths = torch.tensor([len(r.tokens) for r in resps])  # (B,)
+    inside = torch.arange(T).expand(B, T) < lengths.unsqueeze(1)  # (B, T)
+    given_mask = torch.tensor([(r.mask or [True] * len(r.tokens)) + [False] * (T - len(r.tokens)) for r in resps])
+    mask = inside & given_mask  # (B, T)
+
+    has_score = torch.tensor([r.score is not None for r in resps])  # (B,)
+    scores = torch.tensor([r.score if r.score is not None else 0.0 for r in resps], dtype=dt)  # (B,)
+    token_scores = torch.where(
+        has_score.unsqueeze(1),
+        place_outcome_scores(scores, mask),
+        torch.tensor(
+            [(r.token_scores or [0.0] * len(r.tokens)) + [0.0] * (T - len(r.tokens)) for r in resps], dtype=dt
+        ),
+    )  # (B, T)
+    step_end_mask = None
+    if resps[0].step_ends is not None:
+        S = max(len(r.step_ends) for r in resps)
+        ends = torch.tensor([r.step_ends + [0] * (S - len(r.step_ends)) for r in resps])  # (B, S)
+        step_scores = torch.tensor([r.step_scores + [0.0] * (S - len(r.step_scores)) for r in resps], dtype=dt)
+        step_valid = torch.arange(S).expand(B, S) < torch.tensor([[len(r.step_ends)] for r in resps])  # (B, S)
+        token_scores = token_scores + place_process_rewards(step_scores, ends, step_valid, T)
+        step_end_mask = place_process_rewards(torch.ones(B, S, dtype=dt), ends, step_valid, T) > 0  # (B, T)
+
+    logprobs, ref_logprobs = pad("logprobs"), pad("ref_logprobs")
+    kl = kl_penalty(logprobs, ref_logprobs, kl_kind) if logprobs is not None else pad("kl")
+    token_rewards = assemble_token_rewards(
+        token_scores, kl if kl is not None else torch.zeros(B, T, dtype=dt), beta, mask
+    )
+    values = pad("values")
+    grouped = "group_index" in REQUIRED_INPUTS[estimator] or any(r.group is not None for r in resps)
+    group_index = torch.tensor([r.group or 0 for r in resps]) if grouped else None  # (B,)
+    baselines = [r.baseline_reward for r in resps]
+    inputs = AdvantageInputs(
+        token_rewards=token_rewards,
+        response_mask=mask,
+        values=values,
+        group_index=group_index,
+        baseline_rewards=None if None in baselines else torch.tensor(baselines, dtype=dt),
+        step_end_mask=step_end_mask,
+    )
+    out = compute_advantages(estimator, inputs, AdvantageParams(gamma=gamma, lam=lam))
+    uses_lam = "values" in REQUIRED_INPUTS[estimator]  # λ belongs to GAE, the critic's estimator
+    return Ledger.from_tensors(
+        prompts=[r.prompt for r in resps],
+        token_texts=[r.tokens for r in resps],
+        response_mask=mask,
+        estimator=estimator,
+        gamma=gamma,
+        lam=lam if uses_lam else None,
+        beta=beta,
+        kl_kind=kl_kind if logprobs is not None else None,
+        token_ids=pad("token_ids", 0, torch.long),
+        logprobs=logprobs,
+        ref_logprobs=ref_logprobs,
+        kl=kl,
+        token_scores=token_scores,
+        token_rewards=token_rewards,
+        values=values,
+        deltas=td_errors(token_rewards, values, mask, gamma) if values is not None else None,
+        advantages=out.advantages,
+        returns=out.returns,
+        whitened_advantages=masked_whiten(out.advantages, mask) if whiten else None,
+        step_end_mask=step_end_mask,
+        scores=None if None in [r.score for r in resps] else scores,
+        group_ids=group_index,
+        baseline_rewards=inputs.baseline_rewards,
+        lengths=lengths,
+        finish_reasons=[r.finish_reason for r in resps],
+        responses=[r.response if r.response is not None else "".join(r.tokens) for r in resps],
+    )

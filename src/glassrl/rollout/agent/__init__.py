@@ -1,0 +1,44 @@
+"""Agentic rollouts: multi-turn generation with tools, observations kept in the context.
+
+- :mod:`.tools`: the tool protocol (name, JSON schema, ``call(arguments) -> text``), argument
+  checks, calls with time limits;
+- :mod:`.registry`: built-in tools by name, the user's by ``module:attribute`` or
+  ``path/to/file.py:attribute``;
+- :mod:`.environment`: the environment protocol (``reset(record)``, ``step(text, calls)``)
+  and :class:`ToolEnvironment`;
+- :mod:`.formats`: how a call is written and its result read back (chat template with
+  ``tools=``, or the tagged format);
+- :mod:`.loop`: :class:`AgentRolloutEngine`, the multi-turn loop;
+- :mod:`.sandbox`: the Python executor; :mod:`.calculator`, :mod:`.corpus`: the other built-ins.
+
+docs/agentic.md describes the whole.
+"""
+
+from glassrl.rollout.agent.environment import Environment, StepResult, ToolEnvironment
+from glassrl.rollout.agent.formats import HermesFormat, TaggedFormat, build_call_format, supports_tools
+from glassrl.rollout.agent.loop import AgentRolloutEngine, HFTurnSampler, SampledTurn, TurnSampler, reward_parts
+from glassrl.rollout.agent.registry import BUILTIN_TOOLS, build_tool, build_tools
+from glassrl.rollout.agent.tools import FunctionTool, Tool, ToolCall, ToolResult, run_call
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "AgentRolloutEngine",
+    "Environment",
+    "FunctionTool",
+    "HFTurnSampler",
+    "HermesFormat",
+    "SampledTurn",
+    "StepResult",
+    "TaggedFormat",
+    "Tool",
+    "ToolCall",
+    "ToolEnvironment",
+    "ToolResult",
+    "TurnSampler",
+    "build_call_format",
+    "build_tool",
+    "build_tools",
+    "reward_parts",
+    "run_call",
+    "supports_tools",
+]

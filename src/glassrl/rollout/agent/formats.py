@@ -1,0 +1,226 @@
+"""How a model writes a tool call and reads the result back: two formats.
+
+**hermes** (chosen when the tokenizer's chat template takes ``tools=``, as Qwen2.5/Qwen3 and
+Hermes templates do). The prompt is rendered by the chat template with the tools' schemas; the
+model ends a turn with its end-of-turn token (the tokenizer's EOS, e.g. ``<|im_end|>``), and a
+turn that calls tools contains one or more ::
+
+    <tool_call>
+    {"name": "calculator", "arguments": {"expression": "4821+975"}}
+    </tool_call>
+
+The results go back as ``tool`` messages rendered by the same template (Qwen:
+``<|im_start|>user\\n<tool_response>\\n5796\\n</tool_response><|im_end|>\\n<|im_start|>assistant\\n``).
+Only the new messages are rendered: the template's text for [user, assistant, tool…] minus its
+text for [user, assistant], plus what the template writes after the assistant's end-of-turn
+token (Qwen: a newline). The sampled tokens are never re-rendered, so the context stays
+exactly the tokens that were sampled.
+
+**tagged** (every other tokenizer, e.g. the default model, which has no tool-aware template).
+The model writes, inside its one answer, ::
+
+    <call>calculator {"expression": "4821+975"}</call>
+    <call>calculator 4821+975</call>          (short form: bare text for a tool with exactly
+                                                one required string argument)
+
+Generation stops at ``</call>``; the result is appended as ``<result>5796</result>`` and the
+model continues. A turn without a call is the final answer; it ends at EOS. The tool list is
+described in the prompt (``describe_tools``): before a plain-text prompt, or as a system
+message of a chat prompt; a task whose model learnt the format from data turns it off.
+
+Either way, a call that cannot be parsed (malformed JSON, no name, arguments that are not an
+object) is still a call: the environment answers it with an observation saying what was wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from glassrl.data.formatting import Prompt, format_prompt
+from glassrl.errors import GlassrlError
+from glassrl.rollout.agent.tools import TOOL_NAME, Tool, ToolCall, schema
+
+_PROBE_TOOL = "glassrl_probe_tool"
+
+
+class CallFormat(Protocol):
+    """The parts of a call format the rollout loop uses (module docstring)."""
+
+    name: str
+    stop_strings: tuple[str, ...]  # a turn also ends at these (besides EOS)
+
+    def prompt_ids(self, prompt: Prompt, tools: Sequence[Tool]) -> list[int]: ...
+
+    def parse(self, text: str) -> list[ToolCall]: ...
+
+    def opens_call(self, text: str) -> bool: ...  # a call was started, complete or cut off
+
+    def observation(self, results: Sequence[str]) -> tuple[str, list[int]]: ...  # text and token ids
+
+
+def _json_error(err: json.JSONDecodeError) -> str:
+    return f"malformed JSON arguments: {err.msg} at character {err.pos}"
+
+
+class TaggedFormat:
+    """``<call>NAME {json}</call>`` → ``<result>…</result>`` (module docstring)."""
+
+    name = "tagged"
+    stop_strings = ("</call>",)
+    _CALL = re.compile(r"<call>(.*?)</call>", re.S)
+
+    def __init__(self, tokenizer, *, describe_tools: bool = True) -> None:
+        self.tokenizer = tokenizer
+        self.describe_tools = describe_tools
+
+    def describe(self, tools: Sequence[Tool]) -> str:
+        """The tool list and the call syntax, in words the prompt carries."""
+        lines = [
+            'Tools: call one by writing <call>NAME {"argument": value}</call>; the answer comes back as '
+            "<result>…</result>. Write the final answer without a call."
+        ]
+        for tool in tools:
+            arguments = ", ".join(
+                f'"{k}": {v.get("type", "any")}' for k, v in tool.parameters.get("properties", {}).items()
+            )
+            lines.append(f"- {tool.name} {{{arguments}}}: {tool.description}")
+        return "\n".join(lines)
+
+    def prompt_ids(self, prompt: Prompt, tools: Sequence[Tool]) -> list[int]:
+        if self.describe_tools and tools:
+            text = self.describe(tools)
+            if isinstance(prompt, str):
+                prompt = f"{text}\n\n{prompt}"
+            else:
+                messages = [dict(m) for m in prompt]
+                if messages and messages[0].get("role") == "system":
+                    messages[0]["content"] = f"{messages[0]['content']}\n\n{text}"
+                else:
+                    messages.insert(0, {"role": "system", "content": text})
+                prompt = messages
+        return format_prompt(self.tokenizer, prompt)
+
+    def parse(self, text: str) -> list[ToolCall]:
+        return [self._one(m.group(0), m.group(1).strip()) for m in self._CALL.finditer(text)]
+
+    def _one(self, raw: str, body: str) -> ToolCall:
+        name = TOOL_NAME.match(body)
+        if name is None:
+            return ToolCall("", error="a call starts with a tool name: <call>NAME {json}</call>", raw=raw)
+        rest = body[name.end() :].strip()
+        if not rest:
+            return ToolCall(name.group(0), arguments={}, raw=raw)
+        if not rest.startswith("{"):
+            return ToolCall(name.group(0), text=rest, raw=raw)
+        try:
+            arguments = json.loads(rest)
+        except json.JSONDecodeError as err:
+            return ToolCall(name.group(0), error=_json_error(err), raw=raw)
+        return ToolCall(name.group(0), arguments=arguments, raw=raw)
+
+    def opens_call(self, text: str) -> bool:
+        return "<call>" in text
+
+    def observation(self, results: Sequence[str]) -> tuple[str, list[int]]:
+        text = "".join(f"<result>{r}</result>" for r in results)
+        return text, list(self.tokenizer.encode(text, add_special_tokens=False))
+
+
+class HermesFormat:
+    """``<tool_call>{"name", "arguments"}</tool_call>`` with the chat template (module docstring)."""
+
+    name = "hermes"
+    stop_strings = ()
+    _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._after_eos = self._text_after_end_of_turn()
+
+    def _render(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+
+    def _text_after_end_of_turn(self) -> str:
+        """What the template writes after an assistant message's EOS (checked once, here)."""
+        base = self._render([{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}])
+        eos = self.tokenizer.eos_token
+        if not eos or eos not in base:
+            raise GlassrlError(
+                f"chat template: an assistant message does not end with the EOS token {eos!r}; "
+                "use the tagged call format"
+            )
+        return base[base.rfind(eos) + len(eos) :]
+
+    def prompt_ids(self, prompt: Prompt, tools: Sequence[Tool]) -> list[int]:
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+        ids = self.tokenizer.apply_chat_template(
+            messages,
+            tools=[schema(t) for t in tools] or None,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        return list(ids)
+
+    def parse(self, text: str) -> list[ToolCall]:
+        return [self._one(m.group(0), m.group(1)) for m in self._CALL.finditer(text)]
+
+    def _one(self, raw: str, body: str) -> ToolCall:
+        try:
+            call = json.loads(body)
+        except json.JSONDecodeError as err:
+            return ToolCall("", error=f"malformed JSON in <tool_call>: {err.msg} at character {err.pos}", raw=raw)
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            return ToolCall("", error='a tool call is {"name": ..., "arguments": {...}}', raw=raw)
+        arguments = call.get("arguments", {})
+        if isinstance(arguments, str):  # some models write the arguments as a JSON string
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError as err:
+                return ToolCall(call["name"], error=_json_error(err), raw=raw)
+        return ToolCall(call["name"], arguments=arguments, raw=raw)
+
+    def opens_call(self, text: str) -> bool:
+        return "<tool_call>" in text
+
+    def observation(self, results: Sequence[str]) -> tuple[str, list[int]]:
+        base = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
+        tool_messages = [{"role": "tool", "content": r} for r in results]
+        before = self._render(base)
+        after = self._render(base + tool_messages, add_generation_prompt=True)
+        if not after.startswith(before):
+            raise GlassrlError("chat template: rendering tool messages changes the earlier messages; use tagged")
+        text = self._after_eos + after[len(before) :]
+        return text, list(self.tokenizer.encode(text, add_special_tokens=False))
+
+
+def supports_tools(tokenizer) -> bool:
+    """The chat template renders ``tools=`` (a probe tool's name appears in the rendered prompt)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return False
+    probe = {
+        "type": "function",
+        "function": {"name": _PROBE_TOOL, "description": "probe", "parameters": {"type": "object", "properties": {}}},
+    }
+    try:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "hi"}], tools=[probe], add_generation_prompt=True, tokenize=False
+        )
+    except Exception:  # noqa: BLE001 - a template that cannot take tools= is one without tool support
+        return False
+    return _PROBE_TOOL in text
+
+
+CALL_FORMATS = ("auto", "tagged", "hermes")
+
+
+def build_call_format(tokenizer, name: str = "auto", *, describe_tools: bool = True) -> CallFormat:
+    """The format ``name``; "auto" is hermes when the chat template takes ``tools=``, else tagged."""
+    if name not in CALL_FORMATS:
+        raise GlassrlError(f"call format {name!r}: valid formats are {', '.join(CALL_FORMATS)}")
+    if name == "hermes" or (name == "auto" and supports_tools(tokenizer)):
+        return HermesFormat(tokenizer)
+    return TaggedFormat(tokenizer, describe_tools=describe_tools)

@@ -1,0 +1,344 @@
+"""Multi-turn rollout with tools: the model writes a turn, the environment answers, until the end.
+
+One response is a sequence of turns inside one growing context::
+
+    prompt | turn 1 (generated) | observation 1 | turn 2 (generated) | observation 2 | … | final turn
+
+Each turn is sampled with the whole context so far as its prompt: the prompt's tokens, every
+earlier generated token and every observation token, exactly as they will sit in the batch.
+The batch keeps them in one response row: ``response_mask`` is True on generated tokens only
+(they train), ``response_context_mask`` on generated and observation tokens (the batch's
+``attention_mask`` uses it), so the log-probs, values and reference log-probs the trainer
+recomputes see the context the tokens were sampled in (DESIGN §1: observation tokens are
+masked out of every loss and estimator, and GAE carries V and A across them).
+
+Per turn, for the responses still running:
+1. sample one turn per response (:class:`TurnSampler`; :class:`HFTurnSampler` wraps
+   ``model.generate``); a turn ends at EOS, at a stop string of the call format (tagged:
+   ``</call>``), or when the response's token budget (``params.max_new_tokens``, generated and
+   observation tokens together) runs out;
+2. parse the calls (:mod:`.formats`) and step every environment, concurrently (a thread pool
+   of ``tool_workers``; each call has its own time limit inside the environment);
+3. end the response (final answer, ``turn_limit``, ``length``) or append the observation.
+
+The turn's finish reason is recorded (:class:`glassrl.rollout.base.Turn`); a response's finish
+reason is its last turn's. Sampling draws from the caller's generator, turn after turn, so the
+same generator state and the same (deterministic) tools give the same batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import torch
+
+from glassrl.data.records import PromptRecord
+from glassrl.errors import GlassrlError
+from glassrl.rollout.agent.environment import Environment, StepResult
+from glassrl.rollout.agent.formats import CallFormat, build_call_format
+from glassrl.rollout.base import ROLE_GENERATED, ROLE_OBSERVATION, ROLE_PAD, RolloutBatch, SamplingParams, Turn
+from glassrl.rollout.hf import generation_kwargs, left_pad, sampling_rng
+
+Ended = Literal["eos", "stop", "length"]
+
+
+@dataclass
+class SampledTurn:
+    """One sampled turn: its tokens (the EOS or the stop string's last token included), how it
+    ended, and log π of each token under softmax(logits / temperature) when asked for."""
+
+    tokens: list[int]
+    ended: Ended
+    logprobs: list[float] | None = None
+
+
+class TurnSampler(Protocol):
+    """Samples one turn for each context (token ids, unpadded); Hugging Face today, vLLM later."""
+
+    device: torch.device
+
+    def sample(
+        self,
+        contexts: list[list[int]],
+        max_new_tokens: list[int],
+        params: SamplingParams,
+        generator: torch.Generator,
+        stop_strings: tuple[str, ...],
+        with_logprobs: bool,
+    ) -> list[SampledTurn]: ...
+
+
+def trim_turn(
+    tokens: list[int], budget: int, eos_id: int, stop_strings: Sequence[str], decode: Callable[[list[int]], str]
+) -> tuple[list[int], Ended]:
+    """Cut a row of sampled tokens at its end: the first EOS (kept), or the first token that
+    completes a stop string (kept), or the row's own ``budget``; whichever comes first.
+
+    Tokens after the end are what ``generate`` wrote for a finished row (padding) or sampled
+    past this row's budget; they are dropped.
+    """
+    tokens = tokens[:budget]
+    eos = tokens.index(eos_id) if eos_id in tokens else None
+    before_eos = tokens if eos is None else tokens[:eos]
+    if stop_strings and any(s in decode(before_eos) for s in stop_strings):
+        lo, hi = 1, len(before_eos)  # the shortest prefix whose text holds a stop string
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if any(s in decode(before_eos[:mid]) for s in stop_strings):
+                hi = mid
+            else:
+                lo = mid + 1
+        return before_eos[:lo], "stop"
+    if eos is not None:
+        return tokens[: eos + 1], "eos"
+    return tokens, "length"
+
+
+class HFTurnSampler:
+    """One turn per context with ``model.generate`` (KV cache), sampling as :mod:`glassrl.rollout.hf`."""
+
+    def __init__(self, model, tokenizer) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.eos_id = tokenizer.eos_token_id
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.device = next(model.parameters()).device
+
+    @torch.no_grad()
+    def sample(
+        self,
+        contexts: list[list[int]],
+        max_new_tokens: list[int],
+        params: SamplingParams,
+        generator: torch.Generator,
+        stop_strings: tuple[str, ...],
+        with_logprobs: bool,
+    ) -> list[SampledTurn]:
+        ids, mask = left_pad(contexts, self.pad_id)
+        ids, mask = ids.to(self.device), mask.to(self.device)  # (b, L)
+        extra = {"stop_strings": list(stop_strings), "tokenizer": self.tokenizer} if stop_strings else {}
+        was_training = self.model.training
+        self.model.eval()
+        with sampling_rng(generator):
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=mask.long(),
+                max_new_tokens=max(max_new_tokens),
+                eos_token_id=self.eos_id,
+                pad_token_id=self.pad_id,
+                use_cache=True,
+                return_dict_in_generate=True,
+                output_logits=with_logprobs,
+                **generation_kwargs(params),
+                **extra,
+            )
+        self.model.train(was_training)
+        new = out.sequences[:, ids.shape[1] :].tolist()  # (b, steps)
+        if with_logprobs:
+            temperature = 1.0 if params.greedy else params.temperature
+            steps = torch.stack(out.logits, dim=1).float() / temperature  # (b, steps, V)
+            chosen = out.sequences[:, ids.shape[1] :].unsqueeze(-1)  # (b, steps, 1)
+            logprobs = (steps.gather(-1, chosen).squeeze(-1) - torch.logsumexp(steps, dim=-1)).tolist()
+        turns = []
+        for b, row in enumerate(new):
+            tokens, ended = trim_turn(row, max_new_tokens[b], self.eos_id, stop_strings, self.tokenizer.decode)
+            turns.append(SampledTurn(tokens, ended, logprobs[b][: len(tokens)] if with_logprobs else None))
+        return turns
+
+
+@dataclass
+class _Episode:
+    """One response while it is being written."""
+
+    prompt: list[int]
+    record: PromptRecord
+    env: Environment
+    tokens: list[int] = field(default_factory=list)
+    roles: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    final_text: str = ""
+    done: bool = False
+
+
+class AgentRolloutEngine:
+    """Multi-turn rollouts with tools (module docstring); a RolloutEngine given the prompts' records.
+
+    sampler:           samples a turn (:class:`HFTurnSampler` on the actor model)
+    tokenizer:         the actor's tokenizer (decoding, the call format)
+    make_environment:  a fresh environment per response (``ToolEnvironment(tools, ...)``)
+    call_format:       "auto" (hermes when the chat template takes ``tools=``, else tagged),
+                       "tagged" or "hermes" (:mod:`.formats`)
+    describe_tools:    tagged format: describe the tools in the prompt
+    max_turns:         generated turns per response, the final answer included
+    tool_workers:      environments stepped at once
+    sampling_logprobs: keep log π of each generated token as sampled (``rollout_logprobs``);
+                       costs the logits of every step, (B, steps, V), while a turn is sampled
+    """
+
+    def __init__(
+        self,
+        sampler: TurnSampler,
+        tokenizer,
+        make_environment: Callable[[], Environment],
+        *,
+        call_format: str = "auto",
+        describe_tools: bool = True,
+        max_turns: int = 4,
+        tool_workers: int = 8,
+        sampling_logprobs: bool = False,
+    ) -> None:
+        if max_turns < 1 or tool_workers < 1:
+            raise GlassrlError(
+                f"agent rollout: max_turns and tool_workers must be >= 1, got {max_turns}, {tool_workers}"
+            )
+        self.sampler = sampler
+        self.tokenizer = tokenizer
+        self.make_environment = make_environment
+        self.format: CallFormat = build_call_format(tokenizer, call_format, describe_tools=describe_tools)
+        self.max_turns = max_turns
+        self.tool_workers = tool_workers
+        self.sampling_logprobs = sampling_logprobs
+        self.eos_id = tokenizer.eos_token_id
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    def format_prompts(self, records: Sequence[PromptRecord]) -> list[list[int]]:
+        """Token ids of each record's prompt with its environment's tools rendered in (the call format's way)."""
+        prompts = []
+        for record in records:
+            env = self.make_environment()
+            env.reset(record)
+            prompts.append(self.format.prompt_ids(record.prompt, env.tools))
+        return prompts
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        n: int,
+        params: SamplingParams,
+        generator: torch.Generator,
+        records: Sequence[PromptRecord],
+    ) -> RolloutBatch:
+        """``prompts`` (from :meth:`format_prompts`) and their ``records`` -> len(prompts) × n
+        multi-turn responses, the n of a prompt adjacent (as every RolloutEngine)."""
+        if len(records) != len(prompts):
+            raise ValueError(f"agent rollout: {len(prompts)} prompts but {len(records)} records")
+        episodes = []
+        for prompt, record in zip(prompts, records):
+            for _ in range(n):
+                env = self.make_environment()
+                env.reset(record)
+                episodes.append(_Episode(list(prompt), record, env))
+        budget = params.max_new_tokens
+        with ThreadPoolExecutor(max_workers=self.tool_workers, thread_name_prefix="agent-env") as pool:
+            for turn_index in range(self.max_turns):
+                running = [e for e in episodes if not e.done]
+                if not running:
+                    break
+                last = turn_index == self.max_turns - 1
+                self._turn(running, budget, params, generator, pool, last)
+        return self._batch(episodes, prompts, n)
+
+    def _turn(
+        self,
+        running: list[_Episode],
+        budget: int,
+        params: SamplingParams,
+        generator: torch.Generator,
+        pool: ThreadPoolExecutor,
+        last: bool,
+    ) -> None:
+        sampled = self.sampler.sample(
+            [e.prompt + e.tokens for e in running],
+            [budget - len(e.tokens) for e in running],
+            params,
+            generator,
+            self.format.stop_strings,
+            self.sampling_logprobs,
+        )
+        # The turn's text leaves its EOS out.
+        texts = [self.tokenizer.decode(s.tokens[:-1] if s.ended == "eos" else s.tokens) for s in sampled]
+        calls = [self.format.parse(t) if s.ended != "length" else [] for t, s in zip(texts, sampled)]
+        futures = {
+            i: pool.submit(_step, e, texts[i], calls[i])
+            for i, (e, s) in enumerate(zip(running, sampled))
+            if s.ended != "length"
+        }
+        for i, (e, s) in enumerate(zip(running, sampled)):
+            start = len(e.tokens)
+            e.tokens += s.tokens
+            e.roles += [ROLE_GENERATED] * len(s.tokens)
+            e.logprobs += s.logprobs if s.logprobs is not None else [0.0] * len(s.tokens)
+            result = futures[i].result() if i in futures else StepResult()
+            reason, observation, obs_ids = self._outcome(e, s, result, calls[i], budget, last)
+            end = len(e.tokens)
+            e.tokens += obs_ids
+            e.roles += [ROLE_OBSERVATION] * len(obs_ids)
+            e.logprobs += [0.0] * len(obs_ids)
+            e.turns.append(
+                Turn(start, end, len(e.tokens), reason, texts[i], observation, result.tool_calls, result.reward_parts)
+            )
+            if reason not in ("tool_call", "continue"):
+                e.done = True
+                is_answer = reason in ("stop", "length") and not self.format.opens_call(texts[i])
+                e.final_text = self.tokenizer.decode(s.tokens, skip_special_tokens=True) if is_answer else ""
+
+    def _outcome(
+        self, e: _Episode, s: SampledTurn, result: StepResult, calls: list, budget: int, last: bool
+    ) -> tuple[str, str, list[int]]:
+        """(finish reason, observation text, observation ids) of a turn just sampled."""
+        if s.ended == "length":
+            return "length", "", []
+        if result.done:
+            return "stop", "", []
+        if last:
+            return "turn_limit", "", []
+        text, ids = self.format.observation(result.observations) if result.observations else ("", [])
+        if len(e.tokens) + len(ids) >= budget:  # no room for the observation and one more token
+            return "length", "", []
+        return ("tool_call" if calls else "continue"), text, ids
+
+    def _batch(self, episodes: list[_Episode], prompts: list[list[int]], n: int) -> RolloutBatch:
+        device = self.sampler.device
+        prompt_ids, prompt_mask = left_pad(prompts, self.pad_id)
+        T = max(1, max(len(e.tokens) for e in episodes))
+
+        def rows(values: list[list], fill) -> list[list]:
+            return [v + [fill] * (T - len(v)) for v in values]
+
+        roles = torch.tensor(rows([e.roles for e in episodes], ROLE_PAD), dtype=torch.int8)  # (B, T)
+        rollout_logprobs = None
+        if self.sampling_logprobs:
+            rollout_logprobs = torch.tensor(rows([e.logprobs for e in episodes], 0.0), dtype=torch.float32)
+        return RolloutBatch(
+            prompt_ids=prompt_ids.repeat_interleave(n, dim=0).to(device),  # (B, P)
+            prompt_mask=prompt_mask.repeat_interleave(n, dim=0).to(device),  # (B, P)
+            response_ids=torch.tensor(rows([e.tokens for e in episodes], self.pad_id), dtype=torch.long).to(device),
+            response_mask=(roles == ROLE_GENERATED).to(device),
+            group_index=torch.arange(len(prompts), device=device).repeat_interleave(n),
+            finish_reasons=[e.turns[-1].finish_reason for e in episodes],
+            texts=[e.final_text for e in episodes],
+            response_context_mask=(roles != ROLE_PAD).to(device),
+            turns=[tuple(e.turns) for e in episodes],
+            rollout_logprobs=None if rollout_logprobs is None else rollout_logprobs.to(device),
+        )
+
+
+def _step(e: _Episode, text: str, calls: list) -> StepResult:
+    try:
+        return e.env.step(text, calls)
+    except Exception as err:  # noqa: BLE001 - named with its record, then the rollout stops
+        raise GlassrlError(f"{e.record.source}: environment {type(e.env).__name__}.step raised {err!r}") from err
+
+
+def reward_parts(turns: Sequence[Turn]) -> dict[str, float]:
+    """The episode's reward parts: each name summed over its turns."""
+    total: dict[str, float] = {}
+    for turn in turns:
+        for name, value in turn.reward_parts.items():
+            total[name] = total.get(name, 0.0) + float(value)
+    return total

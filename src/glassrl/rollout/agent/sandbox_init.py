@@ -1,0 +1,136 @@
+"""The sandbox's first process: it runs as root (or as the caller) before the user's code.
+
+Not imported by glassrl: :mod:`glassrl.rollout.agent.sandbox` runs this file as a script with
+``python -I -S -B``, inside new network, mount and PID namespaces when the machine allows
+them, so it uses the standard library only. Arguments: one JSON object (see ``sandbox.py``);
+the user's code arrives on stdin; the outcome goes to the file descriptor ``status_fd`` as one JSON line,
+``{"exit": code}`` or ``{"signal": number}`` or ``{"setup_error": message}``.
+
+Steps, in order:
+
+1. (namespaces) every mount is remounted read-only, keeping its nosuid/nodev/noexec/atime
+   flags; then a fresh tmpfs of ``disk_bytes`` is mounted on the work directory, the one
+   writable place. The mount namespace is private (``unshare --mount``), so none of this is
+   seen outside, and the tmpfs vanishes with the namespace.
+2. ``main.py`` (the user's code) is written into the work directory.
+3. A child is forked; it closes every inherited descriptor above 2, sets the rlimits, drops to
+   the sandbox uid (root only), sets no_new_privs (a setuid binary cannot raise it back), and
+   execs the interpreter on ``main.py`` with the minimal environment.
+4. This process waits for the child and reports how it ended. In a PID namespace it is
+   process 1: when it exits, the kernel kills whatever the child left running.
+"""
+
+import ctypes
+import json
+import os
+import resource
+import sys
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
+MS_RELATIME, MS_STRICTATIME = 1 << 21, 1 << 24
+# Per-mount flags of /proc/self/mountinfo that a bind remount must repeat, or it clears them.
+KEPT_FLAGS = {
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": MS_NOATIME,
+    "nodiratime": MS_NODIRATIME,
+    "relatime": MS_RELATIME,
+    "strictatime": MS_STRICTATIME,
+}
+PR_SET_NO_NEW_PRIVS = 38
+
+
+def unescape(field):
+    """mountinfo escapes space, tab, newline and backslash as octal (\\040 …)."""
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field
+
+
+def mounts():
+    """(mount point, per-mount flags) of every mount this process sees."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            options = fields[5].split(",")
+            yield unescape(fields[4]), sum(KEPT_FLAGS.get(o, 0) for o in options)
+
+
+def mount(libc, source, target, fstype, flags, data):
+    encode = lambda s: None if s is None else s.encode()  # noqa: E731
+    if libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount {target}: {os.strerror(errno)}")
+
+
+def read_only_world(workdir, disk_bytes, uid):
+    libc = ctypes.CDLL(None, use_errno=True)
+    for target, flags in mounts():
+        mount(libc, None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None)
+    owner = "" if uid is None else f",uid={uid},gid={uid}"
+    mount(libc, "tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, f"size={disk_bytes},mode=0700{owner}")
+
+
+def run_user_code(cfg):
+    """In the forked child: limits, identity, then exec. Never returns."""
+    os.closerange(3, 65536)  # the status descriptor among them: the code cannot forge an outcome
+    limits = cfg["limits"]
+    resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_s"], limits["cpu_s"] + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"], limits["memory_bytes"]))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_bytes"], limits["file_bytes"]))
+    resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    uid = cfg["uid"]
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    os.chdir(cfg["workdir"])
+    python = cfg["python"]
+    os.execve(python, [python, "-I", "-S", "-B", "main.py"], cfg["env"])
+
+
+def report(cfg, outcome):
+    os.write(cfg["status_fd"], (json.dumps(outcome) + "\n").encode())
+
+
+def main():
+    cfg = json.loads(sys.argv[1])
+    code = sys.stdin.buffer.read()
+    workdir, uid = cfg["workdir"], cfg["uid"]
+    try:
+        if cfg["namespaces"]:
+            read_only_world(workdir, cfg["limits"]["disk_bytes"], uid)
+        path = os.path.join(workdir, "main.py")
+        with open(path, "wb") as f:
+            f.write(code)
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+            os.chown(path, uid, uid)
+    except OSError as err:
+        report(cfg, {"setup_error": str(err)})
+        return
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(stdin, 0)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            run_user_code(cfg)
+        except BaseException as err:  # noqa: BLE001 - anything before exec is a setup failure
+            os.write(2, f"sandbox setup failed: {err}\n".encode())
+        os._exit(127)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        report(cfg, {"signal": os.WTERMSIG(status)})
+    else:
+        report(cfg, {"exit": os.WEXITSTATUS(status)})
+
+
+if __name__ == "__main__":
+    main()

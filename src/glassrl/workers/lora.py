@@ -1,0 +1,45 @@
+"""The reference policy of a LoRA run: the actor's own model with its adapters disabled.
+
+π_ref is the base model (Hu et al. 2021: W₀ frozen), which the actor holds anyway;
+``with model.disable_adapter():`` (peft) runs it without the BA term, so the run
+keeps one copy of the weights instead of two. Nothing to checkpoint: the base is
+frozen and reloaded from its path. It must live in the process that holds the
+actor's model (in-process, or the actor's own Ray workers: glassrl.workers.ray).
+See glassrl.workers.base for the protocol.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from glassrl.models.logprobs import response_logprobs
+from glassrl.workers.base import Batch
+
+
+class LoraReference:
+    """π_ref(a_i|s_i) = the actor's peft model with adapters off, at the sampling temperature."""
+
+    def __init__(self, model: nn.Module, *, temperature: float, micro_batch: int) -> None:
+        if not hasattr(model, "disable_adapter"):
+            raise TypeError(f"LoraReference needs a peft model, got {type(model).__name__}")
+        self.model, self.temperature, self.micro_batch = model, temperature, micro_batch
+
+    @torch.no_grad()
+    def compute_logprobs(self, batch: Batch) -> torch.Tensor:
+        device = next(self.model.parameters()).device
+        training = self.model.training
+        self.model.eval()  # no adapter dropout either way; restored below for the actor
+        logprobs = []
+        try:
+            with self.model.disable_adapter():
+                for start in range(0, batch["input_ids"].shape[0], self.micro_batch):
+                    micro = {k: v[start : start + self.micro_batch].to(device) for k, v in batch.items()}
+                    T = micro["response_mask"].shape[1]
+                    lp, _ = response_logprobs(
+                        self.model, micro["input_ids"], micro["attention_mask"], T, temperature=self.temperature
+                    )
+                    logprobs.append(lp)
+        finally:
+            self.model.train(training)
+        return torch.cat(logprobs)  # (B, T)

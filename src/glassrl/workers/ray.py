@@ -1,0 +1,364 @@
+"""Role workers as groups of Ray actors, behind the interface of glassrl.workers.base.
+
+Shapes and batch keys: glassrl.workers.base. W: the ranks of a group.
+
+The driver stays the single controller (DESIGN §2): the trainer calls the same
+methods with the same arguments as on the in-process workers, and the classes
+here split each call over a role's ranks and put the answers back together:
+
+- forward passes without gradient (log-probs, values): rows split by token count
+  (glassrl.workers.sharding.shard_rows), outputs re-assembled in batch order;
+- updates: every mini-batch of the plan split by token count (shard_plan); the
+  ranks reduce gradients and metrics among themselves and return the same metrics;
+- reward scoring and sampling: requests and prompts split in contiguous chunks.
+
+A group is W Ray actors (:class:`RankHost`), one process each, forming one
+torch.distributed group (gloo on CPU, NCCL on GPU; rank 0's address and a free
+port are handed to the others). What a rank holds is built in its process by a
+picklable ``build(ctx) -> {name: object}`` (the trainer binds it from the config):
+an actor group may hold "actor", "rollout" (sampling with the same replica) and,
+under LoRA, "reference" (glassrl.workers.lora: the actor's model, adapters off).
+
+Placement (Ray placement groups): "colocate" puts rank r of every role in bundle r
+of one group (the bundle holds their summed resources); "separate" gives each role
+its own group. ``resources`` per rank, e.g. {"CPU": 1, "GPU": 1}.
+
+A worker that dies (killed, out of memory, its node lost) ends the call with a
+GlassrlError naming the role and the rank; the group's other processes are then
+stopped (they would wait in a collective for the dead one).
+
+Ray is an optional extra (``pip install glassrl[ray]``), imported here only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from glassrl.errors import GlassrlError
+from glassrl.rewards.base import RewardRequest, RewardResult
+from glassrl.rollout.base import RolloutBatch, SamplingParams, concat_rollouts
+from glassrl.workers.base import Batch
+from glassrl.workers.data_parallel import DistContext, free_port, init_group
+from glassrl.workers.sharding import gather_rows, shard_plan, shard_rows
+
+PLACEMENTS = ("colocate", "separate")
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise GlassrlError("trainer.backend = ray needs the ray package: pip install 'glassrl[ray]'") from None
+    return ray
+
+
+def connect(address: str | None = None, **init_kwargs: Any) -> None:
+    """Join the Ray cluster at ``address`` (``ray.address``), or start a local one when None.
+
+    ``init_kwargs`` go to ``ray.init`` for a local cluster (num_cpus, object_store_memory, ...).
+    Nothing happens when this process is already connected.
+    """
+    ray = _ray()
+    if ray.is_initialized():
+        return
+    try:
+        if address is None:
+            ray.init(**{"include_dashboard": False, **init_kwargs})
+        else:
+            ray.init(address=address)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise GlassrlError(f"ray.address = {address!r}: cannot join the Ray cluster: {err}") from None
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """One role's group: W ranks, each with ``resources``, building its objects with ``build``."""
+
+    role: str
+    world_size: int
+    build: Callable[[DistContext], dict[str, Any]]
+    resources: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
+    device: str = "cpu"  # "cuda" when the ranks hold a GPU each (NCCL)
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1:
+            raise GlassrlError(f"{self.role}.world_size = {self.world_size}: need at least 1")
+        if not any(v > 0 for v in self.resources.values()):
+            raise GlassrlError(f"{self.role}.resources = {self.resources}: a rank needs some resource (e.g. CPU: 1)")
+
+
+class RankHost:
+    """One rank of a role, in its own process (a Ray actor): its group membership and objects."""
+
+    def __init__(self, role: str, rank: int, world_size: int) -> None:
+        self.role, self.rank, self.world_size = role, rank, world_size
+        self.objects: dict[str, Any] = {}
+
+    def rendezvous(self) -> tuple[str, int]:
+        """This node's address and a free port (asked of rank 0)."""
+        import ray
+
+        return ray.util.get_node_ip_address(), free_port()
+
+    def setup(self, build: Callable[[DistContext], dict[str, Any]], address: str, port: int, device: str) -> None:
+        ctx = init_group(self.role, self.rank, self.world_size, address, port, device)
+        self.objects = build(ctx)
+
+    def call(self, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.objects[name], method)(*args, **kwargs)
+
+
+def _options(resources: dict[str, float]) -> dict[str, Any]:
+    other = {k: v for k, v in resources.items() if k not in ("CPU", "GPU") and v > 0}
+    return {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0), "resources": other}
+
+
+def _bundle(resource_sets: Sequence[dict[str, float]]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for resources in resource_sets:
+        for key, value in resources.items():
+            total[key] = total.get(key, 0.0) + value
+    return {k: v for k, v in total.items() if v > 0}
+
+
+class RankGroup:
+    """The W Ray actors of one role; rank r is ``hosts[r]``."""
+
+    def __init__(self, spec: RoleSpec, placement_group: Any, bundles: Sequence[int]) -> None:
+        ray = _ray()
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.role, self.world_size = spec.role, spec.world_size
+        remote = ray.remote(RankHost)
+        self.hosts = [
+            remote.options(
+                **_options(spec.resources),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group, placement_group_bundle_index=b),
+            ).remote(spec.role, rank, spec.world_size)
+            for rank, b in enumerate(bundles)
+        ]
+        address, port = self.get([self.hosts[0].rendezvous.remote()], ranks=[0])[0]
+        # Every rank at once: init_process_group returns when all have joined.
+        self.get([h.setup.remote(spec.build, address, port, spec.device) for h in self.hosts])
+
+    def call_each(self, name: str, method: str, args: Sequence[tuple]) -> list[Any]:
+        """Rank r runs ``objects[name].method(*args[r])``; the answers in rank order."""
+        return self.get([h.call.remote(name, method, *a) for h, a in zip(self.hosts, args)])
+
+    def call_all(self, name: str, method: str, *args: Any) -> list[Any]:
+        """Every rank runs ``objects[name].method(*args)`` (a collective: all must take part)."""
+        return self.call_each(name, method, [args] * self.world_size)
+
+    def get(self, futures: list, ranks: Sequence[int] | None = None) -> list[Any]:
+        """The results of ``futures`` (rank order); a dead rank → GlassrlError naming it, as soon as it is known."""
+        ray = _ray()
+        ranks = list(range(len(futures))) if ranks is None else list(ranks)
+        rank_of = {f: r for f, r in zip(futures, ranks)}
+        pending = list(futures)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done[0])
+            except ray.exceptions.RayActorError as err:
+                self.shutdown()  # the others would wait for it in their next collective
+                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                raise GlassrlError(
+                    f"{self.role} worker rank {rank_of[done[0]]} of {self.world_size} died: {reason}"
+                ) from None
+        return ray.get(futures)
+
+    def shutdown(self) -> None:
+        ray = _ray()
+        for host in self.hosts:
+            ray.kill(host)
+
+
+class RayCluster:
+    """The groups of a run, placed together ("colocate") or apart ("separate")."""
+
+    def __init__(self, specs: Sequence[RoleSpec], placement: str = "colocate") -> None:
+        _ray()
+        from ray.util.placement_group import placement_group
+
+        if placement not in PLACEMENTS:
+            raise GlassrlError(f"ray.placement: unknown {placement!r}; valid: {', '.join(PLACEMENTS)}")
+        self.placement_groups = []
+        self.groups: dict[str, RankGroup] = {}
+        if placement == "colocate":
+            width = max(s.world_size for s in specs)
+            bundles = [_bundle([s.resources for s in specs if s.world_size > r]) for r in range(width)]
+            pg = placement_group(bundles, strategy="PACK")
+            self.placement_groups.append(pg)
+            self._ready(pg, bundles)
+            for s in specs:
+                self.groups[s.role] = RankGroup(s, pg, range(s.world_size))
+        else:
+            for s in specs:
+                bundles = [_bundle([s.resources])] * s.world_size
+                pg = placement_group(bundles, strategy="PACK")
+                self.placement_groups.append(pg)
+                self._ready(pg, bundles)
+                self.groups[s.role] = RankGroup(s, pg, range(s.world_size))
+
+    @staticmethod
+    def _ready(pg: Any, bundles: list[dict[str, float]], timeout_s: float = 120.0) -> None:
+        ray = _ray()
+        ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
+        if not ready:
+            available = ray.available_resources()
+            raise GlassrlError(
+                f"ray: the cluster cannot place bundles {bundles} within {timeout_s:g} s "
+                f"(available: { {k: v for k, v in available.items() if k in ('CPU', 'GPU')} }); "
+                "lower the roles' resources or world sizes, or add nodes"
+            )
+
+    def __getitem__(self, role: str) -> RankGroup:
+        return self.groups[role]
+
+    def shutdown(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        for group in self.groups.values():
+            group.shutdown()
+        for pg in self.placement_groups:
+            remove_placement_group(pg)
+
+
+# ---------------------------------------------------------------- the worker interface
+
+
+def _select(batch: Batch, rows: torch.Tensor) -> Batch:
+    return {k: v[rows.to(v.device)] for k, v in batch.items()}
+
+
+class _Collective:
+    """A checkpoint part ("hf" kind: ``save_pretrained(dir)``) that every rank of a group writes."""
+
+    def __init__(self, group: RankGroup, name: str, method: str) -> None:
+        self.group, self.name, self.method = group, name, method
+
+    def save_pretrained(self, path: str | Path) -> None:
+        self.group.call_all(self.name, self.method, str(path))
+
+
+class _RayTrainee:
+    """Parts: "<role>" (the model, Hugging Face format: export, from_pretrained) and
+    "<role>_state" (trainable weights, optimiser and schedule, sharded with DCP: resume)."""
+
+    role = ""
+
+    def __init__(self, group: RankGroup, name: str | None = None) -> None:
+        self.group, self.name = group, name or self.role
+        self.part_names = (self.role, f"{self.role}_state")
+
+    def update(self, batch: Batch, plan: list[torch.Tensor]) -> dict[str, float]:
+        return self.group.call_each(self.name, "update", shard_plan(batch, plan, self.group.world_size))[0]
+
+    def save_pretrained(self, path: str) -> None:
+        self.group.call_all(self.name, "save_pretrained", str(path))
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        return {
+            self.role: ("hf", _Collective(self.group, self.name, "save_pretrained")),
+            f"{self.role}_state": ("hf", _Collective(self.group, self.name, "save_sharded")),
+        }
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        self.group.call_all(self.name, "load_sharded", str(parts[f"{self.role}_state"]))
+
+    def _forward(self, method: str, batch: Batch) -> list[Any]:
+        shards = shard_rows(batch, self.group.world_size)
+        return shards, self.group.call_each(self.name, method, [(_select(batch, s),) for s in shards])
+
+
+class RayActor(_RayTrainee):
+    """π_θ on W data-parallel ranks (glassrl.workers.data_parallel.DataParallelActor in each)."""
+
+    role = "actor"
+
+    def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        shards, outs = self._forward("compute_logprobs", batch)
+        return gather_rows([o[0] for o in outs], shards), gather_rows([o[1] for o in outs], shards)
+
+
+class RayCritic(_RayTrainee):
+    """V on W data-parallel ranks (DataParallelCritic in each)."""
+
+    role = "critic"
+
+    def compute_values(self, batch: Batch) -> torch.Tensor:
+        shards, outs = self._forward("compute_values", batch)
+        return gather_rows(outs, shards)
+
+
+class RayReference:
+    """π_ref on the ranks of ``group`` under ``name``: its own group, or the actor's (LoRA: adapters off)."""
+
+    def __init__(self, group: RankGroup, name: str = "reference") -> None:
+        self.group, self.name = group, name
+
+    def compute_logprobs(self, batch: Batch) -> torch.Tensor:
+        shards = shard_rows(batch, self.group.world_size)
+        outs = self.group.call_each(self.name, "compute_logprobs", [(_select(batch, s),) for s in shards])
+        return gather_rows(outs, shards)
+
+
+def _chunks(n: int, parts: int) -> list[range]:
+    """Contiguous ranges of range(n), sizes differing by at most one."""
+    bounds = [n * p // parts for p in range(parts + 1)]
+    return [range(bounds[p], bounds[p + 1]) for p in range(parts)]
+
+
+class RayReward:
+    """Reward sources scored on W ranks, requests in contiguous chunks (the driver only waits)."""
+
+    def __init__(self, group: RankGroup, name: str = "reward") -> None:
+        self.group, self.name = group, name
+
+    def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
+        chunks = _chunks(len(requests), self.group.world_size)
+        outs = self.group.call_each(self.name, "score", [([requests[i] for i in c],) for c in chunks])
+        return [result for out in outs for result in out]
+
+
+class RayRollout:
+    """Sampling on W ranks (each with its replica of π_θ and its own RNG), prompts in contiguous chunks.
+
+    Checkpoint part "rollout_rng": every rank's RNG state, in rank order (a resume needs
+    the same world size).
+    """
+
+    part_names = ("rollout_rng",)
+
+    def __init__(self, group: RankGroup, pad_id: int, name: str = "rollout") -> None:
+        self.group, self.pad_id, self.name = group, pad_id, name
+
+    def generate(self, prompts: list[list[int]], *, n: int, params: SamplingParams) -> RolloutBatch:
+        chunks = _chunks(len(prompts), self.group.world_size)
+        busy = [r for r, c in enumerate(chunks) if len(c)]  # fewer prompts than ranks: some rest
+        futures = [
+            self.group.hosts[r].call.remote(self.name, "generate", [prompts[i] for i in chunks[r]], n=n, params=params)
+            for r in busy
+        ]
+        outs = self.group.get(futures, ranks=busy)
+        for r, out in zip(busy, outs):
+            out.group_index = out.group_index + chunks[r].start  # index into the whole prompt list
+        return concat_rollouts(outs, self.pad_id)
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        states = [parts["rollout_rng"][1] for parts in self.group.call_all(self.name, "state_dict")]
+        return {"rollout_rng": ("torch", states)}
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        states = parts["rollout_rng"]
+        if len(states) != self.group.world_size:
+            raise GlassrlError(
+                f"checkpoint part rollout_rng holds {len(states)} ranks' RNG states; the rollout group has "
+                f"{self.group.world_size} (resume with the same world size)"
+            )
+        self.group.call_each(self.name, "load_state_dict", [({"rollout_rng": s},) for s in states])

@@ -1,0 +1,81 @@
+"""`glassrl export`: a run's LoRA policy merged into a model that from_pretrained loads."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from glassrl.cli import main
+from glassrl.models.loading import load_causal_lm
+from glassrl.models.lora import LoraSettings, apply_lora, merge
+from glassrl.trainer.checkpoint import CheckpointManager, Part
+
+
+class _Policy:
+    """What the actor's "hf" checkpoint part saves: the (peft) model and its tokenizer."""
+
+    def __init__(self, model, tokenizer) -> None:
+        self.model, self.tokenizer = model, tokenizer
+
+    def save_pretrained(self, path) -> None:
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+
+
+@pytest.fixture
+def lora_run(tiny_model_dir, tmp_path):
+    """A run directory whose latest checkpoint holds a LoRA actor with non-zero adapters; and that actor."""
+    actor = apply_lora(load_causal_lm(tiny_model_dir, dtype="float32", device="cpu"), LoraSettings(r=4), tiny_model_dir)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in actor.named_parameters():
+            if "lora_B" in name:  # B = 0 at initialisation: merged would equal the base
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    run = tmp_path / "run"
+    CheckpointManager(run / "checkpoints", keep=2).save(3, {"actor": Part("hf", _Policy(actor, tokenizer))})
+    return run, actor
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def test_export_merges_adapters_into_a_loadable_model(lora_run, tiny_model_dir, tmp_path):
+    run, actor = lora_run
+    out = tmp_path / "exported"
+    assert main(["export", str(run), "--out", str(out)]) == 0
+    assert not (out / "adapter_config.json").exists()
+    loaded = AutoModelForCausalLM.from_pretrained(out)
+    ids = torch.randint(3, loaded.config.vocab_size, (2, 8), generator=torch.Generator().manual_seed(1))
+    merged = merge(copy.deepcopy(actor)).eval()
+    torch.testing.assert_close(_logits(loaded, ids), _logits(merged, ids), rtol=0, atol=1e-5)
+    base = load_causal_lm(tiny_model_dir, dtype="float32", device="cpu")
+    assert (_logits(loaded, ids) - _logits(base, ids)).abs().max() > 1e-2  # the adapters are in it
+    assert (
+        AutoTokenizer.from_pretrained(out)("是的").input_ids
+        == AutoTokenizer.from_pretrained(tiny_model_dir)("是的").input_ids
+    )
+
+
+def test_export_of_a_checkpoint_directory(lora_run, tmp_path):
+    run, _ = lora_run
+    assert main(["export", str(run / "checkpoints" / "step_00000003"), "--out", str(tmp_path / "a")]) == 0
+    assert (tmp_path / "a" / "config.json").is_file()
+
+
+def test_export_errors_are_one_line(lora_run, tmp_path, capsys):
+    run, _ = lora_run
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    assert main(["export", str(run), "--out", str(tmp_path / "full")]) == 2
+    assert "exists and is not empty" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "nothing"), "--out", str(tmp_path / "b")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    (tmp_path / "empty_run" / "checkpoints").mkdir(parents=True)
+    assert main(["export", str(tmp_path / "empty_run"), "--out", str(tmp_path / "c")]) == 2
+    assert "has no checkpoint yet" in capsys.readouterr().err

@@ -1,0 +1,127 @@
+"""Tokenizers for the agent tests, and a scripted turn sampler that stands in for a model.
+
+``tokenizer``: the default model's kind (byte-level BPE, no tool-aware chat template), so the
+tagged call format. ``qwen_tokenizer``: the same with Qwen2.5-Instruct's chat template (as
+published in its tokenizer_config.json) and its <|im_start|>/<|im_end|> tokens, EOS = <|im_end|>:
+the hermes format. Neither needs a download.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from glassrl.rollout.agent.loop import SampledTurn, trim_turn
+
+QWEN25_TEMPLATE = """{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}
+            {{- '\\n' + message.content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '\\n<tool_call>\\n{"name": "' }}
+            {{- tool_call.name }}
+            {{- '", "arguments": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- '}\\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' }}
+        {{- message.content }}
+        {{- '\\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}
+"""
+
+TEXTS = [
+    "4821+975=? <call>calculator 4821+975</call><result>5796</result>5796",
+    '<call>calculator {"expression": "123+456"}</call><tool_call>{"name": "search"}</tool_call>',
+    "Google Cloud revenue was $11.5 billion in Q1 2025 \\cite{https://abc.xyz/investor/2025-q1.pdf}",
+]
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from glassrl.models.default_tokenizer import build_tokenizer
+
+    return build_tokenizer(TEXTS * 5)
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer():
+    from glassrl.models.default_tokenizer import build_tokenizer
+
+    tok = build_tokenizer(TEXTS * 5)
+    tok.add_special_tokens({"eos_token": "<|im_end|>", "additional_special_tokens": ["<|im_start|>"]})
+    tok.chat_template = QWEN25_TEMPLATE
+    return tok
+
+
+class ScriptedSampler:
+    """A TurnSampler whose turns come from ``script(context text) -> turn text``.
+
+    The turn is encoded and cut like a model's (:func:`trim_turn`): EOS is appended unless the
+    text ends with a stop string; the budget cuts it. ``contexts`` records what each call saw.
+    """
+
+    device = torch.device("cpu")
+
+    def __init__(self, tokenizer, script: Callable[[str], str]) -> None:
+        self.tokenizer = tokenizer
+        self.script = script
+        self.contexts: list[list[list[int]]] = []
+
+    def sample(self, contexts, max_new_tokens, params, generator, stop_strings, with_logprobs):
+        self.contexts.append([list(c) for c in contexts])
+        turns = []
+        for context, budget in zip(contexts, max_new_tokens):
+            text = self.script(self.tokenizer.decode(context))
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            if not any(text.endswith(s) for s in stop_strings):
+                ids.append(self.tokenizer.eos_token_id)
+            tokens, ended = trim_turn(ids, budget, self.tokenizer.eos_token_id, stop_strings, self.tokenizer.decode)
+            turns.append(SampledTurn(tokens, ended, [-0.5] * len(tokens) if with_logprobs else None))
+        return turns
+
+
+@pytest.fixture
+def scripted():
+    return ScriptedSampler

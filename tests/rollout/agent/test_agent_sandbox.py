@@ -1,0 +1,160 @@
+"""The Python sandbox: escapes refused (network, writes outside, fork bomb, memory, CPU, the
+parent's environment), nothing left behind, output capped, and the positive controls that show
+each refusal is the sandbox's doing."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from glassrl.errors import GlassrlError
+from glassrl.rollout.agent.sandbox import PythonTool, SandboxLimits, isolation, run_python
+
+ISO = isolation()
+needs_namespaces = pytest.mark.skipif(not ISO.namespaces, reason=f"no namespaces here: {ISO.note}")
+needs_tmp_uid = pytest.mark.skipif(not ISO.tmp_uid, reason="not root: the code runs as the caller's uid")
+FAST = SandboxLimits(wall_s=20.0, cpu_s=5)
+
+
+def test_runs_code_in_a_fresh_directory_that_is_removed():
+    code = "import os\nopen('out.txt', 'w').write('kept')\nprint(open('out.txt').read(), os.getcwd())"
+    result = run_python(code, FAST)
+    assert result.status == "ok" and result.exit_code == 0
+    assert result.stdout.split() == ["kept", result.workdir]
+    assert result.workdir.startswith("/") and not Path(result.workdir).exists()
+    assert set(ISO.guarantees) <= set(result.guarantees) and "rlimits" in result.guarantees
+
+
+def test_errors_and_exit_codes_are_reported_not_raised():
+    result = run_python("import sys\nprint('partial')\nsys.exit(3)", FAST)
+    assert (result.status, result.exit_code, result.stdout) == ("error", 3, "partial\n")
+    result = run_python("1/0", FAST)
+    assert result.status == "error" and "ZeroDivisionError" in result.stderr
+
+
+@needs_namespaces
+def test_network_is_unreachable_even_to_a_listening_socket_on_this_host():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5):  # control: reachable from here
+            pass
+        code = f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=5)\nprint('connected')"
+        result = run_python(code, FAST)
+    assert result.status == "error" and "connected" not in result.stdout
+    assert "OSError" in result.stderr or "ConnectionRefusedError" in result.stderr
+    assert "net" in result.guarantees
+
+
+@needs_tmp_uid
+def test_cannot_write_into_a_directory_of_the_parent(tmp_path):
+    target = tmp_path / "escape.txt"  # pytest's tmp_path: root's, mode 0700
+    result = run_python(f"open({str(target)!r}, 'w').write('x')", FAST)
+    assert result.status == "error" and not target.exists()
+    assert "PermissionError" in result.stderr or "Read-only file system" in result.stderr
+
+
+@needs_namespaces
+def test_the_whole_filesystem_is_read_only_even_world_writable_tmp():
+    target = Path("/tmp") / f"glassrl-escape-{uuid.uuid4().hex}"
+    result = run_python(f"open({str(target)!r}, 'w').write('x')", FAST)
+    assert result.status == "error" and "Read-only file system" in result.stderr
+    assert not target.exists()
+
+
+def test_the_parents_environment_is_not_visible(monkeypatch):
+    secret = uuid.uuid4().hex
+    monkeypatch.setenv("GLASSRL_TEST_SECRET", secret)
+    code = (
+        "import os\n"
+        "print(sorted(os.environ))\n"
+        f"for pid in ('1', str(os.getppid()), {str(os.getpid())!r}):\n"
+        "    try:\n"
+        "        print(open(f'/proc/{pid}/environ', 'rb').read())\n"
+        "    except OSError as err:\n"
+        "        print('refused', pid, type(err).__name__)\n"
+    )
+    result = run_python(code, FAST)
+    assert result.status == "ok"
+    assert secret not in result.stdout and secret not in result.stderr
+    assert result.stdout.splitlines()[0] == "['HOME', 'LANG', 'PATH', 'PYTHONIOENCODING']"
+    if ISO.tmp_uid:  # the test process's own environ: another uid may not read it
+        assert f"refused {os.getpid()}" in result.stdout
+
+
+def test_memory_hog_fails_inside_its_limit():
+    result = run_python("x = bytearray(1 << 30)\nprint('allocated')", SandboxLimits(memory_bytes=256 << 20))
+    assert result.status == "error" and "MemoryError" in result.stderr and "allocated" not in result.stdout
+
+
+def test_infinite_loop_is_stopped():
+    result = run_python("while True:\n    pass", SandboxLimits(wall_s=10.0, cpu_s=1))
+    # The CPU limit (SIGXCPU) or, on a machine too busy to give it a second of CPU, the wall clock.
+    assert result.status == "timeout" or "SIGXCPU" in result.message or "SIGKILL" in result.message
+
+
+@needs_tmp_uid
+def test_fork_bomb_stops_at_the_process_limit_and_leaves_nothing():
+    marker = 900000 + os.getpid() % 99999  # `sleep <marker>` identifies this test's processes
+    code = (
+        "import os, subprocess\n"
+        f"subprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
+        "count = 0\n"
+        "try:\n"
+        "    while True:\n"
+        "        if os.fork() == 0:\n"
+        f"            os.execv('/bin/sleep', ['sleep', '{marker}'])\n"
+        "        count += 1\n"
+        "except OSError as err:\n"
+        "    print('stopped after', count, type(err).__name__)\n"
+    )
+    result = run_python(code, SandboxLimits(wall_s=20.0, processes=8))
+    assert result.status == "ok", result
+    assert int(result.stdout.split()[2]) < 8  # RLIMIT_NPROC, not the wall clock, stopped it
+    alive = subprocess.run(["pgrep", "-f", f"^sleep {marker}$"], capture_output=True, text=True).stdout
+    assert alive == ""  # the detached sleeper and the forks were all killed
+
+
+def test_timeout_kills_the_process_group_and_leaves_nothing():
+    marker = 800000 + os.getpid() % 99999
+    code = f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\nimport time\ntime.sleep(60)"
+    result = run_python(code, SandboxLimits(wall_s=2.0))
+    assert result.status == "timeout" and result.exit_code is None
+    alive = subprocess.run(["pgrep", "-f", f"^sleep {marker}$"], capture_output=True, text=True).stdout
+    if ISO.tmp_uid or ISO.namespaces:
+        assert alive == ""
+
+
+def test_output_is_capped():
+    result = run_python("print('x' * 100000)", SandboxLimits(output_bytes=1000))
+    assert result.status == "ok" and result.truncated and len(result.stdout) == 1000
+
+
+def test_python_tool_reports_status_and_output():
+    tool = PythonTool(FAST)
+    assert tool.call({"code": "print(6 * 7)"}) == "42\n"
+    text = tool.call({"code": "raise ValueError('bad input')"})
+    assert "ValueError: bad input" in text and "[error: exit code 1]" in text
+
+
+@pytest.mark.parametrize("field", ["wall_s", "cpu_s", "memory_bytes", "processes", "output_bytes"])
+def test_limits_must_be_positive(field):
+    with pytest.raises(GlassrlError, match=field):
+        SandboxLimits(**{field: 0})
+
+
+@needs_tmp_uid
+def test_concurrent_runs_get_a_uid_each():
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: run_python("import os; print(os.getuid())", FAST), range(4)))
+    assert all(r.status == "ok" for r in results)
+    uids = {int(r.stdout) for r in results}
+    assert len(uids) == 4 and all(uid >= 1_000_000 for uid in uids)

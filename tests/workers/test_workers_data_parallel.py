@@ -58,7 +58,7 @@ def _rank(rank: int, world: int, port: int, model_dir: str, out: str, fsdp: bool
     if device == "cuda":
         torch.cuda.set_device(rank)
     ctx = init_group("actor", rank, world, "127.0.0.1", port, device)
-    batch = actor_batch(Path(model_dir))
+    batch = {k: v.to(device) for k, v in actor_batch(Path(model_dir)).items()}
     local_batch, local_plan = shard_plan(batch, plan_for(8), world)[rank]
 
     def replica(compute="float32"):
@@ -73,7 +73,7 @@ def _rank(rank: int, world: int, port: int, model_dir: str, out: str, fsdp: bool
     # Whitening over both ranks' tokens, through the reduce hook.
     rows = shard_rows(batch, world)[rank]
     whitened = masked_whiten(batch["advantages"][rows], batch["response_mask"][rows], reduce=all_reduce_sum)
-    result["whitened"] = (rows, whitened)
+    result["whitened"] = (rows, whitened.cpu())
 
     # DCP: save, then load into a fresh replica and optimiser.
     save_sharded(dp, optimizer, scheduler, Path(out) / "dcp")

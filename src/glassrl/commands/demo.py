@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.rule import Rule
     from transformers.utils import logging as hf_logging
 
-    from glassrl.cli import main as glassrl_main
+    from glassrl.commands import explain
     from glassrl.config import load_config
     from glassrl.trainer.config import TrainConfig, print_resolved, resolve
 
@@ -112,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
         command += ["--sample", str(GROUP_SAMPLES)]
     console.print(f"$ glassrl {shlex.join(command)}", style="bold cyan", markup=False)
     sys.stdout.flush()
-    code = glassrl_main(command)
+    parser = argparse.ArgumentParser(prog="glassrl explain")
+    explain.add_arguments(parser)
+    code = explain.run(parser.parse_args(command[1:]))
     total = time.perf_counter() - start
     console.print(
         f"demo finished in {_clock(total)} (model {_clock(model_s)}, training {_clock(train_s)}, "
@@ -194,9 +196,3 @@ def _percent(x: float) -> str:
 
 def _clock(seconds: float) -> str:
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-
-
-if __name__ == "__main__":  # python -m glassrl.commands.demo [...] = glassrl demo [...]
-    from glassrl.cli import main
-
-    sys.exit(main(["demo", *sys.argv[1:]]))

@@ -23,6 +23,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(SFTConfig, presets.config_file(args.config), args.overrides)
     console = Console()
     print_resolved(cfg, console)
+    if cfg.model == "default":
+        from glassrl.trainer.default_model import ensure_default_model
+
+        ensure_default_model(console=console)  # built once, then cached
     train_sft(cfg, console=console)
     console.print(f"model written to: {cfg.output_dir}", markup=False)
     return 0

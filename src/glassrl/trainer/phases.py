@@ -40,6 +40,7 @@ from glassrl.algos.kl import kl_penalty
 from glassrl.algos.masked import masked_whiten
 from glassrl.algos.shaping import RunningRewardNormalizer, overlong_penalty
 from glassrl.algos.token_rewards import assemble_token_rewards, place_outcome_scores, place_process_rewards
+from glassrl.data.formatting import prompt_text
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardRequest, RewardResult
@@ -106,13 +107,6 @@ def score(
         baseline_rewards=baseline_rewards,
         response_mask=batch.response_mask & rows.unsqueeze(-1),  # (B, T)
     )
-
-
-def prompt_text(tokenizer, prompt) -> str:
-    """The prompt as the policy saw it: plain text as is, chat messages rendered by the template."""
-    if isinstance(prompt, str):
-        return prompt
-    return tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=False)
 
 
 def reward_requests(rollout: RolloutBatch, records: Sequence[PromptRecord], tokenizer) -> list[RewardRequest]:

@@ -30,6 +30,7 @@ from glassrl.data.formatting import format_prompts
 from glassrl.data.tasks import TASKS, held_out_split, load_task, parse_task
 from glassrl.errors import GlassrlError
 from glassrl.jsonl import jsonl_objects
+from glassrl.models.default_model import MARKER, default_model_dir
 from glassrl.trainer.common import batch_indices, collate, encode_responses, make_optimizer, seed_everything
 from glassrl.trainer.config import OptimConfig, at_least, fail
 
@@ -269,9 +270,11 @@ def _device(name: str) -> torch.device:
 def _load(cfg: SFTConfig, tokenizer, console: Console):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from glassrl.trainer.default_model import ensure_default_model
-
-    path = ensure_default_model(console=console) if cfg.model == "default" else Path(cfg.model)
+    # "default" is read where it is built; building it is the caller's step (commands/sft.py,
+    # glassrl init-model), because the build recipe itself runs this trainer.
+    path = default_model_dir() if cfg.model == "default" else Path(cfg.model)
+    if cfg.model == "default" and not (path / MARKER).is_file():
+        raise GlassrlError(f"model: default: the default model is not built yet in {path}; run glassrl init-model")
     if not (path / "config.json").is_file():
         raise GlassrlError(f"model: no Hugging Face checkpoint (config.json) in {str(path)!r}")
     tok_path = Path(cfg.tokenizer) if cfg.tokenizer else path

@@ -171,8 +171,8 @@ def _units(mask: torch.Tensor, mode: str) -> torch.Tensor:
     return mask.sum() if mode == "token-mean" else mask.any(-1).sum()
 
 
-def _max_over_ranks(n: int) -> int:
-    t = torch.tensor([n])
+def _max_over_ranks(n: int, device: torch.device) -> int:
+    t = torch.tensor([n], device=device)  # NCCL reduces GPU tensors only
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t)
 
@@ -215,7 +215,7 @@ def run_dp_updates(
         )
         totals = all_reduce_sum(local.double()).clamp(min=1)  # (terms,) units of the global mini-batch
         # FSDP2 all-gathers shards in every forward: every rank must run as many passes.
-        n_passes = _max_over_ranks(len(micros)) if dp.fsdp else len(micros)
+        n_passes = _max_over_ranks(len(micros), dp.ctx.device) if dp.fsdp else len(micros)
         optimizer.zero_grad(set_to_none=True)
         for j in range(n_passes):
             micro = micros[min(j, len(micros) - 1)]
@@ -273,7 +273,7 @@ def forward_no_grad(
         {k: v[s : s + micro_batch] for k, v in batch.items()}
         for s in range(0, batch["input_ids"].shape[0], micro_batch)
     ]
-    n_passes = _max_over_ranks(len(micros)) if dp.fsdp else len(micros)
+    n_passes = _max_over_ranks(len(micros), dp.ctx.device) if dp.fsdp else len(micros)
     outs = []
     dp.wrapped.eval()
     with torch.no_grad():

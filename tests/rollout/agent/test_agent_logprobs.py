@@ -87,3 +87,20 @@ def test_same_generator_state_same_batch(model_and_tokenizer):
     assert torch.equal(a.response_ids, b.response_ids) and a.turns == b.turns
     assert torch.equal(ga.get_state(), gb.get_state())
     assert not torch.equal(ga.get_state(), torch.Generator().manual_seed(5).get_state())
+
+
+def test_hf_sampler_ends_a_turn_at_a_stop_string(model_and_tokenizer):
+    """``generate``'s stop strings and trim_turn with a real model: it answers "是的，等于2！", so
+    with the stop string "等于" every turn that gets that far ends right after it."""
+    from glassrl.data.formatting import format_prompt
+
+    model, tokenizer = model_and_tokenizer
+    sampler = HFTurnSampler(model, tokenizer)
+    contexts = [format_prompt(tokenizer, "请问1+1=2？")] * 6
+    params = SamplingParams(max_new_tokens=20)
+    turns = sampler.sample(contexts, [20] * 6, params, torch.Generator().manual_seed(0), ("等于",), False)
+    assert any(t.ended == "stop" for t in turns)
+    for turn in turns:
+        text = tokenizer.decode(turn.tokens)
+        assert text.endswith("等于") == (turn.ended == "stop")
+        assert "等于" not in tokenizer.decode(turn.tokens[:-1])  # nothing kept past the first stop

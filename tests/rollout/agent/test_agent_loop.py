@@ -236,3 +236,20 @@ def test_select_and_concat_keep_the_multi_turn_fields(tokenizer, scripted):
 def test_max_turns_must_be_positive(tokenizer):
     with pytest.raises(GlassrlError, match="max_turns"):
         AgentRolloutEngine(None, tokenizer, calculator_env, max_turns=0)
+
+
+def test_the_tool_add_task_end_to_end_with_its_environment_and_verifier(tokenizer, scripted):
+    from glassrl.data.tasks import tool_add
+    from glassrl.rewards import NumericVerifier, RewardRequest
+    from glassrl.rollout.agent import task_environment
+
+    records = tool_add.records("test", 0, 3)
+    engine = AgentRolloutEngine(
+        scripted(tokenizer, tool_add_script), tokenizer, task_environment("tool-add"), describe_tools=False
+    )
+    batch = run(engine, records, n=2)
+    scores = NumericVerifier().score([RewardRequest(r.prompt, t, r) for r, t in zip([r for r in records for _ in "ab"], batch.texts)])
+    assert [s.score for s in scores] == [1.0] * 6
+    assert [reward_parts(t) for t in batch.turns] == [{"valid_call": tool_add.VALID_CALL_REWARD}] * 6
+    with pytest.raises(GlassrlError, match="agentic tasks: tool-add, research"):
+        task_environment("add")

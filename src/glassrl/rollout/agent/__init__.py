@@ -9,7 +9,8 @@
 - :mod:`.formats`: how a call is written and its result read back (chat template with
   ``tools=``, or the tagged format);
 - :mod:`.loop`: :class:`AgentRolloutEngine`, the multi-turn loop;
-- :mod:`.sandbox`: the Python executor; :mod:`.calculator`, :mod:`.corpus`: the other built-ins.
+- :mod:`.sandbox`: the Python executor; :mod:`.calculator`, :mod:`.corpus`: the other built-ins;
+- :mod:`.tasks`: the environments of the bundled agentic tasks (tool-add, research).
 
 docs/agentic.md describes the whole.
 """
@@ -18,10 +19,12 @@ from glassrl.rollout.agent.environment import Environment, StepResult, ToolEnvir
 from glassrl.rollout.agent.formats import HermesFormat, TaggedFormat, build_call_format, supports_tools
 from glassrl.rollout.agent.loop import AgentRolloutEngine, HFTurnSampler, SampledTurn, TurnSampler, reward_parts
 from glassrl.rollout.agent.registry import BUILTIN_TOOLS, build_tool, build_tools
+from glassrl.rollout.agent.tasks import TASK_ENVIRONMENTS, task_environment
 from glassrl.rollout.agent.tools import FunctionTool, Tool, ToolCall, ToolResult, run_call
 
 __all__ = [
     "BUILTIN_TOOLS",
+    "TASK_ENVIRONMENTS",
     "AgentRolloutEngine",
     "Environment",
     "FunctionTool",
@@ -41,4 +44,5 @@ __all__ = [
     "reward_parts",
     "run_call",
     "supports_tools",
+    "task_environment",
 ]

@@ -12,7 +12,6 @@ import torch
 
 from glassrl.algos.aggregation import aggregate
 from glassrl.algos.losses import POLICY_LOSSES, PolicyLossParams, get_policy_loss
-from glassrl.errors import GlassrlError
 
 
 def run(name, ratios, advantages, params, logprobs=None, mask=None):
@@ -43,11 +42,11 @@ def test_registry_names_and_unknown_name():
 
 
 def test_params_validation_names_the_field():
-    with pytest.raises(GlassrlError, match="dual_clip_c"):
+    with pytest.raises(ValueError, match="dual_clip_c"):
         PolicyLossParams(dual_clip_c=1.0)
-    with pytest.raises(GlassrlError, match="clip_low"):
+    with pytest.raises(ValueError, match="clip_low"):
         PolicyLossParams(clip_low=1.5)
-    with pytest.raises(GlassrlError, match="clip_cov_omega_high"):
+    with pytest.raises(ValueError, match="clip_cov_omega_high"):
         PolicyLossParams(clip_cov_omega_low=2.0, clip_cov_omega_high=1.0)
 
 

@@ -108,3 +108,21 @@ def build_dp_actor(model_dir: str, ctx) -> dict:
         forward=partial(actor_forward, 1.0, True),
     )
     return {"actor": actor}
+
+
+def build_rollout_rank(model_dir: str, ctx) -> dict:
+    """A rank that samples with the Hugging Face engine from its own RNG (seeded by its rank)."""
+    from glassrl.models.loading import load_tokenizer
+    from glassrl.rollout.hf import HFRolloutEngine
+    from glassrl.workers.local import LocalRollout
+
+    engine = HFRolloutEngine(load_causal_lm(model_dir, dtype="float32", device="cpu"), load_tokenizer(model_dir))
+    return {"rollout": LocalRollout(engine, torch.Generator().manual_seed(1 + ctx.rank))}
+
+
+def build_reward_rank(ctx) -> dict:
+    """A rank that scores with the bundled arithmetic verifier."""
+    from glassrl.rewards import build_combined
+    from glassrl.workers.local import LocalReward
+
+    return {"reward": LocalReward(build_combined([{"name": "arith_verify"}]))}

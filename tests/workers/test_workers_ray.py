@@ -12,7 +12,7 @@ from functools import partial
 import dp_cases
 import pytest
 import torch
-from dp_cases import actor_batch, build_dp_actor, in_process_update, plan_for
+from dp_cases import actor_batch, build_dp_actor, build_reward_rank, build_rollout_rank, in_process_update, plan_for
 
 from glassrl.errors import GlassrlError
 from glassrl.models.loading import load_causal_lm
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 ray = pytest.importorskip("ray")
 
-from glassrl.workers.ray import RayActor, RayCluster, RoleSpec, connect  # noqa: E402
+from glassrl.workers.ray import RayActor, RayCluster, RayReward, RayRollout, RoleSpec, connect  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -83,5 +83,40 @@ def test_a_killed_worker_is_a_clear_error(local_ray, tiny_model_dir):
         ray.kill(cluster["actor"].hosts[1])
         with pytest.raises(GlassrlError, match=r"^actor worker rank 1 of 2 died"):
             actor.update(batch, plan_for(8))
+    finally:
+        cluster.shutdown()
+
+
+def test_sampling_and_scoring_split_over_ranks(local_ray, tiny_model_dir):
+    from glassrl.data.formatting import format_prompts, prompt_text
+    from glassrl.data.tasks import load_task
+    from glassrl.models.loading import load_tokenizer
+    from glassrl.rewards import RewardRequest, build_combined
+    from glassrl.rollout.base import SamplingParams
+    from glassrl.rollout.hf import HFRolloutEngine
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    records = load_task("arith-verify", "test", size=3)
+    prompts = format_prompts(tokenizer, [r.prompt for r in records])
+    greedy = SamplingParams(max_new_tokens=12, greedy=True)
+    specs = [
+        RoleSpec("rollout", 2, partial(build_rollout_rank, str(tiny_model_dir)), resources={"CPU": 0.5}),
+        RoleSpec("reward", 2, build_reward_rank, resources={"CPU": 0.5}),
+    ]
+    cluster = RayCluster(specs, placement="separate")
+    try:
+        rollout = RayRollout(cluster["rollout"], pad_id=tokenizer.pad_token_id)
+        batch = rollout.generate(prompts, n=2, params=greedy)  # 3 prompts: ranks get 1 and 2
+        model = load_causal_lm(tiny_model_dir, dtype="float32", device="cpu")
+        local = HFRolloutEngine(model, tokenizer).generate(prompts, n=2, params=greedy, generator=torch.Generator())
+        assert batch.texts == local.texts and batch.finish_reasons == local.finish_reasons
+        assert batch.group_index.tolist() == local.group_index.tolist() == [0, 0, 1, 1, 2, 2]
+        assert torch.equal(batch.lengths, local.lengths)
+        assert len(rollout.state_dict()["rollout_rng"][1]) == 2  # one RNG state per rank
+
+        rows = [records[int(g)] for g in batch.group_index]
+        requests = [RewardRequest(prompt_text(tokenizer, r.prompt), t, r) for r, t in zip(rows, batch.texts)]
+        scores = [r.score for r in RayReward(cluster["reward"]).score(requests)]
+        assert scores == [r.score for r in build_combined([{"name": "arith_verify"}]).score(requests)]
     finally:
         cluster.shutdown()

@@ -11,8 +11,6 @@ from collections import Counter
 
 import torch
 
-from glassrl.errors import GlassrlError
-
 
 def overlong_penalty(lengths: torch.Tensor, max_length: int, cache_length: int) -> torch.Tensor:
     """DAPO soft overlong punishment R_length(y) per response (B,) float.
@@ -25,7 +23,7 @@ def overlong_penalty(lengths: torch.Tensor, max_length: int, cache_length: int) 
     max_length: L_max; cache_length: L_cache, 0 < L_cache ≤ L_max.
     """
     if not 0 < cache_length <= max_length:
-        raise GlassrlError(
+        raise ValueError(
             f"overlong_penalty: cache_length (L_cache) = {cache_length} must satisfy "
             f"0 < L_cache <= max_length (L_max) = {max_length}"
         )
@@ -89,9 +87,7 @@ class RunningRewardNormalizer:
         """Restore what ``state_dict`` returned."""
         missing = {"count", "mean", "m2"} - set(state)
         if missing:
-            raise GlassrlError(
-                f"RunningRewardNormalizer state: missing keys {sorted(missing)}; expected count, mean, m2"
-            )
+            raise ValueError(f"RunningRewardNormalizer state: missing keys {sorted(missing)}; expected count, mean, m2")
         self.count = int(state["count"])
         self.mean = torch.as_tensor(state["mean"], dtype=torch.float64).clone()
         self.m2 = torch.as_tensor(state["m2"], dtype=torch.float64).clone()
@@ -116,7 +112,7 @@ def majority_vote(answers: list[str | None], group_index: torch.Tensor) -> tuple
     """
     groups = group_index.tolist()
     if len(answers) != len(groups):
-        raise GlassrlError(f"majority_vote: {len(answers)} answers for {len(groups)} responses in group_index")
+        raise ValueError(f"majority_vote: {len(answers)} answers for {len(groups)} responses in group_index")
     votes: dict[int, Counter] = {}
     first_seen: dict[tuple[int, str], int] = {}
     for i, (g, a) in enumerate(zip(groups, answers)):

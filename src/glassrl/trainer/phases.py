@@ -239,7 +239,10 @@ class NormShaper:
         return {"reward_normalizer": ("torch", self.normalizer.state_dict())}
 
     def load_state_dict(self, parts: dict) -> None:
-        self.normalizer.load_state_dict(parts["reward_normalizer"])
+        try:
+            self.normalizer.load_state_dict(parts["reward_normalizer"])
+        except ValueError as err:  # algos' rule: ValueError inside, one line at the boundary
+            raise GlassrlError(f"checkpoint part reward_normalizer: {err}") from None
 
 
 # Score shapers, applied in this order to the outcome scores of phase 2:

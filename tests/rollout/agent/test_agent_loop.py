@@ -248,7 +248,9 @@ def test_the_tool_add_task_end_to_end_with_its_environment_and_verifier(tokenize
         scripted(tokenizer, tool_add_script), tokenizer, task_environment("tool-add"), describe_tools=False
     )
     batch = run(engine, records, n=2)
-    scores = NumericVerifier().score([RewardRequest(r.prompt, t, r) for r, t in zip([r for r in records for _ in "ab"], batch.texts)])
+    scores = NumericVerifier().score(
+        [RewardRequest(r.prompt, t, r) for r, t in zip([r for r in records for _ in "ab"], batch.texts)]
+    )
     assert [s.score for s in scores] == [1.0] * 6
     assert [reward_parts(t) for t in batch.turns] == [{"valid_call": tool_add.VALID_CALL_REWARD}] * 6
     with pytest.raises(GlassrlError, match="agentic tasks: tool-add, research"):

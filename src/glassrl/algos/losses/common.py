@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from glassrl.errors import GlassrlError
-
 # verl core_algos.compute_policy_loss_vanilla clamps log π − log π_old to ±20
 # before exp so that one stale token cannot overflow the ratio to inf
 # (inf in an unselected branch still poisons the gradient as 0 · inf).
@@ -75,7 +73,7 @@ class PolicyLossParams:
         ]
         for name, ok, why in checks:
             if not ok:
-                raise GlassrlError(f"PolicyLossParams.{name} = {getattr(self, name)}: {why}")
+                raise ValueError(f"PolicyLossParams.{name} = {getattr(self, name)}: {why}")
 
 
 @dataclass

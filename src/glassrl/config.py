@@ -5,26 +5,42 @@
 - A YAML file gives values for some fields; every other field keeps its default.
 - Overrides are ``dotted.path=value``; the value is parsed as YAML
   (``1e-4`` -> float, ``[1, 2]`` -> list, ``null`` -> None) and then checked
-  against the field's type.
-- An unknown key, in the file or in an override, is a :class:`GlassrlError`
-  that names it, says where it came from, and lists the valid keys.
+  against the field's type. A number indexes a list (``reward.sources.0.weight=2``;
+  the list's length appends an element); an optional section takes ``true`` for its
+  defaults and ``false``/``null`` for off (``logging.wandb=true``).
+- An unknown key or a bad value is a :class:`GlassrlError` that names the key, says where
+  it came from (the file, or ``command line`` for an override) and lists the valid keys,
+  with the nearest one when there is one ("did you mean algo.lam?").
 - A config class with a ``validate(written)`` method is checked by the loader:
   ``written`` holds the dotted keys the user wrote (file and overrides), so a
   check can tell a knob the user set from one left at its default
-  (:func:`knob_set`). Every config class has one validation path: its
-  ``validate``, called here and again by the trainer with ``written=None``.
+  (:func:`knob_set`). A file that holds every key (a run's own ``config.yaml``)
+  says nothing by its keys: there only values other than the default count as
+  written. Every config class has one validation path: its ``validate``, called
+  here and again by the trainer with ``written=None``.
+- Each field's help is the comment on its own line(s) in the class body
+  (:func:`field_help`); :func:`describe` lists every option with its type, default
+  and help (``glassrl config show``, docs/config.md).
 - ``to_dict(cfg)`` gives plain data for writing the resolved config next to a run;
   :func:`load_saved_config` reads such a file back.
 """
-
 from __future__ import annotations
 
+import ast
+import copy
 import dataclasses
+import difflib
+import functools
+import inspect
+import io
+import math
+import textwrap
+import tokenize
 import types
 import typing
 from collections.abc import Set
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import yaml
 
@@ -36,21 +52,35 @@ C = TypeVar("C")
 def load_config(cls: type[C], path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> C:
     """Build ``cls`` from defaults, then the YAML file at ``path``, then ``overrides``; validate it."""
     data = _read(path)
+    defaults = to_dict(cls())
+    written = set(_dotted_keys(data))
+    if set(_dotted_keys(defaults)) <= written:  # every key: glassrl's own config.yaml, judged by value
+        file_leaves, default_leaves = flatten(data), flatten(defaults)
+        written = {key for key, value in file_leaves.items() if value != default_leaves.get(key)}
+    from_command_line = []
     for item in overrides:
         key, sep, raw = item.partition("=")
+        key = key.strip()
         if not sep or not key:
-            raise GlassrlError(f"override {item!r}: expected dotted.key=value")
-        _set_dotted(data, key.strip().split("."), yaml.safe_load(raw) if raw.strip() else None)
-    cfg = _build(cls, data, prefix="", source=str(path) if path is not None else "overrides")
+            raise GlassrlError(f"{COMMAND_LINE}: {item!r}: expected dotted.key=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as err:
+            raise GlassrlError(f"{COMMAND_LINE}: {key}: {raw!r} is not a YAML value: {err}") from None
+        _set_dotted(data, key.split("."), value, defaults)
+        from_command_line.append(key)
+        written.update(_prefixes(key), _dotted_keys(value, key + ".") if isinstance(value, dict) else ())
+    origin = _Origin(str(path) if path is not None else "config", tuple(from_command_line))
+    cfg = _build(cls, data, prefix="", origin=origin)
     if hasattr(cfg, "validate"):
-        cfg.validate(frozenset(_dotted_keys(data)))
+        cfg.validate(frozenset(written))
     return cfg
 
 
 def load_saved_config(cls: type[C], path: str | Path) -> C:
     """A config glassrl wrote itself (a run's ``config.yaml``): every key is in the file, so
     ``validate`` judges a knob by its value against the default, not by its presence."""
-    cfg = _build(cls, _read(path), prefix="", source=str(path))
+    cfg = _build(cls, _read(path), prefix="", origin=_Origin(str(path), ()))
     if hasattr(cfg, "validate"):
         cfg.validate(None)
     return cfg
@@ -59,6 +89,17 @@ def load_saved_config(cls: type[C], path: str | Path) -> C:
 def to_dict(cfg: Any) -> dict[str, Any]:
     """Plain nested dict of a config dataclass (for YAML/JSON output)."""
     return dataclasses.asdict(cfg)
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}, "c": [2]} -> {"a.b": 1, "c": [2]}: the leaves of nested mappings; lists are leaves."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def get_dotted(cfg: Any, key: str) -> Any:
@@ -79,6 +120,110 @@ def knob_set(cfg: Any, key: str, written: Set[str] | None) -> bool:
     return value != get_dotted(type(cfg)(), key)
 
 
+# ---------------------------------------------------------------- what each option is (config show, docs)
+
+
+class Option(NamedTuple):
+    """One row of :func:`describe`: a key, its type and value as YAML text, its help; ``section``
+    for a nested config (its keys follow it)."""
+
+    key: str
+    type: str
+    value: str
+    help: str
+    section: bool
+
+
+def describe(cls: type, values: Any = None) -> list[Option]:
+    """Every option of config class ``cls``, sections first then their keys, in field order;
+    ``values`` (an instance of ``cls``) gives the values shown, else the defaults."""
+    return _describe(cls, values if values is not None else cls(), "")
+
+
+def _describe(cls: type, values: Any, prefix: str) -> list[Option]:
+    rows: list[Option] = []
+    hints, helps = typing.get_type_hints(cls), field_help(cls)
+    for f in dataclasses.fields(cls):
+        key, hint, value = prefix + f.name, hints[f.name], getattr(values, f.name)
+        section = next((a for a in typing.get_args(hint) or (hint,) if dataclasses.is_dataclass(a)), None)
+        if section is None:
+            rows.append(Option(key, type_text(hint), value_text(value), helps.get(f.name, ""), False))
+            continue
+        optional = type(None) in typing.get_args(hint)
+        shown = "null" if value is None else ""
+        rows.append(Option(key, "section | null" if optional else "section", shown, helps.get(f.name, ""), True))
+        rows += _describe(section, value if value is not None else section(), key + ".")
+    return rows
+
+
+@functools.cache
+def field_help(cls: type) -> dict[str, str]:
+    """{field name: help}: the comment on each field's own line(s) in the class body (a value
+    ruff wraps in parentheses keeps its comment inside them); "" for a field without one."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):  # no source (a class built at run time)
+        return {}
+    comments = {
+        tok.start[0]: tok.string.lstrip("#").strip()
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT
+    }
+    body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
+    return {
+        node.target.id: " ".join(comments[n] for n in range(node.lineno, node.end_lineno + 1) if n in comments)
+        for node in body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    }
+
+
+def type_text(hint: Any) -> str:
+    """A type as the docs write it: ``int``, ``float | null``, ``"reward" | "loss"``, ``list[str]``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is type(None):
+        return "null"
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(type_text(a) for a in args)
+    if origin is typing.Literal:
+        return " | ".join(f'"{a}"' for a in args)
+    if origin in (list, tuple):
+        return f"list[{type_text(args[0])}]" if args else "list"
+    if origin is dict or hint is dict:
+        return "mapping"
+    if hint is Any:
+        return "any"
+    if dataclasses.is_dataclass(hint):
+        return "section"
+    return getattr(hint, "__name__", str(hint))
+
+
+def value_text(value: Any) -> str:
+    """A value as YAML flow text: ``null``, ``true``, ``1e-05``, ``task:add``, ``[{name: x, weight: 1.0}]``."""
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else {math.inf: ".inf", -math.inf: "-.inf"}.get(value, ".nan")
+    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, sort_keys=False, width=math.inf)
+    return text.removesuffix("\n...\n").strip()
+
+
+# ---------------------------------------------------------------- reading, overriding, building
+
+
+COMMAND_LINE = "command line"
+
+
+class _Origin(NamedTuple):
+    """Where a key's value came from: the override that set it (or a section above it), else the file."""
+
+    file: str
+    overrides: tuple[str, ...]
+
+    def of(self, key: str) -> str:
+        key = key.replace("[", ".").replace("]", "")  # reward.sources[0].name -> reward.sources.0.name
+        if any(key == k or key.startswith(k + ".") for k in self.overrides):
+            return COMMAND_LINE
+        return self.file
+
+
 def _read(path: str | Path | None) -> dict[str, Any]:
     if path is None:
         return {}
@@ -94,15 +239,41 @@ def _read(path: str | Path | None) -> dict[str, Any]:
     return loaded or {}
 
 
-def _set_dotted(data: dict[str, Any], keys: list[str], value: Any) -> None:
-    node = data
-    for key in keys[:-1]:
-        child = node.get(key)
-        if not isinstance(child, dict):
+def _set_dotted(data: dict[str, Any], keys: list[str], value: Any, defaults: dict[str, Any]) -> None:
+    """``data[k0][k1]... = value``, making sections on the way. A list on the way (the file's, else
+    the default's, copied into ``data``) takes a number: an element, or its length to append one."""
+    node: Any = data
+    default: Any = defaults
+    for depth, part in enumerate(keys):
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) > len(node):
+                where = ".".join(keys[:depth])
+                raise GlassrlError(
+                    f"{COMMAND_LINE}: {'.'.join(keys)}: {where} is a list of {len(node)}; "
+                    f"index it with 0 to {len(node) - 1}, or {len(node)} to append"
+                )
+            part = int(part)  # type: ignore[assignment]
+            if part == len(node):
+                node.append({})
+            default = default[part] if isinstance(default, list) and part < len(default) else None
+        else:
+            default = default.get(part) if isinstance(default, dict) else None
+        if depth == len(keys) - 1:
+            node[part] = value
+            return
+        child = node[part] if isinstance(node, list) else node.get(part)
+        if child is None and isinstance(default, list):
+            child = copy.deepcopy(default)
+        if not isinstance(child, (dict, list)):
             child = {}
-            node[key] = child
+        node[part] = child
         node = child
-    node[keys[-1]] = value
+
+
+def _prefixes(key: str) -> list[str]:
+    """"a.b.c" -> a, a.b, a.b.c."""
+    parts = key.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def _dotted_keys(data: dict[str, Any], prefix: str = "") -> list[str]:
@@ -115,23 +286,25 @@ def _dotted_keys(data: dict[str, Any], prefix: str = "") -> list[str]:
     return keys
 
 
-def _build(cls: type[C], data: dict[str, Any], prefix: str, source: str) -> C:
+def _build(cls: type[C], data: dict[str, Any], prefix: str, origin: _Origin) -> C:
     if not isinstance(data, dict):
-        raise GlassrlError(f"{source}: {prefix.rstrip('.') or 'config'} must be a mapping, got {data!r}")
+        where = prefix.rstrip(".") or "config"
+        raise GlassrlError(f"{origin.of(where)}: {where} must be a mapping, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     hints = typing.get_type_hints(cls)
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        valid = ", ".join(prefix + name for name in fields)
-        hint = _moved(hints, str(unknown[0]))
+        name = str(unknown[0])
+        valid = ", ".join(prefix + field for field in fields)
+        hint = _moved(hints, name) or next(iter(difflib.get_close_matches(name, list(fields), n=1)), None)
         raise GlassrlError(
-            f"{source}: unknown key {prefix}{unknown[0]!s}"
+            f"{origin.of(prefix + name)}: unknown key {prefix}{name}"
             + (f" (did you mean {prefix}{hint}?)" if hint else "")
             + f"; valid keys here: {valid}"
         )
     kwargs = {}
     for name, value in data.items():
-        kwargs[name] = _coerce(hints[name], value, f"{prefix}{name}", source)
+        kwargs[name] = _coerce(hints[name], value, f"{prefix}{name}", origin)
     return cls(**kwargs)
 
 
@@ -145,33 +318,38 @@ def _moved(hints: dict[str, Any], name: str) -> str | None:
     return None
 
 
-def _coerce(hint: Any, value: Any, key: str, source: str) -> Any:
-    origin = typing.get_origin(hint)
+def _coerce(hint: Any, value: Any, key: str, origin: _Origin) -> Any:
+    source = origin.of(key)
+    origin_type = typing.get_origin(hint)
     args = typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
+    if origin_type in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         options = [a for a in args if a is not type(None)]
+        if value is False and type(None) in args and any(dataclasses.is_dataclass(a) for a in options):
+            return None  # an optional section written `false`: off
         errors = []
         for option in options:
             try:
-                return _coerce(option, value, key, source)
+                return _coerce(option, value, key, origin)
             except GlassrlError as err:
                 errors.append(str(err))
         raise GlassrlError(errors[0])
     if dataclasses.is_dataclass(hint):
-        return _build(hint, value if value is not None else {}, prefix=key + ".", source=source)
-    if origin is typing.Literal:
+        if value is True or value is None:  # a section written `true` (or empty): its defaults
+            value = {}
+        return _build(hint, value, prefix=key + ".", origin=origin)
+    if origin_type is typing.Literal:
         if value not in args:
             raise GlassrlError(f"{source}: {key}={value!r} is not one of {', '.join(map(repr, args))}")
         return value
-    if origin in (list, tuple):
+    if origin_type in (list, tuple):
         if not isinstance(value, (list, tuple)):
             raise GlassrlError(f"{source}: {key} must be a list, got {value!r}")
         inner = args[0] if args else Any
-        items = [_coerce(inner, v, f"{key}[{i}]", source) for i, v in enumerate(value)]
-        return items if origin is list else tuple(items)
-    if origin is dict:
+        items = [_coerce(inner, v, f"{key}[{i}]", origin) for i, v in enumerate(value)]
+        return items if origin_type is list else tuple(items)
+    if origin_type is dict:
         if not isinstance(value, dict):
             raise GlassrlError(f"{source}: {key} must be a mapping, got {value!r}")
         return dict(value)

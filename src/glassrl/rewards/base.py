@@ -70,11 +70,17 @@ class RewardResult:
         process_rewards: Sequence[tuple[int, float]] = (),
         details: dict[str, Any] | None = None,
     ) -> RewardResult:
-        score = float(score)
+        try:
+            score = float(score)
+            steps = tuple((int(end), float(reward)) for end, reward in process_rewards)
+        except OverflowError:  # float(10**400)
+            return cls.error("score is not a finite number: an integer beyond a float's range", details)
+        # A NaN or inf score would poison every advantage of the batch.
         if not math.isfinite(score):
-            # A NaN or inf score would poison every advantage of the batch.
             return cls.error(f"score is not a finite number: {score}", details)
-        steps = tuple((int(end), float(reward)) for end, reward in process_rewards)
+        bad = next((reward for _, reward in steps if not math.isfinite(reward)), None)
+        if bad is not None:
+            return cls.error(f"a process reward is not a finite number: {bad}", details)
         return cls("ok", score, steps, "", dict(details or {}))
 
     @classmethod

@@ -1,192 +1,430 @@
-"""Call user code with a per-call timeout that works from any thread.
+"""Run user code in isolated worker processes: a time limit, a memory limit, plain JSON back.
 
-Why a worker process: ``signal.alarm`` works only in the main thread, and the
-trainer may score from another one. A thread-based timeout can stop *waiting*,
-but it cannot stop the call: a hung user function would keep running (and
-holding its thread, its memory and perhaps the GIL) for the rest of the run.
-A process can be killed. So the function runs in a worker process; the caller
-waits on a pipe with ``poll(timeout_s)``, which any thread may do, and on a
-timeout the worker is killed and replaced.
+What the caller (the trainer) is kept safe from, and how:
 
-Workers are persistent: a pool starts each worker once and reuses it, so a call
-costs a pickle round trip, not a process start. A worker that timed out or
-died is replaced by a fresh one on its next use.
+- **A call that hangs.** The caller waits on the worker's pipe with a deadline (``poll``, which
+  any thread may do; ``signal.alarm`` works only in the main thread). Past it, the worker's whole
+  process group is killed with SIGKILL (the worker, anything it started, its reaper) and the slot
+  gets a fresh worker on its next use. A thread-based timeout could stop waiting but not stop the
+  call; a process can be killed.
+- **A return value that attacks its reader.** Nothing is unpickled in the caller. The worker
+  encodes what the function returned as JSON (the function must return plain data: the reward
+  sources convert user values to plain numbers and JSON-able details inside the worker, with
+  :mod:`glassrl.rewards.plain`), and the caller reads at most ``MAX_REPLY_BYTES`` of it, under the
+  same deadline. Arguments travel the other way pickled: the worker may trust the caller.
+- **An import that hangs or exits.** A call may carry a ``setup`` (importing the user's module)
+  that runs in the worker under its own time limit before the call, once per worker; a setup
+  that hangs is a timeout, one that raises or calls ``sys.exit`` an error, one that ends the
+  process (``os._exit``) a dead worker: never a hang or an exit of the caller.
+- **Memory.** Each worker runs under ``RLIMIT_AS`` = ``memory_limit_mb``, so an allocation past
+  it is a ``MemoryError`` in the worker (an error result), not the machine swapping.
+- **Slow leaks.** A worker is replaced after ``recycle_after`` calls.
+- **Orphans.** Each worker leads its own process group (a new session: the terminal's Ctrl-C
+  goes to the trainer, which handles it). The pool kills the groups on ``close`` and at
+  interpreter exit (atexit). If the caller dies without running atexit (``kill -9``), each
+  worker's reaper — a small process forked into the worker's group at start, blocked reading a
+  pipe whose only write end the caller holds — reads end-of-file and kills the group.
 
-Workers are started with ``subprocess`` (``python -c`` running :func:`_worker_main`)
-and talk over two pipes. Not ``multiprocessing``: its "fork" copies the trainer,
-and forking a process that already runs torch's and OpenMP's threads can
-deadlock the child; its "spawn" and "forkserver" re-import the caller's
-``__main__``, which would re-run a user's training script that lacks an
-``if __name__ == "__main__"`` guard. A fresh interpreter importing only glassrl
-has neither problem. (POSIX only: the pipes are passed with ``pass_fds``.)
+Workers are started with ``subprocess`` (``python -c`` running :func:`_worker_main`), not
+``multiprocessing``: its "fork" copies the trainer, and forking a process that already runs
+torch's and OpenMP's threads can deadlock the child; its "spawn" and "forkserver" re-import the
+caller's ``__main__``, which would re-run a user's training script that lacks an
+``if __name__ == "__main__"`` guard. A fresh interpreter importing only glassrl has neither
+problem. Each call sends the caller's ``sys.path`` along, so a module the caller can import, the
+worker can import too. POSIX only (pipes passed with ``pass_fds``, process groups, rlimits).
 
-The function and its arguments must be picklable (a module-level function:
-it is pickled by name and imported in the worker). Each call sends the
-caller's ``sys.path`` along, so a module the caller can import, the worker can
-import too. The worker ignores Ctrl-C (the trainer handles it) and exits when
-its pipe closes.
+Messages on the pipes are framed: an 8-byte big-endian length, then the bytes.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import pickle
 import queue
+import resource
+import select
 import signal
+import struct
 import subprocess
 import sys
 import threading
+import time
+import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-# Starting a worker (interpreter start plus imports) is not user time; a
-# generous bound only catches a worker that cannot start at all.
+# Starting a worker (interpreter start plus glassrl's imports) is not user time; a generous
+# bound only catches a worker that cannot start at all.
 _START_TIMEOUT_S = 120.0
+# A reply larger than this is refused (details with a whole document in them, or a flood).
+MAX_REPLY_BYTES = 16 * 1024 * 1024
+# Long exception messages are cut: a result's message is one line in a log.
+_MAX_MESSAGE_CHARS = 2000
+DEFAULT_MEMORY_LIMIT_MB = 4096
+DEFAULT_RECYCLE_AFTER = 1000
+_HEADER = struct.Struct(">Q")
 # The worker's first act: find glassrl where the caller found it, then serve.
 _BOOTSTRAP = (
-    "import sys; sys.path[:0] = sys.argv[3:]; "
-    "from glassrl.rewards.timeout import _worker_main; _worker_main(int(sys.argv[1]), int(sys.argv[2]))"
+    "import sys; sys.path[:0] = sys.argv[5:]; "
+    "from glassrl.rewards.timeout import _worker_main; "
+    "_worker_main(*map(int, sys.argv[1:5]))"
 )
+
+Setup = tuple[Callable[..., Any], Sequence[Any]]
 
 
 @dataclass(frozen=True)
 class CallOutcome:
-    """What became of one call: its return value, or why there is none."""
+    """What became of one call: its (JSON-decoded) return value, or why there is none."""
 
     status: Literal["ok", "timeout", "error"]
     value: Any = None
     message: str = ""
 
 
-def _worker_main(read_fd: int, write_fd: int) -> None:
-    """Worker loop: receive pickled (sys.path, pickled (fn, args)), send back a pickled outcome."""
+class _ReplyTooLarge(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- framing
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _send(fd: int, data: bytes) -> None:
+    _write_all(fd, _HEADER.pack(len(data)) + data)
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
+    """``n`` bytes from ``fd``; EOFError if it closes first, TimeoutError past ``deadline``."""
+    chunks, got = [], 0
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while got < n:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not poller.poll(remaining * 1000):
+                raise TimeoutError
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _receive(fd: int, deadline: float | None, limit: int | None = None) -> bytes:
+    (n,) = _HEADER.unpack(_read_exact(fd, _HEADER.size, deadline))
+    if limit is not None and n > limit:
+        raise _ReplyTooLarge(n)
+    return _read_exact(fd, n, deadline)
+
+
+# ---------------------------------------------------------------- the worker's side
+
+
+def _describe_error(err: BaseException) -> str:
+    try:
+        text = f"{type(err).__name__}: {err}"
+    except Exception:  # noqa: BLE001 - a user exception whose __str__ raises
+        text = type(err).__name__
+    return " ".join(text.split())[:_MAX_MESSAGE_CHARS]
+
+
+def _run(payload: bytes) -> tuple[bool, bytes]:
+    """Unpickle ``(fn, args)``, call it, and encode the outcome as a JSON reply: (ok, reply)."""
+
+    def error(message: str) -> tuple[bool, bytes]:
+        return False, json.dumps({"status": "error", "message": message}, ensure_ascii=False).encode()
+
+    try:
+        fn, args = pickle.loads(payload)
+        value = fn(*args)
+    except BaseException as err:  # noqa: BLE001 - SystemExit from user code is an error result, not our exit
+        return error(_describe_error(err))
+    try:
+        data = json.dumps({"status": "ok", "value": value}, allow_nan=False, ensure_ascii=False).encode()
+    except BaseException as err:  # noqa: BLE001 - a value that is not plain data, or a MemoryError
+        return error(f"the result is not plain data (JSON): {_describe_error(err)}")
+    if len(data) > MAX_REPLY_BYTES:
+        return error(f"the result is {len(data)} bytes of JSON, more than the {MAX_REPLY_BYTES} a reply may hold")
+    return True, data
+
+
+def _start_reaper(lifeline_fd: int) -> None:
+    """Fork a process into this group that kills the group when the caller's end of the lifeline closes."""
+    if os.fork() != 0:
+        return
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # Hold nothing but the lifeline (and stderr), so the caller's end-of-file on the
+        # worker's reply pipe does not wait for this process.
+        os.closerange(3, lifeline_fd)
+        os.closerange(lifeline_fd + 1, 1 << 16)
+        while os.read(lifeline_fd, 1):
+            pass
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
+def _worker_main(read_fd: int, write_fd: int, lifeline_fd: int, memory_limit_mb: int) -> None:
+    """Worker loop: receive pickled ``(sys.path, setup, call)``, reply to each part with JSON."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
-    outbox.send_bytes(b"ready")
+    _start_reaper(lifeline_fd)
+    os.close(lifeline_fd)
+    if memory_limit_mb > 0:
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = memory_limit_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    _send(write_fd, b'{"status": "ready"}')
     while True:
         try:
-            sys_path, payload = pickle.loads(inbox.recv_bytes())
+            sys_path, setup, call = pickle.loads(_receive(read_fd, None))
         except EOFError:  # the caller closed the pipe or exited
             return
         sys.path[:] = sys_path
-        try:
-            fn, args = pickle.loads(payload)
-            reply = pickle.dumps(("ok", fn(*args)))
-        except BaseException as err:  # noqa: BLE001 - SystemExit from user code is an error result, not our exit
-            reply = pickle.dumps(("error", f"{type(err).__name__}: {err}"))
-        outbox.send_bytes(reply)
+        if setup is not None:
+            ok, reply = _run(setup)
+            _send(write_fd, reply)
+            if not ok:
+                continue
+        _send(write_fd, _run(call)[1])
 
 
+# ---------------------------------------------------------------- the caller's side
+
+
+@dataclass(eq=False)
 class _Worker:
-    def __init__(self) -> None:
+    process: subprocess.Popen
+    outbox: int  # requests to the worker
+    inbox: int  # replies from the worker
+    lifeline: int  # the write end the reaper watches; closing it (or dying) kills the group
+    calls: int = 0
+    ready: set[bytes] = field(default_factory=set)  # setups already run in this worker
+
+    @classmethod
+    def start(cls, memory_limit_mb: int | None) -> _Worker:
         to_worker_r, to_worker_w = os.pipe()
         from_worker_r, from_worker_w = os.pipe()
+        lifeline_r, lifeline_w = os.pipe()
+        passed = (to_worker_r, from_worker_w, lifeline_r)
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", _BOOTSTRAP, str(to_worker_r), str(from_worker_w), *sys.path],
-                pass_fds=(to_worker_r, from_worker_w),
+            process = subprocess.Popen(
+                [sys.executable, "-c", _BOOTSTRAP, *map(str, passed), str(memory_limit_mb or 0), *sys.path],
+                pass_fds=passed,
                 stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group, killed as one
             )
+        except BaseException:
+            for fd in (to_worker_w, from_worker_r, lifeline_w):
+                os.close(fd)
+            raise
         finally:
-            os.close(to_worker_r)
-            os.close(from_worker_w)
-        self.inbox = Connection(from_worker_r, writable=False)
-        self.outbox = Connection(to_worker_w, readable=False)
-        if not self.inbox.poll(_START_TIMEOUT_S):
-            self.kill()
-            raise OSError(f"reward worker did not start within {_START_TIMEOUT_S:g} s")
+            for fd in passed:
+                os.close(fd)
+        worker = cls(process, to_worker_w, from_worker_r, lifeline_w)
         try:
-            self.inbox.recv_bytes()
-        except EOFError:
-            self.kill()
-            raise OSError(f"reward worker exited while starting (exit code {self.process.returncode})") from None
+            _receive(worker.inbox, time.monotonic() + _START_TIMEOUT_S, 64)
+        except TimeoutError:
+            worker.kill()
+            raise OSError(f"reward worker did not start within {_START_TIMEOUT_S:g} s") from None
+        except (EOFError, OSError, _ReplyTooLarge):
+            code = worker.exit_code()
+            worker.kill()
+            limit = f" under a memory limit of {memory_limit_mb} MiB" if memory_limit_mb else ""
+            raise OSError(f"reward worker exited while starting{limit} (exit code {code})") from None
+        return worker
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def exit_code(self) -> int | None:
+        """The worker's own exit code once its end of the pipe closed (None if it lingers)."""
+        try:
+            return self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
+
     def kill(self) -> None:
-        self.process.kill()
+        """Kill the worker's process group (before reaping the leader, so its id still names the group)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # the group is gone already
         self.process.wait()
-        self.inbox.close()
-        self.outbox.close()
+        for fd in (self.outbox, self.inbox, self.lifeline):
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # closed by an earlier kill
 
 
 class WorkerPool:
-    """``size`` persistent worker processes; ``call`` may be used from many threads at once."""
+    """``size`` persistent worker processes; ``call`` may be used from many threads at once.
 
-    def __init__(self, size: int) -> None:
+    memory_limit_mb: address-space limit of each worker (RLIMIT_AS); None = no limit
+    recycle_after:   calls a worker serves before it is replaced; None = never
+    """
+
+    def __init__(
+        self, size: int, *, memory_limit_mb: int | None = None, recycle_after: int | None = None
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"size must be >= 1, got {size}")
+        if memory_limit_mb is not None and memory_limit_mb < 1:
+            raise ValueError(f"memory_limit_mb must be >= 1 or None, got {memory_limit_mb}")
+        if recycle_after is not None and recycle_after < 1:
+            raise ValueError(f"recycle_after must be >= 1 or None, got {recycle_after}")
         self.size = size
+        self.memory_limit_mb = memory_limit_mb
+        self.recycle_after = recycle_after
         # None = a slot whose worker has not been started (or was killed); started on use.
         self._idle: queue.Queue[_Worker | None] = queue.Queue()
         for _ in range(size):
             self._idle.put(None)
+        self._live: set[_Worker] = set()  # every started worker, idle or busy, for close()
+        self._lock = threading.Lock()
+        _POOLS.add(self)
 
-    def call(self, fn: Callable[..., Any], args: Sequence[Any], timeout_s: float) -> CallOutcome:
-        """Run ``fn(*args)`` in a worker; give up after ``timeout_s`` seconds of its run time."""
+    def call(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        timeout_s: float,
+        *,
+        setup: Setup | None = None,
+        setup_timeout_s: float = 60.0,
+    ) -> CallOutcome:
+        """Run ``fn(*args)`` in a worker; give up after ``timeout_s`` seconds of its run time.
+
+        ``fn`` must return plain data (JSON: dicts with string keys, lists, strings, finite
+        numbers, booleans, None); the outcome's value is that data as JSON decodes it.
+        ``setup`` — ``(setup_fn, setup_args)`` — runs first, once per worker, within
+        ``setup_timeout_s``; if it fails, the call is not made and its failure is the outcome.
+        """
         try:
-            payload = pickle.dumps((fn, tuple(args)))
+            call = pickle.dumps((fn, tuple(args)))
+            setup_bytes = None if setup is None else pickle.dumps((setup[0], tuple(setup[1])))
         except Exception as err:  # noqa: BLE001 - an unpicklable function is this call's error
-            return CallOutcome("error", message=f"cannot send the call to a worker: {type(err).__name__}: {err}")
+            return CallOutcome("error", message=f"cannot send the call to a worker: {_describe_error(err)}")
         worker = self._idle.get()
         try:
             if worker is not None and not worker.alive():
-                worker.kill()
+                self._discard(worker)
                 worker = None
             if worker is None:
-                worker = _Worker()
-            worker.outbox.send_bytes(pickle.dumps((list(sys.path), payload)))
-            if not worker.inbox.poll(timeout_s):
-                worker.kill()
+                try:
+                    worker = _Worker.start(self.memory_limit_mb)
+                except OSError as err:
+                    return CallOutcome("error", message=str(err))
+                with self._lock:
+                    self._live.add(worker)
+            outcome, healthy = self._exchange(worker, setup_bytes, setup_timeout_s, call, timeout_s)
+            if not healthy or (self.recycle_after is not None and worker.calls >= self.recycle_after):
+                self._discard(worker)
                 worker = None
-                return CallOutcome("timeout", message=f"no result after {timeout_s:g} s (worker killed)")
-            status, value = pickle.loads(worker.inbox.recv_bytes())
-        except (EOFError, OSError) as err:
-            if worker is not None:
-                worker.kill()
-                code = worker.process.returncode
-                worker = None
-                return CallOutcome("error", message=f"reward worker died (exit code {code})")
-            return CallOutcome("error", message=f"{type(err).__name__}: {err}")
-        except Exception as err:  # noqa: BLE001 - the value came back but cannot be unpickled here
-            return CallOutcome("error", message=f"cannot read the result: {type(err).__name__}: {err}")
+            return outcome
         finally:
             self._idle.put(worker)
-        if status == "ok":
-            return CallOutcome("ok", value=value)
-        return CallOutcome("error", message=value)
+
+    def _exchange(
+        self, worker: _Worker, setup: bytes | None, setup_timeout_s: float, call: bytes, timeout_s: float
+    ) -> tuple[CallOutcome, bool]:
+        """(outcome, whether the worker may serve again)."""
+        if setup in worker.ready:
+            setup = None
+        try:
+            _send(worker.outbox, pickle.dumps((list(sys.path), setup, call)))
+        except OSError:
+            return CallOutcome("error", message=f"reward worker died (exit code {worker.exit_code()})"), False
+        if setup is not None:
+            reply, healthy = self._reply(worker, setup_timeout_s, "setup")
+            if reply.status != "ok":
+                return reply, healthy
+            worker.ready.add(setup)
+        worker.calls += 1
+        return self._reply(worker, timeout_s, "")
+
+    def _reply(self, worker: _Worker, timeout_s: float, stage: str) -> tuple[CallOutcome, bool]:
+        prefix = f"{stage}: " if stage else ""
+        try:
+            data = _receive(worker.inbox, time.monotonic() + timeout_s, MAX_REPLY_BYTES)
+        except TimeoutError:
+            return CallOutcome("timeout", message=f"{prefix}no result after {timeout_s:g} s (worker killed)"), False
+        except (EOFError, OSError):
+            return CallOutcome("error", message=f"{prefix}reward worker died (exit code {worker.exit_code()})"), False
+        except _ReplyTooLarge as err:
+            message = f"{prefix}the reply is {err.args[0]} bytes, more than {MAX_REPLY_BYTES}"
+            return CallOutcome("error", message=message), False
+        try:
+            reply = json.loads(data)
+            status = reply["status"]
+            if status == "ok":
+                return CallOutcome("ok", value=reply["value"]), True
+            if status == "error":
+                return CallOutcome("error", message=prefix + str(reply["message"])[:_MAX_MESSAGE_CHARS]), True
+        except Exception:  # noqa: BLE001 - bytes that are not our reply: someone else wrote to the pipe
+            pass
+        return CallOutcome("error", message=f"{prefix}unreadable reply from the reward worker"), False
+
+    def _discard(self, worker: _Worker) -> None:
+        worker.kill()
+        with self._lock:
+            self._live.discard(worker)
 
     def close(self) -> None:
-        """Stop the idle workers (a call in flight keeps its worker until it returns)."""
-        while True:
-            try:
-                worker = self._idle.get_nowait()
-            except queue.Empty:
-                return
-            if worker is not None:
-                worker.kill()
+        """Kill every worker's process group, idle or busy (a busy call then ends as an error)."""
+        with self._lock:
+            workers, self._live = list(self._live), set()
+        for worker in workers:
+            worker.kill()
 
 
-_default_pool: WorkerPool | None = None
-_default_lock = threading.Lock()
+_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_pools() -> None:
+    for pool in list(_POOLS):
+        pool.close()
+
+
+_shared: dict[tuple[int | None, int | None], WorkerPool] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_pool(
+    memory_limit_mb: int | None = DEFAULT_MEMORY_LIMIT_MB, recycle_after: int | None = DEFAULT_RECYCLE_AFTER
+) -> WorkerPool:
+    """The process-wide pool for these limits (one worker per core, at most 4), shared by the
+    sources that ask for the same limits."""
+    with _shared_lock:
+        key = (memory_limit_mb, recycle_after)
+        if key not in _shared:
+            _shared[key] = WorkerPool(
+                min(4, os.cpu_count() or 1), memory_limit_mb=memory_limit_mb, recycle_after=recycle_after
+            )
+        return _shared[key]
 
 
 def default_pool() -> WorkerPool:
-    """The process-wide pool shared by user-function sources (one worker per core, at most 4)."""
-    global _default_pool
-    with _default_lock:
-        if _default_pool is None:
-            _default_pool = WorkerPool(min(4, os.cpu_count() or 1))
-            atexit.register(_default_pool.close)
-        return _default_pool
+    """The shared pool with the default limits."""
+    return shared_pool()
 
 
 def call_with_timeout(fn: Callable[..., Any], args: Sequence[Any], timeout_s: float) -> CallOutcome:
     """Run ``fn(*args)`` in the default pool with a timeout; safe from any thread.
 
-    Returns ``ok`` with the value, ``timeout`` (the worker was killed and will be
-    replaced), or ``error`` with the exception's type and message.
+    Returns ``ok`` with the (plain) value, ``timeout`` (the worker's process group was killed
+    and will be replaced), or ``error`` with the exception's type and message.
     """
     return default_pool().call(fn, args, timeout_s)

@@ -56,7 +56,7 @@ class Turn:
         follows), "continue" (the environment went on without a call), "stop" (final
         answer: EOS, or the environment ended the episode), "length" (the response's
         token budget ran out, in the turn or before its observation fitted),
-        "turn_limit" (it asked for more, but it was the last turn allowed).
+        "turn_limit" (it called a tool in the last turn allowed; the call was not run).
     text: the generated text (special tokens kept, the turn's EOS left out).
     observation: the observation text as appended (format markup included).
     tool_calls: one record per call: {"name", "arguments", "status", "seconds"}.

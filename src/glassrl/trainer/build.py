@@ -44,6 +44,34 @@ def actor_path(cfg: TrainConfig, console) -> Path:
     return path
 
 
+def critic_path(cfg: TrainConfig, actor: Path) -> Path:
+    """Where the critic starts: model.critic; the actor (a fresh scalar head on its body) when
+    null; ``reward_model``: the reward_model source's checkpoint, its scalar head included, so
+    that V(s_i) starts from the reward model's reading of the text (InstructGPT, Ouyang et al.
+    2022, §3.5: "we initialize the value function from the RM"; the chapter's "critic from the
+    reward model"). The config check made sure the heads agree."""
+    if cfg.model.critic is None:
+        return actor
+    if cfg.model.critic == "reward_model":
+        source = next(s for s in cfg.reward.sources if s.get("name") == "reward_model")
+        return Path(source["path"])
+    return Path(cfg.model.critic)
+
+
+def build_gold(cfg: TrainConfig):
+    """reward.gold as a reward source (glassrl.rewards), or None: scored on the step's responses
+    for the metrics only (glassrl.trainer.step_metrics.gold_metrics), never trained on."""
+    from glassrl.rewards import build_reward_source
+
+    if cfg.reward.gold is None:
+        return None
+    arguments = {k: v for k, v in cfg.reward.gold.items() if k != "name"}
+    try:
+        return build_reward_source(cfg.reward.gold["name"], **arguments)
+    except GlassrlError as err:
+        raise GlassrlError(f"reward.gold: {err}") from None
+
+
 def load_records(spec: str, split: str, tokenizer, max_prompt_tokens: int, key: str) -> list[PromptRecord]:
     """Prompts of ``spec``: "task:NAME[/SPLIT]" (``split`` by default) or a dataset path;
     prompts longer than ``max_prompt_tokens`` tokens are dropped."""
@@ -144,7 +172,7 @@ def build_local_workers(
     critic = None
     if resolved.uses_critic:
         load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=m.device)
-        critic_model = load_critic(m.critic or path)
+        critic_model = load_critic(critic_path(cfg, path))
         c_opt, c_sched = make_optimizer(critic_model, cfg.critic_optim, resolved.total_optimizer_steps)
         c_update = partial(
             run_updates,

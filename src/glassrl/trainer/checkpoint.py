@@ -15,13 +15,23 @@ On disk (``root``)::
 
 Protocol of :meth:`CheckpointManager.save` (what makes it crash-safe):
 1. every part is written into ``tmp-step_XXXXXXXX-<random>/`` and each file is fsynced;
-2. ``manifest.json`` (step, parts, each file's size and sha256, glassrl version, time)
-   is written LAST, so a directory with a manifest has all its files;
+   and read back: a part that does not decode to what was given is an error (never a
+   checkpoint that cannot be resumed);
+2. ``manifest.json`` (step, parts, each file's size and sha256, whether every floating
+   tensor is finite, glassrl version, time) is written LAST, so a directory with a
+   manifest has all its files;
 3. the directory is renamed to ``step_XXXXXXXX`` (rename(2) of a directory is atomic)
    and ``root`` is fsynced so the rename survives a power loss;
 4. ``latest`` is replaced (temp file + os.replace + fsync): it only ever names a
    complete checkpoint;
-5. only then are older checkpoints beyond ``keep`` and stale ``tmp-*`` directories deleted.
+5. only then are older checkpoints beyond ``keep`` and stale ``tmp-*`` directories deleted,
+   except the newest checkpoint whose tensors are all finite: the last good one survives
+   pruning whatever came after it.
+
+A write that fails (a full disk: ENOSPC) removes the ``tmp-*`` directory and is one
+GlassrlError line; ``latest`` still names the previous checkpoint. :meth:`CheckpointManager.find_latest`
+falls back, when ``latest`` is missing or names nothing complete, to the newest checkpoint
+whose files match its manifest, and says so.
 
 The fsync-then-rename sequence is the one recommended for crash-safe file replacement
 (Pillai et al. 2014, "All File Systems Are Not Created Equal", OSDI, §2 and §5).
@@ -31,10 +41,12 @@ Part kinds (:class:`Part`):
 - ``"hf"``: an object with ``save_pretrained(dir)`` (a Hugging Face model, the critic
   with its value head, a tokenizer) → directory ``NAME/``; :meth:`load` returns that
   directory's Path for the caller to ``from_pretrained``;
-- ``"torch"``: picklable state (optimiser / scheduler state_dicts, RNG states) →
-  ``NAME.pt`` via torch.save, read back with ``weights_only=True`` (plus numpy arrays,
-  for ``np.random.get_state()``) so a checkpoint cannot run code when loaded;
-- ``"json"``: a JSON-able object (counters, data position, controller state) → ``NAME.json``.
+- ``"torch"``: torch state (optimiser / scheduler state_dicts, RNG states, buffers of
+  rollouts) → ``NAME.json`` (the tree) + ``NAME.safetensors`` (its tensors), encoded by
+  :mod:`glassrl.trainer.codec`: nothing is pickled, so a checkpoint cannot run code when
+  loaded, and a date, a set or a non-finite float reads back as itself;
+- ``"json"``: plain data (counters, data position, controller state, the resolved config)
+  → ``NAME.json``, the same encoding without tensors.
 """
 
 from __future__ import annotations
@@ -45,22 +57,24 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 import glassrl
 from glassrl.errors import GlassrlError
+from glassrl.trainer import codec
 
 PartKind = Literal["json", "torch", "safetensors", "hf"]
 MANIFEST = "manifest.json"
 LATEST = "latest"
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2  # 2: torch parts as JSON + safetensors (codec), not pickles; a finite flag
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 _PART_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")  # no '.': "a" (json) → a.json cannot clash
 _HASH_CHUNK = 1 << 20
@@ -73,13 +87,21 @@ class Part(NamedTuple):
     value: object
 
 
+class Latest(NamedTuple):
+    """The checkpoint to resume from, and why when it is not the one ``latest`` names."""
+
+    path: Path | None
+    note: str | None = None
+
+
 def step_dir_name(step: int) -> str:
     """``step_XXXXXXXX``: eight digits, so names sort in step order."""
     return f"step_{step:08d}"
 
 
 class CheckpointManager:
-    """Checkpoints of one run under ``root``; the newest ``keep`` complete ones are kept."""
+    """Checkpoints of one run under ``root``; the newest ``keep`` complete ones are kept
+    (and the newest finite one, when those are not)."""
 
     def __init__(self, root: Path, keep: int) -> None:
         if keep < 1:
@@ -97,50 +119,73 @@ class CheckpointManager:
             raise ValueError(f"step must be >= 0, got {step}")
         if not parts:
             raise ValueError("a checkpoint needs at least one part")
-        self.root.mkdir(parents=True, exist_ok=True)
         name = step_dir_name(step)
-        tmp = self.root / f"tmp-{name}-{secrets.token_hex(4)}"
-        tmp.mkdir()
-        entries = {}
-        for part_name, part in parts.items():
-            entries[part_name] = self._write_part(tmp, part_name, Part(*part))
-        manifest = {
-            "format": MANIFEST_FORMAT,
-            "step": step,
-            "glassrl_version": glassrl.__version__,
-            "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "parts": entries,
-        }
-        _write_durably(tmp / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
-        _fsync(tmp)
-        final = self.root / name
-        if final.exists():
-            # Usually an orphan of a run killed before `latest` moved. rename(2) cannot replace
-            # a non-empty directory, so it goes aside first (removed below with the tmp-*). If
-            # `latest` names this very step, a kill between the two renames leaves it dangling,
-            # and latest() then raises naming it rather than loading anything.
-            os.rename(final, self.root / f"tmp-replaced-{name}-{secrets.token_hex(4)}")
-        os.rename(tmp, final)
-        _fsync(self.root)
-        _write_durably(self.root / f"{LATEST}.tmp-{secrets.token_hex(4)}", (name + "\n").encode(), self.root / LATEST)
+        with _disk_errors(f"checkpoint {name}", self.root):
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = self.root / f"tmp-{name}-{secrets.token_hex(4)}"
+            tmp.mkdir()
+            try:
+                entries = {part_name: self._write_part(tmp, part_name, Part(*part)) for part_name, part in parts.items()}
+                manifest = {
+                    "format": MANIFEST_FORMAT,
+                    "step": step,
+                    "glassrl_version": glassrl.__version__,
+                    "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "finite": all(entry.pop("finite") for entry in entries.values()),
+                    "parts": entries,
+                }
+                _write_durably(tmp / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+                _fsync(tmp)
+            except OSError:
+                shutil.rmtree(tmp, ignore_errors=True)  # a full disk: free what this save took
+                raise
+            final = self.root / name
+            if final.exists():
+                # Usually an orphan of a run killed before `latest` moved. rename(2) cannot replace
+                # a non-empty directory, so it goes aside first (removed below with the tmp-*). If
+                # `latest` names this very step, a kill between the two renames leaves it dangling,
+                # and find_latest() then falls back to the newest checkpoint that verifies.
+                os.rename(final, self.root / f"tmp-replaced-{name}-{secrets.token_hex(4)}")
+            os.rename(tmp, final)
+            _fsync(self.root)
+            pointer = self.root / f"{LATEST}.tmp-{secrets.token_hex(4)}"
+            _write_durably(pointer, (name + "\n").encode(), self.root / LATEST)
         self._prune(step)
         self._remove_stale_tmp()
         return final
 
     def latest(self) -> Path | None:
+        """The checkpoint to resume from (:meth:`find_latest`), without the note."""
+        return self.find_latest().path
+
+    def find_latest(self) -> Latest:
         """The checkpoint ``latest`` names; None when nothing was ever saved.
 
-        Raises GlassrlError when the pointer names a directory that is missing or has
-        no manifest (never returns an incomplete checkpoint).
+        When ``latest`` is missing or names a directory that is not a complete checkpoint
+        (deleted by hand, or a kill between two renames), the newest checkpoint whose files
+        match its manifest is taken instead, with a note saying so. GlassrlError when the
+        pointer names nothing complete and no checkpoint verifies; never an incomplete one.
         """
         pointer = self.root / LATEST
-        if not pointer.is_file():
-            return None
-        name = pointer.read_text(encoding="utf-8").strip()
-        path = self.root / name
-        if not _STEP_DIR.match(name) or not (path / MANIFEST).is_file():
-            raise GlassrlError(f"{pointer}: names {name!r}, which is not a complete checkpoint (no {path / MANIFEST})")
-        return path
+        problem = None
+        if pointer.is_file():
+            name = pointer.read_text(encoding="utf-8", errors="replace").strip()
+            path = self.root / name
+            if _STEP_DIR.match(name) and (path / MANIFEST).is_file():
+                return Latest(path)
+            problem = f"{pointer} names {name!r}, which is not a complete checkpoint (no {path / MANIFEST})"
+        elif not self.checkpoints():
+            return Latest(None)
+        for path in reversed(self.checkpoints()):
+            try:
+                verify(path)
+            except GlassrlError:
+                continue
+            why = problem or f"{pointer} is missing"
+            return Latest(path, f"{why}; resuming from {path.name}, the newest checkpoint whose files verify")
+        raise GlassrlError(
+            (problem or f"{pointer} is missing") + f", and no checkpoint in {self.root} verifies (see its manifests)"
+        )
 
     def checkpoints(self) -> list[Path]:
         """Complete checkpoints (those with a manifest) under ``root``, oldest first."""
@@ -154,8 +199,8 @@ class CheckpointManager:
 
         Checks the manifest, every file's size and sha256 (a truncated or corrupt file →
         GlassrlError naming it) and that the parts are exactly ``required`` (a missing
-        or an unexpected part → GlassrlError naming it). Values: json → the object,
-        torch → the unpickled state, safetensors → dict[str, Tensor] on CPU,
+        or an unexpected part → GlassrlError naming it). Values: json and torch → the
+        decoded object (tensors on CPU), safetensors → dict[str, Tensor] on CPU,
         hf → the part's directory (a Path).
         """
         path = Path(path)
@@ -171,31 +216,50 @@ class CheckpointManager:
                 f"checkpoint {path.name} has unexpected part {', '.join(map(repr, extra))} "
                 f"(expected: {', '.join(sorted(required))})"
             )
-        for entry in manifest["parts"].values():
-            for file in entry["files"]:
-                _verify_file(path, file)
-        return {part_name: _READERS[entry["kind"]](path, part_name) for part_name, entry in manifest["parts"].items()}
+        verify(path, manifest)
+        parts = {}
+        for part_name, entry in manifest["parts"].items():
+            try:
+                parts[part_name] = _READERS[entry["kind"]](path, part_name)
+            except (ValueError, KeyError, TypeError, SafetensorError) as err:  # passed sha256: written so by a bug
+                raise GlassrlError(f"checkpoint {path.name}: part {part_name!r} cannot be decoded ({err})") from None
+        return parts
 
     def _write_part(self, directory: Path, name: str, part: Part) -> dict:
+        """Write one part, read it back, compare; its manifest entry (with "finite", popped by save)."""
         if not _PART_NAME.match(name) or name == "manifest":
             raise ValueError(f"invalid checkpoint part name {name!r}: use letters, digits, '_', '-' (not 'manifest')")
         if part.kind not in _WRITERS:
             raise ValueError(f"unknown checkpoint part kind {part.kind!r} for {name!r}; valid: {', '.join(_WRITERS)}")
-        _WRITERS[part.kind](directory, name, part.value)
-        written = directory / _part_path(part.kind, name)
-        files = sorted(p for p in written.rglob("*") if p.is_file()) if written.is_dir() else [written]
+        try:
+            files = _WRITERS[part.kind](directory, name, part.value)
+        except TypeError as err:
+            if part.kind not in ("json", "torch"):
+                raise
+            raise GlassrlError(f"checkpoint part {name!r}: {err}") from None
+        for file in files:
+            _fsync(file)
         for sub in {f.parent for f in files}:
             _fsync(sub)
-        return {"kind": part.kind, "files": [_describe_file(directory, f) for f in files]}
+        return {
+            "kind": part.kind,
+            "files": [_describe_file(directory, f) for f in sorted(files)],
+            "finite": _read_back(directory, name, part),
+        }
 
     def _prune(self, latest_step: int) -> None:
-        """Delete complete checkpoints older than the newest ``keep`` up to ``latest_step``.
+        """Delete complete checkpoints older than the newest ``keep`` up to ``latest_step``,
+        sparing the newest one whose tensors are all finite.
 
         Each is renamed to ``tmp-*`` first, so one half-deleted by a crash is never
         taken for a complete checkpoint.
         """
         older = [p for p in self.checkpoints() if int(_STEP_DIR.match(p.name)[1]) <= latest_step]
+        kept = older[max(0, len(older) - self.keep) :]
+        good = next((p for p in reversed(older) if _is_finite(p)), None)
         for path in older[: max(0, len(older) - self.keep)]:
+            if path == good and good not in kept:
+                continue
             doomed = self.root / f"tmp-pruned-{path.name}-{secrets.token_hex(4)}"
             os.rename(path, doomed)
             shutil.rmtree(doomed)
@@ -208,6 +272,30 @@ class CheckpointManager:
                 path.unlink()
 
 
+def verify(path: Path, manifest: dict | None = None) -> None:
+    """Every file of checkpoint ``path`` has the size and sha256 its manifest records (GlassrlError naming it)."""
+    manifest = manifest if manifest is not None else read_manifest(path)
+    for entry in manifest["parts"].values():
+        for file in entry["files"]:
+            _verify_file(Path(path), file)
+
+
+def _is_finite(path: Path) -> bool:
+    try:
+        return bool(read_manifest(path).get("finite", False))
+    except GlassrlError:
+        return False
+
+
+@contextmanager
+def _disk_errors(what: str, where: Path) -> Iterator[None]:
+    """An OSError while writing (no space left, read-only file system, no permission) as one line."""
+    try:
+        yield
+    except OSError as err:
+        raise GlassrlError(f"{what}: cannot write under {where}: {err.strerror or err}") from None
+
+
 def read_manifest(path: Path) -> dict:
     """The parsed ``manifest.json`` of checkpoint ``path`` (GlassrlError when missing or malformed)."""
     file = Path(path) / MANIFEST
@@ -217,8 +305,13 @@ def read_manifest(path: Path) -> dict:
         manifest = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise GlassrlError(f"{file}: unreadable manifest ({err})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT or "parts" not in manifest:
+    if not isinstance(manifest, dict) or "parts" not in manifest:
         raise GlassrlError(f"{file}: not a glassrl checkpoint manifest (format {MANIFEST_FORMAT})")
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise GlassrlError(
+            f"{file}: checkpoint format {manifest.get('format')!r}, this glassrl reads format {MANIFEST_FORMAT} "
+            f"(written by glassrl {manifest.get('glassrl_version', '?')})"
+        )
     named = _STEP_DIR.match(Path(path).name)
     if named and manifest.get("step") != int(named[1]):
         raise GlassrlError(f"{file}: records step {manifest.get('step')}, but the directory is {Path(path).name}")
@@ -229,20 +322,26 @@ def read_manifest(path: Path) -> dict:
 
 
 def _part_path(kind: str, name: str) -> str:
-    return {"json": f"{name}.json", "torch": f"{name}.pt", "safetensors": f"{name}.safetensors", "hf": name}[kind]
+    """The file (or directory, for hf) a part is read from; a torch part adds NAME.safetensors."""
+    return {"json": f"{name}.json", "torch": f"{name}.json", "safetensors": f"{name}.safetensors", "hf": name}[kind]
 
 
-def _write_json(directory: Path, name: str, value: object) -> None:
-    _write_durably(directory / _part_path("json", name), (json.dumps(value, indent=1) + "\n").encode())
+def _write_json(directory: Path, name: str, value: object) -> list[Path]:
+    text, _ = codec.encode(value, allow_tensors=False)
+    path = directory / _part_path("json", name)
+    _write_durably(path, text.encode())
+    return [path]
 
 
-def _write_torch(directory: Path, name: str, value: object) -> None:
-    path = directory / _part_path("torch", name)
-    torch.save(value, path)
-    _fsync(path)
+def _write_torch(directory: Path, name: str, value: object) -> list[Path]:
+    text, tensors = codec.encode(value)
+    tree, weights = directory / f"{name}.json", directory / f"{name}.safetensors"
+    _write_durably(tree, text.encode())
+    save_file(tensors, str(weights))
+    return [tree, weights]
 
 
-def _write_safetensors(directory: Path, name: str, value: object) -> None:
+def _write_safetensors(directory: Path, name: str, value: object) -> list[Path]:
     if not isinstance(value, dict) or not all(isinstance(v, torch.Tensor) for v in value.values()):
         raise TypeError(f"checkpoint part {name!r} of kind 'safetensors' must be a dict[str, Tensor]")
     tensors, seen = {}, set()
@@ -254,36 +353,55 @@ def _write_safetensors(directory: Path, name: str, value: object) -> None:
         seen.add(ptr)
     path = directory / _part_path("safetensors", name)
     save_file(tensors, str(path))
-    _fsync(path)
+    return [path]
 
 
-def _write_hf(directory: Path, name: str, value: object) -> None:
+def _write_hf(directory: Path, name: str, value: object) -> list[Path]:
     if not hasattr(value, "save_pretrained"):
         raise TypeError(
             f"checkpoint part {name!r} of kind 'hf' needs a save_pretrained method, got {type(value).__name__}"
         )
     target = directory / _part_path("hf", name)
     value.save_pretrained(target)
-    for file in target.rglob("*"):
-        if file.is_file():
-            _fsync(file)
+    return [f for f in target.rglob("*") if f.is_file()]
+
+
+def _read_back(directory: Path, name: str, part: Part) -> bool:
+    """Decode the part just written and compare it with what was given (GlassrlError when it
+    differs); whether every floating tensor in it is finite. An hf part's safetensors files are
+    loaded and checked for finiteness (the model is compared by its sha256s at load)."""
+    if part.kind == "hf":
+        files = sorted((directory / name).rglob("*.safetensors"))
+        return all(_finite(load_file(str(f), device="cpu")) for f in files)
+    back = _READERS[part.kind](directory, name)
+    given = part.value
+    if part.kind == "safetensors":
+        given = {k: v.detach().cpu() for k, v in given.items()}
+    if not codec.same(given, back):
+        raise GlassrlError(f"checkpoint part {name!r} of kind {part.kind!r} does not read back as written")
+    return _finite(back)
+
+
+def _finite(value: object) -> bool:
+    """Every floating tensor (and float) in a decoded part is finite."""
+    if isinstance(value, torch.Tensor):
+        return not value.is_floating_point() or bool(torch.isfinite(value).all())
+    if isinstance(value, float):
+        return value == value and abs(value) != float("inf")
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    return True
 
 
 def _read_json(path: Path, name: str) -> object:
-    return json.loads((path / _part_path("json", name)).read_text(encoding="utf-8"))
-
-
-def _numpy_globals() -> list:
-    """What torch's weights-only unpickler needs for numpy arrays (np.random.get_state())."""
-    core = np._core if hasattr(np, "_core") else np.core  # numpy 2 renamed numpy.core
-    return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype] + [
-        getattr(np.dtypes, n) for n in dir(np.dtypes) if n.endswith("DType")
-    ]
+    return codec.decode((path / _part_path("json", name)).read_text(encoding="utf-8"))
 
 
 def _read_torch(path: Path, name: str) -> object:
-    with torch.serialization.safe_globals(_numpy_globals()):
-        return torch.load(path / _part_path("torch", name), map_location="cpu", weights_only=True)
+    tensors = load_file(str(path / f"{name}.safetensors"), device="cpu")
+    return codec.decode((path / f"{name}.json").read_text(encoding="utf-8"), tensors)
 
 
 def _read_safetensors(path: Path, name: str) -> object:
@@ -294,7 +412,7 @@ def _read_hf(path: Path, name: str) -> object:
     return path / _part_path("hf", name)
 
 
-_WRITERS: dict[str, Callable[[Path, str, object], None]] = {
+_WRITERS: dict[str, Callable[[Path, str, object], list[Path]]] = {
     "json": _write_json,
     "torch": _write_torch,
     "safetensors": _write_safetensors,

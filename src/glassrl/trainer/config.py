@@ -38,7 +38,7 @@ from glassrl.errors import GlassrlError
 class ModelConfig:
     actor: str = "default"  # policy checkpoint directory; "default" = the embedded default model (built on first use)
     reference: str | None = None  # reference policy π_ref; null = a frozen copy of the actor's initial weights
-    critic: str | None = None  # critic checkpoint; null = initialised from the actor when the estimator needs values
+    critic: str | None = None  # critic checkpoint; null = initialised from the actor when the estimator needs values; reward_model = from the reward_model source's checkpoint, scalar head included (InstructGPT)
     critic_head: str = "value-head"  # scalar head of a critic built from a causal LM: value-head | token-classification
     dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | float16
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
@@ -70,6 +70,7 @@ class RewardConfig:
         default_factory=lambda: [{"name": "arith_verify", "weight": 1.0}]
     )  # [{name, weight, ...arguments}] summed with weights (rewards.build_combined)
     max_failure_rate: float = 0.1  # a step whose fraction of failed (timeout/error) scores exceeds this stops the run
+    gold: dict[str, Any] | None = None  # {name, ...arguments}: a source scored on the same responses, logged (reward/gold), never trained on; null = none
 
 
 @dataclass
@@ -120,6 +121,9 @@ class AlgoConfig:
     dynamic_sampling_max_rounds: int = 4  # generation rounds per step before dynamic sampling gives up (error)
     value_warmup_steps: int = 0  # VAPO value pre-training: first steps update the critic only
     reward_norm: bool = False  # normalise scores with running mean/std of all scores seen
+    reward_init_norm: bool = False  # normalise scores with the mean/std fixed on the first step's (the initial policy's) scores
+    no_eos_score: float | None = None  # score that replaces the reward of a response without EOS (finish reason length); null = off
+    score_clip: float | None = None  # clip scores (after normalisation) to [−score_clip, score_clip]; null = off
 
 
 @dataclass
@@ -381,6 +385,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
         ("algo.value_clip", a.value_clip),
         ("algo.kl.target", a.kl.target),
         ("algo.norm_length", a.norm_length),
+        ("algo.score_clip", a.score_clip),
     ):
         if value is not None and not value > 0:
             fail(key, value, "must be > 0 (or null)")
@@ -427,6 +432,8 @@ def _check_names(cfg: TrainConfig) -> None:
     for i, source in enumerate(cfg.reward.sources):
         if source.get("name") not in REWARD_SOURCES:
             fail(f"reward.sources[{i}].name", source.get("name"), f"unknown; valid: {', '.join(REWARD_SOURCES)}")
+    if cfg.reward.gold is not None and cfg.reward.gold.get("name") not in REWARD_SOURCES:
+        fail("reward.gold.name", cfg.reward.gold.get("name"), f"unknown; valid: {', '.join(REWARD_SOURCES)}")
 
 
 def _check_consistency(cfg: TrainConfig) -> None:
@@ -466,6 +473,9 @@ def _check_consistency(cfg: TrainConfig) -> None:
             "the adaptive controller tunes β of a KL in the reward; "
             f"algo.kl.placement = {a.kl.placement} (set target to null)",
         )
+    if a.reward_norm and a.reward_init_norm:
+        fail("algo.reward_init_norm", True, "algo.reward_norm is on too: choose one normalisation of the scores")
+    _check_reward_model_critic(cfg)
     if a.ptx_coef > 0 and cfg.data.ptx is None:
         fail("algo.ptx_coef", a.ptx_coef, "needs data.ptx (the supervised pairs)")
     if a.overlong is not None and a.overlong.max_length > cfg.rollout.max_new_tokens:
@@ -474,6 +484,18 @@ def _check_consistency(cfg: TrainConfig) -> None:
             a.overlong.max_length,
             f"must be <= rollout.max_new_tokens ({cfg.rollout.max_new_tokens})",
         )
+
+
+def _check_reward_model_critic(cfg: TrainConfig) -> None:
+    """model.critic = reward_model needs a reward_model source, loaded with the critic's head."""
+    if cfg.model.critic != "reward_model":
+        return
+    source = next((s for s in cfg.reward.sources if s.get("name") == "reward_model"), None)
+    if source is None:
+        fail("model.critic", "reward_model", "needs a reward_model source in reward.sources (its path and head)")
+    head = source.get("head", "token-classification")  # RewardModelSource's default head
+    if cfg.model.critic_head != head:
+        fail("model.critic_head", cfg.model.critic_head, f"model.critic = reward_model: must be the reward model's head, {head}")
 
 
 # ---------------------------------------------------------------- knobs the chosen algorithm ignores

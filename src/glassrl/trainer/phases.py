@@ -245,15 +245,82 @@ class NormShaper:
             raise GlassrlError(f"checkpoint part reward_normalizer: {err}") from None
 
 
+class InitNormShaper:
+    """Scores normalised with a mean and std fixed once, on the first batch it sees: the scored
+    responses of the first step, sampled by the initial (SFT) policy. Ziegler et al. 2019, §2:
+    the reward model is normalised "to have mean 0 and variance 1" on samples of the initial
+    policy ρ, so that β has the same meaning whatever the reward model's scale
+    (lm-human-preferences, train_reward.py ``normalize_after``); InstructGPT (Ouyang et al. 2022,
+    §3.5) fixes the bias alone. (s − μ₀)/σ₀ with σ₀ the unbiased std; σ₀ = 0 or a single score
+    fixes the offset only (scale 1). Checkpointed, so a resumed run and ``glassrl explain
+    --model`` use the same μ₀, σ₀."""
+
+    part_names = ("reward_init_norm",)
+
+    def __init__(self) -> None:
+        self.mean: float | None = None
+        self.std: float | None = None
+
+    def __call__(self, scores: torch.Tensor, scored: torch.Tensor, rollout: RolloutBatch) -> torch.Tensor:
+        if self.mean is None:
+            first = scores[scored].double()
+            if first.numel() == 0:
+                return scores  # nothing scored yet: fix the statistics on a later batch
+            self.mean = first.mean().item()
+            self.std = first.std().item() if first.numel() > 1 else 0.0
+        scale = self.std if self.std else 1.0
+        return (scores - self.mean) / scale
+
+    def state_dict(self) -> dict:
+        return {"reward_init_norm": ("json", {"mean": self.mean, "std": self.std})}
+
+    def load_state_dict(self, parts: dict) -> None:
+        self.mean, self.std = parts["reward_init_norm"]["mean"], parts["reward_init_norm"]["std"]
+
+
+class NoEosShaper:
+    """The score of a response that never stopped (finish reason "length": no EOS within
+    rollout.max_new_tokens) is replaced by ``value``: Ziegler et al. 2019's code
+    (lm-human-preferences, train_policy.py ``penalize``: ``where(valid, rewards,
+    penalty_reward_value)``, −1 on a reward model normalised to mean 0, variance 1; Huang et
+    al. 2022, "The N Implementation Details of RLHF with PPO"). A reward model reads a cut-off
+    text at its last token as it reads a finished one, so without this a policy may learn to
+    ramble. TRL's ``missing_eos_penalty`` subtracts instead; the replacement is the original."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __call__(self, scores: torch.Tensor, scored: torch.Tensor, rollout: RolloutBatch) -> torch.Tensor:
+        cut = torch.tensor([r == "length" for r in rollout.finish_reasons], device=scores.device)  # (B,)
+        return torch.where(cut & scored, torch.full_like(scores, self.value), scores)
+
+
+class ClipShaper:
+    """Scores clipped to [−c, c], after normalisation: Zheng et al. 2023 ("Secrets of RLHF in
+    Large Language Models Part I: PPO", §5.3.1, reward normalisation and clipping); DeepSpeed-Chat
+    clamps the reward model's score at ±5 (dschat/rlhf/ppo_trainer.py ``compute_rewards``,
+    ``clip_reward_value``). Bounds what one exploited, out-of-distribution score can do."""
+
+    def __init__(self, clip: float) -> None:
+        self.clip = clip
+
+    def __call__(self, scores: torch.Tensor, scored: torch.Tensor, rollout: RolloutBatch) -> torch.Tensor:
+        return scores.clamp(-self.clip, self.clip)
+
+
 # Score shapers, applied in this order to the outcome scores of phase 2:
 # name -> (is it on for this AlgoConfig?, build it). Each is a callable
-# (scores (B,), scored (B,) bool, rollout) -> scores (B,).
+# (scores (B,), scored (B,) bool, rollout) -> scores (B,). Normalise first, then the
+# no-EOS score (its value is in normalised units, as Ziegler et al.'s −1), clip last.
 SCORE_SHAPERS = {
     "overlong": (
         lambda a: a.overlong is not None,
         lambda a: OverlongShaper(a.overlong.max_length, a.overlong.cache_length),
     ),
     "reward_norm": (lambda a: a.reward_norm, lambda a: NormShaper()),
+    "reward_init_norm": (lambda a: a.reward_init_norm, lambda a: InitNormShaper()),
+    "no_eos_score": (lambda a: a.no_eos_score is not None, lambda a: NoEosShaper(a.no_eos_score)),
+    "score_clip": (lambda a: a.score_clip is not None, lambda a: ClipShaper(a.score_clip)),
 }
 
 

@@ -12,23 +12,28 @@ checkpoint holds everything that influences what comes next:
     ptx_data                    position in the PPO-ptx pairs (when algo.ptx_coef > 0)
     kl_controller               β of the KL controller
     counters                    completed training steps
+    config                      the resolved config of the run (:class:`RunConfig`)
     plus every part of the optional components the config turns on (reward
     normaliser, sample buffer), each under its own name.
 
 :func:`restore` asks the checkpoint for exactly the parts this config saves, so a
 missing one is an error naming it (glassrl.trainer.checkpoint), never a default.
-RNG states are restored last: loading weights may draw from torch's RNG.
+RNG states are restored last: loading weights may draw from torch's RNG. Every part but
+the models is plain data encoded by glassrl.trainer.codec (JSON + safetensors), so what is
+saved is what is read back, whatever the data held (a Parquet timestamp, a set, a NaN).
 """
 
 from __future__ import annotations
 
 import random
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
 
 from glassrl.data.records import PromptRecord
+from glassrl.errors import GlassrlError
 from glassrl.trainer.checkpoint import CheckpointManager, Part
 
 
@@ -75,8 +80,6 @@ class PromptStream:
         return {self.part: ("json", {"epoch": self.epoch, "index": self.index, "records": len(self.records)})}
 
     def load_state_dict(self, parts: dict[str, Any]) -> None:
-        from glassrl.errors import GlassrlError
-
         state = parts[self.part]
         if state["records"] != len(self.records):
             raise GlassrlError(
@@ -137,6 +140,49 @@ class Counters:
         self.step = int(parts["counters"]["step"])
 
 
+class RunConfig:
+    """The resolved config (plain nested dict) as part "config" of every checkpoint.
+
+    A resumed run is compared with the checkpoint's own copy, not with ``config.yaml``
+    beside it (which may be missing or edited by hand). Keys matching ``may_change``
+    (dotted prefixes: "steps", "logging.") may differ: ``changes`` then lists them as
+    {key: (then, now)}; any other difference is a GlassrlError naming the keys.
+    """
+
+    part_names = ("config",)
+
+    def __init__(self, config: dict[str, Any], may_change: tuple[str, ...]) -> None:
+        self.config, self.may_change = config, may_change
+        self.changes: dict[str, tuple[Any, Any]] = {}
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        return {"config": ("json", self.config)}
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        old, new = flatten(parts["config"]), flatten(self.config)
+        changed = {k: (old.get(k), new.get(k)) for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)}
+        fixed = [k for k in changed if not any(k == p or k.startswith(p + ".") for p in self.may_change)]
+        if fixed:
+            then, now = changed[fixed[0]]
+            raise GlassrlError(
+                f"--resume: the config differs from the checkpoint's in {', '.join(fixed)} "
+                f"({fixed[0]}: {then!r} then, {now!r} now); a resumed run continues the same run "
+                f"(only {', '.join(self.may_change)} may change)"
+            )
+        self.changes = changed
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists and scalars are leaves."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 class Wrapped:
     """An object with plain ``state_dict()`` / ``load_state_dict(dict)`` (KL controller,
     reward normaliser) as one checkpoint part of ``kind``."""
@@ -161,14 +207,18 @@ def save(manager: CheckpointManager, step: int, components: list[Stateful]):
     return manager.save(step, parts)
 
 
-def restore(manager: CheckpointManager, components: list[Stateful]) -> int:
-    """Load the latest checkpoint into ``components`` (GlobalRNG last); returns its step.
+class Restored(NamedTuple):
+    step: int  # completed training steps of the checkpoint
+    path: Path  # the checkpoint directory
+    note: str | None  # why it is not the one ``latest`` names (CheckpointManager.find_latest), or None
+
+
+def restore(manager: CheckpointManager, components: list[Stateful]) -> Restored:
+    """Load the latest checkpoint into ``components`` in their order (GlobalRNG last).
 
     GlassrlError when there is no checkpoint or a part is missing.
     """
-    from glassrl.errors import GlassrlError
-
-    path = manager.latest()
+    path, note = manager.find_latest()
     if path is None:
         raise GlassrlError(f"--resume: no checkpoint in {manager.root}")
     required = {name for component in components for name in component.part_names}
@@ -176,4 +226,4 @@ def restore(manager: CheckpointManager, components: list[Stateful]) -> int:
     ordered = sorted(components, key=lambda c: isinstance(c, GlobalRNG))
     for component in ordered:
         component.load_state_dict({name: parts[name] for name in component.part_names})
-    return int(parts["counters"]["step"])
+    return Restored(int(parts["counters"]["step"]), path, note)

@@ -108,6 +108,7 @@ def test_turn_limit_ends_without_an_observation_and_without_an_answer(tokenizer,
     first, last = batch.turns[0]
     assert first.finish_reason == "tool_call" and first.observation == "<result>2</result>"
     assert last.finish_reason == "turn_limit" and last.observation == "" and last.observation_end == last.end
+    assert last.tool_calls == () and first.tool_calls[0]["status"] == "ok"  # the last call was not run
     assert batch.finish_reasons == ["turn_limit"] and batch.texts == [""]
     assert batch.context_lengths.tolist() == [last.end]
 

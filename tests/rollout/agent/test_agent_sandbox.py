@@ -18,6 +18,7 @@ from glassrl.rollout.agent.sandbox import PythonTool, SandboxLimits, isolation, 
 ISO = isolation()
 needs_namespaces = pytest.mark.skipif(not ISO.namespaces, reason=f"no namespaces here: {ISO.note}")
 needs_tmp_uid = pytest.mark.skipif(not ISO.tmp_uid, reason="not root: the code runs as the caller's uid")
+needs_fs = pytest.mark.skipif("fs" not in ISO.guarantees, reason=f"no read-only mount namespace: {ISO}")
 FAST = SandboxLimits(wall_s=20.0, cpu_s=5)
 
 
@@ -60,7 +61,7 @@ def test_cannot_write_into_a_directory_of_the_parent(tmp_path):
     assert "PermissionError" in result.stderr or "Read-only file system" in result.stderr
 
 
-@needs_namespaces
+@needs_fs
 def test_the_whole_filesystem_is_read_only_even_world_writable_tmp():
     target = Path("/tmp") / f"glassrl-escape-{uuid.uuid4().hex}"
     result = run_python(f"open({str(target)!r}, 'w').write('x')", FAST)
@@ -158,3 +159,21 @@ def test_concurrent_runs_get_a_uid_each():
     assert all(r.status == "ok" for r in results)
     uids = {int(r.stdout) for r in results}
     assert len(uids) == 4 and all(uid >= 1_000_000 for uid in uids)
+
+
+def test_without_namespaces_the_run_still_works_and_says_so():
+    """The fallback of a machine where ``unshare`` fails (an unprivileged container), forced here."""
+    from glassrl.rollout.agent.sandbox import Isolation, _run
+
+    fallback = Isolation(namespaces=False, tmp_uid=ISO.tmp_uid, python=ISO.python)
+    marker = 700000 + os.getpid() % 99999
+    code = f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\nprint('ran')"
+    result = _run(code, FAST, fallback)
+    assert result.status == "ok" and result.stdout == "ran\n"
+    assert not {"net", "fs", "pid"} & set(result.guarantees)
+    alive = subprocess.run(["pgrep", "-f", f"^sleep {marker}$"], capture_output=True, text=True).stdout
+    if ISO.tmp_uid:  # every process of the run's uid is killed, the detached one too
+        assert alive == ""
+    else:  # best effort: a setsid'd process outlives the run (the docstring says so); end it by its id
+        for pid in alive.split():
+            os.kill(int(pid), 9)

@@ -58,7 +58,8 @@ class ToolEnvironment:
     """Runs the turn's tool calls and returns their results; a turn without a call is the final answer.
 
     tools:             the tools offered
-    call_timeout_s:    time limit per call (see :func:`~glassrl.rollout.agent.tools.run_call`)
+    call_timeout_s:    time limit per call (see :func:`~glassrl.rollout.agent.tools.run_call`); above
+                       the python tool's own wall limit (10 s), so that its message is the sandbox's
     max_calls:         calls run per turn; further ones are answered with an error
     max_result_chars:  a result longer than this is cut (and says so)
     valid_call_reward: reward part "valid_call", given once per episode, for the first call
@@ -70,7 +71,7 @@ class ToolEnvironment:
         self,
         tools: Sequence[Tool],
         *,
-        call_timeout_s: float = 10.0,
+        call_timeout_s: float = 30.0,
         max_calls: int = 4,
         max_result_chars: int = 2000,
         valid_call_reward: float = 0.0,

@@ -263,10 +263,12 @@ class AgentRolloutEngine:
         # The turn's text leaves its EOS out.
         texts = [self.tokenizer.decode(s.tokens[:-1] if s.ended == "eos" else s.tokens) for s in sampled]
         calls = [self.format.parse(t) if s.ended != "length" else [] for t, s in zip(texts, sampled)]
+        # A turn cut by the budget, or calling tools in the last turn allowed, ends the response as it
+        # is: its calls are not run (their results could not be read).
         futures = {
             i: pool.submit(_step, e, texts[i], calls[i])
             for i, (e, s) in enumerate(zip(running, sampled))
-            if s.ended != "length"
+            if s.ended != "length" and not (last and calls[i])
         }
         for i, (e, s) in enumerate(zip(running, sampled)):
             start = len(e.tokens)

@@ -28,8 +28,9 @@ When ``unshare`` (util-linux) can create namespaces (root with CAP_SYS_ADMIN, as
 CI; not in an unprivileged container):
 - **net**: a new network namespace with only a loopback interface, down: every connection
   attempt fails, to the internet and to the host's own listening sockets alike;
-- **fs**: a private mount namespace in which every mount is read-only; the work directory is a
-  fresh tmpfs of ``disk_bytes`` (total disk use capped), the only writable place;
+- **fs** (with a uid of its own: root could remount): a private mount namespace in which every
+  mount is read-only; the work directory is a fresh tmpfs of ``disk_bytes`` (total disk use
+  capped), the only writable place;
 - **pid**: a new PID namespace with its own ``/proc``: the code sees only its own processes,
   and when it ends the kernel kills all of them.
 
@@ -97,7 +98,7 @@ class SandboxResult:
     message:    what happened, in words ("exit code 1", "killed by SIGXCPU (CPU time limit)")
     truncated:  stdout or stderr was longer than the limit and was cut
     guarantees: what held for this run, a subset of ("rlimits", "env", "tmpdir", "tmp-uid",
-                "net", "fs", "pid"); see the module docstring
+                "net", "pid", "fs"); see the module docstring
     workdir:    the directory it ran in (already deleted)
     """
 
@@ -123,8 +124,14 @@ class Isolation:
 
     @property
     def guarantees(self) -> tuple[str, ...]:
-        always = ("rlimits", "env", "tmpdir")
-        return always + (("tmp-uid",) if self.tmp_uid else ()) + (("net", "fs", "pid") if self.namespaces else ())
+        out = ["rlimits", "env", "tmpdir"]
+        if self.tmp_uid:
+            out.append("tmp-uid")
+        if self.namespaces:
+            out += ["net", "pid"]
+        if self.namespaces and self.tmp_uid:
+            out.append("fs")  # code running as root could remount the read-only mounts writable
+        return tuple(out)
 
 
 class _UidSlots:

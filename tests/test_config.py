@@ -1,12 +1,23 @@
 """glassrl.config: YAML + dotted overrides into typed dataclasses, errors that name the key."""
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 import yaml
 
-from glassrl.config import knob_set, load_config, load_saved_config, to_dict
+from glassrl.config import (
+    Option,
+    describe,
+    field_help,
+    flatten,
+    knob_set,
+    load_config,
+    load_saved_config,
+    to_dict,
+    type_text,
+    value_text,
+)
 from glassrl.errors import GlassrlError
 
 
@@ -43,7 +54,8 @@ def test_unknown_key_lists_valid_keys(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("optim:\n  lrr: 1\n")
     with pytest.raises(
-        GlassrlError, match=r"c.yaml: unknown key optim.lrr; valid keys here: optim.lr, optim.warmup_steps"
+        GlassrlError,
+        match=r"c.yaml: unknown key optim.lrr \(did you mean optim.lr\?\); valid keys here: optim.lr, optim.warmup_steps",
     ):
         load_config(Cfg, path)
 
@@ -115,3 +127,150 @@ def test_knob_set_by_writing_or_by_value():
     # not known (a config built in Python): a key counts when it differs from the default
     assert not knob_set(cfg, "seed", None) and knob_set(cfg, "optim.lr", None) and knob_set(cfg, "critic", None)
     assert not knob_set(cfg, "optim.warmup_steps", None) and knob_set(cfg, "optim", None)
+
+
+def test_a_typo_on_the_command_line_is_a_command_line_error(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("seed: 3\noptim:\n  lr: 0.5\n")
+    with pytest.raises(GlassrlError, match=r"^command line: unknown key optim\.lrr \(did you mean optim\.lr\?\)"):
+        load_config(Cfg, path, ["optim.lrr=1"])
+    with pytest.raises(GlassrlError, match=r"^command line: unknown key sede \(did you mean seed\?\)"):
+        load_config(Cfg, path, ["sede=1"])
+    # a bad value names where it came from: the override that set it, else the file
+    with pytest.raises(GlassrlError, match=r"^command line: optim\.lr must be a number, got 'fast'$"):
+        load_config(Cfg, path, ["optim.lr=fast"])
+    path.write_text("optim:\n  lr: fast\n")
+    with pytest.raises(GlassrlError, match=r"c\.yaml: optim\.lr must be a number"):
+        load_config(Cfg, path, ["seed=1"])
+    load_config(Cfg, path, ["optim.lr=0.1"])  # the override replaces the file's bad value
+    with pytest.raises(GlassrlError, match=r"^command line: tags: '\[x' is not a YAML value"):
+        load_config(Cfg, None, ["tags=[x"])
+
+
+@dataclass
+class Listed:
+    sources: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "a", "weight": 1.0}])
+    files: str | list[str] = "x.jsonl"
+
+
+def test_list_elements_are_overridable(tmp_path):
+    # the default list: one key of its first element changes, the others stay
+    assert load_config(Listed, None, ["sources.0.weight=2"]).sources == [{"name": "a", "weight": 2}]
+    # the file's list; its length appends an element, built by the following overrides
+    path = tmp_path / "c.yaml"
+    path.write_text("sources:\n  - {name: a, weight: 1.0}\n  - {name: b, weight: 0.5}\nfiles: [p.jsonl, q.jsonl]\n")
+    cfg = load_config(Listed, path, ["sources.1.weight=0", "sources.2.name=c", "sources.2.weight=3", "files.0=r.jsonl"])
+    assert cfg.sources == [{"name": "a", "weight": 1.0}, {"name": "b", "weight": 0}, {"name": "c", "weight": 3}]
+    assert cfg.files == ["r.jsonl", "q.jsonl"]
+    with pytest.raises(GlassrlError, match=r"^command line: sources\.5\.weight: sources is a list of 2; index it"):
+        load_config(Listed, path, ["sources.5.weight=1"])
+    with pytest.raises(GlassrlError, match=r"sources\.first\.weight: sources is a list of 2; index it with 0 to 1"):
+        load_config(Listed, path, ["sources.first.weight=1"])
+
+
+@dataclass
+class Tracked:
+    seed: int = 0
+    optim: Optim | None = None
+
+
+def test_an_optional_section_takes_true_for_its_defaults_and_false_for_off():
+    assert load_config(Tracked, None, ["optim=true"]).optim == Optim()
+    assert load_config(Tracked, None, ["optim.lr=0.5"]).optim == Optim(lr=0.5)
+    assert load_config(Tracked, None, ["optim=false"]).optim is None
+    assert load_config(Tracked, None, ["optim=true", "optim=null"]).optim is None
+
+
+def test_a_file_with_every_key_counts_as_written_only_where_it_differs_from_the_default(tmp_path):
+    """A run's own config.yaml: its keys say nothing about what the user chose; overrides still do."""
+    saved = tmp_path / "config.yaml"
+    saved.write_text(yaml.safe_dump(to_dict(Checked(seed=4)) | {"seen": []}))
+    cfg = load_config(Checked, saved, ["optim.warmup_steps=0"])
+    assert cfg.seen == [frozenset({"seed", "optim", "optim.warmup_steps"})]
+    # a file that leaves a key out is the user's: every key it has counts
+    partial = tmp_path / "partial.yaml"
+    partial.write_text("seed: 0\noptim: {lr: 1.0e-4}\n")
+    assert load_config(Checked, partial).seen == [frozenset({"seed", "optim", "optim.lr"})]
+
+
+def test_flatten():
+    assert flatten({"a": {"b": 1, "c": {"d": None}}, "e": [1, {"f": 2}], "g": {}}) == {
+        "a.b": 1,
+        "a.c.d": None,
+        "e": [1, {"f": 2}],
+        "g": {},
+    }
+
+
+@dataclass
+class Documented:
+    """A docstring is not a field's help."""
+
+    lr: float = 1e-3  # peak learning rate
+    mode: Literal["fast", "slow"] = (
+        "fast"  # how to go: a comment inside the parentheses that ruff wraps a long line in
+    )
+    optim: Optim | None = None  # the optimiser; null = none
+    undocumented: int = 0
+    title = "not a field"  # a class attribute
+
+
+def test_field_help_is_the_comment_on_the_fields_lines():
+    assert field_help(Documented) == {
+        "lr": "peak learning rate",
+        "mode": "how to go: a comment inside the parentheses that ruff wraps a long line in",
+        "optim": "the optimiser; null = none",
+        "undocumented": "",
+    }
+
+
+def test_describe_lists_every_option_with_type_value_and_help():
+    rows = describe(Documented)
+    assert rows == [
+        Option("lr", "float", "0.001", "peak learning rate", False),
+        Option("mode", '"fast" | "slow"', "fast", rows[1].help, False),
+        Option("optim", "section | null", "null", "the optimiser; null = none", True),
+        Option("optim.lr", "float", "0.0001", "", False),  # what optim=true would give
+        Option("optim.warmup_steps", "int", "0", "", False),
+        Option("undocumented", "int", "0", "", False),
+    ]
+    given = describe(Documented, Documented(lr=0.5, optim=Optim(warmup_steps=3)))
+    assert [(r.key, r.value) for r in given if r.key in ("lr", "optim", "optim.warmup_steps")] == [
+        ("lr", "0.5"),
+        ("optim", ""),
+        ("optim.warmup_steps", "3"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("hint", "text"),
+    [
+        (int, "int"),
+        (float | None, "float | null"),
+        (str | list[str], "str | list[str]"),
+        (Literal["reward", "loss"], '"reward" | "loss"'),
+        (list[dict[str, Any]], "list[mapping]"),
+        (Optim | None, "section | null"),
+    ],
+)
+def test_type_text(hint, text):
+    assert type_text(hint) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (None, "null"),
+        (True, "true"),
+        (1e-5, "1e-05"),
+        (0.2, "0.2"),
+        (3, "3"),
+        ("task:add", "task:add"),
+        ("", "''"),
+        ([{"name": "a", "weight": 1.0}], "[{name: a, weight: 1.0}]"),
+        ([], "[]"),
+    ],
+)
+def test_value_text(value, text):
+    assert value_text(value) == text
+    assert yaml.safe_load(text) == value or isinstance(value, float)  # YAML 1.1 reads 1e-05 as text

@@ -8,23 +8,27 @@ Formats, chosen by the path:
   pick a split of a ``DatasetDict`` with ``path::split`` (needed when it has several).
 
 Each row has a prompt — plain text, or chat messages ``[{"role", "content"}, ...]`` —
-under ``prompt_key``, an optional reference answer under ``answer_key``, and any
-other fields, which go into ``PromptRecord.metadata`` untouched (the reward sources
-read them). Of a message only ``role`` and ``content`` are kept.
+under ``prompt_key``, an optional reference answer under ``answer_key``, and metadata that
+the reward sources read: the fields named by ``metadata_keys``, or by default every other
+top-level field, untouched. Of a message only ``role`` and ``content`` are kept.
+
+A key is a field name or a dotted path into nested fields (:func:`lookup`):
+``reward_model.ground_truth`` is the ``ground_truth`` of the row's ``reward_model`` object,
+as verl lays out its Parquet files (``prompt`` as messages, ``data_source``,
+``reward_model: {ground_truth, style}``, ``extra_info``); GSM8K's own files need
+``prompt_key = question`` (docs/data.md).
 
 A malformed row is a :class:`GlassrlError` naming the file and the row: ``path:17``
 (1-based line number) for JSON lines, ``path#17`` (0-based row index) for Parquet
-and ``datasets`` directories.
+and ``datasets`` directories; a missing field also lists the fields the row has.
 
-With a tokenizer and ``max_prompt_tokens``, prompts longer than that many tokens
-(as the policy will see them: chat prompts through the chat template) are dropped,
-and the log says how many.
+Prompt length limits need the tokenizer and the config: the trainer applies them
+(glassrl.trainer.prompts).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +36,11 @@ from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.jsonl import jsonl_objects
 
-logger = logging.getLogger(__name__)
-
 ROLES = ("system", "user", "assistant", "tool")
+
+
+class MissingField(Exception):
+    """A key names no field of the row; the message says what is there instead."""
 
 
 def load_prompts(
@@ -42,37 +48,32 @@ def load_prompts(
     *,
     prompt_key: str = "prompt",
     answer_key: str = "answer",
-    tokenizer: Any = None,
-    max_prompt_tokens: int | None = None,
+    metadata_keys: Sequence[str] | None = None,
 ) -> list[PromptRecord]:
-    """All prompts of the dataset at ``path`` (see the module docstring), over-long ones filtered."""
-    if max_prompt_tokens is not None and tokenizer is None:
-        raise GlassrlError("max_prompt_tokens needs a tokenizer to count tokens with")
-    records = [_record(row, where, prompt_key, answer_key) for row, where in _rows(str(path))]
+    """All prompts of the dataset at ``path`` (see the module docstring)."""
+    records = [_record(row, where, prompt_key, answer_key, metadata_keys) for row, where in _rows(str(path))]
     if not records:
         raise GlassrlError(f"{path}: no prompts in the dataset")
-    if max_prompt_tokens is None:
-        return records
-    kept = [r for r in records if prompt_token_count(r.prompt, tokenizer) <= max_prompt_tokens]
-    if len(kept) < len(records):
-        dropped = len(records) - len(kept)
-        logger.warning(
-            "filtered %d of %d prompts longer than %d tokens (%s)", dropped, len(records), max_prompt_tokens, path
-        )
-    if not kept:
-        raise GlassrlError(f"{path}: all {len(records)} prompts are longer than max_prompt_tokens={max_prompt_tokens}")
-    return kept
+    return records
 
 
-def prompt_token_count(prompt: str | tuple[dict[str, str], ...], tokenizer: Any) -> int:
-    """Tokens of ``prompt`` as the policy sees it: text with the tokenizer's special tokens,
-    messages through the chat template with the generation prompt."""
-    if isinstance(prompt, str):
-        return len(tokenizer(prompt)["input_ids"])
-    if not tokenizer.chat_template:
-        raise GlassrlError("the prompts are chat messages but the tokenizer has no chat template")
-    text = tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+def lookup(row: Mapping[str, Any], key: str) -> Any:
+    """``row[key]``, or the nested field that the dotted path ``key`` names: "a.b" is
+    ``row["a"]["b"]``. A field whose own name holds the dot ("a.b") wins. Raises
+    :class:`MissingField` saying which fields the innermost object reached has."""
+    if key in row:
+        return row[key]
+    node: Any = row
+    reached: list[str] = []
+    for part in key.split("."):
+        if not isinstance(node, Mapping):
+            raise MissingField(f"{'.'.join(reached)!r} is a {type(node).__name__}, not an object")
+        if part not in node:
+            where = f" of {'.'.join(reached)!r}" if reached else ""
+            raise MissingField(f"fields{where}: {', '.join(map(str, node)) or 'none'}")
+        node = node[part]
+        reached.append(part)
+    return node
 
 
 def _rows(path: str) -> Iterator[tuple[Any, str]]:
@@ -130,16 +131,29 @@ def _hf_rows(path: Path, split: str) -> Iterator[tuple[Any, str]]:
         yield row, f"{where}#{index}"
 
 
-def _record(row: Any, where: str, prompt_key: str, answer_key: str) -> PromptRecord:
+def _record(
+    row: Any, where: str, prompt_key: str, answer_key: str, metadata_keys: Sequence[str] | None
+) -> PromptRecord:
     if not isinstance(row, dict):
         raise GlassrlError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    if prompt_key not in row:
-        raise GlassrlError(f"{where}: missing field {prompt_key!r} (fields: {', '.join(map(str, row)) or 'none'})")
-    prompt = _prompt(row[prompt_key], f"{where}: field {prompt_key!r}")
-    answer = row.get(answer_key)
+
+    def field(key: str) -> Any:
+        try:
+            return lookup(row, key)
+        except MissingField as err:
+            raise GlassrlError(f"{where}: missing field {key!r} ({err})") from None
+
+    prompt = _prompt(field(prompt_key), f"{where}: field {prompt_key!r}")
+    try:
+        answer = lookup(row, answer_key)
+    except MissingField:
+        answer = None  # a dataset may hold prompts without references (a reward model scores them)
     if answer is not None and (isinstance(answer, bool) or not isinstance(answer, (str, int, float))):
         raise GlassrlError(f"{where}: field {answer_key!r} must be a string or a number, got {type(answer).__name__}")
-    metadata = {k: v for k, v in row.items() if k not in (prompt_key, answer_key)}
+    if metadata_keys is None:
+        metadata = {k: v for k, v in row.items() if k not in (prompt_key, answer_key)}
+    else:
+        metadata = {key: field(key) for key in metadata_keys}
     return PromptRecord(prompt=prompt, answer=None if answer is None else str(answer), metadata=metadata, source=where)
 
 

@@ -9,19 +9,28 @@ A rubric in a config lists its criteria as mappings::
 
 and a combination of sources as ``[{name: ..., weight: ..., <arguments>}, ...]``
 (:func:`build_combined`).
+
+Arguments are checked against the constructor's signature before it runs: an unknown or
+missing argument, or one of the wrong type (``timeout_s: fast``), is one GlassrlError naming the
+source and the argument. ``base_dir`` (the directory of the config, which the trainer passes to
+:func:`build_combined`) reaches every source that reads files named relative to it.
 """
 
 from __future__ import annotations
 
 import inspect
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal, Union
 
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardSource
 from glassrl.rewards.combine import CombinedReward
 from glassrl.rewards.judge import JudgeSource
 from glassrl.rewards.majority import MajorityVoteSource
+from glassrl.rewards.math_answer import MathVerifier
 from glassrl.rewards.research import research_rubric
 from glassrl.rewards.reward_model import RewardModelSource
 from glassrl.rewards.rubric import Criterion, RubricSource
@@ -29,7 +38,7 @@ from glassrl.rewards.user_function import UserFunctionSource
 from glassrl.rewards.verifiers import ArithVerifyVerifier, ExactMatchVerifier, NumericVerifier
 
 
-def _rubric(criteria: Sequence[Mapping[str, Any]]) -> RubricSource:
+def _rubric(criteria: Sequence[Mapping[str, Any]], base_dir: str = ".") -> RubricSource:
     """A rubric from config mappings ``{name, weight, source: {name, ...arguments}}``."""
     built = []
     for i, item in enumerate(criteria):
@@ -40,7 +49,7 @@ def _rubric(criteria: Sequence[Mapping[str, Any]]) -> RubricSource:
         if not isinstance(source, Mapping) or "name" not in source:
             raise GlassrlError(f"{where}.source: expected a mapping with a 'name', got {source!r}")
         arguments = {k: v for k, v in source.items() if k != "name"}
-        judge = build_reward_source(source["name"], **arguments)
+        judge = _build(source["name"], arguments, base_dir)
         built.append(Criterion(str(item["name"]), _weight(item["weight"], f"{where}.weight"), judge))
     return RubricSource(built)
 
@@ -55,6 +64,7 @@ REWARD_SOURCES: dict[str, Callable[..., RewardSource]] = {
     "exact_match": ExactMatchVerifier,
     "numeric": NumericVerifier,
     "arith_verify": ArithVerifyVerifier,
+    "math": MathVerifier,
     "rubric": _rubric,
     "research_rubric": research_rubric,
     "reward_model": RewardModelSource,
@@ -77,16 +87,81 @@ def build_reward_source(name: str, **kwargs: Any) -> RewardSource:
     for key, parameter in parameters.items():
         if parameter.default is inspect.Parameter.empty and key not in kwargs:
             raise GlassrlError(f"reward source {name!r}: missing argument {key!r}")
+    hints = typing.get_type_hints(constructor.__init__ if inspect.isclass(constructor) else constructor)
+    for key, value in kwargs.items():
+        if key in hints and not _has_type(value, hints[key]):
+            shown = f"{value!r}" if len(repr(value)) <= 60 else f"{repr(value)[:57]}..."
+            raise GlassrlError(
+                f"reward source {name!r}: argument {key!r} must be {_describe(hints[key])}, "
+                f"got {type(value).__name__} {shown}"
+            )
     return constructor(**kwargs)
 
 
-def build_combined(specs: Sequence[Mapping[str, Any]]) -> CombinedReward:
-    """``[{name, weight, ...arguments}, ...]`` -> :class:`CombinedReward` (weight defaults to 1.0)."""
+def _build(name: Any, arguments: dict[str, Any], base_dir: str | Path) -> RewardSource:
+    """``build_reward_source`` with ``base_dir`` passed to a source that takes it (unless set)."""
+    constructor = REWARD_SOURCES.get(name)
+    if constructor is not None and "base_dir" in inspect.signature(constructor).parameters:
+        arguments = {"base_dir": str(base_dir), **arguments}
+    return build_reward_source(name, **arguments)
+
+
+def build_combined(specs: Sequence[Mapping[str, Any]], base_dir: str | Path = ".") -> CombinedReward:
+    """``[{name, weight, ...arguments}, ...]`` -> :class:`CombinedReward` (weight defaults to 1.0);
+    relative file paths in the arguments are read from ``base_dir`` (the config's directory)."""
     sources = []
     for i, spec in enumerate(specs):
         if not isinstance(spec, Mapping) or "name" not in spec:
             raise GlassrlError(f"rewards[{i}]: expected a mapping with a 'name', got {spec!r}")
         arguments = {k: v for k, v in spec.items() if k not in ("name", "weight")}
         weight = _weight(spec.get("weight", 1.0), f"rewards[{i}].weight")
-        sources.append((build_reward_source(spec["name"], **arguments), weight))
+        sources.append((_build(spec["name"], arguments, base_dir), weight))
     return CombinedReward(sources)
+
+
+# ---------------------------------------------------------------- argument types from the signature
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    """Whether a config value fits a constructor's annotation; what YAML cannot express (a
+    callable, a reward source object) is left to the constructor."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (Union, types.UnionType):
+        return any(_has_type(value, arg) for arg in args)
+    if origin is Literal:
+        return value in args
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if hint is Path:
+        return isinstance(value, (str, Path))
+    if origin in (list, tuple, Sequence):
+        return isinstance(value, (list, tuple))
+    if origin in (dict, Mapping):
+        return isinstance(value, Mapping)
+    return True
+
+
+def _describe(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        return " or ".join(dict.fromkeys(_describe(arg) for arg in args))
+    if origin is Literal:
+        return "one of " + ", ".join(map(repr, args))
+    names = {type(None): "null", bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    if hint in names:
+        return names[hint]
+    if origin in (list, tuple, Sequence):
+        return "a list"
+    if origin in (dict, Mapping):
+        return "a mapping"
+    return getattr(hint, "__name__", str(hint))

@@ -113,8 +113,9 @@ def _load_file(path: str) -> Any:
     return module
 
 
-def _load(spec: str) -> None:
-    """Setup of every call: import the module (once per worker; later calls find it loaded)."""
+def preload(spec: str) -> None:
+    """The setup of every call (``WorkerPool.call(setup=(preload, (spec,)))``): import the module
+    within the import time limit, so the call's own time limit is the function's alone."""
     load_callable(spec)
 
 
@@ -221,7 +222,7 @@ class UserFunctionSource:
         if not requests:
             return []
         items = [styles.request_item(r) for r in requests]
-        setup = (_load, (self.target,))
+        setup = (preload, (self.target,))
         if styles.BATCHED[self.style]:
             outcome = self.pool.call(
                 _score_batch,

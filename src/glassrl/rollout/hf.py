@@ -1,16 +1,41 @@
-"""Rollout with Hugging Face ``generate`` (KV cache), the default engine.
+"""Rollout with a Hugging Face causal LM, the default engine: a decoding loop over the
+model's forward with a preallocated KV cache (:func:`decode`).
 
-Sampling randomness: ``generate`` draws from torch's *global* RNG (torch.multinomial),
-which other code also draws from. So the engine runs ``generate`` inside
-``torch.random.fork_rng``: the global state is set from the caller's generator
-right before, copied back into it right after, and the global state is then
-restored. The trainer owns that generator and saves it in checkpoints, so a
-resumed run samples exactly the tokens the uninterrupted run would have.
+Why not ``model.generate``: its default cache (transformers' ``DynamicCache``) grows by
+``torch.cat`` at every step, i.e. copies the whole cache per generated token (issue 14
+measured 54 % of generation time there at 256 tokens), and a row that has ended keeps
+costing a forward slot until the last row ends. The loop here:
 
-The checkpoint's own ``generation_config`` may carry repetition penalties, a
-default top-k, a min-p, etc.; each would make the sampling distribution differ
-from π_θ(·|s)/temperature, whose log-probs the trainer computes. ``_NEUTRAL``
-switches them off.
+- keeps each layer's keys and values in one buffer (B, H, P + max_new_tokens, D) written in
+  place (:class:`PreallocatedCache`); attention reads a view of its filled part, so the
+  tensors it sees have exactly the shapes and values ``generate``'s would;
+- drops ended rows from the batch: their cache rows are compacted away in place (at most
+  once per step, and only when a row ended), so a step costs the rows still writing;
+- samples as ``generate`` does, with transformers' own warpers (temperature, top-k, top-p,
+  in generate's order), then ``torch.multinomial`` over all B rows of the original batch
+  (ended rows get a placeholder distribution). ATen draws ``multinomial(probs, 1)`` as
+  argmax(probs / q) with q ~ Exp(1) of probs' shape (the Gumbel-max form, its fast path for
+  one sample), so the draws do not depend on the probabilities: the generator advances as
+  in ``generate`` and every row gets the token ``generate`` gives it. tests/rollout/
+  test_rollout_hf.py checks token-for-token equality and the generator's state after, greedy
+  and sampled; the demo's figures are unchanged.
+
+``model.generate`` (:func:`generate_with_hf`) remains the reference the tests compare with,
+and the path for models whose cache is not plain full attention (sliding-window, linear
+attention) or whose forward lacks ``position_ids`` / ``logits_to_keep``. ``torch.compile``
+is not used: on CPU it did not pay off (benchmarks/bench_generation.py, BENCHMARKS.md).
+
+Sampling randomness: the loop draws from the caller's ``generator`` directly. ``generate``
+draws from torch's *global* RNG (torch.multinomial), which other code also draws from, so
+:func:`generate_with_hf` runs inside :func:`sampling_rng`: the global state is set from the
+caller's generator right before, copied back into it right after, and the global state is
+then restored. The trainer owns that generator and saves it in checkpoints, so a resumed run
+samples exactly the tokens the uninterrupted run would have.
+
+The checkpoint's own ``generation_config`` may carry repetition penalties, a default top-k,
+a min-p, etc.; each would make the sampling distribution differ from π_θ(·|s)/temperature,
+whose log-probs the trainer computes. The loop applies none of them; for ``generate``,
+``_NEUTRAL`` switches them off.
 """
 
 from __future__ import annotations

@@ -48,12 +48,14 @@ def critic_path(cfg: TrainConfig, actor: Path) -> Path:
     """Where the critic starts: model.critic; the actor (a fresh scalar head on its body) when
     null; ``reward_model``: the reward_model source's checkpoint, its scalar head included, so
     that V(s_i) starts from the reward model's reading of the text (InstructGPT, Ouyang et al.
-    2022, §3.5: "we initialize the value function from the RM"; the chapter's "critic from the
-    reward model"). The config check made sure the heads agree."""
+    2022, §3.5: "The value function is initialized from the RM"). The config check made sure
+    the heads agree."""
     if cfg.model.critic is None:
         return actor
     if cfg.model.critic == "reward_model":
-        source = next(s for s in cfg.reward.sources if s.get("name") == "reward_model")
+        i, source = next((i, s) for i, s in enumerate(cfg.reward.sources) if s.get("name") == "reward_model")
+        if "path" not in source:
+            raise GlassrlError(f"reward.sources[{i}].path: missing (model.critic = reward_model loads it)")
         return Path(source["path"])
     return Path(cfg.model.critic)
 

@@ -375,8 +375,8 @@ def _read_back(directory: Path, name: str, part: Part) -> bool:
         return all(_finite(load_file(str(f), device="cpu")) for f in files)
     back = _READERS[part.kind](directory, name)
     given = part.value
-    if part.kind == "safetensors":
-        given = {k: v.detach().cpu() for k, v in given.items()}
+    if part.kind == "safetensors":  # a flat dict that safetensors stores sorted by key
+        given, back = dict(sorted((k, v.detach().cpu()) for k, v in given.items())), dict(sorted(back.items()))
     if not codec.same(given, back):
         raise GlassrlError(f"checkpoint part {name!r} of kind {part.kind!r} does not read back as written")
     return _finite(back)

@@ -18,7 +18,11 @@ GRPO, ``algo.cispo_*`` without CISPO, ``critic_optim.*`` without a critic, ...),
 GlassrlError line naming the key and why. The optimiser section (:class:`OptimConfig`) is
 shared with the SFT and reward-model configs (glassrl.trainer.sft, glassrl.trainer.rm).
 
-Each field carries a one-line comment; docs/algorithms/*.md name these keys.
+Each field carries a one-line comment on its own line(s): its help in ``glassrl config show`` and
+docs/config.md (glassrl.config.field_help). docs/algorithms/*.md name these keys.
+
+A resumed run (``--resume``) must have the saved config, except :data:`RESUMABLE_KEYS`
+(``steps``: a finished run goes on); :func:`resume_changes` says which changed.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn
 
 from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS, REQUIRED_INPUTS
-from glassrl.config import get_dotted, knob_set
+from glassrl.config import flatten, get_dotted, knob_set, to_dict
 from glassrl.errors import GlassrlError
 
 
@@ -38,7 +42,7 @@ from glassrl.errors import GlassrlError
 class ModelConfig:
     actor: str = "default"  # policy checkpoint directory; "default" = the embedded default model (built on first use)
     reference: str | None = None  # reference policy π_ref; null = a frozen copy of the actor's initial weights
-    critic: str | None = None  # critic checkpoint; null = initialised from the actor when the estimator needs values; reward_model = from the reward_model source's checkpoint, scalar head included (InstructGPT)
+    critic: str | None = None  # critic checkpoint; null = the actor + fresh head; reward_model = the reward model
     critic_head: str = "value-head"  # scalar head of a critic built from a causal LM: value-head | token-classification
     dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | float16
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
@@ -70,7 +74,7 @@ class RewardConfig:
         default_factory=lambda: [{"name": "arith_verify", "weight": 1.0}]
     )  # [{name, weight, ...arguments}] summed with weights (rewards.build_combined)
     max_failure_rate: float = 0.1  # a step whose fraction of failed (timeout/error) scores exceeds this stops the run
-    gold: dict[str, Any] | None = None  # {name, ...arguments}: a source scored on the same responses, logged (reward/gold), never trained on; null = none
+    gold: dict[str, Any] | None = None  # {name, ...}: scored on the same responses for reward/gold, never trained on
 
 
 @dataclass
@@ -121,8 +125,8 @@ class AlgoConfig:
     dynamic_sampling_max_rounds: int = 4  # generation rounds per step before dynamic sampling gives up (error)
     value_warmup_steps: int = 0  # VAPO value pre-training: first steps update the critic only
     reward_norm: bool = False  # normalise scores with running mean/std of all scores seen
-    reward_init_norm: bool = False  # normalise scores with the mean/std fixed on the first step's (the initial policy's) scores
-    no_eos_score: float | None = None  # score that replaces the reward of a response without EOS (finish reason length); null = off
+    reward_init_norm: bool = False  # normalise scores by a mean/std fixed on the first step's (initial policy's)
+    no_eos_score: float | None = None  # replaces the score of a response without EOS (finish reason length); null = off
     score_clip: float | None = None  # clip scores (after normalisation) to [−score_clip, score_clip]; null = off
 
 
@@ -174,9 +178,29 @@ class OptimConfig:
 
 
 @dataclass
+class WandbConfig:
+    """Weights & Biases (``pip install 'glassrl[wandb]'``); WANDB_MODE=offline writes the run locally."""
+
+    project: str = "glassrl"  # W&B project the run is logged to
+    name: str | None = None  # the W&B run's name; null = the name of output_dir
+    entity: str | None = None  # W&B team or user; null = the logged-in user's default
+
+
+@dataclass
+class MlflowConfig:
+    """MLflow (``pip install 'glassrl[mlflow]'``): a tracking server, or a local store."""
+
+    tracking_uri: str | None = None  # http(s)://… or file://…; null = MLFLOW_TRACKING_URI, else MLflow's default
+    experiment: str = "glassrl"  # MLflow experiment the run is logged to
+    name: str | None = None  # the MLflow run's name; null = the name of output_dir
+
+
+@dataclass
 class LoggingConfig:
-    log_every: int = 1  # steps between metric rows (metrics.jsonl, console, TensorBoard)
+    log_every: int = 1  # steps between metric rows (metrics.jsonl, console, TensorBoard, W&B, MLflow)
     tensorboard: bool = False  # also write TensorBoard event files under output_dir/tensorboard
+    wandb: WandbConfig | None = None  # also log to Weights & Biases; true = the defaults; null = off
+    mlflow: MlflowConfig | None = None  # also log to MLflow; true = the defaults; null = off
     ledger_every: int = 10  # steps between ledger samples (output_dir/ledgers/step_XXXXXX.jsonl); 0 = never
     ledger_samples: int = 4  # responses per ledger sample
     eval_every: int = (
@@ -188,6 +212,7 @@ class LoggingConfig:
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only after the last step
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     report: bool = True  # write output_dir/report.html (glassrl report) at the end of the run
+    report_every: int = 0  # steps between refreshes of report.html during the run; 0 = only at the end
 
 
 @dataclass
@@ -284,6 +309,28 @@ def resolve(cfg: TrainConfig) -> Resolved:
     )
 
 
+# The keys a resumed run may change (glassrl train RUN_DIR/config.yaml --resume steps=120): the run
+# goes on to the new last step; a cosine learning-rate schedule is stretched to end there.
+RESUMABLE_KEYS = ("steps",)
+
+
+def resume_changes(saved: dict[str, Any], cfg: TrainConfig, where: str) -> dict[str, tuple[Any, Any]]:
+    """{key: (saved value, value now)} of the :data:`RESUMABLE_KEYS` that ``cfg`` changes against a
+    run's saved config (``saved``: its ``to_dict`` form, read from ``where``); GlassrlError naming
+    every other key that differs."""
+    old, new = flatten(saved), flatten(to_dict(cfg))
+    changed = sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
+    refused = [key for key in changed if key not in RESUMABLE_KEYS]
+    if refused:
+        first = refused[0]
+        raise GlassrlError(
+            f"--resume: the config differs from {where} in {', '.join(refused)} "
+            f"({first}: {old.get(first)!r} then, {new.get(first)!r} now); a resumed run continues "
+            f"the same run, and only {', '.join(RESUMABLE_KEYS)} may change"
+        )
+    return {key: (old[key], new[key]) for key in changed}
+
+
 def _kl_text(kl: KLConfig) -> str:
     if kl.placement == "none":
         return "none"
@@ -368,6 +415,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
             "logging.ledger_samples": cfg.logging.ledger_samples,
             "logging.eval_every": cfg.logging.eval_every,
             "logging.checkpoint_every": cfg.logging.checkpoint_every,
+            "logging.report_every": cfg.logging.report_every,
         },
     )
     for key in ("gamma", "lam", "critic_lam"):
@@ -495,7 +543,7 @@ def _check_reward_model_critic(cfg: TrainConfig) -> None:
         fail("model.critic", "reward_model", "needs a reward_model source in reward.sources (its path and head)")
     head = source.get("head", "token-classification")  # RewardModelSource's default head
     if cfg.model.critic_head != head:
-        fail("model.critic_head", cfg.model.critic_head, f"model.critic = reward_model: must be the reward model's head, {head}")
+        fail("model.critic_head", cfg.model.critic_head, f"model.critic = reward_model needs the reward model's {head}")
 
 
 # ---------------------------------------------------------------- knobs the chosen algorithm ignores
@@ -566,3 +614,5 @@ def _check_ignored(cfg: TrainConfig, written: Set[str] | None) -> None:
         ignored("algo.dynamic_sampling_max_rounds", "algo.dynamic_sampling is off")
     if a.ptx_coef == 0:
         ignored("data.ptx", "PPO-ptx's supervised pairs; algo.ptx_coef = 0 turns PPO-ptx off")
+    if not cfg.logging.report:
+        ignored("logging.report_every", "logging.report is false: no report.html is written")

@@ -15,7 +15,11 @@ sampling (Yu et al. 2025, DAPO, eq. 11 constraint 0 < |{o_i : is_equivalent(a, o
 and Algorithm 1): of each round it keeps only the groups whose scores are not all equal
 (glassrl.algos.shaping.dynamic_sampling_keep), in a buffer, until the buffer holds
 ``prompts_per_step`` groups. Groups kept beyond what the step needs wait in the buffer for
-the next step, so the buffer is checkpointed (part ``sample_buffer``).
+the next step, so the buffer is checkpointed (part ``sample_buffer``): every field of each
+group's rollout (tensors, turns of a multi-turn rollout), its prompt record (metadata as the
+data file gave it: a Parquet timestamp, a date) and its reward results (details of any
+JSON-able kind, plus sets, dates, non-finite floats), encoded by glassrl.trainer.codec so
+that they read back as they were.
 
 The filter reads the combined reward's score before any shaping — the paper's
 accuracy, not the overlong penalty — over the group's scored members only: failed
@@ -25,7 +29,7 @@ responses are left out of the comparison as out of every group baseline
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -34,7 +38,7 @@ from glassrl.algos.shaping import dynamic_sampling_keep
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardResult
-from glassrl.rollout.base import RolloutBatch, concat_rollouts
+from glassrl.rollout.base import RolloutBatch, Turn, concat_rollouts
 from glassrl.trainer.phases import Sampled, outcome_scores
 
 
@@ -121,7 +125,7 @@ class DynamicSampler:
     def load_state_dict(self, parts: dict[str, Any]) -> None:
         self.buffer = [
             _Group(
-                RolloutBatch(**g["rollout"]),
+                _rollout(g["rollout"]),
                 _record(g["prompt"]),
                 list(g["prompt_ids"]),
                 [_result(r) for r in g["results"]],
@@ -165,36 +169,37 @@ def join_groups(groups: list[_Group], pad_id: int) -> Sampled:
     )
 
 
-# A checkpoint's "torch" parts load with weights_only=True: tensors and plain containers only.
+# The buffer as plain data for a "torch" checkpoint part (glassrl.trainer.codec): tensors,
+# containers and scalars; dataclasses become dicts of their fields here and back below.
 
 
 def _rollout_state(r: RolloutBatch) -> dict[str, Any]:
-    return {
-        "prompt_ids": r.prompt_ids.cpu(),
-        "prompt_mask": r.prompt_mask.cpu(),
-        "response_ids": r.response_ids.cpu(),
-        "response_mask": r.response_mask.cpu(),
-        "group_index": r.group_index.cpu(),
-        "finish_reasons": list(r.finish_reasons),
-        "texts": list(r.texts),
-    }
+    state = {f.name: getattr(r, f.name) for f in fields(RolloutBatch)}
+    if r.turns is not None:
+        state["turns"] = [[{f.name: getattr(t, f.name) for f in fields(Turn)} for t in turns] for turns in r.turns]
+    return state
+
+
+def _rollout(state: dict[str, Any]) -> RolloutBatch:
+    turns = state["turns"]
+    if turns is not None:
+        turns = [tuple(Turn(**t) for t in response) for response in turns]
+    return RolloutBatch(**{**state, "turns": turns})
 
 
 def _record_state(r: PromptRecord) -> dict[str, Any]:
-    prompt = r.prompt if isinstance(r.prompt, str) else [dict(m) for m in r.prompt]
-    return {"prompt": prompt, "answer": r.answer, "metadata": r.metadata, "source": r.source}
+    return {"prompt": r.prompt, "answer": r.answer, "metadata": r.metadata, "source": r.source}
 
 
 def _record(state: dict[str, Any]) -> PromptRecord:
-    prompt = state["prompt"] if isinstance(state["prompt"], str) else tuple(dict(m) for m in state["prompt"])
-    return PromptRecord(prompt, state["answer"], dict(state["metadata"]), state["source"])
+    return PromptRecord(state["prompt"], state["answer"], state["metadata"], state["source"])
 
 
 def _result_state(r: RewardResult) -> dict[str, Any]:
     return {
         "status": r.status,
         "score": r.score,
-        "process_rewards": [list(p) for p in r.process_rewards],
+        "process_rewards": r.process_rewards,
         "message": r.message,
         "details": _encode(r.details),
     }
@@ -202,11 +207,7 @@ def _result_state(r: RewardResult) -> dict[str, Any]:
 
 def _result(state: dict[str, Any]) -> RewardResult:
     return RewardResult(
-        state["status"],
-        state["score"],
-        tuple(tuple(p) for p in state["process_rewards"]),
-        state["message"],
-        _decode(state["details"]),
+        state["status"], state["score"], state["process_rewards"], state["message"], _decode(state["details"])
     )
 
 
@@ -214,18 +215,18 @@ def _encode(value: Any) -> Any:
     """details may nest RewardResults (a combined reward's sources)."""
     if isinstance(value, RewardResult):
         return {"__reward_result__": _result_state(value)}
-    if isinstance(value, dict):
+    if type(value) is dict:
         return {k: _encode(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_encode(v) for v in value]
+    if type(value) in (list, tuple):
+        return type(value)(_encode(v) for v in value)
     return value
 
 
 def _decode(value: Any) -> Any:
-    if isinstance(value, dict):
-        if "__reward_result__" in value:
+    if type(value) is dict:
+        if set(value) == {"__reward_result__"}:
             return _result(value["__reward_result__"])
         return {k: _decode(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
+    if type(value) in (list, tuple):
+        return type(value)(_decode(v) for v in value)
     return value

@@ -38,7 +38,7 @@ from glassrl.report.run_dir import collect_environment
 from glassrl.report.sinks import ConsoleSink, JsonlSink, MetricSinks, TensorBoardSink
 from glassrl.rollout.base import SamplingParams
 from glassrl.trainer import phases, state
-from glassrl.trainer.build import actor_path, build_local_workers, build_ptx, load_records, test_spec
+from glassrl.trainer.build import actor_path, build_gold, build_local_workers, build_ptx, load_records, test_spec
 from glassrl.trainer.checkpoint import CheckpointManager
 from glassrl.trainer.common import seed_everything
 from glassrl.trainer.config import TrainConfig, resolve
@@ -46,7 +46,14 @@ from glassrl.trainer.dynamic_sampling import DynamicSampler, OneRound
 from glassrl.trainer.experience import Experience
 from glassrl.trainer.metrics import PhaseTimer
 from glassrl.trainer.phases import Sampled
-from glassrl.trainer.step_metrics import accuracy, correct, response_metrics, reward_metrics, tensor_metrics
+from glassrl.trainer.step_metrics import (
+    accuracy,
+    correct,
+    gold_metrics,
+    response_metrics,
+    reward_metrics,
+    tensor_metrics,
+)
 from glassrl.trainer.update import actor_batch, critic_batch, minibatch_plan
 
 # Shown under the progress bar, in this order (when present).
@@ -84,6 +91,7 @@ class Trainer:
         self.test_records = self.test_records[: cfg.data.eval_size]
         self.ptx = build_ptx(cfg, self.resolved, self.tokenizer)  # PPO-ptx's supervised batches, or None
         self.workers = build_local_workers(cfg, self.resolved, path, self.tokenizer, self.ptx)
+        self.gold = build_gold(cfg)  # reward.gold: scored for reward/gold, never trained on
         kl = cfg.algo.kl
         self.kl = (
             FixedKLController(kl.coef) if kl.target is None else AdaptiveKLController(kl.coef, kl.target, kl.horizon)
@@ -204,8 +212,11 @@ class Trainer:
     # ------------------------------------------------------------------ phase 7
 
     def _metrics(self, exp: Experience, updated: dict[str, float], start: float) -> dict[str, float]:
-        flags = correct(phases.reward_requests(exp.rollout, exp.records, self.tokenizer))  # the task's verifier
+        requests = phases.reward_requests(exp.rollout, exp.records, self.tokenizer)
+        flags = correct(requests)  # the task's verifier
         metrics = {**reward_metrics(exp.results), "task/accuracy": accuracy(flags), **response_metrics(exp)}
+        if self.gold is not None:
+            metrics.update(gold_metrics(self.gold, requests, exp.results))
         metrics.update(tensor_metrics(exp))
         metrics.update(updated)
         tokens = int(exp.rollout.attention_mask.sum())  # processed by each forward pass over the step

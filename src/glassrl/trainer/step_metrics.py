@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from glassrl.rewards.base import RewardRequest, RewardResult
+from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rewards.verifiers import ArithVerifyVerifier, ExactMatchVerifier, NumericVerifier
 from glassrl.trainer.experience import Experience
 from glassrl.trainer.metrics import distinct_n, explained_variance, masked_stats
@@ -70,6 +70,21 @@ def reward_metrics(results: Sequence[RewardResult]) -> dict[str, float]:
     return metrics
 
 
+def gold_metrics(gold: RewardSource, requests: Sequence[RewardRequest], results: Sequence[RewardResult]) -> dict:
+    """reward/proxy and reward/gold over the responses that both the trained reward (``results``)
+    and the gold source (scored here, on ``requests``) scored ``ok``: the proxy score the policy
+    is trained on, before shaping, and the gold score it stands for (Gao et al. 2022, "Scaling
+    Laws for Reward Model Overoptimization": the gold reward model plays the human). NaN when
+    no response has both."""
+    gold_results = gold.score(requests)
+    pairs = [(r.score, g.score) for r, g in zip(results, gold_results, strict=True) if r.is_ok and g.is_ok]
+    proxy, gold_scores = [p for p, _ in pairs], [g for _, g in pairs]
+    return {
+        "reward/proxy": sum(proxy) / len(pairs) if pairs else math.nan,
+        "reward/gold": sum(gold_scores) / len(pairs) if pairs else math.nan,
+    }
+
+
 def response_metrics(exp: Experience) -> dict[str, float]:
     """response/…: lengths (EOS included), truncation rate, Distinct-1/2 of the token ids."""
     rollout = exp.rollout
@@ -91,6 +106,10 @@ def tensor_metrics(exp: Experience) -> dict[str, float]:
     metrics = {"actor/entropy": masked_stats(exp.entropy, mask)["mean"]}
     if exp.kl is not None:
         metrics["kl/mean"] = masked_stats(exp.kl, mask)["mean"]
+        # Σ_i kl_i per response, the sequence-level KL(π ‖ π_ref) of Gao et al. 2022 (its √ is their x axis)
+        rows = mask.any(-1)  # (B,)
+        per_response = torch.where(mask, exp.kl, 0.0).sum(-1)[rows]  # (K,)
+        metrics["kl/sequence"] = per_response.mean().item() if len(per_response) else math.nan
         metrics["kl/beta"] = exp.beta
     metrics.update({f"advantage/{k}": v for k, v in masked_stats(exp.advantages, mask).items()})
     if exp.values is not None:

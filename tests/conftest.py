@@ -51,7 +51,8 @@ def _build_key(build_module: str) -> str:
     for module in sorted({build_module, *graph.find_upstream_modules(build_module)}):
         path = src.joinpath(*module.split(".")[1:])
         digest.update(module.encode())
-        digest.update((path / "__init__.py" if path.is_dir() else path.with_suffix(".py")).read_bytes())
+        module_file = path.with_suffix(".py")  # a data directory may sit beside a module of its name
+        digest.update((module_file if module_file.is_file() else path / "__init__.py").read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -207,9 +207,7 @@ class Documented:
     """A docstring is not a field's help."""
 
     lr: float = 1e-3  # peak learning rate
-    mode: Literal["fast", "slow"] = (
-        "fast"  # how to go: a comment inside the parentheses that ruff wraps a long line in
-    )
+    mode: Literal["fast", "slow"] = "fast"  # how to go: a comment inside the parentheses that ruff wraps a long line in
     optim: Optim | None = None  # the optimiser; null = none
     undocumented: int = 0
     title = "not a field"  # a class attribute

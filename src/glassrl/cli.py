@@ -25,6 +25,7 @@ COMMANDS = {
     "train": "glassrl.commands.train",
     "report": "glassrl.commands.report",
     "export": "glassrl.commands.export",
+    "config": "glassrl.commands.config",
 }
 
 
@@ -48,12 +49,22 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(only=first if first in COMMANDS else None)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # key=value after an option (`glassrl train RUN/config.yaml --resume steps=120`): argparse
+    # has closed the overrides list by then; they are overrides all the same
+    if extra and isinstance(getattr(args, "overrides", None), list) and all(_is_override(e) for e in extra):
+        args.overrides += extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args._run(args) or 0)
     except GlassrlError as err:
         print(f"glassrl {args.command}: error: {err}", file=sys.stderr)
         return 2
+
+
+def _is_override(arg: str) -> bool:
+    return not arg.startswith("-") and "=" in arg
 
 
 if __name__ == "__main__":

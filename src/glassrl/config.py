@@ -24,6 +24,7 @@
 - ``to_dict(cfg)`` gives plain data for writing the resolved config next to a run;
   :func:`load_saved_config` reads such a file back.
 """
+
 from __future__ import annotations
 
 import ast
@@ -45,6 +46,7 @@ from typing import Any, NamedTuple, TypeVar
 import yaml
 
 from glassrl.errors import GlassrlError
+from glassrl.jsonl import read_utf8
 
 C = TypeVar("C")
 
@@ -64,9 +66,9 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
         if not sep or not key:
             raise GlassrlError(f"{COMMAND_LINE}: {item!r}: expected dotted.key=value")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = safe_load(raw) if raw.strip() else None
         except yaml.YAMLError as err:
-            raise GlassrlError(f"{COMMAND_LINE}: {key}: {raw!r} is not a YAML value: {err}") from None
+            raise GlassrlError(f"{COMMAND_LINE}: {key}: {raw!r} is not a YAML value: {yaml_error(err)}") from None
         _set_dotted(data, key.split("."), value, defaults)
         from_command_line.append(key)
         written.update(_prefixes(key), _dotted_keys(value, key + ".") if isinstance(value, dict) else ())
@@ -224,6 +226,44 @@ class _Origin(NamedTuple):
         return self.file
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a mapping holding a key twice (PyYAML keeps the last one silently)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, yaml.Mark] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # `<<: *defaults`: keys written beside it override the merged ones, as YAML says
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:
+            continue  # an unhashable key: construct_mapping names it
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first at line {first.line + 1})", key_node.start_mark
+            )
+        seen[key] = key_node.start_mark
+    return loader.construct_mapping(node, deep=deep)
+
+
+def yaml_error(err: yaml.YAMLError) -> str:
+    """A YAML error on one line: ``line 4, column 3: duplicate key 'gamma' (first at line 3)``."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return " ".join(f"{where}{problem}".split())
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def safe_load(text: str) -> Any:
+    """yaml.safe_load, except that a duplicate key in a mapping is a yaml.YAMLError naming it."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def _read(path: str | Path | None) -> dict[str, Any]:
     if path is None:
         return {}
@@ -231,9 +271,9 @@ def _read(path: str | Path | None) -> dict[str, Any]:
     if not path.is_file():
         raise GlassrlError(f"config file not found: {path}")
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        loaded = safe_load(read_utf8(path))
     except yaml.YAMLError as err:
-        raise GlassrlError(f"{path}: not valid YAML: {err}") from None
+        raise GlassrlError(f"{path}: not valid YAML: {yaml_error(err)}") from None
     if loaded is not None and not isinstance(loaded, dict):
         raise GlassrlError(f"{path}: the top level must be a mapping of keys to values")
     return loaded or {}
@@ -271,7 +311,7 @@ def _set_dotted(data: dict[str, Any], keys: list[str], value: Any, defaults: dic
 
 
 def _prefixes(key: str) -> list[str]:
-    """"a.b.c" -> a, a.b, a.b.c."""
+    """Every prefix of a dotted key: "a.b.c" -> a, a.b, a.b.c."""
     parts = key.split(".")
     return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
@@ -367,12 +407,18 @@ def _coerce(hint: Any, value: Any, key: str, origin: _Origin) -> Any:
         if isinstance(value, str):
             # PyYAML follows YAML 1.1, where "1e-3" (no dot) is a string, not a float.
             try:
-                return float(value)
+                value = float(value)
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise GlassrlError(f"{source}: {key} must be a number, got {value!r}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond any float
+            number = math.inf
+        if not math.isfinite(number):  # .nan / .inf in a setting end as NaN weights: refused here
+            raise GlassrlError(f"{source}: {key} = {value}: must be a finite number")
+        return number
     if hint is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise GlassrlError(f"{source}: {key} must be a string, got {value!r}")

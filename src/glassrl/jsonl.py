@@ -1,7 +1,8 @@
-"""JSON-lines files read one way everywhere (ledgers, prompt sets, SFT and preference pairs).
+"""JSON-lines files read one way everywhere (ledgers, prompt sets, SFT and preference pairs),
+and text files read as UTF-8 with an error that names the line (:func:`read_utf8`).
 
-A neutral module beside glassrl.errors: the ledger (which sits below data/) and data/
-both read through it. Every error names ``path:LINE`` (1-based).
+A neutral module beside glassrl.errors: the ledger (which sits below data/), data/ and the
+config loader all read through it. Every error names ``path:LINE`` (1-based).
 """
 
 from __future__ import annotations
@@ -14,6 +15,19 @@ from typing import Any
 from glassrl.errors import GlassrlError
 
 
+def read_utf8(path: str | Path) -> str:
+    """The text of ``path``; bytes that are not UTF-8 are a GlassrlError naming ``path:LINE``."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise GlassrlError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[err.start]:02x} at column {column}); save the file as UTF-8"
+        ) from None
+
+
 def jsonl_objects(path: str | Path) -> Iterator[tuple[dict[str, Any], str]]:
     """(object, "path:LINE") for each non-blank line of ``path``.
 
@@ -22,7 +36,7 @@ def jsonl_objects(path: str | Path) -> Iterator[tuple[dict[str, Any], str]]:
     characters that ``str.splitlines`` would break on (a ledger's token may).
     """
     path = Path(path)
-    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
+    for number, line in enumerate(read_utf8(path).split("\n"), start=1):
         if not line.strip():
             continue
         where = f"{path}:{number}"

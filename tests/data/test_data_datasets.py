@@ -1,13 +1,13 @@
-"""Prompt datasets: JSON lines, Parquet, datasets directories; errors name file and row; filtering."""
+"""Prompt datasets: JSON lines, Parquet, datasets directories; GSM8K's and verl's layouts through
+the reading keys (dotted paths); errors name file, row and key."""
 
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
 
-from glassrl.data.datasets import load_prompts, prompt_token_count
+from glassrl.data.datasets import MissingField, load_prompts, lookup
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 
@@ -160,35 +160,102 @@ def test_empty_file_is_an_error(tmp_path):
         load_prompts(path)
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    from glassrl.models.default_tokenizer import build_tokenizer
+# GSM8K's own JSON lines (openai/grade-school-math, train.jsonl): question, and a worked answer ending "#### N".
+GSM8K = [
+    {
+        "question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
+        "in May. How many clips did Natalia sell altogether in April and May?",
+        "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips "
+        "altogether in April and May.\n#### 72",
+    },
+    {
+        "question": "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. "
+        "How much did she earn?",
+        "answer": "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\nWorking 50 minutes, she earned "
+        "0.2 x 50 = $<<0.2*50=10>>10.\n#### 10",
+    },
+]
 
-    return build_tokenizer(["请问1+1=2？是的，等于2！", "Is 3+4=8? No, it equals 7!"] * 5)
+
+def verl_rows(questions=GSM8K):
+    """Rows as verl's examples/data_preprocess/gsm8k.py writes them to Parquet."""
+    return [
+        {
+            "data_source": "openai/gsm8k",
+            "prompt": [{"role": "user", "content": q["question"] + " Let's think step by step."}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": q["answer"].split("#### ")[-1]},
+            "extra_info": {"split": "train", "index": i, "answer": q["answer"], "question": q["question"]},
+        }
+        for i, q in enumerate(questions)
+    ]
 
 
-def test_overlong_prompts_are_filtered_and_counted(tmp_path, tokenizer, caplog):
-    prompts = ["1+1=", "请问1+1=2？", "Is 3+4=8? " * 6, "Is 3+4=8? " * 9, CHAT]
-    lengths = [prompt_token_count(p if isinstance(p, str) else tuple(p), tokenizer) for p in prompts]
-    # Text gets BOS; messages go through the chat template with the generation prompt.
-    assert (
-        lengths[0] == len(tokenizer("1+1=")["input_ids"])
-        and tokenizer("1+1=")["input_ids"][0] == tokenizer.bos_token_id
+def test_gsm8k_file_reads_with_its_own_column_names(tmp_path):
+    path = write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K)
+    with pytest.raises(GlassrlError, match=rf"^{path}:1: missing field 'prompt' \(fields: question, answer\)$"):
+        load_prompts(path)  # the defaults name the columns prompt/answer
+    records = load_prompts(path, prompt_key="question")
+    assert [r.prompt for r in records] == [q["question"] for q in GSM8K]
+    assert records[0].answer.endswith("#### 72") and records[1].answer.endswith("#### 10")
+    assert records[0].metadata == {} and records[1].source == f"{path}:2"
+
+
+def test_verl_parquet_reads_nested_fields(tmp_path):
+    rows = verl_rows()
+    path = write_parquet(tmp_path / "train.parquet", rows)
+    records = load_prompts(path, answer_key="reward_model.ground_truth")
+    assert [r.answer for r in records] == ["72", "10"]
+    assert records[0].prompt == ({"role": "user", "content": rows[0]["prompt"][0]["content"]},)
+    # by default every other top-level field is metadata, nested objects whole (verl's compute_score reads
+    # data_source and extra_info)
+    assert set(records[0].metadata) == {"data_source", "ability", "reward_model", "extra_info"}
+    assert records[1].metadata["extra_info"]["index"] == 1
+    chosen = load_prompts(
+        path, answer_key="reward_model.ground_truth", metadata_keys=["data_source", "extra_info.index"]
     )
-    chat_text = tokenizer.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
-    assert lengths[4] == len(tokenizer(chat_text, add_special_tokens=False)["input_ids"])
-    limit = sorted(lengths)[2]  # keeps exactly the three shortest
-    path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": p} for p in prompts])
-    with caplog.at_level(logging.INFO, logger="glassrl.data.datasets"):
-        kept = load_prompts(path, tokenizer=tokenizer, max_prompt_tokens=limit)
-    assert [r.source for r in kept] == [f"{path}:{i + 1}" for i, n in enumerate(lengths) if n <= limit]
-    assert len(kept) == 3
-    assert f"filtered 2 of 5 prompts longer than {limit} tokens" in caplog.text
+    assert [r.metadata for r in chosen] == [
+        {"data_source": "openai/gsm8k", "extra_info.index": 0},
+        {"data_source": "openai/gsm8k", "extra_info.index": 1},
+    ]
 
 
-def test_all_filtered_or_no_tokenizer_is_an_error(tmp_path, tokenizer):
-    path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "Is 3+4=8?"}])
-    with pytest.raises(GlassrlError, match="all 1 prompts are longer than max_prompt_tokens=2"):
-        load_prompts(path, tokenizer=tokenizer, max_prompt_tokens=2)
-    with pytest.raises(GlassrlError, match="needs a tokenizer"):
-        load_prompts(path, max_prompt_tokens=2)
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        (
+            dict(prompt_key="extra_info.question"),
+            "2: missing field 'extra_info.question' (fields of 'extra_info': split)",
+        ),
+        (
+            dict(metadata_keys=["reward_model.style"]),
+            "2: missing field 'reward_model.style' (fields of 'reward_model': ",
+        ),
+        (dict(metadata_keys=["data_source.name"]), "1: missing field 'data_source.name' ('data_source' is a str, not"),
+        (dict(metadata_keys=["extra"]), "1: missing field 'extra' (fields: data_source, prompt, ability, reward_model"),
+    ],
+)
+def test_a_missing_nested_field_names_file_row_key_and_what_is_there(tmp_path, keys, message):
+    rows = verl_rows()
+    rows[1] = {**rows[1], "reward_model": {"ground_truth": "10"}, "extra_info": {"split": "train"}}
+    path = write_jsonl(tmp_path / "train.jsonl", rows)
+    with pytest.raises(GlassrlError) as info:
+        load_prompts(path, **keys)
+    assert str(info.value).startswith(f"{path}:{message}")
+
+
+def test_parquet_missing_field_names_the_row_index(tmp_path):
+    path = write_parquet(tmp_path / "train.parquet", verl_rows())
+    with pytest.raises(
+        GlassrlError, match=rf"^{path}#0: missing field 'reward_model.score' \(fields of 'reward_model'"
+    ):
+        load_prompts(path, metadata_keys=["reward_model.score"])
+
+
+def test_lookup_prefers_a_literal_dotted_name():
+    row = {"a.b": 1, "a": {"b": 2, "c": {"d": 3}}}
+    assert lookup(row, "a.b") == 1 and lookup(row, "a.c.d") == 3 and lookup(row, "a") == row["a"]
+    with pytest.raises(MissingField, match=r"fields of 'a\.c': d"):
+        lookup(row, "a.c.e")
+    with pytest.raises(MissingField, match=r"^fields: a\.b, a$"):
+        lookup(row, "x")

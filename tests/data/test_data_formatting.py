@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from glassrl.data.formatting import format_prompt, format_prompts, prompt_text
+from glassrl.data.formatting import as_chat, format_prompt, format_prompts, prompt_text, truncate_left
 from glassrl.data.tasks import TASKS, sft_pairs
 from glassrl.errors import GlassrlError
 from glassrl.models.default_tokenizer import build_tokenizer
@@ -45,3 +45,19 @@ def test_messages_without_template_is_an_error():
     tokenizer.chat_template = None
     with pytest.raises(GlassrlError, match="no chat template"):
         format_prompt(tokenizer, [{"role": "user", "content": "hi"}])
+
+
+def test_as_chat_makes_text_a_user_message_and_puts_the_system_prompt_first():
+    user = {"role": "user", "content": "1+1="}
+    system = {"role": "system", "content": "Be brief."}
+    assert as_chat("1+1=") == (user,)
+    assert as_chat("1+1=", "Be brief.") == (system, user)
+    assert as_chat((user,), "Be brief.") == (system, user)
+    own = {"role": "system", "content": "Mine."}
+    assert as_chat((own, user), "Be brief.") == (own, user)  # a prompt's own system message stays
+
+
+def test_truncate_left_keeps_the_last_tokens():
+    assert truncate_left([1, 2, 3, 4, 5], 3) == [3, 4, 5]
+    assert truncate_left([1, 2], 3) == [1, 2]
+    assert truncate_left([1, 2, 3], 3) == [1, 2, 3]

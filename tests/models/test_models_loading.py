@@ -121,6 +121,9 @@ def test_load_causal_lm_dtype(tiny_lm_path):
 
 
 def test_load_causal_lm_missing_path_names_it(tmp_path):
+    with pytest.raises(GlassrlError, match=r"missing-dir': no such directory$"):
+        load_causal_lm(tmp_path / "missing-dir", device="cpu")
+    (tmp_path / "empty-dir").mkdir()
     with pytest.raises(GlassrlError, match=r"empty-dir.*config\.json"):
         load_causal_lm(tmp_path / "empty-dir", device="cpu")
 

@@ -38,6 +38,7 @@ def test_weighted_sum_and_each_source_reported():
     assert exact.details["sources"]["exact_match"].score == 1.0 and exact.details["sources"]["numeric"].score == 1.0
     assert numeric_only.details["sources"]["exact_match"].score == 0.0
     assert exact.details["weights"] == {"exact_match": 1.0, "numeric": 0.5}
+    assert numeric_only.details["scores"] == {"exact_match": 0.0, "numeric": 1.0}
 
 
 def test_a_failed_component_fails_the_combination_naming_it():
@@ -49,6 +50,7 @@ def test_a_failed_component_fails_the_combination_naming_it():
     assert (timeout.status, timeout.score, timeout.message) == ("timeout", None, "stub: slow")
     assert (error.status, error.score, error.message) == ("error", None, "stub: broken")
     assert error.details["sources"]["numeric"].score == 0.0  # the healthy component is still reported
+    assert error.details["scores"] == {"numeric": 0.0, "stub": None}
 
 
 def test_process_rewards_are_weighted_and_merged_by_offset():
@@ -73,6 +75,7 @@ def test_registry_builds_every_name_it_lists():
         "exact_match",
         "numeric",
         "arith_verify",
+        "math",
         "rubric",
         "research_rubric",
         "reward_model",

@@ -52,3 +52,17 @@ def test_custom_extractor_by_spec_and_failures():
 
 def test_empty_batch():
     assert MajorityVoteSource().score([]) == []
+
+
+def test_a_spec_extractor_runs_in_a_worker_from_a_file(tmp_path):
+    (tmp_path / "extract.py").write_text(
+        "import time\n\ndef last_word(response):\n    return response.split()[-1] if response.split() else None\n\n"
+        "def stuck(response):\n    time.sleep(600)\n"
+    )
+    source = MajorityVoteSource(extract_answer="extract.py:last_word", base_dir=str(tmp_path))
+    results = source.score([req("q", "it is b"), req("q", "b"), req("q", "a"), req("q", "")])
+    assert [r.score for r in results] == [1.0, 1.0, 0.0, 0.0]
+    assert results[0].details == {"answer": "b", "pseudo_label": "b"} and results[3].details["answer"] is None
+    stuck = MajorityVoteSource(extract_answer="extract.py:stuck", timeout_s=0.5, base_dir=str(tmp_path))
+    timed_out = stuck.score([req("q", "a"), req("q", "b")])
+    assert [r.status for r in timed_out] == ["timeout", "timeout"] and "no result after 0.5 s" in timed_out[0].message

@@ -54,6 +54,14 @@ def test_a_dying_worker_is_an_error_and_is_replaced(pool):
     assert pool.call(operator.add, (1, 2), 5.0).value == 3
 
 
+def test_only_plain_data_comes_back(pool):
+    """The reply is JSON, never a pickle: a set is refused in the worker, a tuple arrives as a list."""
+    outcome = pool.call(set, ([1, 2],), 5.0)
+    assert outcome.status == "error" and outcome.message.startswith("the result is not plain data (JSON): TypeError")
+    assert pool.call(tuple, ([1, 2],), 5.0).value == [1, 2]
+    assert pool.call(float, ("nan",), 5.0).message.startswith("the result is not plain data (JSON): ValueError")
+
+
 def test_unpicklable_function_is_an_error(pool):
     outcome = pool.call(lambda: 1, (), 5.0)
     assert outcome.status == "error" and "cannot send" in outcome.message
@@ -89,6 +97,6 @@ def test_call_with_timeout_default_pool():
 def test_the_worker_imports_no_torch():
     """A worker is a fresh interpreter that imports glassrl.rewards; the model-backed sources load
     torch and transformers only when built, so a worker starts without them."""
-    code = "import sys, glassrl.rewards.timeout; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    code = "import sys, glassrl.rewards.user_function; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import textwrap
 import threading
 
@@ -40,6 +41,22 @@ def bad_steps(prompt, response, answer, metadata):
 
 def nan(prompt, response, answer, metadata):
     return float("nan")
+
+def huge(prompt, response, answer, metadata):
+    return 10**400
+
+def nan_step(prompt, response, answer, metadata):
+    return {"score": 1.0, "process_rewards": [[1, float("nan")]]}
+
+def odd_details(prompt, response, answer, metadata):
+    import datetime
+    return {"score": True, "when": datetime.date(2025, 1, 2), "tags": {"b", "a"}, "inf": float("inf"), 3: (1, 2)}
+
+def keyword_only(prompt, response, *, answer, metadata):
+    return 1.0
+
+def two_arguments(prompt, response):
+    return 1.0
 
 NOT_CALLABLE = 3
 '''
@@ -99,7 +116,9 @@ def test_raising_function_is_an_error_with_its_message():
         ("not_a_number", "score must be a number"),
         ("no_score", "without 'score'"),
         ("bad_steps", "increasing"),
-        ("nan", "must be a number"),
+        ("nan", "must be a finite number, got nan"),
+        ("huge", "must be a finite number, got an integer of 1329 bits"),
+        ("nan_step", "process reward at 1 must be a finite number"),
     ],
 )
 def test_malformed_return_values_are_errors(name, fragment):
@@ -125,3 +144,57 @@ def test_bad_specs_are_errors_naming_the_spec(spec, fragment):
 def test_timeout_must_be_positive():
     with pytest.raises(GlassrlError, match="timeout_s"):
         UserFunctionSource(f"{MODULE}:length_ratio", timeout_s=0)
+    with pytest.raises(GlassrlError, match="memory_limit_mb must be >= 1 or null"):
+        UserFunctionSource(f"{MODULE}:length_ratio", memory_limit_mb=0)
+    with pytest.raises(GlassrlError, match="unknown style 'openrlhf'; valid: auto, glassrl, trl, verl"):
+        UserFunctionSource(f"{MODULE}:length_ratio", style="openrlhf")
+
+
+def test_details_become_plain_data():
+    """Whatever the function returns is converted in the worker: a date, a set, inf and a
+    non-string key arrive as JSON can carry them."""
+    result = one("odd_details")
+    assert (result.status, result.score) == ("ok", 1.0)
+    assert result.details == {"when": "2025-01-02", "tags": ["a", "b"], "inf": None, "3": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    "name, style, fragment",
+    [
+        ("keyword_only", "glassrl", r"style 'glassrl' calls fn\(prompt, response, answer, metadata\)"),
+        ("two_arguments", "auto", r"cannot tell its style from fn\(prompt, response\); set style"),
+        ("length_ratio", "verl", r"style 'verl' calls compute_score\(.*\); the function also requires 'prompt'"),
+        ("length_ratio", "trl", r"style 'trl' calls fn\(prompts=.*it takes no 'completions'"),
+    ],
+)
+def test_a_signature_the_style_cannot_call_is_refused_at_start(name, style, fragment):
+    with pytest.raises(GlassrlError, match=fragment):
+        UserFunctionSource(f"{MODULE}:{name}", style=style)
+
+
+def test_the_detected_style_is_logged_once(caplog):
+    caplog.set_level(logging.WARNING, logger="glassrl.rewards.user_function")
+    source = UserFunctionSource(f"{MODULE}:length_ratio")
+    source.score(requests("ab", "abcd"))
+    assert source.style == "glassrl"
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "glassrl style, detected from fn(prompt, response, answer, metadata)" in lines[0]
+    caplog.clear()
+    UserFunctionSource(f"{MODULE}:length_ratio", style="glassrl")
+    assert caplog.records == []  # an explicit style is not announced
+
+
+def test_a_file_path_relative_to_base_dir_needs_no_pythonpath(tmp_path):
+    config_dir = tmp_path / "project"
+    (config_dir / "rewards").mkdir(parents=True)
+    (config_dir / "rewards" / "helpers.py").write_text("def bonus(text):\n    return 0.5 * text.count('!')\n")
+    (config_dir / "rewards" / "my_rewards.py").write_text(
+        "from helpers import bonus\n\ndef excited(prompt, response, answer, metadata):\n    return bonus(response)\n"
+    )
+    source = UserFunctionSource("rewards/my_rewards.py:excited", base_dir=str(config_dir))
+    assert [r.score for r in source.score(requests("!", "!!!!"))] == [0.5, 2.0]
+    with pytest.raises(GlassrlError, match="no file .*nope.py .*a relative path is read from"):
+        UserFunctionSource("rewards/nope.py:excited", base_dir=str(config_dir))
+    (config_dir / "broken.py").write_text("raise RuntimeError('no GPU here')\n")
+    with pytest.raises(GlassrlError, match="loading .*broken.py raised RuntimeError: no GPU here"):
+        UserFunctionSource("broken.py:f", base_dir=str(config_dir))

@@ -1,4 +1,5 @@
-"""HFRolloutEngine: batch layout, EOS convention, finish reasons, seeded sampling, greedy decoding."""
+"""HFRolloutEngine: batch layout, EOS convention, finish reasons, seeded sampling, greedy decoding;
+the preallocated-cache decoding loop against ``model.generate``, token for token."""
 
 from __future__ import annotations
 
@@ -6,7 +7,15 @@ import pytest
 import torch
 
 from glassrl.rollout.base import RolloutBatch, SamplingParams, concat_rollouts
-from glassrl.rollout.hf import HFRolloutEngine, left_pad, response_mask_from_eos
+from glassrl.rollout.hf import (
+    HFRolloutEngine,
+    PreallocatedCache,
+    decode,
+    decode_supported,
+    generate_with_hf,
+    left_pad,
+    response_mask_from_eos,
+)
 
 PROMPTS = ["请问1+1=2？", "Is 12+34=47?", "请问30+5=35？"]
 
@@ -134,3 +143,83 @@ def test_select_and_concat(engine):
     picked = both.select(torch.tensor([3, 0]))
     assert picked.texts == [both.texts[3], both.texts[0]]
     assert torch.equal(picked.response_ids[1], both.response_ids[0])
+
+
+# --------------------------------------------------------------- decode against model.generate
+
+SAMPLINGS = {
+    "sampled": SamplingParams(max_new_tokens=16),
+    "greedy": SamplingParams(max_new_tokens=16, greedy=True),
+    "top-k 5": SamplingParams(max_new_tokens=16, top_k=5),
+    "top-p 0.9, T 1.5": SamplingParams(max_new_tokens=16, temperature=1.5, top_p=0.9),
+}
+
+
+def _both(engine, prompts, n, params, seed):
+    """decode's and generate's tokens for the same prompts and generator state, and the generators after."""
+    ids, mask = left_pad(prompts, engine.pad_id)
+    ids, mask = ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
+    out = []
+    for sample in (decode, generate_with_hf):
+        g = torch.Generator().manual_seed(seed)
+        tokens = sample(engine.model, ids, mask, params, eos_id=engine.eos_id, pad_id=engine.pad_id, generator=g)
+        out.append((tokens, g.get_state()))
+    return out
+
+
+@pytest.mark.parametrize("name", list(SAMPLINGS))
+def test_decode_gives_generates_tokens(engine, name):
+    """Same tokens (pads after EOS included), same width, same generator state after: for
+    padded prompts whose rows end at different steps, so ended rows leave the batch mid-way."""
+    params = SAMPLINGS[name]
+    for seed in range(3):
+        (fast, g_fast), (ref, g_ref) = _both(engine, _ids(engine), 8, params, seed)
+        assert fast.shape == ref.shape and torch.equal(fast, ref), (name, seed)
+        assert torch.equal(g_fast, g_ref)
+        lengths = response_mask_from_eos(fast, engine.eos_id)[0].sum(-1)
+        if not params.greedy:
+            assert lengths.min() < lengths.max()  # rows ended at different steps: the batch shrank
+
+
+def test_decode_without_padding_and_at_length(engine):
+    """Prompts of one length (generate drops the all-ones mask) and a length cut at 3 tokens."""
+    prompt = _ids(engine)[0]
+    for params in (SamplingParams(max_new_tokens=16), SamplingParams(max_new_tokens=3)):
+        (fast, g_fast), (ref, g_ref) = _both(engine, [prompt, prompt], 4, params, seed=5)
+        assert torch.equal(fast, ref) and torch.equal(g_fast, g_ref)
+    assert fast.shape[1] == 3
+
+
+def test_engine_uses_decode_and_falls_back_to_generate(engine):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    assert decode_supported(engine.model) and engine.sample is decode
+    sliding = MistralForCausalLM(
+        MistralConfig(
+            vocab_size=32,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            sliding_window=4,
+        )
+    )
+    assert not decode_supported(sliding)  # a sliding-window cache: model.generate's own
+    assert HFRolloutEngine(sliding, engine.tokenizer).sample is generate_with_hf
+
+
+def test_preallocated_cache_hand_table():
+    """Writes land after the filled positions; views show rows × filled; keep_rows compacts."""
+    cache = PreallocatedCache(num_layers=1, capacity=4)
+    k = torch.arange(3 * 2, dtype=torch.float32).view(3, 1, 2, 1)  # (B=3, H=1, 2 positions, D=1)
+    keys, _ = cache.update(k, -k, 0)
+    assert keys.tolist() == [[[[0.0], [1.0]]], [[[2.0], [3.0]]], [[[4.0], [5.0]]]]
+    assert cache.get_seq_length() == 2
+    cache.keep_rows(torch.tensor([0, 2]))
+    keys, values = cache.update(torch.tensor([10.0, 12.0]).view(2, 1, 1, 1), torch.zeros(2, 1, 1, 1), 0)
+    assert keys.tolist() == [[[[0.0], [1.0], [10.0]]], [[[4.0], [5.0], [12.0]]]]
+    assert values[:, 0, :2, 0].tolist() == [[-0.0, -1.0], [-4.0, -5.0]]
+    assert cache.get_seq_length() == 3
+    with pytest.raises(ValueError, match="capacity"):
+        cache.update(torch.zeros(2, 1, 2, 1), torch.zeros(2, 1, 2, 1), 0)

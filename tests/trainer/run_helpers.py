@@ -32,12 +32,13 @@ def logged_metrics(run: Path) -> list[dict]:
     return [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in rows]
 
 
-def remove_checkpoint_part(checkpoint: Path, part: str, file: str) -> None:
-    """Delete one part of a checkpoint directory: its manifest entry and its file."""
+def remove_checkpoint_part(checkpoint: Path, part: str) -> None:
+    """Delete one part of a checkpoint directory: its manifest entry and its files."""
     manifest = json.loads((checkpoint / "manifest.json").read_text())
-    del manifest["parts"][part]
+    entry = manifest["parts"].pop(part)
     (checkpoint / "manifest.json").write_text(json.dumps(manifest))
-    (checkpoint / file).unlink()
+    for file in entry["files"]:
+        (checkpoint / file["path"]).unlink()
 
 
 def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module, role: str = "actor") -> None:

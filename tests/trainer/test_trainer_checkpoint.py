@@ -95,10 +95,11 @@ def test_round_trip_of_every_part_kind(tmp_path):
 def test_manifest_lists_every_file_with_size_and_hash(tmp_path):
     path = CheckpointManager(tmp_path, keep=1).save(3, _small_parts(3))
     manifest = read_manifest(path)
-    assert manifest["step"] == 3 and manifest["format"] == 1 and "glassrl_version" in manifest
+    assert manifest["step"] == 3 and manifest["format"] == 2 and "glassrl_version" in manifest
+    assert manifest["finite"] is True
     assert {n: [f["path"] for f in e["files"]] for n, e in manifest["parts"].items()} == {
         "weights": ["weights.safetensors"],
-        "optimizer": ["optimizer.pt"],
+        "optimizer": ["optimizer.json", "optimizer.safetensors"],
         "trainer": ["trainer.json"],
     }
     entry = manifest["parts"]["trainer"]["files"][0]
@@ -134,14 +135,14 @@ def test_crash_mid_save_keeps_latest_on_the_previous_checkpoint(tmp_path, monkey
 def test_orphan_checkpoint_from_a_kill_before_latest_moved_is_replaced(tmp_path, monkeypatch):
     manager = CheckpointManager(tmp_path, keep=3)
     first = manager.save(1, _small_parts(1))
-    real_write = ckpt._write_durably
+    real_write = ckpt.write_durably
 
     def kill_at_pointer(tmp, data, final=None):
         if final is not None and final.name == "latest":
             raise KeyboardInterrupt("killed before latest moved")
         real_write(tmp, data, final)
 
-    monkeypatch.setattr(ckpt, "_write_durably", kill_at_pointer)
+    monkeypatch.setattr(ckpt, "write_durably", kill_at_pointer)
     with pytest.raises(KeyboardInterrupt):
         manager.save(2, _small_parts(2))
     monkeypatch.undo()
@@ -172,10 +173,10 @@ def test_pruning_spares_checkpoints_newer_than_latest(tmp_path):
 def test_corrupt_and_truncated_files_are_named(tmp_path):
     manager = CheckpointManager(tmp_path, keep=1)
     path = manager.save(10, _small_parts(10))
-    data = bytearray((path / "optimizer.pt").read_bytes())
+    data = bytearray((path / "optimizer.json").read_bytes())
     data[len(data) // 2] ^= 0xFF
-    (path / "optimizer.pt").write_bytes(bytes(data))
-    with pytest.raises(GlassrlError, match=r"step_00000010: file optimizer\.pt is corrupt"):
+    (path / "optimizer.json").write_bytes(bytes(data))
+    with pytest.raises(GlassrlError, match=r"step_00000010: file optimizer\.json is corrupt"):
         manager.load(path, REQUIRED)
 
     path = manager.save(11, _small_parts(11))
@@ -207,7 +208,11 @@ def test_incomplete_directories_are_never_returned(tmp_path):
     with pytest.raises(GlassrlError, match="no manifest.json"):
         manager.load(tmp_path / "step_00000005", REQUIRED)
     (tmp_path / "latest").write_text("step_00000005\n")
-    with pytest.raises(GlassrlError, match=r"latest: names 'step_00000005', which is not a complete checkpoint"):
+    with pytest.raises(
+        GlassrlError,
+        match=r"latest names 'step_00000005', which is not a complete checkpoint.*"
+        r"no checkpoint in .* verifies",
+    ):
         manager.latest()
     saved = manager.save(6, _small_parts(6))
     saved.rename(tmp_path / "step_00000007")  # a directory renamed by hand
@@ -229,9 +234,65 @@ def test_bad_parts_are_rejected(tmp_path):
     assert manager.latest() is None
 
 
-def test_torch_parts_load_weights_only(tmp_path):
-    """A pickled object outside tensors/containers/numpy arrays is refused at load."""
+def test_a_value_the_encoding_cannot_hold_is_refused_at_save(tmp_path):
+    """Nothing is pickled: an object outside the encoding (glassrl.trainer.codec) is an error
+    naming the part and where in it, and no checkpoint is written."""
     manager = CheckpointManager(tmp_path, keep=1)
-    path = manager.save(1, {"odd": Part("torch", fractions.Fraction(1, 3))})
-    with pytest.raises(Exception, match="Weights only load failed"):
-        manager.load(path, {"odd"})
+    with pytest.raises(
+        GlassrlError, match=r"checkpoint part 'odd': groups\[0\]\.x: cannot store a fractions\.Fraction"
+    ):
+        manager.save(1, {"odd": Part("torch", {"groups": [{"x": fractions.Fraction(1, 3)}]})})
+    with pytest.raises(GlassrlError, match=r"part 'plain': t: a tensor, which this part cannot hold"):
+        manager.save(1, {"plain": Part("json", {"t": torch.zeros(1)})})
+    assert manager.latest() is None and not list(tmp_path.iterdir())
+
+
+def test_a_part_that_does_not_read_back_is_refused(tmp_path, monkeypatch):
+    """Verified at save time: the part is decoded and compared with what was given."""
+    real = ckpt._READERS["json"]
+    monkeypatch.setitem(ckpt._READERS, "json", lambda path, name: {**real(path, name), "step": -1})
+    with pytest.raises(GlassrlError, match="part 'trainer' of kind 'json' does not read back as written"):
+        CheckpointManager(tmp_path, keep=1).save(1, _small_parts(1))
+    assert not (tmp_path / "latest").exists()
+
+
+def test_a_deleted_latest_falls_back_to_the_newest_checkpoint_that_verifies(tmp_path):
+    manager = CheckpointManager(tmp_path, keep=3)
+    for step in (1, 2, 3):
+        manager.save(step, _small_parts(step))
+    (tmp_path / "latest").unlink()
+    with (tmp_path / "step_00000003" / "weights.safetensors").open("r+b") as f:
+        f.truncate(10)  # the newest no longer verifies
+    found = manager.find_latest()
+    assert found.path == tmp_path / "step_00000002"
+    assert "latest is missing; resuming from step_00000002, the newest checkpoint whose files verify" in found.note
+    (tmp_path / "latest").write_text("step_00000009\n")  # dangling
+    assert manager.find_latest().path.name == "step_00000002"
+    (tmp_path / "latest").write_text("step_00000001\n")
+    assert manager.find_latest() == (tmp_path / "step_00000001", None)
+
+
+def test_the_last_finite_checkpoint_survives_pruning(tmp_path):
+    manager = CheckpointManager(tmp_path, keep=1)
+    manager.save(1, _small_parts(1))
+    bad = {**_small_parts(2), "weights": Part("safetensors", {"w": torch.full((2, 3), float("nan"))})}
+    assert read_manifest(manager.save(2, bad))["finite"] is False
+    manager.save(3, {**bad, "trainer": Part("json", {"step": 3})})
+    assert [p.name for p in manager.checkpoints()] == ["step_00000001", "step_00000003"]
+    manager.save(4, _small_parts(4))  # finite again: the old good one may go
+    assert [p.name for p in manager.checkpoints()] == ["step_00000004"]
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    manager = CheckpointManager(tmp_path, keep=2)
+    first = manager.save(1, _small_parts(1))
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setitem(ckpt._WRITERS, "safetensors", full)
+    with pytest.raises(
+        GlassrlError, match=r"^checkpoint step_00000002: cannot write under .*: No space left on device$"
+    ):
+        manager.save(2, _small_parts(2))
+    assert manager.latest() == first and not [p for p in tmp_path.iterdir() if p.name.startswith("tmp-")]

@@ -142,10 +142,16 @@ def test_errors_name_the_key(overrides, message):
 def test_unknown_key_lists_the_valid_ones(tmp_path):
     path = tmp_path / "cfg.yaml"
     path.write_text("algo:\n  lamda: 0.9\n")
-    with pytest.raises(GlassrlError, match=r"unknown key algo\.lamda; valid keys here: algo\.advantage, .*algo\.lam,"):
+    with pytest.raises(
+        GlassrlError,
+        match=r"cfg\.yaml: unknown key algo\.lamda \(did you mean algo\.lam\?\); valid keys here: algo\.adv",
+    ):
         load_config(TrainConfig, path)
-    with pytest.raises(GlassrlError, match=r"unknown key batch\.size; valid keys here: batch\.prompts_per_step"):
-        load_config(TrainConfig, None, ["batch.size=3"])
+    path.write_text("algo:\n  lam: 1.0\n")
+    with pytest.raises(GlassrlError, match=r"^command line: unknown key batch\.size; valid keys here: batch\.prompts"):
+        load_config(TrainConfig, path, ["batch.size=3"])
+    with pytest.raises(GlassrlError, match=r"^command line: unknown key algo\.lamm \(did you mean algo\.lam\?\)"):
+        load_config(TrainConfig, presets.path("grpo"), ["algo.lamm=0.9"])
 
 
 def test_gae_gets_a_critic_and_consistent_options_pass():
@@ -267,8 +273,12 @@ def test_without_written_keys_a_knob_is_set_when_it_differs_from_its_default(tmp
     saved = tmp_path / "config.yaml"
     saved.write_text(yaml.safe_dump(to_dict(load_config(TrainConfig, presets.path("grpo")))))
     assert load_saved_config(TrainConfig, saved).algo.lam == 1.0
-    with pytest.raises(GlassrlError, match=r"model\.critic_head = 'value-head': ignored"):
-        load_config(TrainConfig, saved)  # as a user's file, every key would count as written
+    # load_config sees a file with every key: its keys count as written where their values differ
+    # from the default (model.critic_head at its default is not "set" under GRPO), and overrides
+    # where they are written
+    assert load_config(TrainConfig, saved, ["steps=120"]).steps == 120
+    with pytest.raises(GlassrlError, match=r"^algo\.lam = 1\.0: ignored: algo\.advantage = grpo"):
+        load_config(TrainConfig, saved, ["algo.lam=1.0"])
 
 
 def test_the_knob_tables_cover_the_registries():

@@ -3,7 +3,6 @@ over-sample, keep groups with mixed scores, buffer the surplus — checkpointed.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardResult
 from glassrl.rollout.base import RolloutBatch
+from glassrl.trainer.checkpoint import CheckpointManager, Part
 from glassrl.trainer.config import TrainConfig
 from glassrl.trainer.dynamic_sampling import DynamicSampler
 from glassrl.trainer.phases import Sampled
@@ -106,17 +106,16 @@ def test_too_many_rounds_is_an_error_naming_the_key_and_counts():
         fill(sampler, _round(same, "a"), _round([[0.0, 1.0], [1.0, 1.0]], "b"))
 
 
-def test_the_buffer_round_trips_through_a_weights_only_checkpoint():
+def test_the_buffer_round_trips_through_a_checkpoint(tmp_path):
     sampler = DynamicSampler(need=1, max_rounds=1, pad_id=0)
     fill(sampler, _round([[0.0, 1.0], [1.0, 0.0], [1.0, 0.5]], "a"))
     assert len(sampler.buffer) == 2
     ((name, (kind, value)),) = sampler.state_dict().items()
     assert (name, kind) == ("sample_buffer", "torch")
-    f = io.BytesIO()
-    torch.save(value, f)
-    f.seek(0)
+    manager = CheckpointManager(tmp_path, keep=1)
+    loaded = manager.load(manager.save(1, {name: Part(kind, value)}), {name})
     other = DynamicSampler(need=2, max_rounds=1, pad_id=0)
-    other.load_state_dict({name: torch.load(f, weights_only=True)})
+    other.load_state_dict(loaded)
     one, _ = fill(sampler)  # need 1 from the buffer: no round
     sampler.need = 1
     two, _ = fill(other)  # need 2 from the restored buffer
@@ -189,6 +188,6 @@ def test_a_missing_buffer_part_is_an_error(fast, tmp_path):
     run = [*fast, MIXED_REWARD, "steps=1", "algo.dynamic_sampling_max_rounds=8"]
     _trainer(run).train()
     checkpoint = tmp_path / "run" / "checkpoints" / "step_00000001"
-    remove_checkpoint_part(checkpoint, "sample_buffer", "sample_buffer.pt")
+    remove_checkpoint_part(checkpoint, "sample_buffer")
     with pytest.raises(GlassrlError, match=r"checkpoint step_00000001 has no part 'sample_buffer'"):
         _trainer(run, resume=True)

@@ -15,6 +15,8 @@ from glassrl.errors import GlassrlError
 from glassrl.trainer.config import TrainConfig
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# the configured reward on the evaluation responses (glassrl.trainer.evaluation), besides eval/accuracy
+EVAL_REWARD = ("eval/reward/mean", "eval/reward/arith_verify/mean", "eval/reward/failure_rate")
 
 
 def _trainer(path, overrides, **kwargs):
@@ -38,7 +40,7 @@ def test_preset_runs_two_steps(preset, fast, tmp_path):
     rows = _rows(run)
     assert [r["step"] for r in rows] == [0, 1, 2]
     langs = {"en", "zh"} if trainer.cfg.logging.eval_group_by == "lang" else set()  # grpo and ppo split by language
-    assert set(rows[0]) == {"step", "eval/accuracy"} | {f"eval/accuracy/{lang}" for lang in langs}
+    assert set(rows[0]) == {"step", "eval/accuracy", *EVAL_REWARD} | {f"eval/accuracy/{lang}" for lang in langs}
     keys = {k for r in rows for k in r if k != "step"}
     assert undocumented(keys) == []
     assert {
@@ -67,7 +69,7 @@ def test_preset_runs_two_steps(preset, fast, tmp_path):
             else:
                 assert t.advantages == pytest.approx(valid[0].advantages)  # one advantage per response
     manifest = json.loads((run / "checkpoints" / "step_00000002" / "manifest.json").read_text())
-    expected = {"actor", "actor_optim", "rollout_rng", "rng", "data", "counters", "kl_controller"}
+    expected = {"actor", "actor_optim", "rollout_rng", "rng", "data", "counters", "kl_controller", "config"}
     if preset == "ppo":
         expected |= {"critic", "critic_optim"}
     assert set(manifest["parts"]) == expected
@@ -335,17 +337,18 @@ def test_features_run(feature, fast, tmp_path):
 def test_evaluation_by_group_splits_the_accuracy(fast, prompt_files, tmp_path):
     """eval/accuracy/<value> per metadata value; the groups' accuracies, weighted by their sizes,
     give eval/accuracy back; a key no record has adds nothing."""
-    from glassrl.trainer.loop import metric_segment
+    from glassrl.trainer.evaluation import metric_segment
 
     trainer = _trainer(EXAMPLES / "grpo.yaml", [*fast, "steps=1", "logging.eval_group_by=lang"])
     metrics = trainer.evaluate()
     langs = [json.loads(line)["lang"] for line in prompt_files[1].read_text(encoding="utf-8").splitlines()]
     sizes = {lang: langs.count(lang) for lang in set(langs)}
-    assert set(metrics) == {"eval/accuracy"} | {f"eval/accuracy/{lang}" for lang in sizes} and len(sizes) == 2
+    assert set(metrics) == {"eval/accuracy", *EVAL_REWARD} | {f"eval/accuracy/{lang}" for lang in sizes}
+    assert len(sizes) == 2
     weighted = sum(metrics[f"eval/accuracy/{lang}"] * n for lang, n in sizes.items()) / len(langs)
     assert weighted == pytest.approx(metrics["eval/accuracy"], abs=1e-12)
     trainer.cfg.logging.eval_group_by = "no_such_key"
-    assert set(trainer.evaluate()) == {"eval/accuracy"}
+    assert set(trainer.evaluate()) == {"eval/accuracy", *EVAL_REWARD}
     assert [metric_segment(v) for v in ("en", "Zh-CN", "a/b c", True, 3, "///")] == [
         "en",
         "zh-cn",

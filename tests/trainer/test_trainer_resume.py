@@ -61,7 +61,7 @@ def test_a_missing_part_is_an_error(fast, tmp_path):
     run = [*fast, "steps=1", f"output_dir={tmp_path / 'run'}"]
     _trainer("grpo", run).train()
     checkpoint = tmp_path / "run" / "checkpoints" / "step_00000001"
-    remove_checkpoint_part(checkpoint, "rng", "rng.pt")
+    remove_checkpoint_part(checkpoint, "rng")
     with pytest.raises(GlassrlError, match=r"checkpoint step_00000001 has no part 'rng'"):
         _trainer("grpo", run, resume=True)
 

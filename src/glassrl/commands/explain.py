@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -102,6 +104,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     explain_model.check_flags(args)
+    for flag, value in (("--out", args.out), ("--html", args.html)):
+        if value is not None:
+            _check_output(flag, value)
     if args.model is not None:
         ledger, header = explain_model.from_args(args)
     else:
@@ -109,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     if args.html is not None:
         from glassrl.report.html import write_explain_html
 
-        print(f"token view: {write_explain_html(ledger, args.html, lang=args.lang)}", file=sys.stderr)
+        with _writing("--html", args.html):
+            print(f"token view: {write_explain_html(ledger, args.html, lang=args.lang)}", file=sys.stderr)
     table = args.format in ("table", "markdown")
     lines = legend(ledger, args.legend_response, args.legend_token, args.lang) if table else []
     if args.format == "jsonl":
@@ -124,8 +130,28 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(text)
     else:
-        Path(args.out).write_text(text, encoding="utf-8")
+        with _writing("--out", args.out):
+            Path(args.out).write_text(text, encoding="utf-8")
     return 0
+
+
+def _check_output(flag: str, value: str) -> None:
+    """An output path that can be written: not a directory, in a directory that exists (checked
+    before the ledger is computed, so that a typo costs nothing)."""
+    path = Path(value)
+    if path.is_dir():
+        raise GlassrlError(f"{flag} {value}: is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise GlassrlError(f"{flag} {value}: the directory {path.parent} does not exist")
+
+
+@contextmanager
+def _writing(flag: str, value: str) -> Iterator[None]:
+    """A write error (no space left, no permission) as one line naming the flag."""
+    try:
+        yield
+    except OSError as err:
+        raise GlassrlError(f"{flag} {value}: cannot write: {err.strerror or err}") from None
 
 
 def _print_table(ledger: Ledger, header: list[str], legend: list[str], out: str | None) -> int:
@@ -143,7 +169,7 @@ def _print_table(ledger: Ledger, header: list[str], legend: list[str], out: str 
         # Not a terminal (pipe, file): wide enough that the table is not squeezed.
         show(Console(highlight=False, width=None if sys.stdout.isatty() else 160))
     else:
-        with open(out, "w", encoding="utf-8") as f:
+        with _writing("--out", out), open(out, "w", encoding="utf-8") as f:
             show(Console(file=f, highlight=False, width=160, color_system=None))
     return 0
 

@@ -11,6 +11,12 @@ File layout (JSON or YAML)::
      "kl_kind": "k1", "whiten": true, "tokenizer": "path/relative/to/the/file",
      "responses": [{"tokens": [...], "score": 1.0, "kl": [...], "values": [...], "group": 0}, ...]}
 
+A multi-turn response marks its observation tokens with ``"mask"`` 0 (each run of 1s is then
+a turn), or gives ``"turns"``: ``[{"start", "end", "observation_end", "finish_reason",
+"tool_calls", "reward_parts"}, ...]`` (start and end required; token indices, generated tokens
+[start, end), the observation [end, observation_end)). A turn's ``reward_parts`` are placed on
+its last generated token, as the trainer places an environment's rewards.
+
 Parameter flags (--gamma, --lam, --beta, --estimator, --kl-kind, --whiten,
 --tokenizer) override the file; response flags (--tokens, --score, …) cannot
 be combined with it.
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +34,9 @@ from typing import Any
 
 import yaml
 
+from glassrl.config import safe_load
 from glassrl.errors import GlassrlError
+from glassrl.jsonl import read_utf8
 
 PARAM_KEYS = ("gamma", "lam", "beta", "estimator", "kl_kind", "whiten")
 LIST_KEYS = ("token_scores", "step_scores", "kl", "logprobs", "ref_logprobs", "values")  # floats, one per token
@@ -47,7 +56,11 @@ RESPONSE_KEYS = (
     "group",
     "baseline_reward",
     "finish_reason",
+    "turns",
 )
+# A turn of a multi-turn response (file only): generated tokens [start, end), then its observation
+# [end, observation_end); the rest as glassrl.rollout.base.Turn records it.
+TURN_KEYS = ("start", "end", "observation_end", "finish_reason", "tool_calls", "reward_parts")
 FILE_KEYS = PARAM_KEYS + ("prompt", "tokenizer", "responses")
 DEFAULTS = {"gamma": 1.0, "lam": 1.0, "beta": 0.0, "estimator": "gae", "kl_kind": "k1"}
 
@@ -73,6 +86,7 @@ class ResponseSpec:
     group: int | None = None
     baseline_reward: float | None = None
     finish_reason: str | None = None
+    turns: list[dict[str, Any]] | None = None  # multi-turn: TURN_KEYS per turn (derived from a mask with 0s)
 
 
 @dataclass
@@ -127,9 +141,9 @@ def from_args(args: argparse.Namespace) -> ExplainSpec:
 def _load(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise GlassrlError(f"--input: file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    text = read_utf8(path)
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else safe_load(text)
     except json.JSONDecodeError as err:
         raise GlassrlError(f"{path}:{err.lineno}: not valid JSON: {err.msg}") from None
     except yaml.YAMLError as err:
@@ -178,6 +192,8 @@ def _convert(key: str, value: Any, label: str) -> Any:
         return _number(value, label)
     if key == "group":
         return integer(value, label)
+    if key == "turns":
+        return _turns(value, label)
     items = _list(value, label)
     if key == "tokens":
         return [_typed(v, str, f"{label}[{i}]") for i, v in enumerate(items)]
@@ -190,6 +206,31 @@ def _convert(key: str, value: Any, label: str) -> Any:
             raise GlassrlError(f"{label}: expected 0 or 1 at position {bad}, got {bits[bad]}")
         return [bool(v) for v in bits]
     return [_number(v, f"{label}[{i}]") for i, v in enumerate(items)]
+
+
+def _turns(value: Any, label: str) -> list[dict[str, Any]]:
+    """A file's turns: mappings of TURN_KEYS (start and end required), typed."""
+    turns = []
+    for k, item in enumerate(_list(value, label)):
+        where = f"{label}[{k}]"
+        if not isinstance(item, dict):
+            raise GlassrlError(f"{where}: expected a mapping with start and end")
+        unknown = sorted(set(item) - set(TURN_KEYS))
+        if unknown:
+            raise GlassrlError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(TURN_KEYS)}")
+        missing = [key for key in ("start", "end") if key not in item]
+        if missing:
+            raise GlassrlError(f"{where}.{missing[0]}: missing")
+        turn: dict[str, Any] = {key: integer(item[key], f"{where}.{key}") for key in ("start", "end")}
+        if "observation_end" in item:
+            turn["observation_end"] = integer(item["observation_end"], f"{where}.observation_end")
+        turn["finish_reason"] = _typed(item.get("finish_reason", ""), str, f"{where}.finish_reason") or None
+        calls = _list(item.get("tool_calls", []), f"{where}.tool_calls")
+        turn["tool_calls"] = [_typed(c, dict, f"{where}.tool_calls[{i}]") for i, c in enumerate(calls)]
+        parts = _typed(item.get("reward_parts", {}), dict, f"{where}.reward_parts")
+        turn["reward_parts"] = {str(name): _number(x, f"{where}.reward_parts.{name}") for name, x in parts.items()}
+        turns.append(turn)
+    return turns
 
 
 def _list(value: Any, label: str) -> list[Any]:
@@ -205,12 +246,16 @@ def _typed(value: Any, kind: type, label: str) -> Any:
 
 
 def _number(value: Any, label: str) -> float:
+    """A finite float: NaN or ±inf would run through every formula and print as numbers."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise GlassrlError(f"{label}: expected a number, got {value!r}")
     try:
-        return float(value)
-    except ValueError:
-        raise GlassrlError(f"{label}: expected a number, got {value!r}") from None
+        number = float(value)
+    except (ValueError, OverflowError):
+        raise GlassrlError(f"{label}: expected a number, got {value!r:.40}") from None
+    if not math.isfinite(number):
+        raise GlassrlError(f"{label}: expected a finite number, got {value!r:.40}")
+    return number
 
 
 def integer(value: Any, label: str) -> int:
@@ -303,6 +348,7 @@ def check(spec: ExplainSpec) -> None:
                     f"{lab(key)}: expected {n} {'0/1 flags' if key == 'mask' else 'numbers'} "
                     f"(one per token), got {len(got)}"
                 )
+        _check_turns(resp, n)
         if resp.mask is not None and not any(resp.mask):
             raise GlassrlError(f"{lab('mask')}: no token is generated (all 0)")
         sources = [k for k in ("score", "token_scores", "step_scores") if getattr(resp, k) is not None]
@@ -344,6 +390,50 @@ def check(spec: ExplainSpec) -> None:
             raise GlassrlError(
                 f"--whiten: whitening needs at least 2 generated tokens, the input has {valid} (use --no-whiten)"
             )
+
+
+def _check_turns(resp: ResponseSpec, n: int) -> None:
+    """Given turns: in order, inside the response, agreeing with the mask (which they give when it is
+    missing); their observation defaults to the tokens up to the next turn. Without turns, a mask
+    with 0s gives them: each run of generated tokens is a turn, the 0s after it its observation
+    (finish reason tool_call, the last turn's the response's finish reason, else stop)."""
+    if resp.turns is None:
+        if resp.mask is None or all(resp.mask):
+            return
+        starts = [i for i in range(n) if resp.mask[i] and (i == 0 or not resp.mask[i - 1])]
+        ends = [i + 1 for i in range(n) if resp.mask[i] and (i == n - 1 or not resp.mask[i + 1])]
+        bounds = [*starts[1:], n]
+        resp.turns = [
+            {"start": s, "end": e, "observation_end": o, "tool_calls": [], "reward_parts": {}}
+            | {"finish_reason": "tool_call" if o > e else resp.finish_reason or "stop"}
+            for s, e, o in zip(starts, ends, bounds)
+        ]
+        return
+    lab = resp.label("turns")
+    if not resp.turns:
+        raise GlassrlError(f"{lab}: empty (leave it out for a single-turn response)")
+    previous = 0
+    for k, turn in enumerate(resp.turns):
+        following = resp.turns[k + 1]["start"] if k + 1 < len(resp.turns) else n
+        turn.setdefault("observation_end", following)
+        start, end, stop = turn["start"], turn["end"], turn["observation_end"]
+        if not previous <= start < end <= stop <= following:
+            raise GlassrlError(
+                f"{lab}[{k}]: needs {previous} <= start < end <= observation_end <= {following} "
+                f"(the next turn's start, or the {n} tokens), got start {start}, end {end}, observation_end {stop}"
+            )
+        previous = stop
+        if turn["finish_reason"] is None:
+            turn["finish_reason"] = "tool_call" if stop > end else resp.finish_reason or "stop"
+    generated = [any(t["start"] <= i < t["end"] for t in resp.turns) for i in range(n)]
+    if resp.mask is None:
+        resp.mask = generated
+    elif resp.mask != generated:
+        i = next(i for i in range(n) if resp.mask[i] != generated[i])
+        raise GlassrlError(
+            f"{resp.label('mask')}: token {i} is {int(resp.mask[i])} but the turns make it "
+            f"{'generated (1)' if generated[i] else 'an observation or outside every turn (0)'}"
+        )
 
 
 def _check_steps(resp: ResponseSpec, n: int) -> None:

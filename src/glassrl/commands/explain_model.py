@@ -44,6 +44,7 @@ from glassrl.commands import explain_input
 from glassrl.data.records import PromptRecord
 from glassrl.data.tasks import record_for_prompt
 from glassrl.errors import GlassrlError
+from glassrl.rollout.base import Turn
 from glassrl.trainer.config import TrainConfig
 
 MODEL_ONLY = ("sample", "seed", "reward", "answer", "reference")
@@ -266,47 +267,55 @@ def _check_estimator(run: ModelRun, estimator: str, label: str, count: int) -> N
 
 def model_ledger(run: ModelRun, prompt: str, response: str | None, sample: int, seed: int, record: PromptRecord):
     """The ledger of ``response`` (if given) and ``sample`` sampled responses to ``prompt``."""
-    from glassrl.data.formatting import format_prompt
     from glassrl.rollout.base import SamplingParams, concat_rollouts
 
     policy = load_policy(run, seed)
-    prompt_ids = format_prompt(policy.tokenizer, prompt)
+    prompt_ids = policy.prompt_ids([record])[0]
     batches = []
     if response is not None:
-        batches.append(given_response(policy, prompt_ids, _response_ids(policy.tokenizer, response)))
+        ids = _response_ids(policy.tokenizer, response)
+        # An agentic run's batch is multi-turn: a given response is its one final turn.
+        turns = [Turn(0, len(ids), len(ids), "stop", response)] if policy.multi_turn else None
+        batches.append(given_response(policy, prompt_ids, ids, turns=turns, text=response if turns else None))
     if sample:
         r = run.cfg.rollout
         params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
-        batches.append(policy.rollout.generate([prompt_ids], n=sample, params=params))
+        batches.append(policy.rollout.generate([prompt_ids], n=sample, params=params, records=[record]))
     return explain_rollout(run, policy, concat_rollouts(batches, policy.pad_id), [record], [prompt_ids])
 
 
 @dataclass
 class Policy:
     """The checkpoint's actor, loaded once: its tokenizer, the model, and a sampler over it
-    (glassrl.workers.local.LocalRollout) seeded with ``--seed``."""
+    (glassrl.workers.local.LocalRollout) seeded with ``--seed``: the run's rollout engine, multi-turn
+    with its environment and tools when the run is agentic (glassrl.trainer.build.rollout_engine).
+    ``prompt_ids(records)`` renders prompts as the run did (an agentic run's with its tools)."""
 
     tokenizer: Any
     model: Any
     rollout: Any
     pad_id: int
     device: Any
+    prompt_ids: Any = None
+    multi_turn: bool = False
 
 
 def load_policy(run: ModelRun, seed: int = 0) -> Policy:
     import torch
 
+    from glassrl.data.formatting import format_prompts
     from glassrl.models import load_causal_lm, load_tokenizer
-    from glassrl.rollout.hf import HFRolloutEngine
+    from glassrl.trainer.build import prompt_format, rollout_engine
+    from glassrl.trainer.config import agent_config
     from glassrl.workers.local import LocalRollout
 
     tokenizer = load_tokenizer(run.actor)
     model = load_causal_lm(run.actor, dtype=run.cfg.model.dtype, device=run.cfg.model.device)
-    engine = HFRolloutEngine(model, tokenizer)
+    engine = rollout_engine(run.cfg, model, tokenizer)
     device = next(model.parameters()).device
-    return Policy(
-        tokenizer, model, LocalRollout(engine, torch.Generator(device).manual_seed(seed)), engine.pad_id, device
-    )
+    render = prompt_format(run.cfg, tokenizer) or (lambda records: format_prompts(tokenizer, [r.prompt for r in records]))
+    rollout = LocalRollout(engine, torch.Generator(device).manual_seed(seed))
+    return Policy(tokenizer, model, rollout, engine.pad_id, device, render, agent_config(run.cfg) is not None)
 
 
 def explain_rollout(run: ModelRun, policy: Policy, rollout, prompts: list[PromptRecord], prompt_ids: list[list[int]]):
@@ -362,8 +371,18 @@ def _response_ids(tokenizer, response: str) -> list[int]:
     return ids
 
 
-def given_response(policy: Policy, prompt_ids: list[int], ids: list[int], finish_reason: str = "stop"):
-    """A RolloutBatch of one response with token ids ``ids`` (group 0)."""
+def given_response(
+    policy: Policy,
+    prompt_ids: list[int],
+    ids: list[int],
+    finish_reason: str = "stop",
+    *,
+    turns: list[Turn] | None = None,
+    text: str | None = None,
+):
+    """A RolloutBatch of one response with token ids ``ids`` (group 0). ``turns``: a multi-turn
+    response's turns (its generated tokens train, its observations stay in the context only);
+    ``text``: the final answer the reward judges (default: ``ids`` decoded)."""
     import torch
 
     from glassrl.rollout.base import RolloutBatch
@@ -371,14 +390,17 @@ def given_response(policy: Policy, prompt_ids: list[int], ids: list[int], finish
 
     prompt, prompt_mask = left_pad([prompt_ids], policy.pad_id)
     device = policy.device
+    generated = [any(t.start <= i < t.end for t in turns) for i in range(len(ids))] if turns else [True] * len(ids)
     return RolloutBatch(
         prompt.to(device),
         prompt_mask.to(device),
         torch.tensor([ids], device=device),
-        torch.ones((1, len(ids)), dtype=torch.bool, device=device),
+        torch.tensor([generated], dtype=torch.bool, device=device),
         torch.zeros(1, dtype=torch.long, device=device),
         [finish_reason],
-        [policy.tokenizer.decode(ids, skip_special_tokens=True)],
+        [text if text is not None else policy.tokenizer.decode(ids, skip_special_tokens=True)],
+        torch.ones((1, len(ids)), dtype=torch.bool, device=device),
+        None if turns is None else [tuple(turns)],
     )
 
 

@@ -17,14 +17,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import json
+    from pathlib import Path
 
     from rich.console import Console
 
-    from glassrl.models.default_model import MARKER
+    from glassrl.errors import GlassrlError
+    from glassrl.models.default_model import MARKER, default_model_dir
+    from glassrl.trainer.atomic import DISK_FULL, disk_errors
     from glassrl.trainer.default_model import ensure_default_model
+    from glassrl.trainer.run_lock import RunLock, sibling_lock_path
 
     console = Console()
-    path = ensure_default_model(out_dir=args.out, seed=args.seed, rebuild=args.force, console=console)
+    out = Path(args.out) if args.out is not None else default_model_dir()
+    if out.exists() and not out.is_dir():
+        raise GlassrlError(f"--out {out}: is a file, not a directory")
+    # One build per directory: a second init-model into it is refused while the first runs.
+    with disk_errors(f"--out {out}", out, only=DISK_FULL), RunLock(sibling_lock_path(out), f"--out {out}"):
+        path = ensure_default_model(out_dir=out, seed=args.seed, rebuild=args.force, console=console)
     info = json.loads((path / MARKER).read_text(encoding="utf-8"))
     acc, train = info["heldout_arith_verify"], info["train_arith_verify"]
     console.print(f"default model: {path}", markup=False, soft_wrap=True)

@@ -15,7 +15,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "overrides", nargs="*", metavar="key=value", help="override a config field, e.g. actor_optim.lr=3e-4"
     )
     parser.add_argument(
-        "--resume", action="store_true", help="continue from the latest checkpoint in output_dir (same config)"
+        "--resume",
+        action="store_true",
+        help="continue from the latest checkpoint in output_dir (same config but steps, output_dir, logging; "
+        "CONFIG may be the run's own config.yaml: glassrl train RUN/config.yaml --resume steps=120)",
     )
 
 

@@ -10,6 +10,10 @@ One rule for every tokenizer:
   answer in it.
 
 The response is then its text's tokens and EOS (:func:`glassrl.trainer.common.encode_responses`).
+
+A dataset's plain-text prompts can be turned into chat messages first (:func:`as_chat`, with
+an optional system message): ``data.chat_template`` decides, glassrl.trainer.prompts applies
+it. A prompt longer than the limit can be cut from the left (:func:`truncate_left`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ def format_prompts(tokenizer, prompts: Sequence[Prompt]) -> list[list[int]]:
     texts = [i for i, p in enumerate(prompts) if isinstance(p, str)]
     out: list[list[int]] = [[] for _ in prompts]
     if texts:
-        encoded = tokenizer([prompts[i] for i in texts], add_special_tokens=True)["input_ids"]
+        # verbose=False: no "longer than model_max_length" warning; the trainer's length rule decides
+        encoded = tokenizer([prompts[i] for i in texts], add_special_tokens=True, verbose=False)["input_ids"]
         for i, ids in zip(texts, encoded):
             out[i] = list(ids)
     for i, prompt in enumerate(prompts):
@@ -44,6 +49,22 @@ def format_prompts(tokenizer, prompts: Sequence[Prompt]) -> list[list[int]]:
             tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=True, return_dict=False)
         )
     return out
+
+
+def as_chat(prompt: str | Messages, system_prompt: str | None = None) -> Messages:
+    """``prompt`` as chat messages: text becomes one user message; ``system_prompt``, when
+    given, is put first unless the messages already open with a system message."""
+    messages: Messages = ({"role": "user", "content": prompt},) if isinstance(prompt, str) else tuple(prompt)
+    if system_prompt is not None and messages[0]["role"] != "system":
+        messages = ({"role": "system", "content": system_prompt}, *messages)
+    return messages
+
+
+def truncate_left(ids: list[int], limit: int) -> list[int]:
+    """The last ``limit`` token ids: what stays of an over-long prompt when its start is cut
+    (BOS and the chat template's opening included), as TRL's ``max_prompt_length`` and verl's
+    ``truncation: left`` cut it; the end, where the question and the generation prompt sit, stays."""
+    return ids[-limit:] if len(ids) > limit else ids
 
 
 def prompt_text(tokenizer, prompt: Prompt) -> str:

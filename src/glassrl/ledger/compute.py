@@ -20,13 +20,13 @@ from glassrl.algos.advantages import REQUIRED_INPUTS, AdvantageInputs, Advantage
 from glassrl.algos.kl import kl_penalty
 from glassrl.algos.masked import masked_whiten
 from glassrl.algos.token_rewards import assemble_token_rewards, place_outcome_scores, place_process_rewards
-from glassrl.ledger.model import Ledger
+from glassrl.ledger.model import Ledger, LedgerTurn
 
 
 class ExperienceLike(Protocol):
     """What :func:`from_experience` reads of a glassrl.trainer.experience.Experience."""
 
-    rollout: Any  # RolloutBatch: response_ids (B, T), group_index (B,), lengths, finish_reasons, texts, select
+    rollout: Any  # RolloutBatch: response_ids (B, T), group_index (B,), context_lengths, token_roles, turns, texts, select
     prompts: list[str]
     response_mask: torch.Tensor
     scores: torch.Tensor
@@ -58,7 +58,8 @@ def from_experience(
     step: int | None = None,
     samples: int | None = None,
 ) -> Ledger:
-    """The first ``samples`` responses of ``exp`` (all when None), every token.
+    """The first ``samples`` responses of ``exp`` (all when None), every token: a multi-turn
+    response's generated and observation tokens of every turn, with their roles and turns.
 
     ``estimator``, ``gamma``, ``lam``, ``kl_kind`` are the run's; the ledger records λ only
     when the step had values (λ belongs to GAE) and the KL estimator only when a KL was
@@ -92,10 +93,12 @@ def from_experience(
         scores=pick(exp.scores),
         group_ids=rollout.group_index,
         baseline_rewards=pick(exp.baseline_rewards),
-        lengths=rollout.lengths,
+        lengths=rollout.context_lengths,  # every real token: a multi-turn response's observations and later turns too
         finish_reasons=rollout.finish_reasons,
         responses=rollout.texts,
         step=step,
+        token_roles=rollout.token_roles,
+        turns=rollout.turns,
     )
 
 
@@ -122,6 +125,7 @@ class GivenResponse(Protocol):
     group: int | None
     baseline_reward: float | None
     finish_reason: str | None
+    turns: list[dict[str, Any]] | None  # multi-turn: start, end, observation_end, finish_reason, tool_calls, reward_parts
 
 
 def from_given(
@@ -168,6 +172,11 @@ def from_given(
         step_valid = torch.arange(S).expand(B, S) < torch.tensor([[len(r.step_ends)] for r in resps])  # (B, S)
         token_scores = token_scores + place_process_rewards(step_scores, ends, step_valid, T)
         step_end_mask = place_process_rewards(torch.ones(B, S, dtype=dt), ends, step_valid, T) > 0  # (B, T)
+    turns = [None if r.turns is None else [LedgerTurn.from_dict(t) for t in r.turns] for r in resps]
+    turn_scores, turn_ends = turn_rewards(turns, T, dt)
+    token_scores = token_scores + turn_scores  # a turn's environment rewards, as the trainer places them
+    if step_end_mask is not None:
+        step_end_mask = step_end_mask | turn_ends
 
     logprobs, ref_logprobs = pad("logprobs"), pad("ref_logprobs")
     kl = kl_penalty(logprobs, ref_logprobs, kl_kind) if logprobs is not None else pad("kl")
@@ -215,4 +224,25 @@ def from_given(
         lengths=lengths,
         finish_reasons=[r.finish_reason for r in resps],
         responses=[r.response if r.response is not None else "".join(r.tokens) for r in resps],
+        turns=turns,
     )
+
+
+def turn_rewards(
+    turns: Sequence[Sequence[Any] | None], T: int, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rewards (B, T), where (B, T) bool): each turn's ``reward_parts``, summed, on the turn's last
+    generated token ``end − 1`` (``turns[b]``: objects with start, end, reward_parts; None for a
+    single-turn response). The trainer's placement of an environment's rewards
+    (glassrl.trainer.phases.turn_rewards), for given responses."""
+    B = len(turns)
+    S = max([len(t) for t in turns if t is not None] + [1])
+    ends = torch.zeros((B, S), dtype=torch.long)
+    rewards = torch.zeros((B, S), dtype=dtype)
+    valid = torch.zeros((B, S), dtype=torch.bool)
+    for b, response in enumerate(turns):
+        for k, turn in enumerate(response or ()):
+            if turn.reward_parts and turn.end > turn.start:
+                ends[b, k], rewards[b, k], valid[b, k] = turn.end - 1, sum(turn.reward_parts.values()), True
+    where = torch.zeros((B, T), dtype=torch.bool).scatter(1, ends, valid)  # (B, T)
+    return place_process_rewards(rewards, ends, valid, T), where

@@ -99,6 +99,14 @@ PHRASES: dict[str, dict[str, str]] = {
         "baseline.process": (
             "response {b}: step rewards at tokens {ends} = [{rewards}]; A_i = Σ r̃ of the steps ending at or after i"
         ),
+        "heading.turns": (
+            "Turns of response {b} (credit per turn: sums over its generated tokens; observation tokens have none):"
+        ),
+        "turn": "turn {k}: tokens {start}…{last} generated ({n}){obs}; finish {finish}{calls}{parts}",
+        "turn.obs": ", observation tokens {first}…{last}",
+        "turn.calls": "; calls {calls}",
+        "turn.parts": "; environment reward {parts}",
+        "turn.credit": "    Σ r_i = {rewards}   Σ A_i = {advantages}   mean A_i = {mean}",
     },
     # Terms as the reference documents use them: 优势, 回报, 价值, 奖励, 白化, 信用分配, 基线.
     "zh": {
@@ -155,6 +163,12 @@ PHRASES: dict[str, dict[str, str]] = {
         "baseline.remax": "回答 {b}：A = S − 贪心回答的奖励 = {S} − {baseline} = {adv}",
         "baseline.reinforce_pp_baseline": "回答 {b}：S − 均值 = {ret}（= R），再在全部有效 token 上白化 → A = {adv}",
         "baseline.process": "回答 {b}：位于 token {ends} 的步奖励 = [{rewards}]；A_i = 在 i 或其后结束的各步的 r̃ 之和",
+        "heading.turns": "回答 {b} 的各轮（每轮的信用：对该轮生成的 token 求和；观测 token 没有信用）：",
+        "turn": "第 {k} 轮：token {start}…{last} 为生成（{n} 个）{obs}；结束原因 {finish}{calls}{parts}",
+        "turn.obs": "，观测 token {first}…{last}",
+        "turn.calls": "；工具调用 {calls}",
+        "turn.parts": "；环境奖励 {parts}",
+        "turn.credit": "    Σ r_i = {rewards}   Σ A_i = {advantages}   A_i 均值 = {mean}",
     },
 }
 
@@ -367,6 +381,53 @@ TOKEN_CREDIT = {
     "reinforce_pp": _credit_reinforce_pp,
     "grpo_process": _credit_process,
 }
+
+
+# ---------------------------------------------------------------- turns
+
+
+def turn_legend(ledger: Ledger, b: int, lang: str = "en") -> list[str]:
+    """Response b's turns, two lines each: where the turn's generated and observation tokens lie,
+    how it ended, its tool calls (name: status) and the environment's reward parts; then the
+    task-level view of its credit, the same numbers as the token rows: Σ r_i, Σ A_i and the mean
+    A_i over its generated tokens (an observation token has neither). [] for a single-turn response."""
+    resp = ledger.responses[b]
+    if not resp.turns:
+        return []
+    lines = [phrase("heading.turns", lang, b=b)]
+    for k, turn in enumerate(resp.turns):
+        obs = ""
+        if turn.observation_end > turn.end:
+            obs = phrase("turn.obs", lang, first=turn.end, last=turn.observation_end - 1)
+        calls = ", ".join(f"{c.get('name')}: {c.get('status')}" for c in turn.tool_calls)
+        parts = ", ".join(f"{name} {num(value)}" for name, value in turn.reward_parts.items())
+        lines.append(
+            phrase(
+                "turn",
+                lang,
+                k=k,
+                start=turn.start,
+                last=turn.end - 1,
+                n=turn.end - turn.start,
+                obs=obs,
+                finish=turn.finish_reason,
+                calls=phrase("turn.calls", lang, calls=calls) if calls else "",
+                parts=phrase("turn.parts", lang, parts=parts) if parts else "",
+            )
+        )
+        rows = [t for t in resp.tokens[turn.start : turn.end] if t.response_mask]
+        rewards = [t.token_rewards for t in rows if t.token_rewards is not None]
+        advantages = [t.advantages for t in rows if t.advantages is not None]
+        lines.append(
+            phrase(
+                "turn.credit",
+                lang,
+                rewards=fmt(sum(rewards) if rewards else None),
+                advantages=fmt(sum(advantages) if advantages else None),
+                mean=fmt(statistics.fmean(advantages) if advantages else None),
+            )
+        )
+    return lines
 
 
 # ---------------------------------------------------------------- group baselines

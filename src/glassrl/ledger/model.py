@@ -2,8 +2,9 @@
 
 A :class:`Ledger` is the record of what the trainer (or ``glassrl explain``)
 computed for a batch of responses: for each response a :class:`ResponseLedger`
-(prompt, response text, score, group, length, finish reason) holding one
-:class:`TokenRow` per response token. Token fields are named after the tensors
+(prompt, response text, score, group, length, finish reason; a multi-turn response's
+:class:`LedgerTurn` list) holding one :class:`TokenRow` per response token, observation tokens
+included (``role`` "observation", ``response_mask`` False). Token fields are named after the tensors
 of docs/token-convention.md (DESIGN §1); renderers show the symbols
 (:data:`SYMBOLS`). A quantity that was not computed (no critic under GRPO, no
 log-probs when KL was given directly) is ``None``, never 0 or NaN.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,8 +53,27 @@ class TokenRow:
     advantages: float | None  # raw A_i
     returns: float | None  # R_i = A_i + V(s_i), raw A
     whitened_advantages: float | None  # what the policy loss sees
-    response_mask: bool  # True: a generated token that trains; False: observation
+    response_mask: bool  # True: a generated token that trains; False: observation (or a row that does not train)
     step_end: bool | None  # process supervision: a step reward sits here; None without steps
+    role: str | None = None  # "generated" (the policy wrote it) or "observation" (a tool's result); None: not recorded
+    turn: int | None = None  # index of the turn the token belongs to (observation: the turn it answers); None: single-turn
+
+
+@dataclass(frozen=True)
+class LedgerTurn:
+    """One turn of a multi-turn response, in the response's token indices (glassrl.rollout.base.Turn):
+    generated tokens [start, end), then the observation that answered it [end, observation_end)."""
+
+    start: int
+    end: int
+    observation_end: int
+    finish_reason: str  # tool_call, continue, stop, length, turn_limit
+    tool_calls: tuple[dict[str, Any], ...] = ()  # {"name", "arguments", "status", "seconds"} per call
+    reward_parts: dict[str, float] = field(default_factory=dict)  # the environment's rewards for the turn
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LedgerTurn:
+        return cls(**{**data, "tool_calls": tuple(data.get("tool_calls", ()))})
 
 
 @dataclass(frozen=True)
@@ -67,6 +88,7 @@ class ResponseLedger:
     finish_reason: str | None  # "stop" or "length" from generation; None when not generated
     baseline_reward: float | None  # ReMax: reward of the greedy response
     tokens: tuple[TokenRow, ...]
+    turns: tuple[LedgerTurn, ...] | None = None  # multi-turn responses: every turn, in order; None: single-turn
 
 
 @dataclass(frozen=True)
@@ -112,6 +134,8 @@ class Ledger:
         finish_reasons: list[str | None] | None = None,
         responses: list[str] | None = None,
         step: int | None = None,
+        token_roles: torch.Tensor | None = None,
+        turns: Sequence[Sequence[Any] | None] | None = None,
     ) -> Ledger:
         """Build a ledger from the (B, T) tensors of one batch (DESIGN §1).
 
@@ -121,7 +145,15 @@ class Ledger:
         ``lengths[b]`` strings. On observation tokens (mask False) the quantities of
         :data:`ACTION_ONLY` are None whatever the tensors hold. ``lengths`` defaults to one past the last True of
         ``response_mask`` (padding after it is dropped; observation tokens before it
-        are kept with mask False). ``responses`` defaults to the joined token texts.
+        are kept with mask False); a multi-turn batch passes its context lengths, so that the
+        observation after the last generated token and every turn are kept. ``responses``
+        defaults to the joined token texts.
+
+        ``token_roles`` (B, T) int8 (glassrl.rollout.base: 1 generated, 2 observation) gives each
+        row's ``role``; without it a token is "generated" where ``response_mask`` is True and
+        "observation" elsewhere. ``turns[b]``: response b's turns (objects with start, end,
+        observation_end, finish_reason, tool_calls, reward_parts: glassrl.rollout.base.Turn), or
+        None for a single-turn response; they give each token its ``turn``.
         """
         import torch
 
@@ -156,6 +188,7 @@ class Ledger:
                     [x if m else None for x, m in zip(row, mrow)] for row, mrow in zip(cols[name], mask.tolist())
                 ]
         mask_rows, length_list = mask.tolist(), _lists(lengths)
+        role_rows = _lists(token_roles)
         score_list, group_list, base_list = _lists(scores), _lists(group_ids), _lists(baseline_rewards)
         built = []
         for b in range(B):
@@ -163,6 +196,12 @@ class Ledger:
             texts = list(token_texts[b][:n])
             if len(texts) != n:
                 raise ValueError(f"token_texts[{b}]: expected {n} strings, got {len(texts)}")
+            spans = None if turns is None or turns[b] is None else tuple(_turn(t) for t in turns[b])
+            turn_of = _turn_index(spans, n)
+            roles = [
+                ROLES.get(role_rows[b][i], None) if role_rows is not None else ROLES[1 if mask_rows[b][i] else 2]
+                for i in range(n)
+            ]
             rows = tuple(
                 TokenRow(
                     index=i,
@@ -180,6 +219,8 @@ class Ledger:
                     whitened_advantages=_at(cols["whitened_advantages"], b, i),
                     response_mask=bool(mask_rows[b][i]),
                     step_end=_at(cols["step_end_mask"], b, i, bool),
+                    role=roles[i],
+                    turn=turn_of[i],
                 )
                 for i in range(n)
             )
@@ -193,6 +234,7 @@ class Ledger:
                     finish_reason=None if finish_reasons is None else finish_reasons[b],
                     baseline_reward=None if base_list is None else float(base_list[b]),
                     tokens=rows,
+                    turns=spans,
                 )
             )
         return cls(
@@ -211,6 +253,7 @@ class Ledger:
         out = []
         for b, resp in enumerate(self.responses):
             head = {"response_index": b, **{name: getattr(resp, name) for name in RESPONSE_FIELDS[1:]}}
+            head["turns"] = None if resp.turns is None else [dataclasses.asdict(t) for t in resp.turns]
             for row in resp.tokens:
                 out.append({**run, **head, **dataclasses.asdict(row)})
         return out
@@ -234,7 +277,8 @@ class Ledger:
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=ALL_FIELDS, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(self.rows())
+        for row in self.rows():  # turns: one JSON cell
+            writer.writerow({**row, "turns": None if row["turns"] is None else json.dumps(row["turns"])})
         return buf.getvalue()
 
 
@@ -250,6 +294,7 @@ RESPONSE_FIELDS = (
     "length",
     "finish_reason",
     "baseline_reward",
+    "turns",
 )
 TOKEN_FIELDS = tuple(f.name for f in dataclasses.fields(TokenRow))
 ALL_FIELDS = RUN_FIELDS + RESPONSE_FIELDS + TOKEN_FIELDS
@@ -271,7 +316,13 @@ SYMBOLS = {
     "whitened_advantages": "Â_i",
     "response_mask": "mask",
     "step_end": "step end",
+    "role": "role",
+    "turn": "turn",
 }
+# token_roles values (glassrl.rollout.base: ROLE_GENERATED, ROLE_OBSERVATION) -> TokenRow.role
+ROLES = {1: "generated", 2: "observation"}
+# Fields added after the first ledger files were written: absent from an old file, read as None.
+OPTIONAL_FIELDS = ("role", "turn", "turns")
 
 
 def read_jsonl(path: str | Path) -> Ledger:
@@ -282,7 +333,7 @@ def read_jsonl(path: str | Path) -> Ledger:
     run: dict[str, Any] | None = None
     groups: dict[int, tuple[dict[str, Any], list[TokenRow]]] = {}
     for obj, where in jsonl_objects(path):
-        missing = [name for name in ALL_FIELDS if name not in obj]
+        missing = [name for name in ALL_FIELDS if name not in obj and name not in OPTIONAL_FIELDS]
         if missing:
             raise GlassrlError(f"{where}: missing field {missing[0]!r}")
         this_run = {name: obj[name] for name in RUN_FIELDS}
@@ -290,11 +341,14 @@ def read_jsonl(path: str | Path) -> Ledger:
             run = this_run
         elif this_run != run:
             raise GlassrlError(f"{where}: run fields differ from the first row (one ledger per file)")
-        head, rows = groups.setdefault(obj["response_index"], ({n: obj[n] for n in RESPONSE_FIELDS[1:]}, []))
-        rows.append(TokenRow(**{name: obj[name] for name in TOKEN_FIELDS}))
+        head, rows = groups.setdefault(obj["response_index"], ({n: obj.get(n) for n in RESPONSE_FIELDS[1:]}, []))
+        rows.append(TokenRow(**{name: obj.get(name) for name in TOKEN_FIELDS}))
     if run is None:
         raise GlassrlError(f"{path}: no ledger rows")
-    responses = tuple(ResponseLedger(**head, tokens=tuple(rows)) for _, (head, rows) in sorted(groups.items()))
+    responses = tuple(
+        ResponseLedger(**{**head, "turns": _read_turns(head["turns"])}, tokens=tuple(rows))
+        for _, (head, rows) in sorted(groups.items())
+    )
     return Ledger(**run, responses=responses)
 
 
@@ -304,3 +358,29 @@ def _lists(tensor: torch.Tensor | None) -> list[Any] | None:
 
 def _at(col: list[list[Any]] | None, b: int, i: int, kind: type = float) -> Any:
     return None if col is None or col[b][i] is None else kind(col[b][i])
+
+
+def _read_turns(turns: list[dict[str, Any]] | None) -> tuple[LedgerTurn, ...] | None:
+    return None if turns is None else tuple(LedgerTurn.from_dict(t) for t in turns)
+
+
+def _turn(turn: Any) -> LedgerTurn:
+    """A LedgerTurn of a rollout's Turn (or of anything with its fields)."""
+    return LedgerTurn(
+        start=int(turn.start),
+        end=int(turn.end),
+        observation_end=int(turn.observation_end),
+        finish_reason=str(turn.finish_reason),
+        tool_calls=tuple(dict(c) for c in turn.tool_calls),
+        reward_parts={k: float(v) for k, v in turn.reward_parts.items()},
+    )
+
+
+def _turn_index(spans: tuple[LedgerTurn, ...] | None, n: int) -> list[int | None]:
+    """Per token of a response of ``n`` tokens: the turn holding it (its generated part or its observation)."""
+    out: list[int | None] = [None] * n
+    for k, span in enumerate(spans or ()):
+        for i in range(span.start, min(span.observation_end, n)):
+            out[i] = k
+    return out
+

@@ -4,7 +4,9 @@ Numbers are shown to 4 decimals; a quantity that was not computed shows as
 "—". The optional columns (token id, log-probs, step ends) are left out when no row
 has them; the convention's columns (kl_i … Â_i) are always shown, so that a
 missing critic reads as "—" rather than disappearing. Observation tokens
-(mask False) are dim in the rich table.
+(mask False) are dim in the rich table; a multi-turn ledger adds the columns ``turn`` and
+``role`` (gen / obs) and, under each response, its turns with their credit
+(:func:`glassrl.ledger.legend.turn_legend`).
 
 The legend's words and numbers come from :mod:`glassrl.ledger.legend` (the one
 source, which the report shows too); :func:`legend_text` lays them out for the
@@ -15,15 +17,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from glassrl.ledger.legend import DASH, baseline_legend, fmt, num, phrase, terminal_line, token_legend
+from glassrl.ledger.legend import DASH, baseline_legend, fmt, num, phrase, terminal_line, token_legend, turn_legend
 from glassrl.ledger.model import SYMBOLS, Ledger, ResponseLedger, TokenRow
 
 if TYPE_CHECKING:
     from rich.console import Group
 
-# Left out of the views when no row of the ledger has them.
-OPTIONAL_COLUMNS = ("token_id", "logprobs", "ref_logprobs", "step_end")
+# Left out of the views when no row of the ledger has them (role and turn: when no response has turns).
+OPTIONAL_COLUMNS = ("token_id", "logprobs", "ref_logprobs", "step_end", "turn", "role")
 COLUMNS = (
+    "turn",
     "index",
     "token_id",
     "token",
@@ -38,8 +41,13 @@ COLUMNS = (
     "returns",
     "whitened_advantages",
     "response_mask",
+    "role",
     "step_end",
 )
+
+
+# TokenRow.role as a table cell: "obs" marks an observation (tool result) token.
+ROLE_CELLS = {"generated": "gen", "observation": "obs"}
 
 
 def show_token(text: str) -> str:
@@ -54,6 +62,8 @@ def columns(ledger: Ledger) -> list[str]:
         for name in OPTIONAL_COLUMNS
         if any(getattr(row, name) is not None for resp in ledger.responses for row in resp.tokens)
     }
+    if not any(resp.turns for resp in ledger.responses):
+        present -= {"turn", "role"}  # a single-turn ledger: every token is generated
     return [name for name in COLUMNS if name not in OPTIONAL_COLUMNS or name in present]
 
 
@@ -63,8 +73,10 @@ def cell(row: TokenRow, name: str) -> str:
         return DASH if value is None else "1" if value else "0"
     if name == "token":
         return show_token(value)
-    if name in ("index", "token_id"):
+    if name in ("index", "token_id", "turn"):
         return DASH if value is None else str(value)
+    if name == "role":
+        return ROLE_CELLS.get(value, DASH)
     return fmt(value)
 
 
@@ -121,6 +133,7 @@ def to_rich(ledger: Ledger) -> Group:
         for row in resp.tokens:
             table.add_row(*(Text(cell(row, name)) for name in shown), style=None if row.response_mask else "dim")
         parts.append(table)
+        parts += [Text(line) for line in turn_legend(ledger, b)]
     return Group(*parts)
 
 
@@ -135,6 +148,9 @@ def to_markdown(ledger: Ledger) -> str:
         for row in resp.tokens:
             lines.append("| " + " | ".join(_md(cell(row, name)) for name in shown) + " |")
         lines.append("")
+        turns = turn_legend(ledger, b)
+        if turns:
+            lines += ["```text", *turns, "```", ""]
     return "\n".join(lines)
 
 

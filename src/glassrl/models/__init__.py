@@ -10,6 +10,7 @@ from glassrl.models.loading import (
     load_tokenizer,
     resolve_device,
     resolve_dtype,
+    resolve_model_path,
     scalar_outputs,
 )
 from glassrl.models.logprobs import (
@@ -36,6 +37,7 @@ __all__ = [
     "position_ids_from_mask",
     "resolve_device",
     "resolve_dtype",
+    "resolve_model_path",
     "response_logprobs",
     "response_values",
     "scalar_outputs",

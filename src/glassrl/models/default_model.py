@@ -9,6 +9,11 @@ names the same seed and spec (:func:`is_built`).
 
 The recipe that builds it (tokenizer, initialisation, SFT mix, evaluation) is
 :mod:`glassrl.trainer.default_model`; ``ensure_default_model()`` there builds it on first use.
+
+A second variant, the tool-using agent model (``AgentModelSpec``, ``AGENT_VERSION``, cached in
+``default_model_dir(AGENT_VERSION)``), answers the tool-add task with calculator calls in the
+tagged format; its recipe is :mod:`glassrl.trainer.agent_model`. ``model.actor: default-agent``
+names it as ``model.actor: default`` names the default model.
 """
 
 from __future__ import annotations
@@ -45,8 +50,37 @@ class DefaultModelSpec:
 
 DEFAULT_SPEC = DefaultModelSpec()
 
+AGENT_VERSION = "default-agent-v1"
 
-def llama_config(spec: DefaultModelSpec, tokenizer) -> LlamaConfig:
+
+@dataclass(frozen=True)
+class AgentModelSpec:
+    """Build parameters of the tool-using agent model (glassrl.trainer.agent_model; all recorded
+    in glassrl.json). Its SFT transcripts answer tool-add prompts three ways, in these shares:
+    a calculator call that runs, a malformed call (then an answer worked out in its head), an
+    answer worked out in its head; RL then has a behaviour to sharpen (docs/agentic.md)."""
+
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 512
+    max_position_embeddings: int = 128  # prompt ~12 tokens; a call, its result and the answer ~26; room for retries
+    vocab_size: int = 512  # upper bound, as DefaultModelSpec's
+    task: str = "tool-add"
+    sft_examples: int = 8000  # transcripts, one per train record
+    valid_call: float = 0.3  # share of transcripts that call the calculator correctly
+    malformed_call: float = 0.2  # share whose call fails (unknown tool, cut expression, bad JSON, no argument)
+    sft_steps: int = 600
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+
+
+AGENT_SPEC = AgentModelSpec()
+
+
+def llama_config(spec: DefaultModelSpec | AgentModelSpec, tokenizer) -> LlamaConfig:
     """The architecture: a Llama of ``spec``'s size over ``tokenizer``'s vocabulary, embeddings tied."""
     return LlamaConfig(
         vocab_size=len(tokenizer),
@@ -63,13 +97,14 @@ def llama_config(spec: DefaultModelSpec, tokenizer) -> LlamaConfig:
     )
 
 
-def default_model_dir() -> Path:
-    """``$GLASSRL_HOME/models/default-v2``; GLASSRL_HOME defaults to ``~/.cache/glassrl``."""
+def default_model_dir(version: str = VERSION) -> Path:
+    """``$GLASSRL_HOME/models/<version>`` (default-v2, or AGENT_VERSION); GLASSRL_HOME defaults to
+    ``~/.cache/glassrl``."""
     home = os.environ.get("GLASSRL_HOME") or Path.home() / ".cache" / "glassrl"
-    return Path(home) / "models" / VERSION
+    return Path(home) / "models" / version
 
 
-def is_built(path: Path, seed: int, spec: DefaultModelSpec = DEFAULT_SPEC) -> bool:
+def is_built(path: Path, seed: int, spec: DefaultModelSpec | AgentModelSpec = DEFAULT_SPEC) -> bool:
     """Whether ``path`` holds a complete default model built from ``seed`` and ``spec``."""
     try:
         info = json.loads((path / MARKER).read_text(encoding="utf-8"))
@@ -78,6 +113,6 @@ def is_built(path: Path, seed: int, spec: DefaultModelSpec = DEFAULT_SPEC) -> bo
     return info.get("seed") == seed and info.get("spec") == spec_json(spec)
 
 
-def spec_json(spec: DefaultModelSpec) -> dict:
-    """``spec`` as glassrl.json records it."""
-    return {**asdict(spec), "tasks": list(spec.tasks)}
+def spec_json(spec: DefaultModelSpec | AgentModelSpec) -> dict:
+    """``spec`` as glassrl.json records it (tuples as lists, as JSON reads them back)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(spec).items()}

@@ -23,8 +23,9 @@ Seeding: a fresh head is drawn from torch's global RNG (normal, std =
 used for both heads), so ``torch.manual_seed(s)`` before loading makes it
 reproducible.
 
-No model is ever downloaded: paths must be local directories holding a
-``config.json``.
+No model is ever downloaded. A model is a local directory holding a ``config.json``,
+or the id of a model already in the local Hugging Face cache (``Qwen/Qwen2.5-0.5B-Instruct``:
+:func:`resolve_model_path`, with HF_HUB_OFFLINE semantics); every loader here takes both.
 """
 
 from __future__ import annotations
@@ -76,8 +77,35 @@ def resolve_dtype(name: str, device: torch.device | str) -> torch.dtype:
     return DTYPES[name]
 
 
+def resolve_model_path(name: str | Path, key: str | None = None) -> Path:
+    """The directory to load the model ``name`` from: ``name`` itself when it is a directory,
+    else the snapshot of the Hugging Face hub id ``name`` in the local cache (HF_HUB_CACHE, else
+    HF_HOME/hub: ``models--org--name/snapshots/<refs/main>``). Nothing is downloaded: an id the
+    cache lacks is a GlassrlError saying so. ``key`` names the config key in the message."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+    from huggingface_hub.utils import validate_repo_id
+
+    path = Path(name)
+    if path.is_dir():
+        return path
+    where = f"{key} = {str(name)!r}" if key else repr(str(name))
+    try:
+        validate_repo_id(str(name))
+    except HFValidationError:
+        raise GlassrlError(f"{where}: no such directory") from None
+    try:
+        return Path(snapshot_download(str(name), local_files_only=True))
+    except LocalEntryNotFoundError:
+        raise GlassrlError(
+            f"{where}: neither a directory nor a model in the local Hugging Face cache "
+            f"({constants.HF_HUB_CACHE}); glassrl downloads nothing at run time: fetch it once "
+            f"(`hf download {name}`) or give a checkpoint directory"
+        ) from None
+
+
 def _checkpoint_dir(path: str | Path) -> Path:
-    path = Path(path)
+    path = resolve_model_path(path)
     if not (path / "config.json").is_file():
         raise GlassrlError(f"{path}: not a Hugging Face checkpoint directory (no config.json)")
     return path
@@ -88,6 +116,7 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
 
     Padding side is left to callers (prompts are left-padded, responses right-padded).
     """
+    path = resolve_model_path(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError) as err:

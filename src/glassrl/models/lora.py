@@ -55,7 +55,7 @@ def _peft():
     return peft
 
 
-def _config(settings: LoraSettings, task_type: str | None, base_path: Path, exclude: tuple[str, ...] = ()):
+def _config(settings: LoraSettings, task_type: str | None, exclude: tuple[str, ...] = ()):
     peft = _peft()
     if settings.r < 1 or settings.alpha <= 0 or not 0 <= settings.dropout < 1:
         raise GlassrlError(
@@ -72,9 +72,15 @@ def _config(settings: LoraSettings, task_type: str | None, base_path: Path, excl
         modules_to_save=list(exclude) or None,
         task_type=task_type,
     )
-    # An absolute path: the adapter is loaded back (resume, export) from any directory.
-    config.base_model_name_or_path = str(Path(base_path).resolve())
     return config
+
+
+def _with_base(peft_model, base_path: str | Path):
+    """``peft_model`` whose adapter config names its base by absolute path, so that the adapter is
+    loaded back (resume, export) from any directory. Set after get_peft_model, which replaces the
+    config's value with the model's own ``name_or_path`` (a relative path when loaded from one)."""
+    peft_model.peft_config["default"].base_model_name_or_path = str(Path(base_path).resolve())
+    return peft_model
 
 
 def apply_lora(model: nn.Module, settings: LoraSettings, base_path: str | Path) -> nn.Module:
@@ -89,11 +95,12 @@ def apply_lora(model: nn.Module, settings: LoraSettings, base_path: str | Path) 
     peft = _peft()
     try:
         if isinstance(model, CausalLMWithValueHead):
-            model.backbone = peft.get_peft_model(model.backbone, _config(settings, None, base_path))
+            model.backbone = _with_base(peft.get_peft_model(model.backbone, _config(settings, None)), base_path)
             return model
         if type(model).__name__.endswith("ForTokenClassification"):
-            return peft.get_peft_model(model, _config(settings, "TOKEN_CLS", base_path, (TOKEN_CLASSIFICATION_HEAD,)))
-        return peft.get_peft_model(model, _config(settings, "CAUSAL_LM", base_path))
+            config = _config(settings, "TOKEN_CLS", (TOKEN_CLASSIFICATION_HEAD,))
+            return _with_base(peft.get_peft_model(model, config), base_path)
+        return _with_base(peft.get_peft_model(model, _config(settings, "CAUSAL_LM")), base_path)
     except ValueError as err:  # peft: a target module that the model does not have
         raise GlassrlError(f"lora.target_modules = {settings.target_modules!r}: {err}") from None
 

@@ -7,11 +7,19 @@ Colour tells the runs apart (legend ``run · key``); dash and marker tell a grou
 keys apart. A ``null`` in metrics.jsonl (NaN: a statistic over no token) is a gap,
 never 0.
 
+One group has another x axis: ``reward/gold`` and ``reward/proxy`` (a run with
+``reward.gold``) are drawn against √KL, the square root of ``kl/sequence`` at the same
+step, as Gao et al. 2022 ("Scaling Laws for Reward Model Overoptimization", Fig. 1) draw
+gold and proxy reward-model scores against d = √KL(π ‖ π_init): the proxy keeps rising
+with d while the gold peaks and falls once the policy exploits the reward model. Gold
+(left axis) and proxy (right axis) have their own scales.
+
 The charts carry no plotly.js: the page inlines it once (glassrl.report.html).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -21,10 +29,12 @@ from glassrl.report.run_dir import RunDir
 
 # (id, title, y-axis title, pattern) in page order; a key goes to the first full match.
 GROUPS: tuple[tuple[str, str, str, str], ...] = (
-    ("reward", "Reward per source", "score", r"reward/mean|reward/(?!failures/)[^/]+/mean"),
+    ("reward", "Reward per source", "score", r"reward/mean|reward/(?!failures/)[^/]+/mean|reward/env/[^/]+/mean"),
+    ("gold-proxy", "Gold and proxy reward against √KL (Gao et al. 2022)", "gold score", r"reward/(?:gold|proxy)"),
     ("accuracy", "Accuracy", "fraction", r"task/accuracy|eval/accuracy(?:/[^/]+)?"),
     ("kl", "KL", "nats per token", r"kl/mean|actor/approx_kl|actor/kl_loss"),
     ("kl-beta", "KL coefficient β", "β", r"kl/beta"),
+    ("kl-sequence", "KL per response", "nats per response", r"kl/sequence"),
     ("entropy", "Entropy", "nats per token", r"actor/entropy|actor/entropy_loss"),
     ("length", "Response length", "tokens", r"response/length/.+"),
     (
@@ -40,16 +50,26 @@ GROUPS: tuple[tuple[str, str, str, str], ...] = (
     ("lr", "Learning rates", "learning rate", r"(?:actor|critic)/lr"),
     ("tokens-per-s", "Tokens/s per phase", "tokens per second", r"perf/[^/]+_tokens_per_s"),
     ("seconds", "Seconds per phase", "seconds", r"perf/[^/]+_s"),
+    ("tools", "Tool calls", "fraction / calls per response", r"(?:eval/)?tool/.+"),
+    ("turns", "Turns and observations", "turns / tokens", r"response/(?:turns|observation_tokens)/mean"),
     ("diversity", "Diversity and truncation", "fraction", r"response/(?:distinct_\d|truncation_rate)"),
     ("sampling", "Dynamic sampling", "rounds / groups", r"sampling/.+"),
     ("failures", "Reward spread and failures", "score / count", r"reward/.+"),
     ("other", "Other metrics", "value", r".+"),
 )
 _COMPILED = tuple((slug, re.compile(pattern)) for slug, _, _, pattern in GROUPS)
-# Colours of the runs (Okabe & Ito 2008, distinguishable with colour-blindness), then repeated.
+# Colours of the runs (Okabe & Ito 2008, distinguishable with colour-blindness); run_colour goes on.
 RUN_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "cross")
+
+
+def run_colour(index: int) -> str:
+    """The colour of the run at ``index``: Okabe–Ito's eight, then hues a golden angle (137.5°)
+    apart, so that however many runs are overlaid no two share a colour."""
+    if index < len(RUN_COLOURS):
+        return RUN_COLOURS[index]
+    return f"hsl({(index - len(RUN_COLOURS)) * 137.508 % 360:.1f}, 70%, 40%)"
 
 
 @dataclass(frozen=True)
@@ -88,6 +108,19 @@ def series(run: RunDir, key: str) -> tuple[list[int], list[float | None]]:
     return steps, values
 
 
+def sqrt_kl_series(run: RunDir, key: str) -> tuple[list[float], list[float | None], list[int]]:
+    """(√KL, values, steps) of ``key`` over the rows of ``run`` that log it and ``kl/sequence``;
+    √KL = √max(kl/sequence, 0): a sampled KL estimate can dip below 0 by noise."""
+    xs, values, steps = [], [], []
+    for row in run.metrics:
+        kl = row.get("kl/sequence")
+        if key in row and kl is not None:
+            xs.append(math.sqrt(max(kl, 0.0)))
+            values.append(row[key])
+            steps.append(row["step"])
+    return xs, values, steps
+
+
 def build_charts(runs: list[RunDir]) -> list[Chart]:
     """One chart per logged group, each run a colour; HTML divs without plotly.js."""
     titles = {slug: (title, axis) for slug, title, axis, _ in GROUPS}
@@ -97,34 +130,48 @@ def build_charts(runs: list[RunDir]) -> list[Chart]:
     for slug, keys in grouped_keys(runs).items():
         title, axis = titles[slug]
         fig = go.Figure()
+        against_kl = slug == "gold-proxy"
         for r, run in enumerate(runs):
             for k, key in enumerate(keys):
-                steps, values = series(run, key)
+                if against_kl:
+                    x, values, steps = sqrt_kl_series(run, key)
+                    hover = f"{key}<br>√KL %{{x:.4g}} (step %{{customdata}})<br>%{{y:.6g}}<extra>{run.name}</extra>"
+                else:
+                    steps, values = series(run, key)
+                    x, hover = steps, f"{key}<br>step %{{x}}<br>%{{y:.6g}}<extra>{run.name}</extra>"
                 if not steps:
                     continue
                 name = run.name if len(keys) == 1 else f"{run.name} · {key}"
                 fig.add_trace(
                     go.Scatter(
-                        x=steps,
+                        x=x,
                         y=values,
+                        customdata=steps,
                         name=name,
                         legendgroup=run.name,
                         mode="lines+markers",
                         connectgaps=False,
-                        line={"color": RUN_COLOURS[r % len(RUN_COLOURS)], "dash": DASHES[k % len(DASHES)], "width": 2},
+                        line={"color": run_colour(r), "dash": DASHES[k % len(DASHES)], "width": 2},
                         marker={"symbol": SYMBOLS[k % len(SYMBOLS)], "size": 6},
-                        hovertemplate=f"{key}<br>step %{{x}}<br>%{{y:.6g}}<extra>{run.name}</extra>",
+                        hovertemplate=hover,
+                        yaxis="y2" if key == "reward/proxy" else "y",
                     )
                 )
+        xaxis = {"title": {"text": "step"}, "rangemode": "tozero", "dtick": dtick}
+        extra = {}
+        if against_kl:
+            xaxis = {"title": {"text": "√KL(π ‖ π_ref), nats^½ per response"}, "rangemode": "tozero"}
+            extra = {"yaxis2": {"title": {"text": "proxy score (reward model)"}, "overlaying": "y", "side": "right"}}
         fig.update_layout(
             title={"text": title, "x": 0.01},
             template="plotly_white",
             height=330,
-            margin={"l": 60, "r": 10, "t": 40, "b": 40},
+            margin={"l": 60, "r": 60 if against_kl else 10, "t": 40, "b": 40},
             showlegend=True,
             legend={"orientation": "h", "y": -0.22, "font": {"size": 10}},
-            xaxis={"title": {"text": "step"}, "rangemode": "tozero", "dtick": dtick},
+            xaxis=xaxis,
             yaxis={"title": {"text": axis}},
+            **extra,
         )
         html = fig.to_html(
             full_html=False,

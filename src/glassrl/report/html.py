@@ -17,6 +17,11 @@ The ledgers travel as JSON in ``<script type="application/json" id="token-data">
 "-inf" (JSON has none) and "<" as ``\\u003c`` so that no "</script>" can end the tag.
 Element ids and data attributes are fixed (``tok-B-I`` with ``data-b``/``data-i``
 per token, ``field-NAME`` per panel field) for tests and for readers' scripts.
+
+A multi-turn response (its ``turns``) is drawn turn by turn: a ``turn K`` tag (``turn-B-K``,
+with the turn's finish reason and tool calls) before each turn's generated tokens, its
+observation tokens hatched (class ``obs``), and under the tokens the per-turn credit lines of
+glassrl.ledger.legend.turn_legend (``turns-B``).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any
 
 from glassrl.errors import GlassrlError
 from glassrl.ledger import RESPONSE_FIELDS, RUN_FIELDS, SYMBOLS, TOKEN_FIELDS, Ledger
-from glassrl.ledger.legend import baseline_legend, labels, phrase, token_legend
+from glassrl.ledger.legend import baseline_legend, labels, phrase, token_legend, turn_legend
 from glassrl.report.run_dir import RunDir, read_runs
 
 # The quantities a token can be coloured by, in menu order: (ledger field, label).
@@ -124,13 +129,35 @@ def _ledger_json(ledger: Ledger, lang: str) -> dict[str, Any]:
 
 def _response_json(ledger: Ledger, b: int, lang: str) -> dict[str, Any]:
     resp = ledger.responses[b]
-    head = {name: _finite(getattr(resp, name)) for name in RESPONSE_FIELDS[1:]}
+    head = {name: _finite(getattr(resp, name)) for name in RESPONSE_FIELDS[1:] if name != "turns"}
     return {
         "response_index": b,
         **head,
+        "turns": None if resp.turns is None else [_turn_json(turn) for turn in resp.turns],
+        "turn_legend": turn_legend(ledger, b, lang),
         "tokens": [[_finite(getattr(row, name)) for name in TOKEN_FIELDS] for row in resp.tokens],
         "legend": [[[line.key, line.text] for line in token_legend(ledger, b, i, lang)] for i in range(resp.length)],
     }
+
+
+def _turn_json(turn) -> dict[str, Any]:
+    return {
+        "start": turn.start,
+        "end": turn.end,
+        "observation_end": turn.observation_end,
+        "finish_reason": turn.finish_reason,
+        "tool_calls": [_finite_deep(call) for call in turn.tool_calls],
+        "reward_parts": _finite_deep(turn.reward_parts),
+    }
+
+
+def _finite_deep(x: Any) -> Any:
+    """:func:`_finite` through dicts and lists (a tool call's arguments are any JSON)."""
+    if isinstance(x, dict):
+        return {str(k): _finite_deep(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite_deep(v) for v in x]
+    return _finite(x)
 
 
 def _finite(x: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Where the metrics of a step go: ``metrics.jsonl``, TensorBoard, the terminal.
+"""Where the metrics of a step go: ``metrics.jsonl``, TensorBoard, W&B, MLflow, the terminal.
 
     sinks = MetricSinks([JsonlSink(run / "metrics.jsonl"), TensorBoardSink(run / "tensorboard"),
                          ConsoleSink(total_steps=100, keys_to_show=["reward/mean", "kl/mean"])])
@@ -12,6 +12,12 @@ are not finite (NaN: a statistic over no token; ±inf) are written as ``null`` i
 On ``--resume`` from step ``s`` the trainer calls ``JsonlSink.truncate_after(s)`` and
 builds ``TensorBoardSink(..., purge_step=s + 1)`` so the logs read as those of a run that
 never stopped.
+
+Sample completions (the responses of a ledger sample, :func:`sample_rows`) go to the sinks
+that show tables (``log_samples``): a W&B Table, an MLflow table artifact, TensorBoard text.
+:class:`WandbSink` and :class:`MlflowSink` are the optional extras ``glassrl[wandb]`` and
+``glassrl[mlflow]`` (docs/tracking.md); each keeps its tracker's run id in
+``run_dir/tracking.json`` so that a resumed run logs to the same tracker run.
 """
 
 from __future__ import annotations
@@ -19,9 +25,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+from urllib.parse import urlparse
 
 from rich.console import Console
 from rich.progress import (
@@ -33,6 +42,10 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from glassrl.config import flatten
+from glassrl.errors import GlassrlError
+from glassrl.ledger import Ledger
+
 
 class MetricSink(Protocol):
     """One destination of per-step metrics."""
@@ -40,6 +53,26 @@ class MetricSink(Protocol):
     def log(self, step: int, metrics: dict[str, float]) -> None: ...
 
     def close(self) -> None: ...
+
+
+class SampleSink(Protocol):
+    """A destination that shows sample completions as a table."""
+
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None: ...
+
+
+# The columns of a sample table, one row per response of a ledger sample.
+SAMPLE_COLUMNS = ("group_id", "prompt", "response", "score", "length", "finish_reason")
+
+
+def sample_rows(ledger: Ledger) -> list[dict[str, Any]]:
+    """The responses of a ledger sample as table rows with :data:`SAMPLE_COLUMNS`."""
+    return [{column: getattr(response, column) for column in SAMPLE_COLUMNS} for response in ledger.responses]
+
+
+def _finite(metrics: dict[str, float]) -> dict[str, float]:
+    """The finite values (an int stays an int): trackers draw a missing point as a gap."""
+    return {key: value for key, value in metrics.items() if math.isfinite(float(value))}
 
 
 def _json_value(value: float) -> float | int | None:
@@ -116,6 +149,11 @@ class TensorBoardSink:
                 self._writer.add_scalar(key, value, global_step=step)
         self._writer.flush()
 
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        """The rows as one Markdown table under the tag ``samples`` (TensorBoard's Text tab)."""
+        self._writer.add_text("samples", markdown_table(rows), global_step=step)
+        self._writer.flush()
+
     def close(self) -> None:
         self._writer.close()
 
@@ -155,8 +193,172 @@ class ConsoleSink:
         self._progress.stop()
 
 
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """``rows`` as a Markdown table (columns of the first row); "|" and line breaks escaped."""
+    if not rows:
+        return "(no samples)"
+    columns = list(rows[0])
+
+    def cell(value: Any) -> str:
+        return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", "<br>")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row[c]) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- trackers (optional extras)
+
+
+def _tracker(module: str, key: str, extra: str):
+    """Import the tracker library ``module``; GlassrlError naming the config key and the extra."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise GlassrlError(f"{key} is on, but {module} is not installed: pip install 'glassrl[{extra}]'") from None
+
+
+def _tracker_id(run_dir: Path, tracker: str) -> str | None:
+    path = run_dir / "tracking.json"
+    return json.loads(path.read_text(encoding="utf-8")).get(tracker) if path.is_file() else None
+
+
+def _keep_tracker_id(run_dir: Path, tracker: str, run_id: str) -> None:
+    path = run_dir / "tracking.json"
+    ids = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    path.write_text(json.dumps(ids | {tracker: run_id}, indent=2) + "\n", encoding="utf-8")
+
+
+class WandbSink:
+    """Weights & Biases: a metric row per ``run.log(..., step=step)`` (non-finite values left out,
+    as in TensorBoard), sample completions as a ``wandb.Table`` under ``samples``, the resolved
+    config as the run's config. Files go under ``run_dir/wandb``; with ``WANDB_MODE=offline``
+    nothing leaves the machine (``wandb sync`` uploads later).
+
+    ``resume``: continue the W&B run of ``run_dir/tracking.json`` (W&B ignores a step it
+    already holds, such as those logged between the last checkpoint and a crash).
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        config: dict[str, Any],
+        *,
+        project: str,
+        name: str | None = None,
+        entity: str | None = None,
+        resume: bool = False,
+    ) -> None:
+        self._wandb = _tracker("wandb", "logging.wandb", "wandb")
+        run_dir = Path(run_dir)
+        run_id = _tracker_id(run_dir, "wandb") if resume else None
+        try:
+            self._run = self._wandb.init(
+                project=project,
+                name=name or run_dir.resolve().name,
+                entity=entity,
+                dir=str(run_dir),
+                config=config,
+                id=run_id,
+                resume="allow" if run_id else None,
+                allow_val_change=True,  # a resumed run may change steps
+            )
+        except self._wandb.errors.Error as err:
+            raise GlassrlError(
+                f"logging.wandb: W&B could not start a run: {err} (offline: WANDB_MODE=offline)"
+            ) from None
+        _keep_tracker_id(run_dir, "wandb", self._run.id)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self._run.log(_finite(metrics), step=step)
+
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        columns = list(rows[0]) if rows else list(SAMPLE_COLUMNS)
+        table = self._wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in rows])
+        self._run.log({"samples": table}, step=step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+# MLflow accepts letters, digits, "_", "-", ".", " " and "/" in a metric name.
+_MLFLOW_UNSAFE = re.compile(r"[^\w\-. /]")
+
+
+class MlflowSink:
+    """MLflow, through ``MlflowClient`` (no global active run): each metric row as one batch
+    (non-finite values left out; a character MLflow refuses in a name becomes "_"; in a file
+    store, "/" becomes ".": it keeps a name as a path, where eval/accuracy beside
+    eval/accuracy/en cannot be both a file and a folder), sample
+    completions as a table artifact ``samples/step_XXXXXX.json`` (``log_table``: the UI's
+    artifact view and ``mlflow.load_table``), the resolved config as flat params (``algo.kl.coef``).
+
+    ``tracking_uri``: None = ``MLFLOW_TRACKING_URI``, else MLflow's default. ``resume``: continue
+    the run of ``run_dir/tracking.json``; its params stay those of the run's start (MLflow
+    params cannot change). A step logged again after a resume is a second point at that step.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        config: dict[str, Any],
+        *,
+        experiment: str,
+        tracking_uri: str | None = None,
+        name: str | None = None,
+        resume: bool = False,
+    ) -> None:
+        mlflow = _tracker("mlflow", "logging.mlflow", "mlflow")
+        from mlflow.entities import Param
+        from mlflow.exceptions import MlflowException
+
+        run_dir = Path(run_dir)
+        run_id = _tracker_id(run_dir, "mlflow") if resume else None
+        try:
+            self._client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+            if run_id is None:
+                found = self._client.get_experiment_by_name(experiment)
+                experiment_id = found.experiment_id if found else self._client.create_experiment(experiment)
+                run_id = self._client.create_run(experiment_id, run_name=name or run_dir.resolve().name).info.run_id
+                params = [Param(key, str(value)) for key, value in flatten(config).items()]
+                for start in range(0, len(params), 100):  # MLflow's limit of params per batch
+                    self._client.log_batch(run_id, params=params[start : start + 100])
+            else:
+                self._client.update_run(run_id, status="RUNNING")
+        except MlflowException as err:
+            where = tracking_uri or mlflow.get_tracking_uri()
+            raise GlassrlError(f"logging.mlflow: MLflow could not start a run at {where}: {err.message}") from None
+        self._run_id = run_id
+        self._file_store = urlparse(tracking_uri or mlflow.get_tracking_uri()).scheme in ("", "file")
+        _keep_tracker_id(run_dir, "mlflow", run_id)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(self.metric_name(k), float(v), now, step) for k, v in _finite(metrics).items()]
+        for start in range(0, len(batch), 1000):  # MLflow's limit of metrics per batch
+            self._client.log_batch(self._run_id, metrics=batch[start : start + 1000])
+
+    def metric_name(self, key: str) -> str:
+        """The MLflow name of metric ``key`` (see the class docstring)."""
+        name = _MLFLOW_UNSAFE.sub("_", key)
+        return name.replace("/", ".") if self._file_store else name
+
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        columns = list(rows[0]) if rows else list(SAMPLE_COLUMNS)
+        data = {column: [row[column] for row in rows] for column in columns}
+        self._client.log_table(self._run_id, data=data, artifact_file=f"samples/step_{step:06d}.json")
+
+    def close(self) -> None:
+        self._client.set_terminated(self._run_id)
+
+
 class MetricSinks:
-    """Several sinks as one: each ``log`` and ``close`` goes to all, in order."""
+    """Several sinks as one: each ``log``, ``log_samples`` and ``close`` goes to all, in order
+    (``log_samples`` to those that show tables)."""
 
     def __init__(self, sinks: Sequence[MetricSink]) -> None:
         self.sinks = list(sinks)
@@ -164,6 +366,11 @@ class MetricSinks:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         for sink in self.sinks:
             sink.log(step, metrics)
+
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        for sink in self.sinks:
+            if hasattr(sink, "log_samples"):
+                sink.log_samples(step, rows)
 
     def close(self) -> None:
         for sink in self.sinks:

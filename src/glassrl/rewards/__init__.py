@@ -8,10 +8,11 @@ from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rewards.combine import CombinedReward
 from glassrl.rewards.judge import JudgeSource
 from glassrl.rewards.majority import MajorityVoteSource
+from glassrl.rewards.math_answer import MathVerifier
 from glassrl.rewards.registry import REWARD_SOURCES, build_combined, build_reward_source
 from glassrl.rewards.reward_model import RewardModelSource
 from glassrl.rewards.rubric import Criterion, RubricSource
-from glassrl.rewards.timeout import CallOutcome, WorkerPool, call_with_timeout
+from glassrl.rewards.timeout import CallOutcome, WorkerPool, call_with_timeout, shared_pool
 from glassrl.rewards.user_function import UserFunctionSource
 from glassrl.rewards.verifiers import ArithVerifyVerifier, ExactMatchVerifier, NumericVerifier
 
@@ -24,6 +25,7 @@ __all__ = [
     "ExactMatchVerifier",
     "JudgeSource",
     "MajorityVoteSource",
+    "MathVerifier",
     "NumericVerifier",
     "RewardModelSource",
     "RewardRequest",
@@ -35,4 +37,5 @@ __all__ = [
     "build_combined",
     "build_reward_source",
     "call_with_timeout",
+    "shared_pool",
 ]

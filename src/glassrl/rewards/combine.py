@@ -1,8 +1,15 @@
 """Several reward sources with weights: score = Σ_k w_k · s_k, each source reported on its own.
 
 Each response's combined result keeps every source's own result in
-``details["sources"]`` (label -> :class:`RewardResult`), so metrics can show each
-component. Process rewards combine the same way: each source's step rewards are
+``details["sources"]`` (label -> :class:`RewardResult`), the weights in
+``details["weights"]`` (label -> w_k), and every score in a flat, plain form for metrics in
+``details["scores"]``: label -> s_k, and for a source that reports criteria (a rubric)
+``"<label>/<criterion>"`` -> s_i, each a float, or None where that part failed::
+
+    {"exact_match": 1.0, "rubric": 1.5, "rubric/accuracy": 1.0, "rubric/format": 1.0}
+
+so a step can log ``reward/<label>/…`` and ``reward/rubric/<criterion>/…`` from one dict.
+Process rewards combine the same way as scores: each source's step rewards are
 weighted by its w_k, and steps ending at the same character offset are summed.
 
 If any source failed for a response (timeout or error), the combined result is
@@ -56,7 +63,11 @@ class CombinedReward:
         combined = []
         for j in range(len(requests)):
             own = {label: per_source[k][j] for k, (label, _, _) in enumerate(self.sources)}
-            details = {"sources": own, "weights": {label: w for label, _, w in self.sources}}
+            details = {
+                "sources": own,
+                "weights": {label: w for label, _, w in self.sources},
+                "scores": _plain_scores(own),
+            }
             failed = next((label for label, result in own.items() if not result.is_ok), None)
             if failed is not None:
                 status = RewardResult.timeout if own[failed].status == "timeout" else RewardResult.error
@@ -69,3 +80,15 @@ class CombinedReward:
                     steps[end] = steps.get(end, 0.0) + w * reward
             combined.append(RewardResult.ok(total, sorted(steps.items()), details))
         return combined
+
+
+def _plain_scores(own: dict[str, RewardResult]) -> dict[str, float | None]:
+    """label -> score, and "<label>/<criterion>" -> criterion score for sources with criteria."""
+    scores: dict[str, float | None] = {}
+    for label, result in own.items():
+        scores[label] = result.score
+        criteria = result.details.get("criteria")
+        if isinstance(criteria, dict):
+            for criterion, score in criteria.items():
+                scores[f"{label}/{criterion}"] = score
+    return scores

@@ -24,7 +24,7 @@ from typing import Any
 
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardRequest, RewardResult
-from glassrl.rewards.timeout import default_pool
+from glassrl.rewards.timeout import default_pool, describe_error
 from glassrl.rewards.user_function import load_callable, load_in_worker, preload, resolve_spec
 from glassrl.rewards.verifiers import extract_last_number
 
@@ -105,7 +105,9 @@ class MajorityVoteSource:
                     failures.append(None)
                 answers.append(None if answer is None else str(answer))
             return answers, failures
-        outcome = default_pool().call(_extract_all, (self.spec, responses), self.timeout_s, setup=(preload, (self.spec,)))
+        outcome = default_pool().call(
+            _extract_all, (self.spec, responses), self.timeout_s, setup=(preload, (self.spec,))
+        )
         if outcome.status != "ok":
             make = RewardResult.timeout if outcome.status == "timeout" else RewardResult.error
             return [None] * len(responses), [make(f"extract_answer {self.spec}: {outcome.message}")] * len(responses)
@@ -123,5 +125,5 @@ def _extract_all(spec: str, responses: list[str]) -> list[tuple[str | None, str 
             answer = extract(response)
             out.append((None if answer is None else str(answer), None))
         except Exception as err:  # noqa: BLE001 - one response's failure is its error result
-            out.append((None, f"extract_answer raised {type(err).__name__}: {err}"))
+            out.append((None, f"extract_answer raised {describe_error(err)}"))
     return out

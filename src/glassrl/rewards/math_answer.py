@@ -75,7 +75,9 @@ class MathVerifier:
     def _one(self, request: RewardRequest) -> RewardResult:
         reference = ground_truth(request.record)
         if reference is None:
-            return RewardResult.error(f"{request.record.source}: no reference answer (answer or reward_model.ground_truth)")
+            return RewardResult.error(
+                f"{request.record.source}: no reference answer (answer or reward_model.ground_truth)"
+            )
         outcome = default_pool().call(
             _check,
             (reference, request.response),
@@ -89,5 +91,7 @@ class MathVerifier:
             return RewardResult.error(f"math: {outcome.message}")
         checked = outcome.value
         if checked["reference"] is None:
-            return RewardResult.error(f"{request.record.source}: math-verify finds no answer in the reference {reference!r:.80}")
+            return RewardResult.error(
+                f"{request.record.source}: math-verify finds no answer in the reference {reference!r:.80}"
+            )
         return RewardResult.ok(float(checked["correct"]), details=checked)

@@ -148,6 +148,8 @@ def _has_type(value: Any, hint: Any) -> bool:
         return isinstance(value, (list, tuple))
     if origin in (dict, Mapping):
         return isinstance(value, Mapping)
+    if origin is Callable:
+        return callable(value)
     return True
 
 
@@ -164,4 +166,6 @@ def _describe(hint: Any) -> str:
         return "a list"
     if origin in (dict, Mapping):
         return "a mapping"
+    if origin is Callable:
+        return "a function"
     return getattr(hint, "__name__", str(hint))

@@ -55,10 +55,13 @@ _GLASSRL_ARGUMENTS = ("prompt", "response", "answer", "metadata")
 
 
 def ground_truth(record: PromptRecord) -> str | None:
-    """The reference a verifier compares with: verl's ``reward_model.ground_truth``, else the answer."""
+    """The reference a verifier compares with: verl's ``reward_model.ground_truth`` (the nested
+    field, or a metadata key picked by that dotted path), else the answer."""
     reward_model = record.metadata.get("reward_model")
     if isinstance(reward_model, Mapping) and reward_model.get("ground_truth") is not None:
         return str(reward_model["ground_truth"])
+    if record.metadata.get("reward_model.ground_truth") is not None:
+        return str(record.metadata["reward_model.ground_truth"])
     return record.answer
 
 
@@ -86,6 +89,12 @@ def describe(fn: Callable[..., Any]) -> Parameters | None:
     except (TypeError, ValueError):
         return None
     return [(p.name, p.kind.name, p.default is not inspect.Parameter.empty) for p in signature.parameters.values()]
+
+
+def signature_text(parameters: Parameters) -> str:
+    """``fn(a, b, *args, **kwargs)`` for messages."""
+    stars = {"VAR_POSITIONAL": "*", "VAR_KEYWORD": "**"}
+    return f"fn({', '.join(stars.get(kind, '') + name for name, kind, _ in parameters)})"
 
 
 def detect_style(parameters: Parameters) -> str | None:
@@ -128,7 +137,9 @@ def mismatch(style: str, parameters: Parameters) -> str | None:
         return f"style {style!r} passes arguments by keyword; the function has positional-only parameters"
     if style == "trl":
         if names is not None and "completions" not in names:
-            return "style 'trl' calls fn(prompts=..., completions=..., <dataset columns>=...); it takes no 'completions'"
+            return (
+                "style 'trl' calls fn(prompts=..., completions=..., <dataset columns>=...); it takes no 'completions'"
+            )
         return None
     missing = [n for n in required if n not in provided]
     if missing:

@@ -63,7 +63,9 @@ _START_TIMEOUT_S = 120.0
 MAX_REPLY_BYTES = 16 * 1024 * 1024
 # Long exception messages are cut: a result's message is one line in a log.
 _MAX_MESSAGE_CHARS = 2000
-DEFAULT_MEMORY_LIMIT_MB = 4096
+# A guard against a runaway reward, not a budget: address space, not resident memory, and
+# libraries reserve much more than they touch (OpenBLAS per thread, torch's import).
+DEFAULT_MEMORY_LIMIT_MB = 16384
 DEFAULT_RECYCLE_AFTER = 1000
 _HEADER = struct.Struct(">Q")
 # The worker's first act: find glassrl where the caller found it, then serve.
@@ -130,7 +132,8 @@ def _receive(fd: int, deadline: float | None, limit: int | None = None) -> bytes
 # ---------------------------------------------------------------- the worker's side
 
 
-def _describe_error(err: BaseException) -> str:
+def describe_error(err: BaseException) -> str:
+    """``"Type: message"`` on one line, cut to a log line's length; safe for any user exception."""
     try:
         text = f"{type(err).__name__}: {err}"
     except Exception:  # noqa: BLE001 - a user exception whose __str__ raises
@@ -148,11 +151,11 @@ def _run(payload: bytes) -> tuple[bool, bytes]:
         fn, args = pickle.loads(payload)
         value = fn(*args)
     except BaseException as err:  # noqa: BLE001 - SystemExit from user code is an error result, not our exit
-        return error(_describe_error(err))
+        return error(describe_error(err))
     try:
         data = json.dumps({"status": "ok", "value": value}, allow_nan=False, ensure_ascii=False).encode()
     except BaseException as err:  # noqa: BLE001 - a value that is not plain data, or a MemoryError
-        return error(f"the result is not plain data (JSON): {_describe_error(err)}")
+        return error(f"the result is not plain data (JSON): {describe_error(err)}")
     if len(data) > MAX_REPLY_BYTES:
         return error(f"the result is {len(data)} bytes of JSON, more than the {MAX_REPLY_BYTES} a reply may hold")
     return True, data
@@ -180,10 +183,17 @@ def _worker_main(read_fd: int, write_fd: int, lifeline_fd: int, memory_limit_mb:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _start_reaper(lifeline_fd)
     os.close(lifeline_fd)
+    for fd in (read_fd, write_fd):  # a program the user's code runs does not get our pipes
+        os.set_inheritable(fd, False)
     if memory_limit_mb > 0:
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
         limit = memory_limit_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+        try:
+            resource.setrlimit(
+                resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard)
+            )
+        except (ValueError, OSError):
+            pass  # macOS does not enforce RLIMIT_AS; the limit holds on Linux
     _send(write_fd, b'{"status": "ready"}')
     while True:
         try:
@@ -210,6 +220,7 @@ class _Worker:
     lifeline: int  # the write end the reaper watches; closing it (or dying) kills the group
     calls: int = 0
     ready: set[bytes] = field(default_factory=set)  # setups already run in this worker
+    closed: bool = False
 
     @classmethod
     def start(cls, memory_limit_mb: int | None) -> _Worker:
@@ -254,18 +265,22 @@ class _Worker:
         except subprocess.TimeoutExpired:
             return None
 
-    def kill(self) -> None:
-        """Kill the worker's process group (before reaping the leader, so its id still names the group)."""
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass  # the group is gone already
-        self.process.wait()
-        for fd in (self.outbox, self.inbox, self.lifeline):
+    def kill_group(self) -> None:
+        """SIGKILL to the worker's process group; safe while another thread waits on its pipes."""
+        if self.process.returncode is None:  # not yet reaped, so its id still names the group
             try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass  # the group is gone already
+
+    def kill(self) -> None:
+        """Kill the group, reap the worker, close the pipes (once: a closed descriptor's number may be reused)."""
+        self.kill_group()
+        self.process.wait()
+        if not self.closed:
+            self.closed = True
+            for fd in (self.outbox, self.inbox, self.lifeline):
                 os.close(fd)
-            except OSError:
-                pass  # closed by an earlier kill
 
 
 class WorkerPool:
@@ -275,9 +290,7 @@ class WorkerPool:
     recycle_after:   calls a worker serves before it is replaced; None = never
     """
 
-    def __init__(
-        self, size: int, *, memory_limit_mb: int | None = None, recycle_after: int | None = None
-    ) -> None:
+    def __init__(self, size: int, *, memory_limit_mb: int | None = None, recycle_after: int | None = None) -> None:
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
         if memory_limit_mb is not None and memory_limit_mb < 1:
@@ -315,7 +328,7 @@ class WorkerPool:
             call = pickle.dumps((fn, tuple(args)))
             setup_bytes = None if setup is None else pickle.dumps((setup[0], tuple(setup[1])))
         except Exception as err:  # noqa: BLE001 - an unpicklable function is this call's error
-            return CallOutcome("error", message=f"cannot send the call to a worker: {_describe_error(err)}")
+            return CallOutcome("error", message=f"cannot send the call to a worker: {describe_error(err)}")
         worker = self._idle.get()
         try:
             if worker is not None and not worker.alive():
@@ -382,11 +395,25 @@ class WorkerPool:
             self._live.discard(worker)
 
     def close(self) -> None:
-        """Kill every worker's process group, idle or busy (a busy call then ends as an error)."""
+        """Kill every worker's process group, idle or busy (a busy call then ends as an error).
+
+        Only idle workers are reaped and their pipes closed here; a busy worker's thread does
+        that itself when its call ends, so no descriptor is closed under a reader.
+        """
         with self._lock:
             workers, self._live = list(self._live), set()
         for worker in workers:
-            worker.kill()
+            worker.kill_group()
+        idle = []
+        while True:
+            try:
+                idle.append(self._idle.get_nowait())
+            except queue.Empty:
+                break
+        for worker in idle:
+            if worker is not None:
+                worker.kill()
+            self._idle.put(None)
 
 
 _POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()

@@ -124,10 +124,7 @@ def _describe(spec: str) -> styles.Parameters | None:
 
 
 def _score_one(spec: str, style: str, names: list[str] | None, item: dict[str, Any]) -> dict[str, Any]:
-    try:
-        value = styles.call_one(load_callable(spec), style, names, item)
-    except Exception as err:  # noqa: BLE001 - the function's own failure is this response's error
-        return {"status": "error", "message": f"{type(err).__name__}: {err}"}
+    value = styles.call_one(load_callable(spec), style, names, item)  # raises: this response's error
     return plain_result(value, len(item["response"]))
 
 
@@ -149,9 +146,11 @@ def load_in_worker(pool: WorkerPool, target: str, where: str, import_timeout_s: 
             f"{where}: importing it did not finish within import_timeout_s={import_timeout_s:g} s (the worker was killed)"
         )
     if outcome.status == "error":
-        raise GlassrlError(f"{where}: {outcome.message}")
+        hint = ""
+        if "memory" in outcome.message.lower() and pool.memory_limit_mb is not None:
+            hint = f" (each worker may use {pool.memory_limit_mb} MiB of address space: raise memory_limit_mb)"
+        raise GlassrlError(f"{where}: {outcome.message}{hint}")
     return None if outcome.value is None else [tuple(p) for p in outcome.value]
-
 
 
 class UserFunctionSource:
@@ -202,20 +201,20 @@ class UserFunctionSource:
             if style == "auto":
                 raise GlassrlError(f"{where}: its signature cannot be read; set style: glassrl, trl or verl")
             return style
-        shown = ", ".join(name for name, _, _ in parameters)
+        shown = styles.signature_text(parameters)
         if style == "auto":
             detected = styles.detect_style(parameters)
             if detected is None:
                 raise GlassrlError(
-                    f"{where}: cannot tell its style from fn({shown}); set style: glassrl "
+                    f"{where}: cannot tell its style from {shown}; set style: glassrl "
                     "(prompt, response, answer, metadata), trl (prompts, completions, **kwargs) or verl "
                     "(data_source, solution_str, ground_truth, extra_info)"
                 )
-            logger.warning("%s: called in the %s style, detected from fn(%s); set style to confirm", where, detected, shown)
+            logger.warning("%s: called in the %s style, detected from %s; set style to confirm", where, detected, shown)
             style = detected
         problem = styles.mismatch(style, parameters)
         if problem is not None:
-            raise GlassrlError(f"{where}: {problem} (its signature: fn({shown}))")
+            raise GlassrlError(f"{where}: {problem} (its signature: {shown})")
         return style
 
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:

@@ -23,10 +23,13 @@ observation lies. For a single-turn response the two masks are equal.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
+
+from glassrl.data.records import PromptRecord
 
 
 @dataclass(frozen=True)
@@ -193,9 +196,17 @@ class RolloutEngine(Protocol):
     Each prompt is sampled ``n`` times; the n responses of prompt j are rows
     j·n … j·n+n−1 with group_index j. ``generator`` carries the sampling RNG
     state: the engine draws from it and leaves it advanced, so that a caller
-    who saves and restores it reproduces the same samples.
+    who saves and restores it reproduces the same samples. ``records`` are the prompts' rows
+    (PromptRecord, in the order of ``prompts``): a multi-turn engine resets each episode's
+    environment with its record; a single-turn engine ignores them.
     """
 
     def generate(
-        self, prompts: list[list[int]], *, n: int, params: SamplingParams, generator: torch.Generator
+        self,
+        prompts: list[list[int]],
+        *,
+        n: int,
+        params: SamplingParams,
+        generator: torch.Generator,
+        records: Sequence[PromptRecord] | None = None,
     ) -> RolloutBatch: ...

@@ -40,11 +40,15 @@ whose log-probs the trainer computes. The loop applies none of them; for ``gener
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import inspect
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+from glassrl.data.records import PromptRecord
 from glassrl.rollout.base import RolloutBatch, SamplingParams
 
 # Logits processors a checkpoint's generation_config may enable, set to their identity.
@@ -103,38 +107,216 @@ def response_mask_from_eos(response_ids: torch.Tensor, eos_id: int) -> tuple[tor
     return eos_before == 0, is_eos.any(-1)
 
 
+class PreallocatedLayer(DynamicLayer):
+    """One layer's keys and values in buffers (B, H, capacity, D), written in place.
+
+    ``update`` writes the new positions after the filled ones and returns views of the filled
+    part (rows, H, length, D): the values and shapes a ``DynamicLayer`` would return, without
+    its ``torch.cat`` of the whole cache per step.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.rows = 0  # rows of the buffer in use (ended rows are compacted away)
+        self.length = 0  # filled positions
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        B, H = key_states.shape[:2]
+        self.key_buffer = key_states.new_empty((B, H, self.capacity, key_states.shape[-1]))
+        self.value_buffer = value_states.new_empty((B, H, self.capacity, value_states.shape[-1]))
+        self.rows = B
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            raise ValueError(f"PreallocatedLayer: {end} positions exceed the capacity {self.capacity}")
+        self.key_buffer[: self.rows, :, self.length : end] = key_states
+        self.value_buffer[: self.rows, :, self.length : end] = value_states
+        self.length = end
+        self.keys = self.key_buffer[: self.rows, :, :end]
+        self.values = self.value_buffer[: self.rows, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def keep_rows(self, index: torch.Tensor) -> None:
+        """Keep the rows ``index`` (K,) long (ascending), moved to the buffer's first K rows."""
+        k = len(index)
+        self.key_buffer[:k, :, : self.length] = self.key_buffer[index, :, : self.length]
+        self.value_buffer[:k, :, : self.length] = self.value_buffer[index, :, : self.length]
+        self.rows = k
+
+
+class PreallocatedCache(Cache):
+    """A ``PreallocatedLayer`` per attention layer, ``capacity`` positions each."""
+
+    def __init__(self, num_layers: int, capacity: int) -> None:
+        super().__init__(layers=[PreallocatedLayer(capacity) for _ in range(num_layers)])
+
+    def keep_rows(self, index: torch.Tensor) -> None:
+        for layer in self.layers:
+            layer.keep_rows(index)
+
+
+def decode_supported(model) -> bool:
+    """Whether :func:`decode` can run ``model``: a decoder-only model whose cache is full attention
+    in every layer (transformers' ``DynamicLayer``) and whose forward takes ``position_ids`` and
+    ``logits_to_keep``, as ``generate`` would pass them."""
+    if model.config.is_encoder_decoder:
+        return False
+    if not {"position_ids", "past_key_values", "logits_to_keep"} <= inspect.signature(model.forward).parameters.keys():
+        return False
+    layers = DynamicCache(config=model.config).layers
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+def _warpers(params: SamplingParams) -> list:
+    """The logits warpers ``generate`` applies for ``generation_kwargs(params)``, in its order."""
+    if params.greedy:
+        return []
+    warpers = []
+    if params.temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(params.temperature))
+    if params.top_k != 0:
+        warpers.append(TopKLogitsWarper(top_k=params.top_k, min_tokens_to_keep=1))
+    if params.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p=params.top_p, min_tokens_to_keep=1))
+    return warpers
+
+
+@torch.no_grad()
+def decode(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    params: SamplingParams,
+    *,
+    eos_id: int,
+    pad_id: int,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """The tokens after left-padded prompts, (B, T) long: T = the steps run (until every row has
+    ended with ``eos_id`` or ``params.max_new_tokens``), ``pad_id`` after a row's EOS. The same
+    tokens as :func:`generate_with_hf` for the same generator state, which is left as it leaves it.
+
+    prompt_ids (B, P) long, left-padded; prompt_mask (B, P) bool. ``model`` in eval mode,
+    ``decode_supported(model)``.
+    """
+    B, P = prompt_ids.shape
+    device = prompt_ids.device
+    steps = params.max_new_tokens
+    cache = PreallocatedCache(len(DynamicCache(config=model.config).layers), P + steps)
+    # generate drops an all-ones mask (no padding), which lets attention skip it; so do we.
+    padded = not bool(prompt_mask.all())
+    mask = torch.ones((B, P + steps), dtype=torch.long, device=device)  # (B, P+T), compacted with the cache
+    mask[:, :P] = prompt_mask.long()
+    # Position ids as generate's: count of real tokens before, pads at 0; then +1 per step.
+    positions = (prompt_mask.long().cumsum(-1) - 1).masked_fill(~prompt_mask, 0)  # (B, P)
+    tokens = torch.full((B, steps), pad_id, dtype=torch.long, device=device)  # (B, T)
+    rows = torch.arange(B, device=device)  # (n,) the original row of each row still writing
+    warpers = _warpers(params)
+    inputs, length = prompt_ids, P
+    for t in range(steps):
+        n = len(rows)
+        logits = model(
+            input_ids=inputs,
+            attention_mask=mask[:n, :length] if padded else None,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits
+        scores = logits[:, -1].to(dtype=torch.float32, copy=True)  # (n, V)
+        for warper in warpers:
+            scores = warper(None, scores)
+        if params.greedy:
+            chosen = scores.argmax(-1)  # (n,)
+        else:
+            # All B rows, so the generator draws B × V as generate's multinomial does (module docstring).
+            probs = scores.new_zeros((B, scores.shape[-1]))  # (B, V)
+            probs[:, 0] = 1.0  # ended rows: a placeholder distribution; their draw is discarded
+            probs[rows] = torch.softmax(scores, dim=-1)
+            chosen = torch.multinomial(probs, 1, generator=generator).squeeze(1)[rows]  # (n,)
+        tokens[rows, t] = chosen
+        ended = chosen == eos_id  # (n,)
+        if t + 1 == steps or bool(ended.all()):
+            return tokens[:, : t + 1]
+        length += 1
+        positions = positions[:, -1:] + 1  # (n, 1)
+        if bool(ended.any()):
+            keep = (~ended).nonzero().squeeze(1)  # (k,)
+            rows, chosen, positions = rows[keep], chosen[keep], positions[keep]
+            cache.keep_rows(keep)
+            mask[: len(keep), :length] = mask[keep, :length]
+        inputs = chosen[:, None]  # (n, 1)
+    return tokens[:, :0]  # max_new_tokens = 0
+
+
+def generate_with_hf(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    params: SamplingParams,
+    *,
+    eos_id: int,
+    pad_id: int,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """:func:`decode`'s result by ``model.generate`` (the reference, and the path for models that
+    :func:`decode_supported` refuses): the tokens after the prompts, (B, T) long."""
+    with sampling_rng(generator):
+        out = model.generate(
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask.long(),
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=eos_id,
+            pad_token_id=pad_id,
+            use_cache=True,
+            **generation_kwargs(params),
+        )
+    return out[:, prompt_ids.shape[1] :]
+
+
 class HFRolloutEngine:
-    """Samples with ``model.generate`` (KV cache on); see the module docstring for the RNG."""
+    """Samples with :func:`decode` (or ``model.generate`` where it cannot); see the module docstring."""
 
     def __init__(self, model, tokenizer) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.sample = decode if decode_supported(model) else generate_with_hf
 
     @torch.no_grad()
     def generate(
-        self, prompts: list[list[int]], *, n: int, params: SamplingParams, generator: torch.Generator
+        self,
+        prompts: list[list[int]],
+        *,
+        n: int,
+        params: SamplingParams,
+        generator: torch.Generator,
+        records: Sequence[PromptRecord] | None = None,
     ) -> RolloutBatch:
-        """``prompts`` token ids -> a RolloutBatch of len(prompts) × n responses, n per prompt adjacent."""
+        """``prompts`` token ids -> a RolloutBatch of len(prompts) × n responses, n per prompt adjacent
+        (``records``, the prompts' rows, are for multi-turn engines: a single turn needs none)."""
         device = next(self.model.parameters()).device
         prompt_ids, prompt_mask = left_pad(prompts, self.pad_id)
         prompt_ids = prompt_ids.repeat_interleave(n, dim=0).to(device)  # (B, P), B = len(prompts)·n
         prompt_mask = prompt_mask.repeat_interleave(n, dim=0).to(device)  # (B, P)
         was_training = self.model.training
         self.model.eval()
-        with sampling_rng(generator):
-            out = self.model.generate(
-                input_ids=prompt_ids,
-                attention_mask=prompt_mask.long(),
-                max_new_tokens=params.max_new_tokens,
-                eos_token_id=self.eos_id,
-                pad_token_id=self.pad_id,
-                use_cache=True,
-                **generation_kwargs(params),
-            )
-        self.model.train(was_training)
-        response_ids = out[:, prompt_ids.shape[1] :]  # (B, T)
+        try:
+            response_ids = self.sample(
+                self.model, prompt_ids, prompt_mask, params, eos_id=self.eos_id, pad_id=self.pad_id, generator=generator
+            )  # (B, T)
+        finally:
+            self.model.train(was_training)
         response_mask, ended = response_mask_from_eos(response_ids, self.eos_id)
         response_ids = torch.where(response_mask, response_ids, self.pad_id)  # (B, T)
         texts = [

@@ -1,26 +1,32 @@
-"""Build a run's parts from its config: prompts, and the in-process role workers.
+"""Build a run's parts from its config: the in-process role workers (the prompts: glassrl.trainer.prompts).
 
 Everything that reads TrainConfig to construct models lives here, so that the
-loop only sees workers (glassrl.workers.base). A Ray build will sit beside
-``build_local_workers`` with the same return type.
+loop only sees workers (glassrl.workers.base). The Ray backend's build,
+glassrl.trainer.build_ray, returns the same :class:`Workers` and reuses the loss and LoRA
+helpers below.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from glassrl.data.records import PromptRecord
-from glassrl.data.tasks import held_out_split, load_task, parse_task
+from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
 from glassrl.trainer.common import make_optimizer
-from glassrl.trainer.config import Resolved, TrainConfig, loss_params
+from glassrl.trainer.config import AgentConfig, Resolved, TrainConfig, agent_config, agentic_tasks, loss_params
 from glassrl.trainer.ptx import PtxLoss, load_ptx_examples
 from glassrl.trainer.update import actor_forward, actor_terms, critic_forward, critic_terms, run_updates
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
+
+if TYPE_CHECKING:
+    from glassrl.data.records import PromptRecord
+    from glassrl.rollout.agent import Environment
 
 
 @dataclass
@@ -32,13 +38,23 @@ class Workers:
     reward: RewardWorker
     reference: ReferenceWorker | None
     critic: CriticWorker | None
+    stop: Callable[[], None] | None = None  # releases what the workers hold elsewhere (the Ray backend's processes)
+
+    def close(self) -> None:
+        """Release the workers' resources (idempotent); in-process workers hold none."""
+        stop, self.stop = self.stop, None
+        if stop is not None:
+            stop()
 
 
 def actor_path(cfg: TrainConfig, console) -> Path:
-    """model.actor as a checkpoint directory; "default" builds the embedded default model if missing."""
+    """model.actor as a checkpoint directory (a directory, or a hub id in the local Hugging Face cache:
+    glassrl.models.resolve_model_path); "default" builds the embedded default model if missing."""
+    from glassrl.models.loading import resolve_model_path
     from glassrl.trainer.default_model import ensure_default_model
 
-    path = ensure_default_model(console=console) if cfg.model.actor == "default" else Path(cfg.model.actor)
+    actor = cfg.model.actor
+    path = ensure_default_model(console=console) if actor == "default" else resolve_model_path(actor, "model.actor")
     if not (path / "config.json").is_file():
         raise GlassrlError(f"model.actor = {cfg.model.actor!r}: no Hugging Face checkpoint (config.json) in {path}")
     return path
@@ -74,36 +90,20 @@ def build_gold(cfg: TrainConfig):
         raise GlassrlError(f"reward.gold: {err}") from None
 
 
-def load_records(spec: str, split: str, tokenizer, max_prompt_tokens: int, key: str) -> list[PromptRecord]:
-    """Prompts of ``spec``: "task:NAME[/SPLIT]" (``split`` by default) or a dataset path;
-    prompts longer than ``max_prompt_tokens`` tokens are dropped."""
-    from glassrl.data.datasets import load_prompts, prompt_token_count
-
-    if (ref := parse_task(spec, split=split)) is not None:
-        records = load_task(ref.name, ref.split)
-        records = [r for r in records if prompt_token_count(r.prompt, tokenizer) <= max_prompt_tokens]
-    else:
-        records = load_prompts(spec, tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens)
-    if not records:
-        raise GlassrlError(
-            f"{key} = {spec!r}: no prompt of at most data.max_prompt_tokens = {max_prompt_tokens} tokens"
-        )
-    return records
-
-
 def test_spec(cfg: TrainConfig) -> str | None:
-    """data.test, or the test split of a task:NAME training set, or None (no evaluation)."""
+    """data.test, or the test split of a task:NAME training set, or None (no evaluation; a
+    mixture has no test split of its own)."""
     if cfg.data.test is not None:
         return cfg.data.test
-    return held_out_split(cfg.data.train)
+    return held_out_split(cfg.data.train) if isinstance(cfg.data.train, str) else None
 
 
-def build_ptx(cfg: TrainConfig, resolved: Resolved, tokenizer) -> PtxLoss | None:
+def build_ptx(cfg: TrainConfig, resolved: Resolved, tokenizer, max_length: int) -> PtxLoss | None:
     """PPO-ptx's supervised term when algo.ptx_coef > 0: one batch of data.ptx pairs, as many as
-    the responses of a mini-batch, per actor optimiser step."""
+    the responses of a mini-batch, per actor optimiser step; a pair is at most ``max_length``
+    tokens (the prompt limit + rollout.max_new_tokens: what the model's positions allow)."""
     if cfg.algo.ptx_coef <= 0:
         return None
-    max_length = cfg.data.max_prompt_tokens + cfg.rollout.max_new_tokens  # what the model's positions allow
     examples = load_ptx_examples(cfg.data.ptx, tokenizer, max_length)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return PtxLoss(
@@ -116,28 +116,101 @@ def build_ptx(cfg: TrainConfig, resolved: Resolved, tokenizer) -> PtxLoss | None
     )
 
 
-def build_local_workers(
-    cfg: TrainConfig, resolved: Resolved, path: Path, tokenizer, ptx: PtxLoss | None = None
-) -> Workers:
-    """In-process workers; the rollout samples with the actor's own model; ``ptx`` joins the actor's updates."""
-    from glassrl.models import load_causal_lm, load_scalar_model
-    from glassrl.rewards import build_combined
-    from glassrl.rollout.hf import HFRolloutEngine
-    from glassrl.workers.local import LocalActor, LocalCritic, LocalReference, LocalReward, LocalRollout
+def environment_maker(cfg: TrainConfig, agent: AgentConfig) -> Callable[[], Environment]:
+    """A fresh environment per episode (docs/agentic.md): rollout.agent.environment (a bundled
+    task's, or the user's ``module:function``), else a ToolEnvironment of rollout.agent.tools, else
+    the environment of data.train's agentic task. Relative ``file.py`` paths are read from the
+    working directory, as data and reward files are. A bad spec fails here, naming its key."""
+    from glassrl.rollout.agent import build_tools, environment_factory, task_environment
 
-    m, a, r = cfg.model, cfg.algo, cfg.rollout
-    micro = cfg.batch.micro_batch_responses
-    load_lm = partial(load_causal_lm, dtype=m.dtype, device=m.device)
-    model = load_lm(path)
-    positions = getattr(model.config, "max_position_embeddings", None)
-    if positions is not None and cfg.data.max_prompt_tokens + r.max_new_tokens > positions:
-        raise GlassrlError(
-            f"data.max_prompt_tokens + rollout.max_new_tokens = {cfg.data.max_prompt_tokens} + {r.max_new_tokens} "
-            f"is more than the model's {positions} positions ({path})"
-        )
-    actor_steps = (cfg.steps - a.value_warmup_steps) * resolved.optimizer_steps_per_step
-    optimizer, scheduler = make_optimizer(model, cfg.actor_optim, actor_steps)
-    terms = actor_terms(
+    try:
+        if agent.environment is not None:
+            return environment_factory(agent.environment)
+        if agent.tools:
+            build_tools(agent.tools)  # every spec checked now, not in the middle of a rollout
+            return partial(
+                _tool_environment,
+                agent.tools,
+                call_timeout_s=agent.call_timeout_s,
+                max_calls=agent.max_calls,
+                max_result_chars=agent.max_result_chars,
+                valid_call_reward=agent.valid_call_reward,
+            )
+    except GlassrlError as err:
+        key = "rollout.agent.environment" if agent.environment is not None else "rollout.agent.tools"
+        raise GlassrlError(f"{key}: {err}") from None
+    return task_environment(agentic_tasks(cfg)[0])
+
+
+def _tool_environment(specs: list[str], **settings) -> Environment:
+    from glassrl.rollout.agent import ToolEnvironment, build_tools
+
+    return ToolEnvironment(build_tools(specs), **settings)
+
+
+def rollout_engine(cfg: TrainConfig, model, tokenizer):
+    """The RolloutEngine sampling with ``model``: multi-turn with tools when the run is agentic
+    (:func:`glassrl.trainer.config.agent_config`), else Hugging Face ``generate``."""
+    from glassrl.rollout.agent import AgentRolloutEngine, HFTurnSampler
+    from glassrl.rollout.hf import HFRolloutEngine
+
+    agent = agent_config(cfg)
+    if agent is None:
+        return HFRolloutEngine(model, tokenizer)
+    return AgentRolloutEngine(
+        HFTurnSampler(model, tokenizer),
+        tokenizer,
+        environment_maker(cfg, agent),
+        call_format=agent.call_format,
+        describe_tools=agent.describe_tools,
+        max_turns=agent.max_turns,
+        tool_workers=agent.tool_workers,
+        sampling_logprobs=cfg.algo.rollout_is is not None,  # TIS weighs by π_old/π_rollout per token
+    )
+
+
+def prompt_format(cfg: TrainConfig, tokenizer) -> Callable[[Sequence[PromptRecord]], list[list[int]]] | None:
+    """How the run's prompts become token ids when the run is agentic: with the environment's tools
+    rendered in, as the call format writes them (glassrl.rollout.agent.agent_prompt_ids); None for
+    a single-turn run (the prompt alone, glassrl.data.formatting.format_prompts)."""
+    from glassrl.rollout.agent import agent_prompt_ids, build_call_format
+
+    agent = agent_config(cfg)
+    if agent is None:
+        return None
+    call_format = build_call_format(tokenizer, agent.call_format, describe_tools=agent.describe_tools)
+    return partial(agent_prompt_ids, call_format, environment_maker(cfg, agent))
+
+
+def lora_settings(cfg: TrainConfig):
+    """model.lora as glassrl.models.lora.LoraSettings, or None (every weight trains)."""
+    from glassrl.models.lora import LoraSettings
+
+    lora = cfg.model.lora
+    if lora is None:
+        return None
+    targets = lora.target_modules if isinstance(lora.target_modules, str) else tuple(lora.target_modules)
+    return LoraSettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout, target_modules=targets)
+
+
+def with_lora(model, settings, base: Path, load_base: Callable[[Path], torch.nn.Module]):
+    """(``model`` with LoRA adapters, the ``load`` of its checkpoint part: the saved adapters on a
+    fresh base); without ``settings``, ``model`` and ``load_base`` unchanged."""
+    from glassrl.models.lora import apply_lora, load_lora_model
+
+    if settings is None:
+        return model, load_base
+    try:
+        adapted = apply_lora(model, settings, base)
+    except GlassrlError as err:  # "lora.target_modules = ..." -> the config's key
+        raise GlassrlError(f"model.{err}") from None
+    return adapted, partial(load_lora_model, settings=settings, load_base=load_base)
+
+
+def actor_loss(cfg: TrainConfig, resolved: Resolved) -> list:
+    """The actor's loss terms (glassrl.trainer.update.actor_terms) as the config chooses them."""
+    a = cfg.algo
+    return actor_terms(
         policy_loss=a.policy_loss,
         params=loss_params(a),
         loss_agg=a.loss_agg,
@@ -146,15 +219,53 @@ def build_local_workers(
         kl_coef=a.kl.coef,
         entropy_coef=a.entropy_coef,
         positive_nll_coef=a.positive_nll_coef,
+        rollout_is_cap=a.rollout_is.cap if a.rollout_is is not None else None,
     )
+
+
+def critic_loss(cfg: TrainConfig, resolved: Resolved) -> list:
+    """The critic's loss terms (glassrl.trainer.update.critic_terms)."""
+    a = cfg.algo
+    return critic_terms(value_clip=a.value_clip, loss_agg=a.loss_agg, norm_length=resolved.norm_length)
+
+
+def actor_optimizer_steps(cfg: TrainConfig, resolved: Resolved) -> int:
+    """Optimiser steps the actor takes in the run (none in the value warm-up steps): its schedule's length."""
+    return (cfg.steps - cfg.algo.value_warmup_steps) * resolved.optimizer_steps_per_step
+
+
+def build_local_workers(
+    cfg: TrainConfig, resolved: Resolved, path: Path, tokenizer, ptx: PtxLoss | None = None
+) -> Workers:
+    """In-process workers; the rollout samples with the actor's own model; ``ptx`` joins the actor's updates.
+
+    model.compute_dtype: forward passes under autocast over float32 master weights
+    (glassrl.models.precision). model.lora: adapters on the actor (and critic); π_ref is then the
+    actor's own model with its adapters off (glassrl.workers.lora), unless model.reference names one.
+    """
+    from glassrl.models import load_causal_lm, load_scalar_model
+    from glassrl.models.precision import Autocast, check_master_weights, compute_dtype
+    from glassrl.rewards import build_combined
+    from glassrl.workers.local import LocalActor, LocalCritic, LocalReference, LocalReward, LocalRollout
+    from glassrl.workers.lora import LoraReference
+
+    m, a, r = cfg.model, cfg.algo, cfg.rollout
+    micro = cfg.batch.micro_batch_responses
+    compute, lora = compute_dtype(m.compute_dtype), lora_settings(cfg)
+    load_lm = partial(load_causal_lm, dtype=m.dtype, device=m.device)
+    # prompt limit + rollout.max_new_tokens fit its positions: glassrl.trainer.prompts
+    model, load_actor = with_lora(load_lm(path), lora, path, load_lm)
+    check_master_weights(model, compute)
+    optimizer, scheduler = make_optimizer(model, cfg.actor_optim, actor_optimizer_steps(cfg, resolved))
     update = partial(
         run_updates,
         micro_batch=micro,
         grad_clip=cfg.actor_optim.grad_clip,
-        forward=partial(actor_forward, r.temperature, a.entropy_coef > 0),
-        terms=terms,
+        forward=Autocast(partial(actor_forward, r.temperature, a.entropy_coef > 0), m.compute_dtype),
+        terms=actor_loss(cfg, resolved),
         prefix="actor",
         ptx=ptx,
+        on_nonfinite=cfg.on_nonfinite,
     )
     actor = LocalActor(
         model,
@@ -164,27 +275,42 @@ def build_local_workers(
         temperature=r.temperature,
         micro_batch=micro,
         update=update,
-        load=load_lm,
+        load=load_actor,
+        compute=compute,
     )
     device = next(model.parameters()).device
-    rollout = LocalRollout(HFRolloutEngine(model, tokenizer), torch.Generator(device).manual_seed(cfg.seed + 1))
+    generator = torch.Generator(device).manual_seed(cfg.seed + 1)
+    rollout = LocalRollout(rollout_engine(cfg, model, tokenizer), generator, compute)
     reference = None
-    if resolved.uses_reference:
-        reference = LocalReference(load_lm(m.reference or path), temperature=r.temperature, micro_batch=micro)
+    if resolved.uses_reference and lora is not None and m.reference is None:
+        reference = LoraReference(model, temperature=r.temperature, micro_batch=micro, compute=compute)
+    elif resolved.uses_reference:
+        ref_model = load_lm(m.reference or path)
+        reference = LocalReference(ref_model, temperature=r.temperature, micro_batch=micro, compute=compute)
     critic = None
     if resolved.uses_critic:
         load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=m.device)
-        critic_model = load_critic(critic_path(cfg, path))
+        base = critic_path(cfg, path)
+        critic_model, load_critic_part = with_lora(load_critic(base), lora, base, load_critic)
+        check_master_weights(critic_model, compute)
         c_opt, c_sched = make_optimizer(critic_model, cfg.critic_optim, resolved.total_optimizer_steps)
         c_update = partial(
             run_updates,
             micro_batch=micro,
             grad_clip=cfg.critic_optim.grad_clip,
-            forward=critic_forward,
-            terms=critic_terms(value_clip=a.value_clip, loss_agg=a.loss_agg, norm_length=resolved.norm_length),
+            forward=Autocast(critic_forward, m.compute_dtype),
+            terms=critic_loss(cfg, resolved),
             prefix="critic",
+            on_nonfinite=cfg.on_nonfinite,
         )
         critic = LocalCritic(
-            critic_model, tokenizer, c_opt, c_sched, micro_batch=micro, update=c_update, load=load_critic
+            critic_model,
+            tokenizer,
+            c_opt,
+            c_sched,
+            micro_batch=micro,
+            update=c_update,
+            load=load_critic_part,
+            compute=compute,
         )
     return Workers(actor, rollout, LocalReward(build_combined(cfg.reward.sources)), reference, critic)

@@ -34,7 +34,7 @@ falls back, when ``latest`` is missing or names nothing complete, to the newest 
 whose files match its manifest, and says so.
 
 The fsync-then-rename sequence is the one recommended for crash-safe file replacement
-(Pillai et al. 2014, "All File Systems Are Not Created Equal", OSDI, §2 and §5).
+(Pillai et al. 2014, "All File Systems Are Not Created Equal", OSDI, §2 and §5; glassrl.trainer.atomic).
 
 Part kinds (:class:`Part`):
 - ``"safetensors"``: dict[str, Tensor] → ``NAME.safetensors`` (loaded back on CPU);
@@ -57,8 +57,7 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -70,6 +69,7 @@ from safetensors.torch import load_file, save_file
 import glassrl
 from glassrl.errors import GlassrlError
 from glassrl.trainer import codec
+from glassrl.trainer.atomic import disk_errors, fsync, write_durably
 
 PartKind = Literal["json", "torch", "safetensors", "hf"]
 MANIFEST = "manifest.json"
@@ -120,7 +120,7 @@ class CheckpointManager:
         if not parts:
             raise ValueError("a checkpoint needs at least one part")
         name = step_dir_name(step)
-        with _disk_errors(f"checkpoint {name}", self.root):
+        with disk_errors(f"checkpoint {name}", self.root):
             self.root.mkdir(parents=True, exist_ok=True)
             tmp = self.root / f"tmp-{name}-{secrets.token_hex(4)}"
             tmp.mkdir()
@@ -134,10 +134,10 @@ class CheckpointManager:
                     "finite": all(entry.pop("finite") for entry in entries.values()),
                     "parts": entries,
                 }
-                _write_durably(tmp / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
-                _fsync(tmp)
-            except OSError:
-                shutil.rmtree(tmp, ignore_errors=True)  # a full disk: free what this save took
+                write_durably(tmp / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+                fsync(tmp)
+            except Exception:  # a full disk, a value the encoding refuses: free what this save took
+                shutil.rmtree(tmp, ignore_errors=True)
                 raise
             final = self.root / name
             if final.exists():
@@ -147,9 +147,9 @@ class CheckpointManager:
                 # and find_latest() then falls back to the newest checkpoint that verifies.
                 os.rename(final, self.root / f"tmp-replaced-{name}-{secrets.token_hex(4)}")
             os.rename(tmp, final)
-            _fsync(self.root)
+            fsync(self.root)
             pointer = self.root / f"{LATEST}.tmp-{secrets.token_hex(4)}"
-            _write_durably(pointer, (name + "\n").encode(), self.root / LATEST)
+            write_durably(pointer, (name + "\n").encode(), self.root / LATEST)
         self._prune(step)
         self._remove_stale_tmp()
         return final
@@ -238,9 +238,9 @@ class CheckpointManager:
                 raise
             raise GlassrlError(f"checkpoint part {name!r}: {err}") from None
         for file in files:
-            _fsync(file)
+            fsync(file)
         for sub in {f.parent for f in files}:
-            _fsync(sub)
+            fsync(sub)
         return {
             "kind": part.kind,
             "files": [_describe_file(directory, f) for f in sorted(files)],
@@ -287,15 +287,6 @@ def _is_finite(path: Path) -> bool:
         return False
 
 
-@contextmanager
-def _disk_errors(what: str, where: Path) -> Iterator[None]:
-    """An OSError while writing (no space left, read-only file system, no permission) as one line."""
-    try:
-        yield
-    except OSError as err:
-        raise GlassrlError(f"{what}: cannot write under {where}: {err.strerror or err}") from None
-
-
 def read_manifest(path: Path) -> dict:
     """The parsed ``manifest.json`` of checkpoint ``path`` (GlassrlError when missing or malformed)."""
     file = Path(path) / MANIFEST
@@ -329,14 +320,14 @@ def _part_path(kind: str, name: str) -> str:
 def _write_json(directory: Path, name: str, value: object) -> list[Path]:
     text, _ = codec.encode(value, allow_tensors=False)
     path = directory / _part_path("json", name)
-    _write_durably(path, text.encode())
+    write_durably(path, text.encode())
     return [path]
 
 
 def _write_torch(directory: Path, name: str, value: object) -> list[Path]:
     text, tensors = codec.encode(value)
     tree, weights = directory / f"{name}.json", directory / f"{name}.safetensors"
-    _write_durably(tree, text.encode())
+    write_durably(tree, text.encode())
     save_file(tensors, str(weights))
     return [tree, weights]
 
@@ -452,23 +443,3 @@ def _verify_file(checkpoint: Path, entry: dict) -> None:
         raise GlassrlError(
             f"checkpoint {checkpoint.name}: file {entry['path']} is corrupt (sha256 differs from the manifest)"
         )
-
-
-def _fsync(path: Path) -> None:
-    """fsync(2) a file (its data) or a directory (its entries: new names, renames)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durably(tmp: Path, data: bytes, final: Path | None = None) -> None:
-    """Write ``data`` to ``tmp`` and fsync it; with ``final``, atomically rename it there and fsync the directory."""
-    with tmp.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    if final is not None:
-        os.replace(tmp, final)
-        _fsync(final.parent)

@@ -20,9 +20,6 @@ shared with the SFT and reward-model configs (glassrl.trainer.sft, glassrl.train
 
 Each field carries a one-line comment on its own line(s): its help in ``glassrl config show`` and
 docs/config.md (glassrl.config.field_help). docs/algorithms/*.md name these keys.
-
-A resumed run (``--resume``) must have the saved config, except :data:`RESUMABLE_KEYS`
-(``steps``: a finished run goes on); :func:`resume_changes` says which changed.
 """
 
 from __future__ import annotations
@@ -34,29 +31,76 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn
 
 from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS, REQUIRED_INPUTS
-from glassrl.config import flatten, get_dotted, knob_set, to_dict
+from glassrl.config import get_dotted, knob_set
+from glassrl.data.sources import Source, parse_sources
 from glassrl.errors import GlassrlError
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters (Hu et al. 2021, eq. 3: W₀ + BA·α/r) with peft (glassrl.models.lora); only they train."""
+
+    r: int = 8  # rank of the adapters B (d×r) and A (r×k)
+    alpha: float = 16.0  # scale α: the update is BA·α/r
+    dropout: float = 0.0  # dropout on the adapters' input, in [0, 1)
+    target_modules: str | list[str] = "all-linear"  # modules that get an adapter: names, or all-linear (every Linear but the output layer)
+
+
+@dataclass
 class ModelConfig:
-    actor: str = "default"  # policy checkpoint directory; "default" = the embedded default model (built on first use)
-    reference: str | None = None  # reference policy π_ref; null = a frozen copy of the actor's initial weights
+    actor: str = "default"  # policy: checkpoint dir or hub id in the local HF cache; "default" = the built-in model
+    reference: str | None = None  # reference policy π_ref (dir or cached hub id); null = a frozen initial actor
     critic: str | None = None  # critic checkpoint; null = the actor + fresh head; reward_model = the reward model
     critic_head: str = "value-head"  # scalar head of a critic built from a causal LM: value-head | token-classification
     dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | float16
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
+    compute_dtype: Literal["float32", "bfloat16"] = "float32"  # matrix products; bfloat16 = autocast over float32 master weights (model.dtype must give float32)
+    lora: LoraConfig | None = None  # LoRA adapters on the actor and the critic (π_ref = the base, adapters off); null = train every weight
 
 
 @dataclass
 class DataConfig:
-    train: str = "task:arith-verify"  # training prompts: "task:NAME" (bundled task, train split) or a jsonl/parquet/datasets path
+    train: str | list[dict[str, Any]] = (
+        "task:arith-verify"  # "task:NAME", a jsonl/parquet/datasets path, or a mixture [{path, weight}, ...]
+    )
     test: str | None = None  # evaluation prompts, same forms; null = the test split of a task:NAME train set, else none
-    max_prompt_tokens: int = 48  # prompts longer than this (in tokens, as the policy sees them) are dropped
+    prompt_key: str = "prompt"  # field of the prompt (text or chat messages); a dotted path reaches nested fields
+    answer_key: str = "answer"  # field of the reference answer, optional per row (verl: reward_model.ground_truth)
+    metadata_keys: list[str] | None = None  # fields kept for the rewards (dotted paths); null = every other field
+    chat_template: Literal["auto", "none"] = "auto"  # auto: text prompts use the tokenizer's template (docs/data.md)
+    system_prompt: str | None = None  # system message put first in every prompt the chat template renders
+    max_prompt_tokens: int | Literal["auto"] = "auto"  # longest prompt in tokens; auto = positions − max_new_tokens
+    overlong_prompts: Literal["error", "drop", "truncate_left"] = "error"  # a longer prompt: stop, drop it, or cut it
     eval_size: int = 200  # evaluation prompts used (the first ones of the test set)
     ptx: str | None = (
         None  # PPO-ptx supervised pairs: "task:NAME" or a jsonl of prompt/response; used when algo.ptx_coef > 0
     )
+
+
+@dataclass
+class AgentConfig:
+    """Multi-turn rollouts with tools (glassrl.rollout.agent, docs/agentic.md): the model writes a turn,
+    the environment answers with an observation that stays in the context (mask False), until a final
+    answer, max_turns, or rollout.max_new_tokens."""
+
+    environment: str | None = None  # a bundled task's (tool-add, research), or "module:function" / "file.py:Class" making a fresh Environment per episode; null = tools, else data.train's task
+    tools: list[str] = field(default_factory=list)  # tools of a ToolEnvironment: built-ins (calculator, python, search, open_page), "module:attribute", "file.py:attribute"
+    valid_call_reward: float = 0.0  # with tools: reward part "valid_call", once per episode, for the first call that ran
+    call_timeout_s: float = 30.0  # with tools: time limit of one tool call, in seconds
+    max_calls: int = 4  # with tools: calls run per turn; further ones are answered with an error
+    max_result_chars: int = 2000  # with tools: a tool result longer than this is cut (and says so)
+    max_turns: int = 4  # generated turns per response, the final answer included
+    call_format: Literal["auto", "tagged", "hermes"] = "auto"  # how calls are written: auto = hermes when the chat template takes tools=, else tagged
+    describe_tools: bool = True  # tagged format: describe the tools and the call syntax before the prompt
+    tool_workers: int = 8  # environments stepped at once (threads)
+
+
+@dataclass
+class VLLMConfig:
+    """The vLLM rollout engine (glassrl.rollout.vllm), colocated with the actor on its GPU."""
+
+    gpu_memory_utilization: float = 0.4  # share of the GPU's memory vLLM may take (weights + KV cache), in (0, 1)
+    sleep: bool = True  # release vLLM's GPU memory between rollouts (sleep level 1) so that training can use it
 
 
 @dataclass
@@ -65,7 +109,10 @@ class RolloutConfig:
     temperature: float = 1.0  # sampling temperature (log-probs are computed at the same temperature)
     top_p: float = 1.0  # nucleus sampling mass; 1 = off
     top_k: int = 0  # sample among the k most likely tokens; 0 = off
-    max_new_tokens: int = 16  # longest response in tokens; a longer one stops with finish reason "length"
+    max_new_tokens: int = 16  # longest response in tokens (multi-turn: generated and observation tokens together)
+    agent: AgentConfig | None = None  # multi-turn rollouts with tools; null = single-turn, unless data.train is an agentic task (task:tool-add, task:research): then its environment with these defaults
+    engine: Literal["hf", "vllm"] = "hf"  # hf: Hugging Face decoding with the actor's own model; vllm: vLLM on the actor's GPU (pip install 'glassrl[vllm]')
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)  # the vLLM engine's memory; read when rollout.engine = vllm
 
 
 @dataclass
@@ -86,6 +133,13 @@ class KLConfig:
     coef: float = 0.001  # β, the KL coefficient (initial value for the adaptive controller)
     target: float | None = None  # adaptive controller's target KL per token; null = fixed β (placement reward only)
     horizon: int = 10000  # adaptive controller's horizon in responses (Ziegler et al. 2019, §2.2)
+
+
+@dataclass
+class RolloutISConfig:
+    """Truncated importance sampling (TIS) of the train/rollout mismatch (glassrl.algos.rollout_is)."""
+
+    cap: float = 2.0  # C: the per-token weight π_old/π_rollout is cut at C (Yao et al. 2025 use 2)
 
 
 @dataclass
@@ -127,6 +181,7 @@ class AlgoConfig:
     reward_norm: bool = False  # normalise scores with running mean/std of all scores seen
     reward_init_norm: bool = False  # normalise scores by a mean/std fixed on the first step's (initial policy's)
     no_eos_score: float | None = None  # replaces the score of a response without EOS (finish reason length); null = off
+    rollout_is: RolloutISConfig | None = None  # truncated importance sampling of the rollout engine's mismatch: policy loss × min(π_old/π_rollout, cap); null = off
     score_clip: float | None = None  # clip scores (after normalisation) to [−score_clip, score_clip]; null = off
 
 
@@ -209,10 +264,39 @@ class LoggingConfig:
     eval_group_by: str | None = (
         None  # a metadata key of the test records (e.g. lang): also eval/accuracy/<value> per value
     )
+    eval_k: int = 1  # responses per evaluation prompt: 1 = greedy; k > 1 = sampled, for mean@k and pass@k
+    eval_threshold: float = 1.0  # a response is correct when its reward reaches this (a verifier's verdict wins)
     checkpoint_every: int = 0  # steps between checkpoints; 0 = only after the last step
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     report: bool = True  # write output_dir/report.html (glassrl report) at the end of the run
     report_every: int = 0  # steps between refreshes of report.html during the run; 0 = only at the end
+
+
+@dataclass
+class TrainerConfig:
+    backend: Literal["local", "ray"] = "local"  # local: every role in this process; ray: roles as groups of Ray actors (docs/scale-out.md)
+
+
+@dataclass
+class RayRoleConfig:
+    """One role's group on the Ray cluster: data-parallel ranks, each with its resources."""
+
+    world_size: int = 1  # ranks of the role (one process each; one torch.distributed group: gloo on CPU, NCCL on GPU)
+    resources: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})  # per rank, Ray resources: {CPU: 1}, {GPU: 1, CPU: 4}, ...
+
+
+@dataclass
+class RayConfig:
+    """The Ray backend (glassrl.workers.ray, glassrl.trainer.build_ray); read when trainer.backend = ray."""
+
+    address: str | None = None  # null: start a local Ray cluster; "auto" or "HOST:6379": join a running one
+    placement: Literal["colocate", "separate"] = "colocate"  # colocate: rank r of every role shares bundle r; separate: a placement group per role
+    fsdp: bool = False  # FSDP2 shards instead of DDP replicas (library only: sampling from shards is not built)
+    rollout_ranks: int | None = None  # actor ranks that sample (the first k); null = all; 1 = rank 0 samples with the in-process seed (same responses as trainer.backend = local)
+    actor: RayRoleConfig = field(default_factory=RayRoleConfig)  # the policy's ranks (they also sample, and hold π_ref under LoRA)
+    critic: RayRoleConfig = field(default_factory=RayRoleConfig)  # the value model's ranks (when the estimator reads values)
+    reference: RayRoleConfig = field(default_factory=RayRoleConfig)  # π_ref's ranks (when a KL term needs it and LoRA does not give it)
+    reward: RayRoleConfig | None = None  # reward sources scored on these ranks; null = in the driver (user functions still run in their timeout workers)
 
 
 @dataclass
@@ -229,6 +313,9 @@ class TrainConfig:
     actor_optim: OptimConfig = field(default_factory=OptimConfig)  # actor optimiser and schedule
     critic_optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4))  # critic optimiser and schedule
     logging: LoggingConfig = field(default_factory=LoggingConfig)  # metrics, ledgers, evaluation, checkpoints
+    on_nonfinite: Literal["stop", "skip"] = "stop"  # a NaN/inf loss or gradient norm: stop the run (exit 2) or skip that optimiser step
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)  # where the role workers run
+    ray: RayConfig = field(default_factory=RayConfig)  # the Ray backend's cluster and groups
 
     def validate(self, written: Set[str] | None = None) -> None:
         """Every check of the config (ranges, registry names, consistency, knobs the chosen algorithm
@@ -238,6 +325,8 @@ class TrainConfig:
         _check_names(self)
         _check_consistency(self)
         _check_ignored(self, written)
+        _check_agent(self, written)
+        _check_scale_out(self, written)
 
 
 @dataclass(frozen=True)
@@ -275,7 +364,7 @@ class Resolved:
             ("optimiser steps per step", f"{self.optimizer_steps_per_step}", "optimiser steps, per training step"),
             ("optimiser steps in all", f"{self.total_optimizer_steps}", "optimiser steps, whole run"),
             ("max response length", f"{c.rollout.max_new_tokens}", "tokens, per response"),
-            ("max prompt length", f"{c.data.max_prompt_tokens}", "tokens, per prompt"),
+            ("max prompt length", _prompt_limit_text(c), f"tokens, per prompt; longer: {c.data.overlong_prompts}"),
             ("advantage estimator", c.algo.advantage, "critic: " + ("yes" if self.uses_critic else "no")),
             ("policy loss", f"{c.algo.policy_loss} / {c.algo.loss_agg}", "loss / aggregation"),
             ("KL", _kl_text(c.algo.kl), "placement (estimator, β)"),
@@ -309,26 +398,9 @@ def resolve(cfg: TrainConfig) -> Resolved:
     )
 
 
-# The keys a resumed run may change (glassrl train RUN_DIR/config.yaml --resume steps=120): the run
-# goes on to the new last step; a cosine learning-rate schedule is stretched to end there.
-RESUMABLE_KEYS = ("steps",)
-
-
-def resume_changes(saved: dict[str, Any], cfg: TrainConfig, where: str) -> dict[str, tuple[Any, Any]]:
-    """{key: (saved value, value now)} of the :data:`RESUMABLE_KEYS` that ``cfg`` changes against a
-    run's saved config (``saved``: its ``to_dict`` form, read from ``where``); GlassrlError naming
-    every other key that differs."""
-    old, new = flatten(saved), flatten(to_dict(cfg))
-    changed = sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
-    refused = [key for key in changed if key not in RESUMABLE_KEYS]
-    if refused:
-        first = refused[0]
-        raise GlassrlError(
-            f"--resume: the config differs from {where} in {', '.join(refused)} "
-            f"({first}: {old.get(first)!r} then, {new.get(first)!r} now); a resumed run continues "
-            f"the same run, and only {', '.join(RESUMABLE_KEYS)} may change"
-        )
-    return {key: (old[key], new[key]) for key in changed}
+def _prompt_limit_text(cfg: TrainConfig) -> str:
+    value = cfg.data.max_prompt_tokens
+    return f"auto (positions − {cfg.rollout.max_new_tokens})" if value == "auto" else f"{value}"
 
 
 def _kl_text(kl: KLConfig) -> str:
@@ -394,7 +466,8 @@ def _check_ranges(cfg: TrainConfig) -> None:
             "batch.mini_batch_prompts": b.mini_batch_prompts,
             "batch.micro_batch_responses": b.micro_batch_responses,
             "batch.epochs": b.epochs,
-            "data.max_prompt_tokens": cfg.data.max_prompt_tokens,
+            "data.max_prompt_tokens": None if cfg.data.max_prompt_tokens == "auto" else cfg.data.max_prompt_tokens,
+            "logging.eval_k": cfg.logging.eval_k,
             "algo.kl.horizon": a.kl.horizon,
             "algo.dynamic_sampling_max_rounds": a.dynamic_sampling_max_rounds,
             "logging.log_every": cfg.logging.log_every,
@@ -486,6 +559,7 @@ def _check_names(cfg: TrainConfig) -> None:
 
 def _check_consistency(cfg: TrainConfig) -> None:
     a, b, n = cfg.algo, cfg.batch, cfg.rollout.n
+    parse_sources(cfg.data.train, "data.train", Source(""))  # a mixture's entries: paths, weights > 0, keys
     _divides(b.mini_batch_prompts, "batch.mini_batch_prompts", b.prompts_per_step, "batch.prompts_per_step", "prompts")
     _divides(
         b.micro_batch_responses,
@@ -616,3 +690,135 @@ def _check_ignored(cfg: TrainConfig, written: Set[str] | None) -> None:
         ignored("data.ptx", "PPO-ptx's supervised pairs; algo.ptx_coef = 0 turns PPO-ptx off")
     if not cfg.logging.report:
         ignored("logging.report_every", "logging.report is false: no report.html is written")
+
+
+# ---------------------------------------------------------------- multi-turn rollouts (rollout.agent)
+
+# The AgentConfig knobs that only a ToolEnvironment built from rollout.agent.tools reads.
+TOOL_KNOBS = ("valid_call_reward", "call_timeout_s", "max_calls", "max_result_chars")
+
+
+def agentic_tasks(cfg: TrainConfig) -> list[str]:
+    """The bundled agentic tasks (glassrl.data.tasks.AGENTIC_TASKS) among data.train's sources, in order."""
+    from glassrl.data.tasks import AGENTIC_TASKS, parse_task
+
+    paths = [cfg.data.train] if isinstance(cfg.data.train, str) else [s.get("path", "") for s in cfg.data.train]
+    refs = [parse_task(p) for p in paths if isinstance(p, str)]
+    return list(dict.fromkeys(r.name for r in refs if r is not None and r.name in AGENTIC_TASKS))
+
+
+def agent_config(cfg: TrainConfig) -> AgentConfig | None:
+    """The run's multi-turn settings: rollout.agent; when it is null and data.train is an agentic
+    task (task:tool-add, task:research), the defaults (that task's environment); None = single-turn."""
+    if cfg.rollout.agent is not None:
+        return cfg.rollout.agent
+    return AgentConfig() if agentic_tasks(cfg) else None
+
+
+def _check_agent(cfg: TrainConfig, written: Set[str] | None) -> None:
+    """Ranges of rollout.agent, and where its episodes' environment comes from: exactly one of
+    rollout.agent.environment, rollout.agent.tools, an agentic data.train task."""
+    agent, tasks = cfg.rollout.agent, agentic_tasks(cfg)
+    if len(tasks) > 1 and (agent is None or agent.environment is None and not agent.tools):
+        fail("data.train", cfg.data.train, f"mixes agentic tasks ({', '.join(tasks)}): set rollout.agent.environment")
+    if agent is None:
+        return
+    at_least(1, {"rollout.agent.max_turns": agent.max_turns, "rollout.agent.tool_workers": agent.tool_workers})
+    at_least(1, {"rollout.agent.max_calls": agent.max_calls, "rollout.agent.max_result_chars": agent.max_result_chars})
+    if not agent.call_timeout_s > 0:
+        fail("rollout.agent.call_timeout_s", agent.call_timeout_s, "must be > 0")
+    if agent.environment is not None and agent.tools:
+        fail("rollout.agent.tools", agent.tools, "rollout.agent.environment is set too: it brings its own tools")
+    if agent.environment is None and not agent.tools and not tasks:
+        raise GlassrlError(
+            "rollout.agent: no environment for the episodes: set rollout.agent.environment or "
+            "rollout.agent.tools, or train on an agentic task (data.train = task:tool-add, task:research)"
+        )
+    if agent.environment is not None and ":" not in agent.environment:
+        from glassrl.rollout.agent.tasks import TASK_ENVIRONMENTS
+
+        if agent.environment not in TASK_ENVIRONMENTS:
+            valid = ", ".join(TASK_ENVIRONMENTS)
+            fail("rollout.agent.environment", agent.environment, f"unknown; valid: {valid}, or module:function")
+    if not agent.tools:
+        for knob in TOOL_KNOBS:
+            key = f"rollout.agent.{knob}"
+            if written is not None and key in written or written is None and getattr(agent, knob) != getattr(
+                AgentConfig(), knob
+            ):
+                fail(f"rollout.agent.{knob}", getattr(agent, knob), "ignored: it sets up rollout.agent.tools, empty")
+
+
+
+# ---------------------------------------------------------------- scale-out: precision, LoRA, rollout engine, Ray
+
+
+def _check_scale_out(cfg: TrainConfig, written: Set[str] | None) -> None:
+    """model.compute_dtype, model.lora, rollout.engine, algo.rollout_is, trainer.backend and ray.*."""
+    m, r, a = cfg.model, cfg.rollout, cfg.algo
+    if m.compute_dtype == "bfloat16" and m.dtype in ("bfloat16", "float16"):
+        fail(
+            "model.dtype",
+            m.dtype,
+            "model.compute_dtype = bfloat16 needs float32 master weights (AdamW on half-precision weights "
+            "loses small updates: docs/scale-out.md); set model.dtype: float32",
+        )
+    if m.lora is not None:
+        at_least(1, {"model.lora.r": m.lora.r})
+        if not m.lora.alpha > 0:
+            fail("model.lora.alpha", m.lora.alpha, "must be > 0")
+        if not 0 <= m.lora.dropout < 1:
+            fail("model.lora.dropout", m.lora.dropout, "must lie in [0, 1)")
+        if not m.lora.target_modules:
+            fail("model.lora.target_modules", m.lora.target_modules, "needs module names, or all-linear")
+    if a.rollout_is is not None and not a.rollout_is.cap > 0:
+        fail("algo.rollout_is.cap", a.rollout_is.cap, "must be > 0")
+    if not 0 < r.vllm.gpu_memory_utilization < 1:
+        fail("rollout.vllm.gpu_memory_utilization", r.vllm.gpu_memory_utilization, "must lie in (0, 1)")
+    if r.engine == "vllm" and agent_config(cfg) is not None:
+        fail("rollout.engine", "vllm", "multi-turn rollouts (rollout.agent) sample with the Hugging Face engine")
+    if r.engine != "vllm" and knob_set(cfg, "rollout.vllm", written):
+        raise GlassrlError(f"rollout.vllm: ignored: rollout.engine = {r.engine}; remove it or set rollout.engine: vllm")
+    if cfg.trainer.backend == "local":
+        if knob_set(cfg, "ray", written):
+            raise GlassrlError("ray: ignored: trainer.backend = local; remove the section or set trainer.backend: ray")
+        return
+    _check_ray(cfg)
+
+
+def _check_ray(cfg: TrainConfig) -> None:
+    """What trainer.backend = ray needs: groups that can be placed, a mini-batch per rank, wired features."""
+    ray, a = cfg.ray, cfg.algo
+    roles = {"actor": ray.actor, "critic": ray.critic, "reference": ray.reference, "reward": ray.reward}
+    for name, role in roles.items():
+        if role is None:
+            continue
+        at_least(1, {f"ray.{name}.world_size": role.world_size})
+        values = role.resources.values()
+        if not all(isinstance(v, (int, float)) and v >= 0 for v in values) or not any(v > 0 for v in values):
+            fail(f"ray.{name}.resources", role.resources, "needs amounts >= 0, one of them > 0 (e.g. {CPU: 1})")
+    if ray.rollout_ranks is not None and not 1 <= ray.rollout_ranks <= ray.actor.world_size:
+        fail("ray.rollout_ranks", ray.rollout_ranks, f"must lie in [1, ray.actor.world_size = {ray.actor.world_size}]")
+    mini = cfg.batch.mini_batch_prompts * cfg.rollout.n
+    trained = [("actor", ray.actor)] + ([("critic", ray.critic)] if uses_critic(a) else [])
+    for name, role in trained:
+        if role.world_size > mini:
+            fail(
+                f"ray.{name}.world_size",
+                role.world_size,
+                f"more ranks than the {mini} responses of a mini-batch (batch.mini_batch_prompts × rollout.n): "
+                "a rank would have nothing to train on",
+            )
+    if ray.fsdp:
+        fail(
+            "ray.fsdp",
+            True,
+            "sampling from FSDP2 shards is not built, so glassrl train runs DDP replicas "
+            "(FSDP2 is a library part: docs/scale-out.md)",
+        )
+    if a.ptx_coef > 0:
+        fail("algo.ptx_coef", a.ptx_coef, "PPO-ptx is not wired into trainer.backend = ray; use trainer.backend: local")
+    if agent_config(cfg) is not None:
+        fail("rollout.agent", "on", "multi-turn rollouts are not wired into trainer.backend = ray")
+    if cfg.on_nonfinite == "skip":
+        fail("on_nonfinite", "skip", "the data-parallel update does not skip steps; use on_nonfinite: stop")

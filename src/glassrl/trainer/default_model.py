@@ -36,6 +36,7 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -52,6 +53,7 @@ from glassrl.models.default_model import (
     DEFAULT_SPEC,
     MARKER,
     VERSION,
+    AgentModelSpec,
     DefaultModelSpec,
     default_model_dir,
     is_built,
@@ -68,28 +70,43 @@ def ensure_default_model(
     *, out_dir: str | Path | None = None, seed: int = 0, rebuild: bool = False, console: Console | None = None
 ) -> Path:
     """The default model's directory (``default_model_dir()`` unless ``out_dir``), built if it is
-    missing, was built from another seed or spec, or ``rebuild``. The build goes to a temporary
-    sibling directory renamed into place. A directory that is neither empty nor a default model
-    is never replaced."""
+    missing, was built from another seed or spec, or ``rebuild`` (:func:`ensure_built`)."""
     console = console or Console()
     out = Path(out_dir) if out_dir is not None else default_model_dir()
-    if not rebuild and is_built(out, seed):
+    return ensure_built(
+        out, seed, DEFAULT_SPEC, VERSION, lambda tmp: build_default_model(tmp, seed=seed, console=console), rebuild, console
+    )
+
+
+def ensure_built(
+    out: Path,
+    seed: int,
+    spec: DefaultModelSpec | AgentModelSpec,
+    version: str,
+    build: Callable[[Path], dict],
+    rebuild: bool,
+    console: Console,
+) -> Path:
+    """``out``, built by ``build(tmp)`` unless it holds a model of ``seed`` and ``spec`` already
+    (and not ``rebuild``). The build goes to a temporary sibling directory renamed into place. A
+    directory that is neither empty nor a glassrl embedded model is never replaced."""
+    if not rebuild and is_built(out, seed, spec):
         return out
     if out.exists() and not (out / MARKER).is_file() and any(out.iterdir()):
         raise GlassrlError(f"{out} exists and is not a glassrl default model; refusing to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.building-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    console.print(f"[bold]glassrl[/bold]: building the default model ({VERSION}, seed {seed}) -> {out}")
+    console.print(f"[bold]glassrl[/bold]: building the model {version} (seed {seed}) -> {out}")
     try:
-        build_default_model(tmp, seed=seed, console=console)
+        build(tmp)
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
             os.replace(out, old)
             shutil.rmtree(old)
         os.replace(tmp, out)
     except OSError:
-        if not is_built(out, seed):
+        if not is_built(out, seed, spec):
             raise
         # Another process finished the same build first; its copy is as good as ours.
     finally:

@@ -12,14 +12,20 @@ shapers (phases.SCORE_SHAPERS) by their keys, loss terms by their coefficients
 (update.actor_terms).
 
 Run directory (``output_dir``): config.yaml (the resolved config), metrics.jsonl,
-tensorboard/ (when on), ledgers/step_XXXXXX.jsonl, checkpoints/ (glassrl.trainer.checkpoint).
+tensorboard/ (when on), ledgers/step_XXXXXX.jsonl, checkpoints/ (glassrl.trainer.checkpoint),
+resumes.jsonl (one line per --resume: from which checkpoint, and the keys changed), .lock
+while a run holds it (glassrl.trainer.run_lock: one run per directory).
+
+A resumed run is compared with the config saved inside its checkpoint (part "config"), so a
+missing or hand-edited config.yaml changes nothing; only the keys of RESUME_MAY_CHANGE may
+differ (recorded in resumes.jsonl). Nothing in a checkpoint names an absolute path that
+matters, so a run directory copied or moved elsewhere resumes with ``output_dir=NEW``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from pathlib import Path
 
@@ -29,23 +35,36 @@ from rich.console import Console
 
 from glassrl.algos.kl import AdaptiveKLController, FixedKLController
 from glassrl.algos.masked import masked_mean
-from glassrl.config import to_dict
-from glassrl.data.formatting import format_prompt
+from glassrl.config import flatten, safe_load, to_dict
 from glassrl.errors import GlassrlError
 from glassrl.ledger.compute import from_experience
 from glassrl.report.html import write_run_report
 from glassrl.report.run_dir import collect_environment
-from glassrl.report.sinks import ConsoleSink, JsonlSink, MetricSinks, TensorBoardSink
+from glassrl.report.sinks import (
+    ConsoleSink,
+    JsonlSink,
+    MetricSinks,
+    MlflowSink,
+    TensorBoardSink,
+    WandbSink,
+    sample_rows,
+)
 from glassrl.rollout.base import SamplingParams
 from glassrl.trainer import phases, state
-from glassrl.trainer.build import actor_path, build_gold, build_local_workers, build_ptx, load_records, test_spec
+from glassrl.trainer.atomic import DISK_FULL, disk_errors, write_text
+from glassrl.trainer.build import actor_path, build_gold, build_local_workers, build_ptx, prompt_format
+from glassrl.trainer.build_ray import build_ray_workers
 from glassrl.trainer.checkpoint import CheckpointManager
 from glassrl.trainer.common import seed_everything
 from glassrl.trainer.config import TrainConfig, resolve
 from glassrl.trainer.dynamic_sampling import DynamicSampler, OneRound
+from glassrl.trainer.evaluation import evaluate
 from glassrl.trainer.experience import Experience
 from glassrl.trainer.metrics import PhaseTimer
+from glassrl.trainer.nonfinite import NonFiniteError
 from glassrl.trainer.phases import Sampled
+from glassrl.trainer.prompts import build_prompts
+from glassrl.trainer.run_lock import RunLock
 from glassrl.trainer.step_metrics import (
     accuracy,
     correct,
@@ -67,6 +86,9 @@ CONSOLE_KEYS = (
     "eval/accuracy",
     "perf/step_s",
 )
+# Config keys a resumed run may change (dotted prefixes): how long it runs, where it lives, what
+# it logs. Anything else would make it another run (state.RunConfig).
+RESUME_MAY_CHANGE = ("steps", "output_dir", "logging")
 
 
 class Trainer:
@@ -82,15 +104,15 @@ class Trainer:
         seed_everything(cfg.seed)
         path = actor_path(cfg, self.console)
         self.tokenizer = load_tokenizer(path)
-        max_tokens = cfg.data.max_prompt_tokens
-        self.prompts = state.PromptStream(
-            load_records(cfg.data.train, "train", self.tokenizer, max_tokens, "data.train"), cfg.seed
-        )
-        spec = test_spec(cfg)
-        self.test_records = [] if spec is None else load_records(spec, "test", self.tokenizer, max_tokens, "data.test")
-        self.test_records = self.test_records[: cfg.data.eval_size]
-        self.ptx = build_ptx(cfg, self.resolved, self.tokenizer)  # PPO-ptx's supervised batches, or None
-        self.workers = build_local_workers(cfg, self.resolved, path, self.tokenizer, self.ptx)
+        # prompt sets, chat template, length rule (an agentic run's prompts with their tools described)
+        self.data = build_prompts(cfg, self.tokenizer, path, prompt_format(cfg, self.tokenizer))
+        for line in self.data.summary():
+            self.console.print(line, markup=False, soft_wrap=True)
+        self.prompts, self.test_records = self.data.train, self.data.test  # a PromptStream or MixtureStream
+        max_length = self.data.limit + cfg.rollout.max_new_tokens
+        self.ptx = build_ptx(cfg, self.resolved, self.tokenizer, max_length)  # PPO-ptx's supervised batches, or None
+        build_workers = build_ray_workers if cfg.trainer.backend == "ray" else build_local_workers
+        self.workers = build_workers(cfg, self.resolved, path, self.tokenizer, self.ptx)
         self.gold = build_gold(cfg)  # reward.gold: scored for reward/gold, never trained on
         kl = cfg.algo.kl
         self.kl = (
@@ -114,14 +136,24 @@ class Trainer:
             *([self.ptx.stream] if self.ptx is not None else []),
             state.GlobalRNG({"shuffle": self.shuffle}),
         ]
+        self.run_config = state.RunConfig(to_dict(cfg), RESUME_MAY_CHANGE)  # compared first on resume
+        self.components.insert(0, self.run_config)
         self.out = Path(cfg.output_dir)
         self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)
-        self._check_run_dir(resume)
-        if resume:
-            self.counters.step = state.restore(self.checkpoints, self.components)
-        self.initial_eval: float | None = None  # eval/accuracy before the first step (set by train)
-        self.timer = PhaseTimer()
-        self.sinks = self._sinks(resume, progress)
+        with disk_errors(f"output_dir = {self.out}", self.out):
+            self.lock = RunLock(self.out / ".lock", f"output_dir = {self.out}")  # released by train() / close()
+        try:
+            if self.lock.stale:
+                self.console.print(f"glassrl: took over the lock of a run that died ({self.lock.stale})", markup=False)
+            self._check_run_dir(resume)
+            self.initial_eval: float | None = None  # eval/accuracy before the first step (set by train)
+            self.last_metrics: dict[str, float] = {}  # of the last step train() ran
+            self.timer = PhaseTimer()
+            self.sinks = self._sinks(resume, progress)
+        except BaseException:
+            self.lock.release()
+            self.workers.close()
+            raise
 
     # ------------------------------------------------------------------ the step
 
@@ -170,24 +202,40 @@ class Trainer:
         return metrics
 
     def train(self) -> dict[str, float]:
-        """Run the remaining steps (evaluating before the first); returns the last metrics."""
-        metrics: dict[str, float] = {}
+        """Run the remaining steps (evaluating before the first); returns the last metrics.
+
+        The run directory is released at the end, whatever happens (:meth:`close`)."""
         try:
-            (self.out / "config.yaml").write_text(
-                yaml.safe_dump(to_dict(self.cfg), sort_keys=False, allow_unicode=True)
-            )
-            (self.out / "environment.json").write_text(json.dumps(collect_environment(), indent=2))
-            if self.counters.step == 0 and self.test_records:
-                initial = self.evaluate()
-                self.initial_eval = initial["eval/accuracy"]
-                self.sinks.log(0, initial)
-            while self.counters.step < self.cfg.steps:
-                metrics = self.step()
+            with disk_errors(f"output_dir = {self.out}", self.out, only=DISK_FULL):  # a full disk: one line
+                self._train_steps()
         finally:
-            self.sinks.close()
+            self.close()
+        return self.last_metrics
+
+    def _train_steps(self) -> None:
+        write_text(self.out / "config.yaml", yaml.safe_dump(to_dict(self.cfg), sort_keys=False, allow_unicode=True))
+        write_text(self.out / "environment.json", json.dumps(collect_environment(), indent=2))
+        if self.counters.step == 0 and self.test_records:
+            initial = self.evaluate()
+            self.initial_eval = initial["eval/accuracy"]
+            self.sinks.log(0, initial)
+        while self.counters.step < self.cfg.steps:
+            try:
+                self.last_metrics = self.step()
+            except NonFiniteError as err:
+                last = self.checkpoints.latest()
+                raise NonFiniteError(
+                    f"step {self.counters.step + 1}, {err}; "
+                    + (f"the last checkpoint, {last.name}, holds finite weights" if last else "no checkpoint was written")
+                ) from None
         if self.cfg.logging.report and self.counters.step == self.cfg.steps:
             write_run_report([self.out], self.out / "report.html")
-        return metrics
+
+    def close(self) -> None:
+        """Close the metric sinks, release the run directory and stop the workers (idempotent; train() calls it)."""
+        self.sinks.close()
+        self.lock.release()
+        self.workers.close()
 
     # ------------------------------------------------------------------ phase 1
 
@@ -200,8 +248,10 @@ class Trainer:
         and their typed reward results (failures counted: too many stop the run)."""
         prompts = self.prompts.take(self.cfg.batch.prompts_per_step)
         with self.timer.phase("generate"):
-            prompt_ids = [format_prompt(self.tokenizer, r.prompt) for r in prompts]
-            rollout = self.workers.rollout.generate(prompt_ids, n=self.cfg.rollout.n, params=self._sampling())
+            prompt_ids = self.data.ids(prompts)
+            rollout = self.workers.rollout.generate(
+                prompt_ids, n=self.cfg.rollout.n, params=self._sampling(), records=prompts
+            )  # multi-turn: each episode's environment is reset with its record
             self.timer.add_tokens("generate", int(rollout.response_mask.sum()))
         with self.timer.phase("score"):
             records = [prompts[g] for g in rollout.group_index.tolist()]  # the record each response answers
@@ -219,6 +269,7 @@ class Trainer:
             metrics.update(gold_metrics(self.gold, requests, exp.results))
         metrics.update(tensor_metrics(exp))
         metrics.update(updated)
+        metrics.update(self.data.metrics())
         tokens = int(exp.rollout.attention_mask.sum())  # processed by each forward pass over the step
         self.timer.add_tokens("logprobs", tokens)
         self.timer.add_tokens("update", tokens * self.cfg.batch.epochs * (2 if self.workers.critic is not None else 1))
@@ -246,35 +297,36 @@ class Trainer:
                 samples=lg.ledger_samples,
             )
             ledger.to_jsonl(self.out / "ledgers" / f"step_{step:06d}.jsonl")
+            self.sinks.log_samples(step, sample_rows(ledger))  # W&B / MLflow tables, TensorBoard text
+        if lg.report and lg.report_every and step % lg.report_every == 0 and step < self.cfg.steps:
+            write_run_report([self.out], self.out / "report.html")  # train() writes the last one
         if lg.checkpoint_every and step % lg.checkpoint_every == 0 or step == self.cfg.steps:
             state.save(self.checkpoints, step, self.components)
 
     def evaluate(self) -> dict[str, float]:
-        """Greedy responses to the test prompts, judged by the task's verifier: eval/accuracy, and
-        with ``logging.eval_group_by`` eval/accuracy/<value> over the records whose metadata has
-        that value (records without the key count in the total only)."""
-        flags = []
-        chunk = self.resolved.responses_per_step
-        for start in range(0, len(self.test_records), chunk):
-            records = self.test_records[start : start + chunk]
-            ids = [format_prompt(self.tokenizer, r.prompt) for r in records]
-            rollout = self.workers.rollout.generate(ids, n=1, params=self._sampling(greedy=True))
-            flags += correct(phases.reward_requests(rollout, records, self.tokenizer))
-        metrics = {"eval/accuracy": accuracy(flags)}
-        key = self.cfg.logging.eval_group_by
-        if key is not None:
-            groups: dict[str, list[bool | None]] = {}
-            for record, flag in zip(self.test_records, flags):
-                if key in record.metadata:
-                    groups.setdefault(metric_segment(record.metadata[key]), []).append(flag)
-            metrics.update({f"eval/accuracy/{value}": accuracy(group) for value, group in sorted(groups.items())})
-        return metrics
+        """eval/… on the test prompts (glassrl.trainer.evaluation): ``logging.eval_k`` responses per
+        prompt (greedy when 1) judged correct, scored by the run's reward; mean@k, pass@k, and
+        eval/accuracy/<value> per value of the metadata field ``logging.eval_group_by``."""
+        lg = self.cfg.logging
+        return evaluate(
+            self.test_records,
+            self.data.ids,
+            rollout=self.workers.rollout,
+            reward=self.workers.reward,
+            tokenizer=self.tokenizer,
+            params=self._sampling(greedy=lg.eval_k == 1),
+            k=lg.eval_k,
+            threshold=lg.eval_threshold,
+            group_by=lg.eval_group_by,
+            chunk=self.resolved.responses_per_step,
+        )
 
     # ------------------------------------------------------------------ helpers
 
     def _check_run_dir(self, resume: bool) -> None:
-        """A fresh run must not mix with an old one; a resumed run must have the same config."""
-        saved = self.out / "config.yaml"
+        """A fresh run must not mix with an old one; a resumed run continues from the latest
+        checkpoint (the newest that verifies when ``latest`` is gone) with the config saved in it,
+        the keys it may change (RESUME_MAY_CHANGE) recorded in resumes.jsonl."""
         if not resume:
             if self.checkpoints.checkpoints():
                 raise GlassrlError(
@@ -282,15 +334,29 @@ class Trainer:
                     "or choose another output_dir"
                 )
             return
-        if saved.is_file():
-            old, new = _flatten(yaml.safe_load(saved.read_text(encoding="utf-8"))), _flatten(to_dict(self.cfg))
-            changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-            if changed:
-                raise GlassrlError(
-                    f"--resume: the config differs from {saved} in {', '.join(changed)} "
-                    f"({changed[0]}: {old.get(changed[0])!r} then, {new.get(changed[0])!r} now); "
-                    "a resumed run continues the same run"
-                )
+        restored = state.restore(self.checkpoints, self.components)
+        self.counters.step = restored.step
+        notes = [restored.note] if restored.note else []
+        saved = self.out / "config.yaml"
+        if not saved.is_file():
+            notes.append(f"{saved} was missing; it is written again from the run's config")
+        else:
+            try:
+                on_disk = flatten(safe_load(saved.read_text(encoding="utf-8")) or {})
+            except (yaml.YAMLError, UnicodeDecodeError, AttributeError):
+                on_disk = {}
+            edited = sorted(k for k, v in flatten(self.run_config.saved).items() if on_disk.get(k, v) != v)
+            if edited or not on_disk:
+                notes.append(f"{saved} differed from the checkpoint's config ({', '.join(edited) or 'unreadable'}); rewritten")
+        changed = {key: list(pair) for key, pair in self.run_config.changes.items()}
+        for key, (then, now) in changed.items():
+            notes.append(f"{key} changed on resume: {then!r} -> {now!r}")
+        for note in notes:
+            self.console.print(f"glassrl: {note}", markup=False, soft_wrap=True)
+        record = {"resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "step": restored.step}
+        record |= {"checkpoint": restored.path.name, "changed": changed, "notes": notes}
+        with disk_errors("resumes.jsonl", self.out), (self.out / "resumes.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
 
     def _sinks(self, resume: bool, progress: bool) -> MetricSinks:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -303,22 +369,12 @@ class Trainer:
         sinks = [jsonl]
         if self.cfg.logging.tensorboard:
             sinks.append(TensorBoardSink(self.out / "tensorboard", purge_step=step + 1 if resume else None))
+        lg = self.cfg.logging
+        if lg.wandb is not None:  # the section's keys are the sink's (project, name, entity)
+            sinks.append(WandbSink(self.out, to_dict(self.cfg), resume=resume, **to_dict(lg.wandb)))
+        if lg.mlflow is not None:  # (tracking_uri, experiment, name)
+            sinks.append(MlflowSink(self.out, to_dict(self.cfg), resume=resume, **to_dict(lg.mlflow)))
         if progress:
             sinks.append(ConsoleSink(self.cfg.steps, CONSOLE_KEYS, start_step=step, console=self.console))
         return MetricSinks(sinks)
 
-
-def metric_segment(value) -> str:
-    """A metadata value as one segment of a metric key: lower case, runs of other characters → "_"."""
-    return re.sub(r"[^a-z0-9_-]+", "_", str(value).lower()).strip("_") or "_"
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict[str, object]:
-    """{"a": {"b": 1}} -> {"a.b": 1}; lists and scalars are leaves."""
-    flat: dict[str, object] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat

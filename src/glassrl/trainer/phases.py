@@ -41,6 +41,7 @@ from glassrl.algos.masked import masked_whiten
 from glassrl.algos.shaping import RunningRewardNormalizer, overlong_penalty
 from glassrl.algos.token_rewards import assemble_token_rewards, place_outcome_scores, place_process_rewards
 from glassrl.data.formatting import prompt_text
+from glassrl.ledger.compute import turn_rewards as place_turn_rewards
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardRequest, RewardResult
@@ -137,9 +138,13 @@ def greedy_baseline(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ReMax (Li et al. 2023, Algorithm 1): the reward of the greedy response to each prompt,
     per response (B,), and whether it was scored (B,)."""
-    greedy = rollout.generate(sampled.prompt_ids, n=1, params=SamplingParams(max_new_tokens, greedy=True))
+    params = SamplingParams(max_new_tokens, greedy=True)
+    greedy = rollout.generate(sampled.prompt_ids, n=1, params=params, records=sampled.prompts)
     results = reward.score(reward_requests(greedy, sampled.prompts, tokenizer))
     scores, ok = outcome_scores(results, sampled.rollout.response_mask.device)
+    placed = turn_rewards(greedy, scores.dtype)  # the environment's rewards count in S as in the sampled ones'
+    if placed is not None:
+        scores = scores + placed[0].sum(-1).to(scores.device)
     index = sampled.rollout.group_index
     return scores[index], ok[index]
 
@@ -174,30 +179,70 @@ def place_scores(
     When any result carries process rewards, they replace the outcome score on the
     tokens (DeepSeekMath process supervision, Shao et al. 2024, §4.1.3): step rewards
     sit on their step-end tokens; a row without steps is one step ending at its last
-    generated token and carrying its score.
+    generated token and carrying its score. A reward judges the final answer
+    (``texts[b]``): in a multi-turn response, its character offsets fall in the last turn.
+
+    Multi-turn responses also carry the environment's rewards (``Turn.reward_parts``, e.g.
+    tool-add's valid_call): :func:`turn_rewards` adds them on their turns' tokens.
     """
     mask = rollout.response_mask
-    if not any(r.is_ok and r.process_rewards for r in results):
-        return place_outcome_scores(scores, mask), None
     B, T = mask.shape
-    last = mask.long().sum(-1) - 1  # (B,) responses are contiguous from 0
-    S = max(max(len(r.process_rewards) for r in results), 1)
-    ends = torch.zeros((B, S), dtype=torch.long)
-    rewards = torch.zeros((B, S), dtype=scores.dtype)
-    valid = torch.zeros((B, S), dtype=torch.bool)
-    for b, result in enumerate(results):
-        if result.is_ok and result.process_rewards:
-            ids = rollout.response_ids[b][mask[b]].tolist()
-            offsets = [end for end, _ in result.process_rewards]
-            positions = step_end_tokens(tokenizer, ids, rollout.texts[b], offsets)
-            steps = [reward for _, reward in result.process_rewards]
-        else:
-            positions, steps = [int(last[b])], [float(scores[b])]
-        n = len(positions)
-        ends[b, :n], rewards[b, :n], valid[b, :n] = torch.tensor(positions), torch.tensor(steps), True
-    token_scores = place_process_rewards(rewards, ends, valid, T).to(scores.device)
-    step_end = torch.zeros((B, T), dtype=torch.bool).scatter(1, ends, valid).to(mask.device)  # (B, T)
+    if not any(r.is_ok and r.process_rewards for r in results):
+        token_scores, step_end = place_outcome_scores(scores, mask), None
+    else:
+        positions = torch.arange(T, device=mask.device).expand(B, T)  # (B, T)
+        last = torch.where(mask, positions, -1).amax(dim=-1)  # (B,) last generated token; observations may follow
+        S = max(max(len(r.process_rewards) for r in results), 1)
+        ends = torch.zeros((B, S), dtype=torch.long)
+        rewards = torch.zeros((B, S), dtype=scores.dtype)
+        valid = torch.zeros((B, S), dtype=torch.bool)
+        for b, result in enumerate(results):
+            first, stop = answer_span(rollout, b)
+            if result.is_ok and result.process_rewards and stop > first:
+                ids = rollout.response_ids[b, first:stop].tolist()
+                offsets = [end for end, _ in result.process_rewards]
+                steps_at = [first + k for k in step_end_tokens(tokenizer, ids, rollout.texts[b], offsets)]
+                steps = [reward for _, reward in result.process_rewards]
+            else:
+                steps_at, steps = [int(last[b])], [float(scores[b])]
+            n = len(steps_at)
+            ends[b, :n], rewards[b, :n], valid[b, :n] = torch.tensor(steps_at), torch.tensor(steps), True
+        token_scores = place_process_rewards(rewards, ends, valid, T).to(scores.device)
+        step_end = torch.zeros((B, T), dtype=torch.bool).scatter(1, ends, valid).to(mask.device)  # (B, T)
+    placed = turn_rewards(rollout, scores.dtype)
+    if placed is not None:
+        token_scores = token_scores + placed[0].to(token_scores.device)
+        if step_end is not None:  # grpo_process reads rewards at step ends: a turn's reward is one more step
+            step_end = step_end | placed[1].to(step_end.device)
     return token_scores, step_end
+
+
+def answer_span(rollout: RolloutBatch, b: int) -> tuple[int, int]:
+    """[start, end) of response b's final answer in response positions: the last turn's generated
+    tokens (empty when it is not an answer: a call cut off or refused), or the whole single-turn
+    response; the tokens ``texts[b]`` was decoded from."""
+    if rollout.turns is None:
+        return 0, int(rollout.response_mask[b].sum())
+    last = rollout.turns[b][-1]
+    return (last.start, last.end) if rollout.texts[b] else (last.start, last.start)
+
+
+def turn_rewards(rollout: RolloutBatch, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(rewards (B, T), where (B, T) bool) of a multi-turn batch's environment rewards: each turn's
+    reward parts, summed, on the turn's last generated token (glassrl.ledger.compute.turn_rewards);
+    None when no turn has any.
+
+    On the turn, not on the answer: under GAE the reward of a turn (tool-add's valid_call for a
+    call that ran) is credited to the tokens that earned it and those before, not to the final
+    answer written after it (with γλ < 1 the difference shows); group estimators read the sum
+    S = Σ_i r_i, which counts it wherever it sits. Rewards are added to ``token_scores``, outside
+    the score shapers (normalisation, clipping), which act on the reward sources' outcome score.
+    """
+    if rollout.turns is None or not any(t.reward_parts for turns in rollout.turns for t in turns):
+        return None
+    rewards, where = place_turn_rewards(rollout.turns, rollout.response_mask.shape[1], dtype)
+    device = rollout.response_mask.device
+    return rewards.to(device), where.to(device)
 
 
 def estimator_rows(estimator: str, scored: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:

@@ -21,13 +21,16 @@ a model that scores everything alike has accuracy 0, not 0.5.
 
 Writes to ``output_dir``: the scalar model (``save_pretrained``, safetensors; loads back with
 :func:`glassrl.models.load_scalar_model` and the same ``head``), the tokenizer,
-``rm_config.yaml``, ``metrics.jsonl`` (one JSON object per logged step) and ``glassrl.json``
-(what was trained, on what, and the final held-out accuracy).
+``rm_config.yaml``, ``metrics.jsonl`` (one JSON object per logged step; a non-finite value is
+null) and ``glassrl.json`` (what was trained, on what, and the final held-out accuracy), staged
+and then swapped in as a whole under a lock, with the NaN/inf checks of ``on_nonfinite``, as
+``glassrl sft`` does (glassrl.trainer.sft).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Set
 from dataclasses import dataclass, field
@@ -46,16 +49,21 @@ from glassrl.data.preferences import load_preferences
 from glassrl.data.records import PreferencePair
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
-from glassrl.models import load_scalar_model, load_tokenizer, resolve_device, sequence_scores
+from glassrl.models import load_scalar_model, load_tokenizer, resolve_device, resolve_model_path, sequence_scores
+from glassrl.report.sinks import JsonlSink
+from glassrl.trainer.atomic import StagedDir, disk_errors, write_text
 from glassrl.trainer.common import batch_indices, collate, encode_response, make_optimizer, seed_everything
 from glassrl.trainer.config import OptimConfig, at_least, fail
+from glassrl.trainer.nonfinite import check_weights, nonfinite, on_bad_step
+from glassrl.trainer.run_lock import RunLock, sibling_lock_path
+from glassrl.trainer.sft import check_positions
 
 
 @dataclass
 class RMConfig:
     """What ``glassrl rm CONFIG`` reads (examples/rm.yaml). Checked by :meth:`validate`."""
 
-    model: str = "default"  # causal-LM dir (+ fresh head), a scalar checkpoint of this head, or "default"
+    model: str = "default"  # causal LM (+ fresh head) or scalar checkpoint of this head: dir, cached hub id, "default"
     head: Literal["token-classification", "value-head"] = (
         "token-classification"  # backbone + score Linear (plain HF), or causal LM + v_head (glassrl.models.value_head)
     )
@@ -73,6 +81,7 @@ class RMConfig:
     eval_every: int = 0  # steps between held-out evaluations; 0 = only at the end
     log_every: int = 10  # steps between metric rows
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
+    on_nonfinite: Literal["stop", "skip"] = "stop"  # a NaN/inf loss or gradient norm: stop (exit 2, nothing written) or skip that step
 
     title = "glassrl rm: resolved"
 
@@ -172,6 +181,7 @@ def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
     path = _model_path(cfg.model, console)
     tokenizer = load_tokenizer(path)
     model = load_scalar_model(path, head=cfg.head, dtype="float32", device=str(device)).train()
+    check_positions(model, cfg.max_length, str(path))
     pad_id = tokenizer.pad_token_id
 
     train = encode_pairs(tokenizer, load_preferences(cfg.data), cfg.max_length)
@@ -184,12 +194,12 @@ def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
             raise GlassrlError(f"use_margin=true, but some pairs of {missing} have no margin")
     optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
     batches = batch_indices(len(train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
+    params = [p for p in model.parameters() if p.requires_grad]
 
     out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "rm_config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True))
     result: dict[str, float] = {"steps": cfg.steps, "pairs": len(train), "eval_pairs": len(evals)}
-    window: list[tuple[float, float, float]] = []  # (loss, accuracy, reward gap) per step since the last log
+    window: list[tuple[float, float, float]] = []  # (loss, accuracy, reward gap) per step taken since the last log
+    skipped = 0  # steps dropped as non-finite since the last log
     start = time.perf_counter()
     progress = Progress(
         TextColumn("rm"),
@@ -200,56 +210,72 @@ def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
         console=console,
         transient=True,
     )
-    with progress, (out / "metrics.jsonl").open("w", encoding="utf-8") as log:
-        bar = progress.add_task("rm", total=cfg.steps, info="")
-        for step in range(1, cfg.steps + 1):
-            chunk = [train[i] for i in next(batches)]
-            r_c, r_r = pair_rewards(model, chunk, pad_id, device)
-            loss = pairwise_rm_loss(r_c, r_r, margins(chunk, device) if cfg.use_margin else None).mean()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
-            optimizer.step()
-            scheduler.step()
-            window.append((loss.item(), pairwise_accuracy(r_c, r_r), (r_c - r_r).mean().item()))
-            row: dict[str, float] = {}
-            if step % cfg.log_every == 0 or step == cfg.steps:
-                means = [sum(column) / len(window) for column in zip(*window)]
-                row = dict(zip(("train/loss", "train/accuracy", "train/reward_gap"), means))
-                row.update({"train/grad_norm": grad_norm.item(), "train/lr": scheduler.get_last_lr()[0]})
-                window = []
-            if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:
-                row.update(
-                    evaluate(
-                        model, evals, batch_size=cfg.batch_size, pad_id=pad_id, device=device, use_margin=cfg.use_margin
+    with RunLock(sibling_lock_path(out), f"output_dir = {out}"), StagedDir(out) as stage:
+        with disk_errors(f"output_dir = {out}", out), progress:
+            write_text(stage.path / "rm_config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True))
+            log = JsonlSink(stage.path / "metrics.jsonl")
+            bar = progress.add_task("rm", total=cfg.steps, info="")
+            for step in range(1, cfg.steps + 1):
+                chunk = [train[i] for i in next(batches)]
+                r_c, r_r = pair_rewards(model, chunk, pad_id, device)
+                loss = pairwise_rm_loss(r_c, r_r, margins(chunk, device) if cfg.use_margin else None).mean()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
+                if bad := nonfinite({"train/loss": loss, "train/grad_norm": grad_norm}):
+                    on_bad_step(cfg.on_nonfinite, bad, f"rm step {step}")
+                    optimizer.zero_grad(set_to_none=True)
+                    skipped += 1
+                else:
+                    optimizer.step()
+                    check_weights(model, params, f"rm step {step}")
+                    window.append((loss.item(), pairwise_accuracy(r_c, r_r), (r_c - r_r).mean().item()))
+                scheduler.step()
+                row: dict[str, float] = {}
+                if step % cfg.log_every == 0 or step == cfg.steps:
+                    means = [sum(column) / len(window) for column in zip(*window)] if window else [math.nan] * 3
+                    row = dict(zip(("train/loss", "train/accuracy", "train/reward_gap"), means))
+                    row.update({"train/grad_norm": grad_norm.item(), "train/lr": scheduler.get_last_lr()[0]})
+                    if skipped:
+                        row["train/skipped_steps"] = skipped
+                    window, skipped = [], 0
+                if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:
+                    row.update(
+                        evaluate(
+                            model,
+                            evals,
+                            batch_size=cfg.batch_size,
+                            pad_id=pad_id,
+                            device=device,
+                            use_margin=cfg.use_margin,
+                        )
                     )
-                )
-            if row:
-                log.write(json.dumps({"step": step, **row}) + "\n")
-                log.flush()
-                result.update(row)
-                info = f"loss {result['train/loss']:.4f}" if "train/loss" in result else ""
-                if "eval/accuracy" in result:
-                    info += f"  held-out acc {result['eval/accuracy']:.3f}"
-                progress.update(bar, info=info)
-            progress.advance(bar)
-    result["time_s"] = time.perf_counter() - start
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    summary = {
-        "kind": "reward-model",
-        "head": cfg.head,
-        "base_model": str(path),
-        "data": cfg.data,
-        "eval_data": _eval_spec(cfg),
-        "use_margin": cfg.use_margin,
-        "steps": cfg.steps,
-        "held_out_accuracy": result["eval/accuracy"],
-        "held_out_pairs": len(evals),
-        "accuracy_rule": "r_chosen > r_rejected; ties count as wrong",
-        "time_s": round(result["time_s"], 1),
-    }
-    (out / "glassrl.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+                if row:
+                    log.log(step, row)
+                    result.update(row)
+                    info = f"loss {result['train/loss']:.4f}" if "train/loss" in result else ""
+                    if "eval/accuracy" in result:
+                        info += f"  held-out acc {result['eval/accuracy']:.3f}"
+                    progress.update(bar, info=info)
+                progress.advance(bar)
+            log.close()
+            result["time_s"] = time.perf_counter() - start
+            model.save_pretrained(stage.path)
+            tokenizer.save_pretrained(stage.path)
+            summary = {
+                "kind": "reward-model",
+                "head": cfg.head,
+                "base_model": str(path),
+                "data": cfg.data,
+                "eval_data": _eval_spec(cfg),
+                "use_margin": cfg.use_margin,
+                "steps": cfg.steps,
+                "held_out_accuracy": result["eval/accuracy"],
+                "held_out_pairs": len(evals),
+                "accuracy_rule": "r_chosen > r_rejected; ties count as wrong",
+                "time_s": round(result["time_s"], 1),
+            }
+            write_text(stage.path / "glassrl.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     console.print(
         f"rm: {cfg.steps} steps in {result['time_s']:.1f}s, train/loss {result['train/loss']:.4f}, "
         f"held-out accuracy {result['eval/accuracy']:.3f} on {len(evals)} pairs -> {out}"
@@ -262,7 +288,7 @@ def _model_path(model: str, console: Console) -> Path:
         from glassrl.trainer.default_model import ensure_default_model
 
         return ensure_default_model(console=console)
-    return Path(model)
+    return resolve_model_path(model, "model")
 
 
 def _eval_spec(cfg: RMConfig) -> str:

@@ -7,17 +7,25 @@ Each example is ``format_prompt(tokenizer, prompt)`` followed by the response's 
 (:func:`glassrl.trainer.common.encode_responses`). The loss is the token-mean cross-entropy of
 the response tokens (Ouyang et al. 2022, InstructGPT, §3.5 "SFT"): prompt tokens and padding
 are masked out. Writes to ``output_dir``: the model and tokenizer (``save_pretrained``,
-safetensors), ``sft_config.yaml`` and ``metrics.jsonl`` (one JSON object per logged step).
+safetensors), ``sft_config.yaml`` and ``metrics.jsonl`` (one JSON object per logged step; a
+non-finite value is null).
+
+The outputs are staged in a sibling directory that replaces ``output_dir`` as a whole at the
+end (glassrl.trainer.atomic.StagedDir), under a lock on it (glassrl.trainer.run_lock): a run
+killed or stopped midway leaves the previous outputs as they were, never old weights beside
+new metrics, and two runs into one directory are refused. A NaN/inf loss or gradient norm
+stops the run before the weights change (``on_nonfinite: stop``; nothing is written) or
+skips that step (``skip``; glassrl.trainer.nonfinite).
 """
 
 from __future__ import annotations
 
-import json
+import math
 import time
 from collections.abc import Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -31,16 +39,21 @@ from glassrl.data.tasks import TASKS, held_out_split, load_task, parse_task
 from glassrl.errors import GlassrlError
 from glassrl.jsonl import jsonl_objects
 from glassrl.models.default_model import MARKER, default_model_dir
+from glassrl.models.loading import resolve_model_path
+from glassrl.report.sinks import JsonlSink
+from glassrl.trainer.atomic import StagedDir, disk_errors, write_text
 from glassrl.trainer.common import batch_indices, collate, encode_responses, make_optimizer, seed_everything
 from glassrl.trainer.config import OptimConfig, at_least, fail
+from glassrl.trainer.nonfinite import check_weights, nonfinite, on_bad_step
+from glassrl.trainer.run_lock import RunLock, sibling_lock_path
 
 
 @dataclass
 class SFTConfig:
     """What ``glassrl sft CONFIG`` reads (examples/sft.yaml). Checked by :meth:`validate`."""
 
-    model: str = "default"  # Hugging Face checkpoint dir, or "default" (the embedded default model, built on first use)
-    tokenizer: str | None = None  # tokenizer directory; null = the model's
+    model: str = "default"  # checkpoint dir or hub id in the local HF cache, or "default" (the embedded default model)
+    tokenizer: str | None = None  # tokenizer directory or cached hub id; null = the model's
     data: str | list[str] = "task:add"  # "task:NAME[/SPLIT]" or a JSONL of prompt/response; a list is concatenated
     eval_data: str | list[str] | None = None  # the same forms; null = the test splits of data's tasks (JSONL: none)
     seed: int = 0  # seeds python, numpy, torch and the data order
@@ -55,6 +68,7 @@ class SFTConfig:
     eval_every: int = 0  # steps between evaluations of the eval loss; 0 = only at the end
     log_every: int = 10  # steps between metric rows
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
+    on_nonfinite: Literal["stop", "skip"] = "stop"  # a NaN/inf loss or gradient norm: stop (exit 2, nothing written) or skip that step
 
     title = "glassrl sft: resolved"
 
@@ -184,6 +198,7 @@ def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | Non
     elif tokenizer is None:
         raise GlassrlError("train_sft: a model given in memory needs its tokenizer too")
     model.to(device).train()
+    check_positions(model, cfg.max_length, cfg.model)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     train = tokenize_pairs(tokenizer, _load_all(cfg.data), cfg.max_length)
@@ -192,12 +207,11 @@ def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | Non
     steps = cfg.steps if cfg.steps is not None else max(1, round(cfg.epochs * len(train) / cfg.batch_size))
     optimizer, scheduler = make_optimizer(model, cfg.optim, steps)
     batches = batch_indices(len(train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
+    params = [p for p in model.parameters() if p.requires_grad]
 
     out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sft_config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True))
     result: dict[str, float] = {"steps": steps, "examples": len(train)}
-    window_loss, window_tokens = 0.0, 0
+    window_loss, window_tokens, window_skipped = 0.0, 0, 0
     start = time.perf_counter()
     progress = Progress(
         TextColumn("sft"),
@@ -208,42 +222,63 @@ def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | Non
         console=console,
         transient=True,
     )
-    with progress, (out / "metrics.jsonl").open("w", encoding="utf-8") as log:
-        bar = progress.add_task("sft", total=steps, info="")
-        for step in range(1, steps + 1):
-            batch = {k: v.to(device) for k, v in collate([train[i] for i in next(batches)], pad_id).items()}
-            loss_sum, n_tokens = response_loss(model, batch)
-            optimizer.zero_grad(set_to_none=True)
-            (loss_sum / n_tokens).backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
-            optimizer.step()
-            scheduler.step()
-            window_loss += loss_sum.item()
-            window_tokens += int(n_tokens)
-            row: dict[str, float] = {}
-            if step % cfg.log_every == 0 or step == steps:
-                row = {
-                    "train/loss": window_loss / window_tokens,
-                    "train/grad_norm": grad_norm.item(),
-                    "train/lr": scheduler.get_last_lr()[0],
-                }
-                window_loss, window_tokens = 0.0, 0
-            if evals and ((cfg.eval_every and step % cfg.eval_every == 0) or step == steps):
-                row["eval/loss"] = eval_loss(model, evals, cfg.batch_size, pad_id, device)
-            if row:
-                log.write(json.dumps({"step": step, **row}) + "\n")
-                log.flush()
-                result.update(row)
-                progress.update(bar, info=f"loss {result['train/loss']:.4f}")
-            progress.advance(bar)
-    result["time_s"] = time.perf_counter() - start
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    with RunLock(sibling_lock_path(out), f"output_dir = {out}"), StagedDir(out) as stage:
+        with disk_errors(f"output_dir = {out}", out), progress:
+            write_text(stage.path / "sft_config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True))
+            log = JsonlSink(stage.path / "metrics.jsonl")
+            bar = progress.add_task("sft", total=steps, info="")
+            for step in range(1, steps + 1):
+                batch = {k: v.to(device) for k, v in collate([train[i] for i in next(batches)], pad_id).items()}
+                loss_sum, n_tokens = response_loss(model, batch)
+                optimizer.zero_grad(set_to_none=True)
+                (loss_sum / n_tokens).backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
+                if bad := nonfinite({"train/loss": loss_sum / n_tokens, "train/grad_norm": grad_norm}):
+                    on_bad_step(cfg.on_nonfinite, bad, f"sft step {step}")
+                    optimizer.zero_grad(set_to_none=True)
+                    window_skipped += 1
+                else:
+                    optimizer.step()
+                    check_weights(model, params, f"sft step {step}")
+                    window_loss += loss_sum.item()
+                    window_tokens += int(n_tokens)
+                scheduler.step()
+                row: dict[str, float] = {}
+                if step % cfg.log_every == 0 or step == steps:
+                    row = {
+                        "train/loss": window_loss / window_tokens if window_tokens else math.nan,
+                        "train/grad_norm": grad_norm.item(),
+                        "train/lr": scheduler.get_last_lr()[0],
+                    }
+                    if window_skipped:
+                        row["train/skipped_steps"] = window_skipped
+                    window_loss, window_tokens, window_skipped = 0.0, 0, 0
+                if evals and ((cfg.eval_every and step % cfg.eval_every == 0) or step == steps):
+                    row["eval/loss"] = eval_loss(model, evals, cfg.batch_size, pad_id, device)
+                if row:
+                    log.log(step, row)
+                    result.update(row)
+                    progress.update(bar, info=f"loss {result['train/loss']:.4f}")
+                progress.advance(bar)
+            log.close()
+            result["time_s"] = time.perf_counter() - start
+            model.save_pretrained(stage.path, safe_serialization=True)
+            tokenizer.save_pretrained(stage.path)
     summary = f"train/loss {result['train/loss']:.4f}" + (
         f", eval/loss {result['eval/loss']:.4f}" if "eval/loss" in result else ""
     )
     console.print(f"sft: {steps} steps in {result['time_s']:.1f}s, {summary} -> {out}")
     return result
+
+
+def check_positions(model, max_length: int, where: str) -> None:
+    """``max_length`` fits the model's positions (``max_position_embeddings``), else GlassrlError."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if positions is not None and max_length > positions:
+        raise GlassrlError(
+            f"max_length = {max_length}: more than the {positions} positions of the model ({where}); "
+            f"use max_length <= {positions}"
+        )
 
 
 def _spec_text(spec: str | list[str]) -> str:
@@ -272,12 +307,12 @@ def _load(cfg: SFTConfig, tokenizer, console: Console):
 
     # "default" is read where it is built; building it is the caller's step (commands/sft.py,
     # glassrl init-model), because the build recipe itself runs this trainer.
-    path = default_model_dir() if cfg.model == "default" else Path(cfg.model)
+    path = default_model_dir() if cfg.model == "default" else resolve_model_path(cfg.model, "model")
     if cfg.model == "default" and not (path / MARKER).is_file():
         raise GlassrlError(f"model: default: the default model is not built yet in {path}; run glassrl init-model")
     if not (path / "config.json").is_file():
         raise GlassrlError(f"model: no Hugging Face checkpoint (config.json) in {str(path)!r}")
-    tok_path = Path(cfg.tokenizer) if cfg.tokenizer else path
+    tok_path = resolve_model_path(cfg.tokenizer, "tokenizer") if cfg.tokenizer else path
     if tokenizer is None:
         if not tok_path.is_dir():
             raise GlassrlError(f"tokenizer: no directory {str(tok_path)!r}")

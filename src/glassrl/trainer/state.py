@@ -32,6 +32,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import torch
 
+from glassrl.config import flatten
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.trainer.checkpoint import CheckpointManager, Part
@@ -153,13 +154,15 @@ class RunConfig:
 
     def __init__(self, config: dict[str, Any], may_change: tuple[str, ...]) -> None:
         self.config, self.may_change = config, may_change
+        self.saved: dict[str, Any] = {}  # the checkpoint's copy, once loaded
         self.changes: dict[str, tuple[Any, Any]] = {}
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
         return {"config": ("json", self.config)}
 
     def load_state_dict(self, parts: dict[str, Any]) -> None:
-        old, new = flatten(parts["config"]), flatten(self.config)
+        self.saved = parts["config"]
+        old, new = flatten(self.saved), flatten(self.config)
         changed = {k: (old.get(k), new.get(k)) for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)}
         fixed = [k for k in changed if not any(k == p or k.startswith(p + ".") for p in self.may_change)]
         if fixed:
@@ -170,17 +173,6 @@ class RunConfig:
                 f"(only {', '.join(self.may_change)} may change)"
             )
         self.changes = changed
-
-
-def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}; lists and scalars are leaves."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 class Wrapped:

@@ -14,13 +14,36 @@ from collections.abc import Sequence
 
 import torch
 
+from glassrl.algos.rollout_is import logprob_mismatch
+from glassrl.data.tasks import research
 from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
+from glassrl.rewards.research import research_rubric
 from glassrl.rewards.verifiers import ArithVerifyVerifier, ExactMatchVerifier, NumericVerifier
 from glassrl.trainer.experience import Experience
 from glassrl.trainer.metrics import distinct_n, explained_variance, masked_stats
 
+
+class FullMarks:
+    """1.0 when ``source`` (a rubric) gives its full ``total`` points, else 0.0: the verdict of a
+    task judged by a weighted rubric (research: 1 + 1 + 0.5 = 2.5 points)."""
+
+    def __init__(self, source: RewardSource, total: float) -> None:
+        self.source, self.total = source, total
+
+    def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
+        return [
+            RewardResult.ok(float(math.isclose(r.score, self.total))) if r.is_ok else r
+            for r in self.source.score(requests)
+        ]
+
+
 # Bundled task (PromptRecord.metadata["task"]) -> the verifier whose score 1.0 means correct.
-TASK_VERIFIERS = {"arith-verify": ArithVerifyVerifier(), "add": NumericVerifier()}
+TASK_VERIFIERS = {
+    "arith-verify": ArithVerifyVerifier(),
+    "add": NumericVerifier(),
+    "tool-add": NumericVerifier(),  # the final answer's last number is a+b (metadata["sum"])
+    "research": FullMarks(research_rubric(), sum(weight for _, weight, _ in research.CRITERIA)),
+}
 _EXACT = ExactMatchVerifier()
 
 
@@ -86,7 +109,8 @@ def gold_metrics(gold: RewardSource, requests: Sequence[RewardRequest], results:
 
 
 def response_metrics(exp: Experience) -> dict[str, float]:
-    """response/…: lengths (EOS included), truncation rate, Distinct-1/2 of the token ids."""
+    """response/…: lengths (EOS included), truncation rate, Distinct-1/2 of the token ids; for
+    multi-turn batches also the turn, tool and environment-reward metrics (:func:`turn_metrics`)."""
     rollout = exp.rollout
     lengths = rollout.lengths.float()
     tokens = [row[mask].tolist() for row, mask in zip(rollout.response_ids.cpu(), rollout.response_mask.cpu())]
@@ -94,22 +118,67 @@ def response_metrics(exp: Experience) -> dict[str, float]:
         "response/length/mean": lengths.mean().item(),
         "response/length/max": lengths.max().item(),
         "response/length/min": lengths.min().item(),
-        "response/truncation_rate": sum(r == "length" for r in rollout.finish_reasons) / len(rollout),
+        "response/truncation_rate": sum(r in TRUNCATED for r in rollout.finish_reasons) / len(rollout),
         "response/distinct_1": distinct_n(tokens, 1),
         "response/distinct_2": distinct_n(tokens, 2),
+        **(turn_metrics(rollout) if rollout.turns is not None else {}),
     }
 
 
+# Finish reasons of a response that did not end on its own: the token budget, or the turn limit
+# (it still called a tool in its last turn allowed).
+TRUNCATED = ("length", "turn_limit")
+# A tool call's status (glassrl.rollout.agent.tools.ToolResult); each has a tool/calls/<status> rate.
+CALL_STATUSES = ("ok", "error", "timeout")
+
+
+def tool_use(turns: Sequence) -> tuple[bool, bool]:
+    """(called a tool, some call ran: status ok) of one multi-turn response's turns."""
+    calls = [c for t in turns for c in t.tool_calls]
+    return bool(calls), any(c.get("status") == "ok" for c in calls)
+
+
+def turn_metrics(rollout) -> dict[str, float]:
+    """Multi-turn batches (docs/metrics.md): response/turns/mean, response/observation_tokens/mean,
+    tool/… from each turn's tool-call records, reward/env/<part>/mean from the environment's reward parts."""
+    turns = rollout.turns
+    B = len(turns)
+    statuses = [c.get("status") for response in turns for t in response for c in t.tool_calls]
+    used = [tool_use(response) for response in turns]
+    observed = (rollout.response_context_mask & ~rollout.response_mask).sum(-1).float()  # (B,)
+    metrics = {
+        "response/turns/mean": sum(len(t) for t in turns) / B,
+        "response/observation_tokens/mean": observed.mean().item(),
+        "tool/calls/mean": len(statuses) / B,
+        "tool/call_rate": sum(called for called, _ in used) / B,
+        "tool/valid_call_rate": sum(valid for _, valid in used) / B,
+    }
+    for status in CALL_STATUSES:
+        metrics[f"tool/calls/{status}"] = statuses.count(status) / len(statuses) if statuses else math.nan
+    parts = sorted({name for response in turns for t in response for name in t.reward_parts})
+    for name in parts:
+        totals = [sum(t.reward_parts.get(name, 0.0) for t in response) for response in turns]
+        metrics[f"reward/env/{name}/mean"] = sum(totals) / B
+    return metrics
+
+
+def sequence_kl(kl: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean over the responses with a valid token of Σ_i kl[b, i] over their valid tokens (B, T):
+    the sequence-level KL(π ‖ π_ref) of Gao et al. 2022, whose square root is their x axis. NaN
+    when no response has a valid token."""
+    rows = mask.any(-1)  # (B,)
+    per_response = torch.where(mask, kl, 0.0).sum(-1)[rows]  # (K,)
+    return per_response.mean().item() if len(per_response) else math.nan
+
+
 def tensor_metrics(exp: Experience) -> dict[str, float]:
-    """kl/…, actor/entropy, critic/… of phase 3, advantage/… and returns/… of phase 5."""
+    """kl/…, actor/entropy, critic/… of phase 3, advantage/… and returns/… of phase 5, and
+    rollout/… (the train/rollout mismatch) when the rollout engine kept its log-probs."""
     mask = exp.response_mask
     metrics = {"actor/entropy": masked_stats(exp.entropy, mask)["mean"]}
     if exp.kl is not None:
         metrics["kl/mean"] = masked_stats(exp.kl, mask)["mean"]
-        # Σ_i kl_i per response, the sequence-level KL(π ‖ π_ref) of Gao et al. 2022 (its √ is their x axis)
-        rows = mask.any(-1)  # (B,)
-        per_response = torch.where(mask, exp.kl, 0.0).sum(-1)[rows]  # (K,)
-        metrics["kl/sequence"] = per_response.mean().item() if len(per_response) else math.nan
+        metrics["kl/sequence"] = sequence_kl(exp.kl, mask)
         metrics["kl/beta"] = exp.beta
     metrics.update({f"advantage/{k}": v for k, v in masked_stats(exp.advantages, mask).items()})
     if exp.values is not None:
@@ -117,4 +186,7 @@ def tensor_metrics(exp: Experience) -> dict[str, float]:
         metrics["returns/mean"], metrics["returns/std"] = returns["mean"], returns["std"]
         metrics["critic/values/mean"] = masked_stats(exp.values, mask)["mean"]
         metrics["critic/explained_variance"] = explained_variance(exp.values, exp.returns, mask)
+    if exp.rollout.rollout_logprobs is not None:  # the train/rollout mismatch (glassrl.algos.rollout_is)
+        mean, biggest = logprob_mismatch(exp.logprobs, exp.rollout.rollout_logprobs, mask)
+        metrics["rollout/logprob_diff_mean"], metrics["rollout/logprob_diff_max"] = mean.item(), biggest.item()
     return metrics

@@ -36,9 +36,12 @@ from glassrl.algos.losses import (
     value_loss,
 )
 from glassrl.algos.masked import masked_sum
+from glassrl.algos.rollout_is import truncated_is_weights
+from glassrl.errors import GlassrlError
 from glassrl.models.logprobs import response_logprobs
 from glassrl.models.values import response_values
 from glassrl.trainer.experience import Experience
+from glassrl.trainer.nonfinite import check_weights, nonfinite, on_bad_step
 from glassrl.trainer.phases import model_batch
 from glassrl.trainer.ptx import PtxLoss
 
@@ -54,6 +57,7 @@ DIAGNOSTIC_METRICS = {
     "cov_clipped": "cov_clip_frac",
     "approx_kl": "approx_kl",
     "clipped": "vf_clip_frac",
+    "is_truncated": "rollout_is_clip_frac",
 }
 
 
@@ -85,6 +89,8 @@ def actor_batch(exp: Experience) -> Batch:
     }
     if exp.ref_logprobs is not None:
         batch["ref_logprobs"] = exp.ref_logprobs
+    if exp.rollout.rollout_logprobs is not None:  # the engine's own log-probs: algo.rollout_is
+        batch["rollout_logprobs"] = exp.rollout.rollout_logprobs
     return batch
 
 
@@ -126,6 +132,8 @@ class _Stats:
     def means(self) -> dict[str, float]:
         """Sum / count per key; a key whose count stayed 0 (no valid token) is left out."""
         keys = list(self.sums)
+        if not keys:  # every optimiser step skipped as non-finite
+            return {}
         sums = torch.stack([torch.as_tensor(self.sums[k]).cpu() for k in keys]).tolist()
         counts = torch.stack([torch.as_tensor(self.counts[k]).cpu() for k in keys]).tolist()
         return {k: total / count for k, total, count in zip(keys, sums, counts) if count > 0}
@@ -144,6 +152,7 @@ def run_updates(
     terms: list[Term],
     prefix: str,
     ptx: PtxLoss | None = None,
+    on_nonfinite: str = "stop",
 ) -> dict[str, float]:
     """One optimiser step per index tensor of ``plan``; returns metrics averaged over them.
 
@@ -153,14 +162,21 @@ def run_updates(
     clipping, Pascanu et al. 2013) averaged over optimiser steps; ``{prefix}/lr``
     after the last step. With ``ptx`` each optimiser step also takes γ × the SFT loss of a
     supervised batch (PPO-ptx, Ouyang et al. 2022, eq. 2); ``{prefix}/ptx_loss`` averages it.
+
+    Before each optimiser step its loss terms and gradient norm are checked, after it the
+    weights (glassrl.trainer.nonfinite): a non-finite one raises NonFiniteError naming it, or
+    with ``on_nonfinite="skip"`` the step is dropped and counted in ``{prefix}/skipped_steps``
+    (present when > 0); a dropped step adds nothing to the other metrics.
     """
     stats = _Stats()
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
-    for index in plan:
+    skipped = 0
+    for k, index in enumerate(plan):
         micros = [select(batch, part) for part in index.split(micro_batch)]
         totals = {t.name: sum(_units(t.mask(m), t.mode) for m in micros).clamp(min=1) for t in terms}
         values = {t.name: torch.zeros((), device=batch["response_mask"].device) for t in terms}
+        diagnostics_of_step = []  # (key, total, count), added to stats only when the step is taken
         optimizer.zero_grad(set_to_none=True)
         for micro in micros:
             out = forward(model, micro)
@@ -181,20 +197,37 @@ def run_updates(
                 for key, diag in diagnostics.items():
                     if key in DIAGNOSTIC_METRICS:  # a micro-batch without valid tokens counts 0 times
                         micro_mean = masked_sum(diag.double(), mask) / tokens.clamp(min=1)
-                        stats.add(f"{prefix}/{DIAGNOSTIC_METRICS[key]}", micro_mean, (tokens > 0).long())
+                        diagnostics_of_step.append(
+                            (f"{prefix}/{DIAGNOSTIC_METRICS[key]}", micro_mean, (tokens > 0).long())
+                        )
             loss.backward()
-        if ptx is not None:
-            stats.add(f"{prefix}/ptx_loss", ptx.backward(model), torch.ones((), dtype=torch.long))
+        ptx_loss = ptx.backward(model) if ptx is not None else None
         # With no limit the norm is still computed (and logged): clip at +inf is a no-op.
         norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf)
+        checked = {**values, f"{prefix}/grad_norm": norm}
+        if ptx_loss is not None:
+            checked[f"{prefix}/ptx_loss"] = ptx_loss
+        if bad := nonfinite(checked):
+            on_bad_step(on_nonfinite, bad, f"{prefix} update, optimiser step {k + 1} of {len(plan)}")
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()  # the schedule keeps its length: a skipped step is a step not taken
+            skipped += 1
+            continue
         optimizer.step()
         scheduler.step()
+        check_weights(model, params, f"{prefix} update, optimiser step {k + 1} of {len(plan)}")
+        for diagnostic in diagnostics_of_step:
+            stats.add(*diagnostic)
         one = torch.ones((), dtype=torch.long, device=norm.device)
+        if ptx_loss is not None:
+            stats.add(f"{prefix}/ptx_loss", ptx_loss, one.cpu())
         for name, value in values.items():  # the mini-batch's aggregate, once per optimiser step
             stats.add(name, value, one)
         stats.add(f"{prefix}/grad_norm", norm, one)
     metrics = stats.means()
     metrics[f"{prefix}/lr"] = scheduler.get_last_lr()[0]
+    if skipped:
+        metrics[f"{prefix}/skipped_steps"] = skipped
     return metrics
 
 
@@ -230,12 +263,19 @@ def _positive_mask(micro: Batch) -> torch.Tensor:
     return micro["response_mask"] & (micro["scores"] > 0).unsqueeze(-1)  # (B, T)
 
 
-def _policy_per_token(name: str, params: PolicyLossParams, out: Forward, micro: Batch):
+def _policy_per_token(name: str, params: PolicyLossParams, is_cap: float | None, out: Forward, micro: Batch):
     mask = micro["response_mask"]
     result = get_policy_loss(name)(out["logprobs"], micro["old_logprobs"], micro["advantages"], mask, params)
     # approx. KL(π_old || π_θ) of the update, k3 = (r − 1) − log r (Schulman 2020), as CleanRL logs it.
     log_ratio = torch.where(mask, out["logprobs"].detach() - micro["old_logprobs"], 0.0)
-    return result.loss, {**result.diagnostics, "approx_kl": torch.expm1(log_ratio) - log_ratio}
+    diagnostics = {**result.diagnostics, "approx_kl": torch.expm1(log_ratio) - log_ratio}
+    if is_cap is None:
+        return result.loss, diagnostics
+    if "rollout_logprobs" not in micro:
+        raise GlassrlError("algo.rollout_is: the rollout engine kept no log-probs of its samples (rollout_logprobs)")
+    # TIS (Yao et al. 2025): each token's policy-loss term × min(π_old/π_rollout, C), a constant.
+    weights, truncated = truncated_is_weights(micro["old_logprobs"], micro["rollout_logprobs"], mask, is_cap)
+    return result.loss * weights, {**diagnostics, "is_truncated": truncated}
 
 
 def _kl_per_token(kind: str, out: Forward, micro: Batch):
@@ -260,11 +300,14 @@ def actor_terms(
     kl_coef: float,
     entropy_coef: float,
     positive_nll_coef: float,
+    rollout_is_cap: float | None = None,
 ) -> list[Term]:
     """The actor's loss: the policy loss, then each auxiliary term whose coefficient is on.
 
     kl_in_loss: the KL estimator when the KL sits in the loss (GRPO, Shao et al. 2024,
     eq. 3), else None. The entropy bonus enters with −c₂ (PPO, Schulman et al. 2017, eq. 9).
+    rollout_is_cap: C of truncated importance sampling (glassrl.algos.rollout_is): the policy
+    loss's per-token terms are weighted by min(π_old/π_rollout, C); None = off.
     """
     agg = dict(mode=loss_agg, norm_length=norm_length)
     get_policy_loss(policy_loss)  # unknown name: error now, not at the first update
@@ -273,7 +316,7 @@ def actor_terms(
             "actor/policy_loss",
             1.0,
             mask=_response_mask,
-            per_token=partial(_policy_per_token, policy_loss, params),
+            per_token=partial(_policy_per_token, policy_loss, params, rollout_is_cap),
             **agg,
         )
     ]

@@ -32,6 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from glassrl.data.records import PromptRecord
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rollout.base import RolloutBatch, SamplingParams
 
@@ -102,5 +103,8 @@ class RewardWorker(Protocol):
 class RolloutWorker(Stateful, Protocol):
     """Sampling from the current policy; owns the sampling RNG (saved in checkpoints)."""
 
-    def generate(self, prompts: list[list[int]], *, n: int, params: SamplingParams) -> RolloutBatch:
-        """len(prompts) × n responses (glassrl.rollout.base)."""
+    def generate(
+        self, prompts: list[list[int]], *, n: int, params: SamplingParams, records: Sequence[PromptRecord] | None = None
+    ) -> RolloutBatch:
+        """len(prompts) × n responses (glassrl.rollout.base); ``records``, the prompts' rows, for a
+        multi-turn engine (its environments are reset with them)."""

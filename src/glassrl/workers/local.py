@@ -4,6 +4,10 @@ The rollout worker samples with the actor's own model object (weights shared in
 memory, nothing to synchronise). Forward passes without gradient run in
 micro-batches of ``micro_batch`` rows. Tensors come back on the model's device.
 See glassrl.workers.base for the protocol and the batch keys.
+
+``compute`` is the dtype of the matrix products (``model.compute_dtype``): bfloat16 runs
+every forward pass and the sampling under autocast over float32 weights
+(glassrl.models.precision); the training forward is wrapped by the trainer (``Autocast``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from glassrl.data.records import PromptRecord
 from glassrl.models.logprobs import response_logprobs
+from glassrl.models.precision import compute_precision
 from glassrl.models.values import response_values
 from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
@@ -43,29 +49,36 @@ def _device(model: nn.Module) -> torch.device:
 
 @torch.no_grad()
 def _logprobs(
-    model: nn.Module, batch: Batch, micro_batch: int, temperature: float, with_entropy: bool
+    model: nn.Module,
+    batch: Batch,
+    micro_batch: int,
+    temperature: float,
+    with_entropy: bool,
+    compute: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(a_i|s_i) (B, T) at ``temperature``, and H(π(·|s_i)) (B, T) or None."""
     model.eval()
     logprobs, entropy = [], []
     for micro in _micro_batches(_to(batch, _device(model)), micro_batch):
         T = micro["response_mask"].shape[1]
-        lp, ent = response_logprobs(
-            model, micro["input_ids"], micro["attention_mask"], T, temperature=temperature, with_entropy=with_entropy
-        )
+        with compute_precision(_device(model), compute):
+            lp, ent = response_logprobs(
+                model, micro["input_ids"], micro["attention_mask"], T, temperature=temperature, with_entropy=with_entropy
+            )
         logprobs.append(lp)
         entropy.append(ent)
     return torch.cat(logprobs), (torch.cat(entropy) if with_entropy else None)
 
 
 @torch.no_grad()
-def _values(model: nn.Module, batch: Batch, micro_batch: int) -> torch.Tensor:
+def _values(model: nn.Module, batch: Batch, micro_batch: int, compute: torch.dtype = torch.float32) -> torch.Tensor:
     """V(s_i) (B, T), read before each token."""
     model.eval()
     values = []
     for micro in _micro_batches(_to(batch, _device(model)), micro_batch):
         T = micro["response_mask"].shape[1]
-        values.append(response_values(model, micro["input_ids"], micro["attention_mask"], T))
+        with compute_precision(_device(model), compute):
+            values.append(response_values(model, micro["input_ids"], micro["attention_mask"], T))
     return torch.cat(values)
 
 
@@ -86,10 +99,21 @@ class _Trained:
 
     role = ""
 
-    def __init__(self, model, tokenizer, optimizer, scheduler, *, micro_batch: int, update: UpdateFn, load: LoadFn):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        optimizer,
+        scheduler,
+        *,
+        micro_batch: int,
+        update: UpdateFn,
+        load: LoadFn,
+        compute: torch.dtype = torch.float32,
+    ):
         self.model, self.tokenizer = model, tokenizer
         self.optimizer, self.scheduler = optimizer, scheduler
-        self.micro_batch, self._update, self._load = micro_batch, update, load
+        self.micro_batch, self._update, self._load, self.compute = micro_batch, update, load, compute
         self.part_names = (self.role, f"{self.role}_optim")
 
     def update(self, batch: Batch, plan: list[torch.Tensor]) -> dict[str, float]:
@@ -126,12 +150,15 @@ class LocalActor(_Trained):
         micro_batch: int,
         update: UpdateFn,
         load: LoadFn,
+        compute: torch.dtype = torch.float32,
     ) -> None:
-        super().__init__(model, tokenizer, optimizer, scheduler, micro_batch=micro_batch, update=update, load=load)
+        super().__init__(
+            model, tokenizer, optimizer, scheduler, micro_batch=micro_batch, update=update, load=load, compute=compute
+        )
         self.temperature = temperature
 
     def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        return _logprobs(self.model, batch, self.micro_batch, self.temperature, with_entropy=True)
+        return _logprobs(self.model, batch, self.micro_batch, self.temperature, True, self.compute)
 
 
 class LocalCritic(_Trained):
@@ -140,18 +167,20 @@ class LocalCritic(_Trained):
     role = "critic"
 
     def compute_values(self, batch: Batch) -> torch.Tensor:
-        return _values(self.model, batch, self.micro_batch)
+        return _values(self.model, batch, self.micro_batch, self.compute)
 
 
 class LocalReference:
     """π_ref: frozen, so nothing to checkpoint (it is reloaded from its path)."""
 
-    def __init__(self, model: nn.Module, *, temperature: float, micro_batch: int) -> None:
+    def __init__(
+        self, model: nn.Module, *, temperature: float, micro_batch: int, compute: torch.dtype = torch.float32
+    ) -> None:
         self.model = model.eval().requires_grad_(False)
-        self.temperature, self.micro_batch = temperature, micro_batch
+        self.temperature, self.micro_batch, self.compute = temperature, micro_batch, compute
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
-        return _logprobs(self.model, batch, self.micro_batch, self.temperature, with_entropy=False)[0]
+        return _logprobs(self.model, batch, self.micro_batch, self.temperature, False, self.compute)[0]
 
 
 class FrozenActor:
@@ -186,15 +215,19 @@ class LocalReward:
 
 
 class LocalRollout:
-    """Samples with ``engine`` (sharing the actor's model) from the RNG in ``generator``."""
+    """Samples with ``engine`` (sharing the actor's model) from the RNG in ``generator``, its
+    forward passes under ``compute`` precision (on the generator's device, the model's)."""
 
     part_names = ("rollout_rng",)
 
-    def __init__(self, engine: RolloutEngine, generator: torch.Generator) -> None:
-        self.engine, self.generator = engine, generator
+    def __init__(self, engine: RolloutEngine, generator: torch.Generator, compute: torch.dtype = torch.float32) -> None:
+        self.engine, self.generator, self.compute = engine, generator, compute
 
-    def generate(self, prompts: list[list[int]], *, n: int, params: SamplingParams) -> RolloutBatch:
-        return self.engine.generate(prompts, n=n, params=params, generator=self.generator)
+    def generate(
+        self, prompts: list[list[int]], *, n: int, params: SamplingParams, records: Sequence[PromptRecord] | None = None
+    ) -> RolloutBatch:
+        with compute_precision(self.generator.device, self.compute):
+            return self.engine.generate(prompts, n=n, params=params, generator=self.generator, records=records)
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
         return {"rollout_rng": ("torch", self.generator.get_state())}

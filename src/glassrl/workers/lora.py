@@ -14,16 +14,19 @@ import torch
 from torch import nn
 
 from glassrl.models.logprobs import response_logprobs
+from glassrl.models.precision import compute_precision
 from glassrl.workers.base import Batch
 
 
 class LoraReference:
     """π_ref(a_i|s_i) = the actor's peft model with adapters off, at the sampling temperature."""
 
-    def __init__(self, model: nn.Module, *, temperature: float, micro_batch: int) -> None:
+    def __init__(
+        self, model: nn.Module, *, temperature: float, micro_batch: int, compute: torch.dtype = torch.float32
+    ) -> None:
         if not hasattr(model, "disable_adapter"):
             raise TypeError(f"LoraReference needs a peft model, got {type(model).__name__}")
-        self.model, self.temperature, self.micro_batch = model, temperature, micro_batch
+        self.model, self.temperature, self.micro_batch, self.compute = model, temperature, micro_batch, compute
 
     @torch.no_grad()
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
@@ -32,7 +35,7 @@ class LoraReference:
         self.model.eval()  # no adapter dropout either way; restored below for the actor
         logprobs = []
         try:
-            with self.model.disable_adapter():
+            with self.model.disable_adapter(), compute_precision(device, self.compute):
                 for start in range(0, batch["input_ids"].shape[0], self.micro_batch):
                     micro = {k: v[start : start + self.micro_batch].to(device) for k, v in batch.items()}
                     T = micro["response_mask"].shape[1]

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rollout.base import RolloutBatch, SamplingParams, concat_rollouts
@@ -223,9 +224,12 @@ class RayCluster:
     def shutdown(self) -> None:
         from ray.util.placement_group import remove_placement_group
 
-        for group in self.groups.values():
+        """Stop every rank and free the placement groups (idempotent)."""
+        groups, self.groups = self.groups, {}
+        placement_groups, self.placement_groups = self.placement_groups, []
+        for group in groups.values():
             group.shutdown()
-        for pg in self.placement_groups:
+        for pg in placement_groups:
             remove_placement_group(pg)
 
 
@@ -327,22 +331,33 @@ class RayReward:
 
 
 class RayRollout:
-    """Sampling on W ranks (each with its replica of π_θ and its own RNG), prompts in contiguous chunks.
+    """Sampling on the first ``ranks`` ranks of ``group`` (all by default; each with its replica of
+    π_θ and its own RNG), prompts in contiguous chunks.
 
-    Checkpoint part "rollout_rng": every rank's RNG state, in rank order (a resume needs
-    the same world size).
+    Checkpoint part "rollout_rng": every sampling rank's RNG state, in rank order (a resume
+    needs the same number of sampling ranks).
     """
 
     part_names = ("rollout_rng",)
 
-    def __init__(self, group: RankGroup, pad_id: int, name: str = "rollout") -> None:
+    def __init__(self, group: RankGroup, pad_id: int, name: str = "rollout", ranks: int | None = None) -> None:
         self.group, self.pad_id, self.name = group, pad_id, name
+        self.ranks = group.world_size if ranks is None else ranks
 
-    def generate(self, prompts: list[list[int]], *, n: int, params: SamplingParams) -> RolloutBatch:
-        chunks = _chunks(len(prompts), self.group.world_size)
+    def generate(
+        self, prompts: list[list[int]], *, n: int, params: SamplingParams, records: Sequence[PromptRecord] | None = None
+    ) -> RolloutBatch:
+        chunks = _chunks(len(prompts), self.ranks)
         busy = [r for r, c in enumerate(chunks) if len(c)]  # fewer prompts than ranks: some rest
         futures = [
-            self.group.hosts[r].call.remote(self.name, "generate", [prompts[i] for i in chunks[r]], n=n, params=params)
+            self.group.hosts[r].call.remote(
+                self.name,
+                "generate",
+                [prompts[i] for i in chunks[r]],
+                n=n,
+                params=params,
+                records=None if records is None else [records[i] for i in chunks[r]],
+            )
             for r in busy
         ]
         outs = self.group.get(futures, ranks=busy)
@@ -351,14 +366,14 @@ class RayRollout:
         return concat_rollouts(outs, self.pad_id)
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
-        states = [parts["rollout_rng"][1] for parts in self.group.call_all(self.name, "state_dict")]
-        return {"rollout_rng": ("torch", states)}
+        answers = self.group.call_each(self.name, "state_dict", [()] * self.ranks)
+        return {"rollout_rng": ("torch", [parts["rollout_rng"][1] for parts in answers])}
 
     def load_state_dict(self, parts: dict[str, Any]) -> None:
         states = parts["rollout_rng"]
-        if len(states) != self.group.world_size:
+        if len(states) != self.ranks:
             raise GlassrlError(
-                f"checkpoint part rollout_rng holds {len(states)} ranks' RNG states; the rollout group has "
-                f"{self.group.world_size} (resume with the same world size)"
+                f"checkpoint part rollout_rng holds {len(states)} ranks' RNG states; this run samples on "
+                f"{self.ranks} (resume with the same ray.actor.world_size and ray.rollout_ranks)"
             )
         self.group.call_each(self.name, "load_state_dict", [({"rollout_rng": s},) for s in states])

@@ -5,7 +5,9 @@ its records and the record of a typed prompt:
 
 - :mod:`.arith_verify`: "请问3+4=8？" → "不是，等于7！", and in English "Is 3+4=8?" → "No, it equals 7!";
   it also owns the rule that judges a response (``grade``) and the default model's evaluation;
-- :mod:`.add`: "3+4=" → "7".
+- :mod:`.add`: "3+4=" → "7";
+- agentic (``AGENTIC_TASKS``, answered over turns with tools, docs/agentic.md): :mod:`.tool_add`
+  ("4821+975=?" with a calculator), :mod:`.research` (the reference dialogue's report).
 
 Both draw their operand pairs from one seeded train/test cut (:mod:`.splits`), so no test
 record of either task asks about an operand pair that any train record has.
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from glassrl.data.records import PromptRecord
-from glassrl.data.tasks import add, arith_verify
+from glassrl.data.tasks import add, arith_verify, research, tool_add
 from glassrl.data.tasks.splits import DEFAULT_SIZES, SPLITS
 from glassrl.errors import GlassrlError
 
@@ -44,6 +46,13 @@ class Task:
 TASKS: dict[str, Task] = {
     arith_verify.NAME: Task(arith_verify.records, arith_verify.record_for_prompt),
     add.NAME: Task(add.records, add.record_for_prompt),
+}
+# Tasks answered over several turns with tools (glassrl.rollout.agent.tasks holds their environments).
+# Kept apart from TASKS: the default model's tokenizer and SFT mix are built from TASKS' text, and
+# must not change when an agentic task is added.
+AGENTIC_TASKS: dict[str, Task] = {
+    tool_add.NAME: Task(tool_add.records, tool_add.record_for_prompt),
+    research.NAME: Task(research.records, research.record_for_prompt),
 }
 
 
@@ -75,14 +84,15 @@ def held_out_split(spec: str) -> str | None:
 
 def load_task(name: str, split: str, *, seed: int = 0, size: int | None = None) -> list[PromptRecord]:
     """The records of a bundled task; ``size`` defaults to ``DEFAULT_SIZES[split]``."""
-    if name not in TASKS:
-        raise GlassrlError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
+    every = {**TASKS, **AGENTIC_TASKS}
+    if name not in every:
+        raise GlassrlError(f"unknown task {name!r}; valid tasks: {', '.join(every)}")
     if split not in SPLITS:
         raise GlassrlError(f"task {name}: unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
     size = DEFAULT_SIZES[split] if size is None else size
     if size < 0:
         raise GlassrlError(f"task {name}: size must be >= 0, got {size}")
-    return TASKS[name].records(split, seed, size)
+    return every[name].records(split, seed, size)
 
 
 def sft_pairs(name: str, split: str, seed: int = 0) -> list[tuple[str, str]]:
@@ -93,7 +103,7 @@ def sft_pairs(name: str, split: str, seed: int = 0) -> list[tuple[str, str]]:
 def record_for_prompt(text: str) -> PromptRecord | None:
     """The record of a typed prompt in some bundled task's form (its reference answer and
     metadata, so that a reward can score a response to it); None when no task has that form."""
-    for task in TASKS.values():
+    for task in (*TASKS.values(), *AGENTIC_TASKS.values()):
         if (record := task.record_for_prompt(text)) is not None:
             return record
     return None

@@ -2,7 +2,8 @@
 // Data: <script type="application/json" id="token-data"> (html.token_payload). Each token is a span
 // id="tok-B-I" data-b=B data-i=I coloured by the chosen quantity on a diverging scale centred at 0;
 // clicking one fills #token-panel (every ledger field, id="field-NAME") and #token-legend (DESIGN §1: the
-// lines glassrl.ledger.legend wrote for that token, id="legend-KEY").
+// lines glassrl.ledger.legend wrote for that token, id="legend-KEY"). A multi-turn response shows a tag per turn
+// (id="turn-B-K"), its observation tokens hatched, and its per-turn credit under the tokens (id="turns-B").
 (function () {
   "use strict";
   const DATA = JSON.parse(document.getElementById("token-data").textContent);
@@ -14,7 +15,7 @@
   const $ = function (id) { return document.getElementById(id); };
   const state = { source: DATA.initial.source, ledger: DATA.initial.ledger, quantity: null, selected: null };
   // RdBu end points and centre: negative blue, 0 near white, positive red.
-  const INTEGER_FIELDS = ["index", "token_id", "response_index", "group_id", "length", "step"];
+  const INTEGER_FIELDS = ["index", "token_id", "response_index", "group_id", "length", "step", "turn"];
   const PARAMETERS = ["gamma", "lam", "beta"];
   const LOW = [33, 102, 172], MID = [247, 247, 247], HIGH = [178, 24, 43];
 
@@ -117,18 +118,23 @@
     head.appendChild(el("b", {}, "response " + b));
     const bits = ["score " + fmt(r.score), "group " + (r.group_id === null ? "—" : r.group_id), r.length + " tokens",
       "finish " + (r.finish_reason || "—")];
+    if (r.turns) bits.push(r.turns.length + (r.turns.length === 1 ? " turn" : " turns"));
     if (r.baseline_reward !== null) bits.push("baseline reward " + fmt(r.baseline_reward));
     head.appendChild(document.createTextNode(" · " + bits.join(" · ")));
     div.appendChild(head);
     div.appendChild(el("div", { "class": "prompt" }, "prompt: " + r.prompt));
     const line = el("div", { "class": "tokens" });
+    const turnAt = {};  // first token of each turn -> its index (multi-turn responses)
+    (r.turns || []).forEach(function (t, k) { turnAt[t.start] = k; });
     r.tokens.forEach(function (row, i) {
       const mask = get(row, "response_mask");
       const v = q === null ? null : get(row, q);
-      if (!mask && (i === 0 || get(r.tokens[i - 1], "response_mask"))) {
+      if (turnAt[i] !== undefined) line.appendChild(turnTag(r.turns[turnAt[i]], b, turnAt[i]));
+      const observation = isObservation(r, row);
+      if (observation && (i === 0 || !isObservation(r, r.tokens[i - 1]))) {
         line.appendChild(el("span", { "class": "obs-tag" }, "tool/obs"));
       }
-      const span = el("span", { "class": mask ? "tok" : "tok obs", id: "tok-" + b + "-" + i,
+      const span = el("span", { "class": observation ? "tok obs" : "tok", id: "tok-" + b + "-" + i,
         "data-b": String(b), "data-i": String(i), tabindex: "0",
         "data-value": v === null ? "" : String(v) }, showTok(get(row, "token")));
       if (mask && isNum(v)) {
@@ -139,7 +145,20 @@
       line.appendChild(span);
     });
     div.appendChild(line);
+    if (r.turn_legend && r.turn_legend.length) {
+      // Credit per turn: glassrl.ledger.legend.turn_legend's lines, shown as written.
+      div.appendChild(el("div", { "class": "turn-credit", id: "turns-" + b }, r.turn_legend.join("\n")));
+    }
     return div;
+  }
+  // An observation token: its role says so in a multi-turn ledger; a given ledger marks it with mask 0.
+  function isObservation(r, row) { return r.turns ? get(row, "role") === "observation" : !get(row, "response_mask"); }
+  function turnTag(t, b, k) {
+    const calls = t.tool_calls.map(function (c) { return c.name + ": " + c.status; }).join(", ");
+    const title = "turn " + k + ": tokens " + t.start + "…" + (t.end - 1) + ", finish " + t.finish_reason +
+      (calls ? "; calls " + calls : "");
+    return el("span", { "class": "turn-tag", id: "turn-" + b + "-" + k, title: title },
+      "turn " + k + " · " + t.finish_reason);
   }
 
   // ------------------------------------------------------------------ panel and legend
@@ -157,6 +176,7 @@
     else if (typeof value === "boolean") text = value ? "True" : "False";
     else if (name === "token") text = quote(value);
     else if (INTEGER_FIELDS.indexOf(name) >= 0) text = String(value);
+    else if (typeof value === "object") text = JSON.stringify(value); // a response's turns
     else if (PARAMETERS.indexOf(name) >= 0) text = num(value);
     else text = isNum(value) ? fmt(value) : String(value); // strings, and "nan" / "inf" as they are
     const raw = JSON.stringify(value === undefined ? null : value);
@@ -206,7 +226,10 @@
   function tooltip(span, ev) {
     const b = +span.dataset.b, i = +span.dataset.i, lg = ledger(), row = lg.responses[b].tokens[i];
     const lines = ["a_" + i + " = " + quote(get(row, "token")) + "   (response " + b + ", token " + i + ")"];
-    if (!get(row, "response_mask")) lines.push("observation / tool token (mask False)");
+    if (get(row, "turn") !== null && get(row, "turn") !== undefined) lines.push("turn " + get(row, "turn"));
+    if (get(row, "role") === "observation" || get(row, "role") === null && !get(row, "response_mask")) {
+      lines.push("observation / tool token (mask False)");
+    } else if (!get(row, "response_mask")) lines.push("generated, does not train (mask False)");
     if (state.quantity !== null) lines.push(LABELS[state.quantity] + " = " + fmt(get(row, state.quantity)));
     ["kl", "token_rewards", "values", "advantages", "returns"].forEach(function (n) {
       if (n !== state.quantity && get(row, n) !== null) lines.push(SYM[n] + " = " + fmt(get(row, n)));

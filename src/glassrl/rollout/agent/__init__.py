@@ -17,9 +17,16 @@ docs/agentic.md describes the whole.
 
 from glassrl.rollout.agent.environment import Environment, StepResult, ToolEnvironment
 from glassrl.rollout.agent.formats import HermesFormat, TaggedFormat, build_call_format, supports_tools
-from glassrl.rollout.agent.loop import AgentRolloutEngine, HFTurnSampler, SampledTurn, TurnSampler, reward_parts
+from glassrl.rollout.agent.loop import (
+    AgentRolloutEngine,
+    HFTurnSampler,
+    SampledTurn,
+    TurnSampler,
+    agent_prompt_ids,
+    reward_parts,
+)
 from glassrl.rollout.agent.registry import BUILTIN_TOOLS, build_tool, build_tools
-from glassrl.rollout.agent.tasks import TASK_ENVIRONMENTS, task_environment
+from glassrl.rollout.agent.tasks import TASK_ENVIRONMENTS, environment_factory, task_environment
 from glassrl.rollout.agent.tools import FunctionTool, Tool, ToolCall, ToolResult, run_call
 
 __all__ = [
@@ -38,9 +45,11 @@ __all__ = [
     "ToolEnvironment",
     "ToolResult",
     "TurnSampler",
+    "agent_prompt_ids",
     "build_call_format",
     "build_tool",
     "build_tools",
+    "environment_factory",
     "reward_parts",
     "run_call",
     "supports_tools",

@@ -207,12 +207,7 @@ class AgentRolloutEngine:
 
     def format_prompts(self, records: Sequence[PromptRecord]) -> list[list[int]]:
         """Token ids of each record's prompt with its environment's tools rendered in (the call format's way)."""
-        prompts = []
-        for record in records:
-            env = self.make_environment()
-            env.reset(record)
-            prompts.append(self.format.prompt_ids(record.prompt, env.tools))
-        return prompts
+        return agent_prompt_ids(self.format, self.make_environment, records)
 
     def generate(
         self,
@@ -221,10 +216,12 @@ class AgentRolloutEngine:
         n: int,
         params: SamplingParams,
         generator: torch.Generator,
-        records: Sequence[PromptRecord],
+        records: Sequence[PromptRecord] | None = None,
     ) -> RolloutBatch:
         """``prompts`` (from :meth:`format_prompts`) and their ``records`` -> len(prompts) × n
         multi-turn responses, the n of a prompt adjacent (as every RolloutEngine)."""
+        if records is None:
+            raise ValueError("agent rollout: needs the prompts' records (each environment is reset with its record)")
         if len(records) != len(prompts):
             raise ValueError(f"agent rollout: {len(prompts)} prompts but {len(records)} records")
         episodes = []
@@ -335,6 +332,20 @@ def _step(e: _Episode, text: str, calls: list) -> StepResult:
         return e.env.step(text, calls)
     except Exception as err:  # noqa: BLE001 - named with its record, then the rollout stops
         raise GlassrlError(f"{e.record.source}: environment {type(e.env).__name__}.step raised {err!r}") from err
+
+
+def agent_prompt_ids(
+    call_format: CallFormat, make_environment: Callable[[], Environment], records: Sequence[PromptRecord]
+) -> list[list[int]]:
+    """Token ids of each record's prompt with the tools of its environment (fresh, reset with the
+    record) rendered in by ``call_format``: what :meth:`AgentRolloutEngine.format_prompts` returns,
+    for callers that format prompts without a sampler (the trainer's length rule)."""
+    prompts = []
+    for record in records:
+        env = make_environment()
+        env.reset(record)
+        prompts.append(call_format.prompt_ids(record.prompt, env.tools))
+    return prompts
 
 
 def reward_parts(turns: Sequence[Turn]) -> dict[str, float]:

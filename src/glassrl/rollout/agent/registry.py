@@ -54,31 +54,37 @@ def build_tool(spec: str, base_dir: str | Path = ".") -> Tool:
     """One tool from a built-in name or a ``module:attribute`` / ``file.py:attribute`` spec."""
     if spec in BUILTIN_TOOLS:
         return BUILTIN_TOOLS[spec]()
-    where, sep, attribute = spec.rpartition(":")
-    if not sep or not where or not attribute:
+    if not spec.rpartition(":")[0] or not spec.rpartition(":")[2]:
         valid = ", ".join(BUILTIN_TOOLS)
         raise GlassrlError(f"tool {spec!r}: not a built-in ({valid}) nor 'module:attribute' or 'file.py:attribute'")
-    module = _load_file(spec, where, base_dir) if where.endswith(".py") else _import(spec, where)
+    return _as_tool(spec, load_attribute(spec, base_dir))
+
+
+def load_attribute(spec: str, base_dir: str | Path = ".", what: str = "tool") -> Any:
+    """The object ``module:attribute`` or ``path/to/file.py:attribute`` names (module docstring);
+    GlassrlError naming ``what`` and the spec when the module, file or attribute is missing."""
+    where, _, attribute = spec.rpartition(":")
+    module = _load_file(spec, where, base_dir, what) if where.endswith(".py") else _import(spec, where, what)
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):
-            raise GlassrlError(f"tool {spec!r}: {where!r} has no attribute {attribute!r}")
+            raise GlassrlError(f"{what} {spec!r}: {where!r} has no attribute {attribute!r}")
         target = getattr(target, part)
-    return _as_tool(spec, target)
+    return target
 
 
-def _import(spec: str, module_name: str) -> Any:
+def _import(spec: str, module_name: str, what: str) -> Any:
     try:
         return importlib.import_module(module_name)
     except Exception as err:  # noqa: BLE001 - any import failure is the user's to fix
-        raise GlassrlError(f"tool {spec!r}: cannot import {module_name!r}: {type(err).__name__}: {err}") from None
+        raise GlassrlError(f"{what} {spec!r}: cannot import {module_name!r}: {type(err).__name__}: {err}") from None
 
 
-def _load_file(spec: str, file: str, base_dir: str | Path) -> Any:
+def _load_file(spec: str, file: str, base_dir: str | Path, what: str) -> Any:
     path = Path(file)
     path = (path if path.is_absolute() else Path(base_dir) / path).resolve()
     if not path.is_file():
-        raise GlassrlError(f"tool {spec!r}: no file {path}")
+        raise GlassrlError(f"{what} {spec!r}: no file {path}")
     # One module per file, named after its path, so two files called tools.py do not collide.
     name = f"glassrl_user_tools_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
     if name in sys.modules:
@@ -90,7 +96,7 @@ def _load_file(spec: str, file: str, base_dir: str | Path) -> Any:
         module_spec.loader.exec_module(module)
     except Exception as err:  # noqa: BLE001
         del sys.modules[name]
-        raise GlassrlError(f"tool {spec!r}: loading {path} raised {type(err).__name__}: {err}") from None
+        raise GlassrlError(f"{what} {spec!r}: loading {path} raised {type(err).__name__}: {err}") from None
     return module
 
 

@@ -1,0 +1,374 @@
+"""glassrl against TRL's GRPOTrainer on the same work, side by side, in one invocation (issue 14).
+
+    .venv/bin/python benchmarks/bench_vs_trl.py            # 30 steps, default and large model
+    .venv/bin/python benchmarks/bench_vs_trl.py --quick    # 4 steps, default model (make bench)
+
+What it does:
+
+1. the models: the embedded default model (``glassrl init-model``: 1.09 M parameters, SFT on the
+   bundled tasks) and a larger Llama built here with the same tokenizer and layout, about 10× the
+   parameters (hidden 256, 10 layers, 10.6 M), **randomly initialised**: its throughput is real,
+   its reward curve is not a learning curve (it cannot answer);
+2. the shared prompts: 512 arith-verify train prompts, as JSON lines (prompt, answer, metadata);
+3. TRL in its own virtual environment (``--trl-venv``, created on first use with
+   ``pip install torch==2.13.0 trl==1.16.0 transformers==<glassrl's>``): never a glassrl
+   dependency; its side runs benchmarks/trl_worker.py there as a subprocess;
+4. per model: glassrl (the grpo preset) and TRL in fresh subprocesses, one after the other, each
+   for the same steps; each reports the settings as its library resolved them, which are printed
+   side by side and must be equal (16 prompts × 8 samples, 16 new tokens, one optimiser step per
+   batch, k3 KL β = 0.001 in the loss, same lr, clip, gradient clip, threads, bf16 off, gradient
+   checkpointing off, the same arith-verify verifier as reward);
+5. the table: steps/s, generated tokens/s, trained tokens/s (prompt + response tokens of the
+   batch), peak RSS, each glassrl/TRL, and the reward per step.
+
+Timing: wall time between the ends of consecutive optimiser steps, the first step left out
+(warm-up): each library's whole step (generation, reward, log-probs, update, its own logging).
+Peak RSS is the worker process's ``ru_maxrss`` (model, reference model, optimiser, libraries).
+glassrl writes no ledger, checkpoint or report here (TRL's run writes none either).
+The load average is printed before and after: figures taken on a shared machine are noise
+beyond what its load explains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+TRL_VERSION, TORCH_VERSION = "1.16.0", "2.13.0"
+QUICK_STEPS, FULL_STEPS = 4, 30
+PROMPTS = 512
+# The shared work: the grpo preset's settings (examples/grpo.yaml), which TRL is given too.
+SETTINGS = {
+    "prompts_per_step": 16,
+    "samples": 8,
+    "max_new_tokens": 16,
+    "micro_batch": 32,
+    "kl_coef": 0.001,
+    "clip": 0.2,
+    "lr": 1e-4,
+    "warmup_steps": 5,
+    "grad_clip": 1.0,
+    "temperature": 1.0,
+}
+# The larger model: the default model's layout, about 10× its parameters.
+LARGE = {"hidden_size": 256, "num_layers": 10, "num_heads": 4, "intermediate_size": 1024}
+
+
+# ------------------------------------------------------------------ setup
+
+
+def build_large(out: Path, default_dir: Path) -> Path:
+    """A randomly initialised Llama of LARGE's size over the default model's tokenizer (seed 0)."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    from glassrl.models.default_model import DEFAULT_SPEC, llama_config
+
+    marker = out / "bench-large.json"
+    if marker.is_file() and json.loads(marker.read_text()) == LARGE:
+        return out
+    tokenizer = AutoTokenizer.from_pretrained(default_dir)
+    spec = DEFAULT_SPEC.__class__(**{**DEFAULT_SPEC.__dict__, **LARGE})
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(llama_config(spec, tokenizer))
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    marker.write_text(json.dumps(LARGE))
+    return out
+
+
+def write_prompts(path: Path) -> Path:
+    """512 arith-verify train prompts as JSON lines: prompt, answer and the metadata fields."""
+    from glassrl.data.tasks import load_task
+
+    rows = [{"prompt": r.prompt, "answer": r.answer, **r.metadata} for r in load_task("arith-verify", "train")]
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows[:PROMPTS]), encoding="utf-8")
+    return path
+
+
+def ensure_trl_venv(venv: Path) -> Path:
+    """The TRL environment's python; created (or re-created when its versions differ) with pip."""
+    import transformers
+
+    want = {"trl": TRL_VERSION, "torch": TORCH_VERSION, "transformers": transformers.__version__}
+    python = venv / "bin" / "python"
+    probe = "import json, trl, torch, transformers; print(json.dumps({m.__name__: m.__version__.split('+')[0] for m in (trl, torch, transformers)}))"
+    if python.is_file():
+        found = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+        if found.returncode == 0 and json.loads(found.stdout.strip().splitlines()[-1]) == want:
+            return python
+    print(f"creating the TRL environment {venv} (pip install trl=={TRL_VERSION}): a few minutes", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    pins = [f"{name}=={version}" for name, version in want.items()]
+    subprocess.run([python, "-m", "pip", "install", "--quiet", *pins], check=True)
+    return python
+
+
+def parameters(model_dir: Path) -> int:
+    from transformers import AutoModelForCausalLM
+
+    return sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model_dir).parameters())
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f}, {five:.2f}, {fifteen:.2f} (1, 5, 15 min) on {len(os.sched_getaffinity(0))} cores"
+
+
+# ------------------------------------------------------------------ glassrl's side (a subprocess)
+
+
+def glassrl_worker(spec_path: str, out_path: str) -> None:
+    """Runs in a fresh process: the grpo preset with SETTINGS on spec's model and prompts, timed."""
+    spec = json.loads(Path(spec_path).read_text())
+    torch.set_num_threads(spec["threads"])
+    from rich.console import Console
+
+    from glassrl import presets
+    from glassrl.config import load_config
+    from glassrl.trainer.config import TrainConfig
+    from glassrl.trainer.loop import Trainer
+
+    s = spec["settings"]
+    shutil.rmtree(spec["out_dir"], ignore_errors=True)
+    overrides = [
+        f"output_dir={spec['out_dir']}",
+        f"model.actor={spec['model']}",
+        f"model.device={spec['device']}",
+        f"data.train={spec['prompts']}",
+        "data.eval_size=0",
+        f"seed={spec['seed']}",
+        f"steps={spec['steps'] + 1}",  # never the last step: no final checkpoint, evaluation or report
+        f"batch.prompts_per_step={s['prompts_per_step']}",
+        f"batch.mini_batch_prompts={s['prompts_per_step']}",
+        f"batch.micro_batch_responses={s['micro_batch']}",
+        "batch.epochs=1",
+        f"rollout.n={s['samples']}",
+        f"rollout.max_new_tokens={s['max_new_tokens']}",
+        f"rollout.temperature={s['temperature']}",
+        f"algo.kl.coef={s['kl_coef']}",
+        f"algo.clip_low={s['clip']}",
+        f"algo.clip_high={s['clip']}",
+        f"actor_optim.lr={s['lr']}",
+        f"actor_optim.warmup_steps={s['warmup_steps']}",
+        f"actor_optim.grad_clip={s['grad_clip']}",
+        "actor_optim.weight_decay=0.0",
+        "logging.ledger_every=0",
+        "logging.checkpoint_every=0",
+        "logging.eval_every=0",
+    ]
+    cfg = load_config(TrainConfig, presets.path("grpo"), overrides)
+    trainer = Trainer(cfg, console=Console(file=open(os.devnull, "w")), progress=False)
+    tokens: list[tuple[int, int]] = []  # per step: (generated, prompt + response)
+    generate = trainer.workers.rollout.generate
+
+    def counted(*args, **kwargs):
+        batch = generate(*args, **kwargs)
+        generated = int(batch.response_mask.sum())
+        tokens.append((generated, generated + int(batch.prompt_mask.sum())))
+        return batch
+
+    trainer.workers.rollout.generate = counted
+    step_ends, rewards = [time.perf_counter()], []
+    for _ in range(spec["steps"]):
+        metrics = trainer.step()
+        step_ends.append(time.perf_counter())
+        rewards.append(metrics["reward/mean"])
+    a, b, r, o = cfg.algo, cfg.batch, cfg.rollout, cfg.actor_optim
+    settings = {
+        "trainer": "glassrl Trainer (grpo preset)",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "prompts per step": b.prompts_per_step,
+        "samples per prompt": r.n,
+        "max new tokens": r.max_new_tokens,
+        "optimiser steps per batch": b.epochs * (b.prompts_per_step // b.mini_batch_prompts),
+        "micro-batch (responses)": b.micro_batch_responses,
+        "KL": f"{a.kl.kind} in the {a.kl.placement}, β = {a.kl.coef:g}",
+        "loss aggregation": a.loss_agg,
+        "advantage": "group mean/std (group)" if a.advantage == "grpo" and not a.whiten_advantages else a.advantage,
+        "clip ε": f"{a.clip_low:g}/{a.clip_high:g}",
+        "lr": f"{o.lr:g}, warm-up {o.warmup_steps}, {o.decay}",
+        "gradient clip": f"{o.grad_clip:g}",
+        "temperature / top-p / top-k": f"{r.temperature:g} / {r.top_p:g} / {r.top_k}",
+        "bf16": cfg.model.compute_dtype == "bfloat16",
+        "gradient checkpointing": False,  # glassrl has none
+        "reward": "glassrl arith-verify verifier"
+        if [src.name for src in cfg.reward.sources] == ["arith_verify"]
+        else str(cfg.reward.sources),
+    }
+    out = {
+        "settings": settings,
+        "step_ends": step_ends,
+        "tokens": tokens,
+        "rewards": rewards,
+        "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }
+    Path(out_path).write_text(json.dumps(out, indent=1))
+
+
+# ------------------------------------------------------------------ the comparison
+
+
+def run(side: str, command: list, spec: dict, work: Path) -> dict:
+    """Run one side's worker in a fresh process with ``spec``; its JSON result."""
+    spec_path, out_path = work / f"{side}-spec.json", work / f"{side}-result.json"
+    spec_path.write_text(json.dumps(spec))
+    out_path.unlink(missing_ok=True)
+    threads = str(spec["threads"])
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": threads,
+        "GLASSRL_THREADS": threads,
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONWARNINGS": "ignore",
+    }
+    log = work / f"{side}.log"
+    with log.open("w") as f:
+        done = subprocess.run([*command, str(spec_path), str(out_path)], env=env, stdout=f, stderr=subprocess.STDOUT)
+    if done.returncode != 0 or not out_path.is_file():
+        tail = log.read_text(errors="replace").splitlines()[-25:]
+        raise SystemExit(f"{side} worker failed (exit {done.returncode}); the end of {log}:\n" + "\n".join(tail))
+    return json.loads(out_path.read_text())
+
+
+def summarise(result: dict, responses: int) -> dict:
+    """steps/s, tokens/s over steps 2..N; the per-step rewards; peak RSS in MiB."""
+    ends = result["step_ends"]
+    steps = len(ends) - 1
+    seconds = ends[-1] - ends[1]  # steps 2..N
+    if "tokens" in result:  # glassrl: counted at the rollout
+        generated = [g for g, _ in result["tokens"]]
+        trained = [t for _, t in result["tokens"]]
+        rewards = result["rewards"]
+    else:  # TRL: from its per-step logs
+        logs = sorted(result["logs"], key=lambda x: x["step"])
+        generated = [round(x["completions/mean_length"] * responses) for x in logs]
+        cumulative = [0] + [x["num_tokens"] for x in logs]
+        trained = [round(b - a) for a, b in zip(cumulative, cumulative[1:])]
+        rewards = [x["reward"] for x in logs]
+    return {
+        "steps": steps,
+        "steps/s": (steps - 1) / seconds,
+        "generated tokens/s": sum(generated[1:]) / seconds,
+        "trained tokens/s": sum(trained[1:]) / seconds,
+        "peak RSS (MiB)": result["peak_rss_kib"] / 1024,
+        "step s (median)": statistics.median(b - a for a, b in zip(ends[1:], ends[2:])),
+        "rewards": rewards,
+    }
+
+
+def check_settings(ours: dict, theirs: dict) -> bool:
+    """Print the settings side by side; True when every shared one is equal."""
+    skip = {"trainer", "trl", "transformers", "torch"}
+    keys = [k for k in ours if k not in skip]
+    equal = all(str(ours[k]) == str(theirs.get(k)) for k in keys)
+    width = max(len(k) for k in keys)
+    print(f"\n{'setting':<{width}}  {'glassrl':<30} {'TRL':<30}")
+    for k in keys:
+        mark = "" if str(ours[k]) == str(theirs.get(k)) else "   <-- differs"
+        print(f"{k:<{width}}  {str(ours[k]):<30} {str(theirs.get(k)):<30}{mark}")
+    print(
+        f"{'versions':<{width}}  torch {ours['torch']:<24} trl {theirs['trl']}, transformers {theirs['transformers']}"
+    )
+    return equal
+
+
+def table(name: str, params: int, ours: dict, theirs: dict) -> None:
+    rows = ["steps/s", "generated tokens/s", "trained tokens/s", "peak RSS (MiB)", "step s (median)"]
+    print(f"\n{name} model ({params:,} parameters), {ours['steps']} steps, the first left out:")
+    print("| measure | glassrl | TRL | glassrl/TRL |\n|---|---:|---:|---:|")
+    for row in rows:
+        print(f"| {row} | {ours[row]:,.2f} | {theirs[row]:,.2f} | {ours[row] / theirs[row]:.2f} |")
+    for side, s in (("glassrl", ours), ("TRL", theirs)):
+        print(f"reward per step, {side:<7}: " + " ".join(f"{r:.2f}" for r in s["rewards"]))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps on the default model (make bench)")
+    p.add_argument("--steps", type=int, help=f"training steps per side (default {FULL_STEPS}; --quick {QUICK_STEPS})")
+    p.add_argument("--models", default=None, help="comma-separated: default,large (default both; --quick: default)")
+    p.add_argument("--threads", type=int, help="intra-op threads of both sides (default: glassrl's choice)")
+    p.add_argument("--pairs", type=int, default=1, help="glassrl/TRL runs per model, alternating; medians reported")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
+    p.add_argument("--out", default=str(Path.home() / ".cache" / "glassrl" / "bench-vs-trl"), help="work directory")
+    p.add_argument("--trl-venv", default=str(Path.home() / ".cache" / "glassrl" / "bench-trl-venv"))
+    p.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return glassrl_worker(*args.worker)
+
+    from glassrl.models.threads import choose_threads
+    from glassrl.trainer.default_model import ensure_default_model
+
+    steps = args.steps or (QUICK_STEPS if args.quick else FULL_STEPS)
+    names = (args.models or ("default" if args.quick else "default,large")).split(",")
+    threads, why = (args.threads, "--threads") if args.threads else choose_threads()
+    work = Path(args.out)
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"$ {' '.join([Path(sys.executable).name, *sys.argv])}")
+    print(f"load average at start: {load_average()}; threads: {threads} ({why})")
+    default_dir = ensure_default_model()
+    models = {"default": default_dir}
+    if "large" in names:
+        models["large"] = build_large(work / "large-random", default_dir)
+    prompts = write_prompts(work / "prompts.jsonl")
+    trl_python = ensure_trl_venv(Path(args.trl_venv))
+    responses = SETTINGS["prompts_per_step"] * SETTINGS["samples"]
+    ok = True
+    for name in names:
+        spec = {
+            "model": str(models[name]),
+            "prompts": str(prompts),
+            "steps": steps,
+            "threads": threads,
+            "seed": 0,
+            "device": args.device,
+            "settings": SETTINGS,
+        }
+        pairs = []
+        for i in range(args.pairs):
+            print(f"{name} model, pair {i + 1}/{args.pairs}: glassrl ...", end="", flush=True)
+            ours = run(
+                "glassrl", [sys.executable, __file__, "--worker"], {**spec, "out_dir": str(work / "glassrl-run")}, work
+            )
+            print(" TRL ...", end="", flush=True)
+            theirs = run(
+                "trl", [trl_python, str(HERE / "trl_worker.py")], {**spec, "out_dir": str(work / "trl-run")}, work
+            )
+            print(" done", flush=True)
+            pairs.append((ours, theirs))
+        ok &= check_settings(pairs[0][0]["settings"], pairs[0][1]["settings"])
+        summaries = [(summarise(o, responses), summarise(t, responses)) for o, t in pairs]
+        table(name, parameters(models[name]), _median(s for s, _ in summaries), _median(t for _, t in summaries))
+    print(f"\nload average at end: {load_average()}")
+    if not ok:
+        raise SystemExit("the two sides' settings differ (marked above): the figures do not compare the same work")
+
+
+def _median(summaries) -> dict:
+    """Per measure, the median over pairs (the reward curve of the first pair)."""
+    summaries = list(summaries)
+    out = dict(summaries[0])
+    for key, value in out.items():
+        if isinstance(value, float):
+            out[key] = statistics.median(s[key] for s in summaries)
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Files and directories that appear whole or not at all, and write errors as one line.
+
+    write_text(run / "config.yaml", text)          # temp file, fsync, rename, fsync the directory
+    with StagedDir(Path("runs/sft")) as stage:      # sft / rm: every output goes to stage.path ...
+        ...                                          # ... which replaces runs/sft when the block ends
+    with disk_errors("metrics", path): ...          # ENOSPC and friends -> GlassrlError, one line
+
+The fsync-then-rename sequence is the one recommended for crash-safe file replacement
+(Pillai et al. 2014, "All File Systems Are Not Created Equal", OSDI, §2 and §5).
+
+:class:`StagedDir` writes into a hidden sibling ``.<name>.staging-<random>`` and, on success,
+exchanges it with the output directory in one ``renameat2(RENAME_EXCHANGE)`` (Linux ≥ 3.15;
+elsewhere two renames, with the old directory set aside first), then deletes the old one.
+A run killed at any moment leaves the old outputs or the new ones, never old weights beside
+new metrics. Files of the old directory that the new run does not write (a data file kept
+there) are carried over; staging directories left by killed runs are removed by the next run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from glassrl.errors import GlassrlError
+
+
+def fsync(path: Path) -> None:
+    """fsync(2) a file (its data) or a directory (its entries: new names, renames)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_durably(tmp: Path, data: bytes, final: Path | None = None) -> None:
+    """Write ``data`` to ``tmp`` and fsync it; with ``final``, atomically rename it there and fsync the directory."""
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    if final is not None:
+        os.replace(tmp, final)
+        fsync(final.parent)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Replace ``path`` with ``text`` (UTF-8) atomically: a reader sees the old file or the new one.
+
+    A write error (no space left) is a GlassrlError naming the file; the temp file is removed."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
+    with disk_errors(str(path), path.parent):
+        try:
+            write_durably(tmp, text.encode("utf-8"), path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+# What a full or read-only disk raises from any write: no space, quota, read-only, file too large.
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+
+@contextmanager
+def disk_errors(what: str, where: Path, only: frozenset[int] | None = None) -> Iterator[None]:
+    """An OSError while writing (no space left, read-only file system, no permission) as one line;
+    with ``only``, just those errno values (around code that also reads)."""
+    try:
+        yield
+    except OSError as err:
+        if only is not None and err.errno not in only:
+            raise
+        raise GlassrlError(f"{what}: cannot write under {where}: {err.strerror or err}") from None
+
+
+class StagedDir:
+    """Outputs written into ``self.path`` (a fresh sibling of ``target``) replace ``target`` as a whole
+    when the ``with`` block ends without an exception; after an exception they are deleted."""
+
+    def __init__(self, target: str | Path) -> None:
+        self.target = Path(target).absolute()
+        self.path = self.target.parent / f".{self.target.name}.staging-{secrets.token_hex(4)}"
+
+    def __enter__(self) -> StagedDir:
+        with disk_errors(f"output directory {self.target}", self.target.parent):
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+            for old in self.target.parent.glob(f".{self.target.name}.staging-*"):  # left by killed runs
+                shutil.rmtree(old, ignore_errors=True)
+            self.path.mkdir()
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            return
+        with disk_errors(f"output directory {self.target}", self.target.parent):
+            self.commit()
+
+    def commit(self) -> None:
+        """Carry over the old directory's other files (hard links: the old directory stays whole until
+        the exchange), fsync, and exchange the two directories."""
+        if self.target.is_dir():
+            for entry in self.target.iterdir():
+                if not (self.path / entry.name).exists():
+                    _link_copy(entry, self.path / entry.name)
+        for file in self.path.rglob("*"):
+            if file.is_file():
+                fsync(file)
+        fsync(self.path)
+        if self.target.exists() and _exchange(self.path, self.target):
+            shutil.rmtree(self.path)  # now the old outputs
+        else:
+            aside = self.target.parent / f".{self.target.name}.old-{secrets.token_hex(4)}"
+            if self.target.exists():
+                os.rename(self.target, aside)
+            os.rename(self.path, self.target)
+            shutil.rmtree(aside, ignore_errors=True)
+        fsync(self.target.parent)
+
+
+def _link_copy(source: Path, dest: Path) -> None:
+    """A hard-linked copy of a file or a tree (a plain copy where links are refused)."""
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    if source.is_dir() and not source.is_symlink():
+        shutil.copytree(source, dest, symlinks=True, copy_function=link)
+    elif source.is_symlink():
+        os.symlink(os.readlink(source), dest)
+    else:
+        link(str(source), str(dest))
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name, use_errno=True) if name else None
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))

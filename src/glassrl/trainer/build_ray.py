@@ -1,0 +1,198 @@
+"""Build a run's workers on a Ray cluster (``trainer.backend: ray``, docs/scale-out.md).
+
+The driver stays the single controller: it connects to the cluster (``ray.address``, or a
+local cluster started here), places one group of Ray actors per role (glassrl.workers.ray:
+colocated or separate placement groups) and hands the loop the same :class:`Workers` as
+the in-process build (glassrl.trainer.build), so the training loop does not change.
+
+What each rank of a group holds is built in its own process by the ``*_rank`` functions
+below (module-level, so Ray pickles them by reference), from the same config:
+
+- actor ranks: a DDP replica of π_θ (glassrl.workers.data_parallel.DataParallelActor) with
+  its optimiser, the rollout sampling with that replica (the first ``ray.rollout_ranks``
+  ranks, rank r from the seed ``seed + 1 + r``: rank 0 samples as the in-process rollout
+  does), and under LoRA π_ref (the same model, adapters off);
+- critic ranks: a DDP replica of V (DataParallelCritic); its fresh head is drawn right after
+  the rank seeds torch with ``seed``, as the in-process build draws it;
+- reference ranks: π_ref, frozen, each rank its rows (no collective);
+- reward ranks (``ray.reward``): the reward sources, requests in contiguous chunks.
+
+Checkpoint parts of a trained role: ``actor`` (Hugging Face format, rank 0) and
+``actor_state`` (DCP shards of every rank); likewise for the critic. Not wired here (the
+config refuses them): PPO-ptx, FSDP2 (sampling from shards is not built) and
+``on_nonfinite: skip``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from glassrl.errors import GlassrlError
+from glassrl.trainer.build import (
+    Workers,
+    actor_loss,
+    actor_optimizer_steps,
+    critic_loss,
+    critic_path,
+    lora_settings,
+    rollout_engine,
+    with_lora,
+)
+from glassrl.trainer.common import make_optimizer, seed_everything
+from glassrl.trainer.config import RayRoleConfig, Resolved, TrainConfig
+from glassrl.trainer.ptx import PtxLoss
+from glassrl.trainer.update import DIAGNOSTIC_METRICS, actor_forward, critic_forward
+
+
+def build_ray_workers(
+    cfg: TrainConfig, resolved: Resolved, path: Path, tokenizer, ptx: PtxLoss | None = None
+) -> Workers:
+    """Groups of Ray actors for the roles ``cfg`` needs, behind the worker interface; ``Workers.close``
+    stops them. GlassrlError when the cluster cannot be joined or the groups cannot be placed."""
+    from glassrl.rewards import build_combined
+    from glassrl.workers.local import LocalReward
+    from glassrl.workers.ray import RayActor, RayCluster, RayCritic, RayReference, RayReward, RayRollout, connect
+
+    if ptx is not None:
+        raise GlassrlError("algo.ptx_coef: PPO-ptx is not wired into trainer.backend = ray")
+    ray, m = cfg.ray, cfg.model
+    lora_reference = cfg.model.lora is not None and m.reference is None
+    specs = [_spec("actor", ray.actor, partial(actor_rank, cfg, resolved, str(path)))]
+    if resolved.uses_reference and not lora_reference:
+        specs.append(_spec("reference", ray.reference, partial(reference_rank, cfg, str(m.reference or path))))
+    if resolved.uses_critic:
+        specs.append(_spec("critic", ray.critic, partial(critic_rank, cfg, resolved, str(path))))
+    if ray.reward is not None:
+        specs.append(_spec("reward", ray.reward, partial(reward_rank, cfg.reward.sources)))
+    connect(ray.address)
+    cluster = RayCluster(specs, ray.placement)
+    try:
+        actors = cluster["actor"]
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        reference = None
+        if resolved.uses_reference:
+            reference = RayReference(actors) if lora_reference else RayReference(cluster["reference"])
+        return Workers(
+            actor=RayActor(actors),
+            rollout=RayRollout(actors, pad_id, ranks=ray.rollout_ranks),
+            reward=RayReward(cluster["reward"]) if ray.reward is not None else LocalReward(
+                build_combined(cfg.reward.sources)
+            ),
+            reference=reference,
+            critic=RayCritic(cluster["critic"]) if resolved.uses_critic else None,
+            stop=cluster.shutdown,
+        )
+    except BaseException:
+        cluster.shutdown()
+        raise
+
+
+def _spec(role: str, group: RayRoleConfig, build):
+    from glassrl.workers.ray import RoleSpec
+
+    resources = {key: float(value) for key, value in group.resources.items()}
+    device = "cuda" if resources.get("GPU", 0) > 0 else "cpu"
+    return RoleSpec(role, group.world_size, build, resources=resources, device=device)
+
+
+# ---------------------------------------------------------------- what each rank builds (in its process)
+
+
+def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ctx) -> dict:
+    """Rank ``ctx.rank`` of π_θ: "actor" (its replica, optimiser, update), "rollout" (sampling with
+    the replica, on the first ``ray.rollout_ranks`` ranks) and, under LoRA, "reference"."""
+    from glassrl.models import load_causal_lm, load_tokenizer
+    from glassrl.models.precision import check_master_weights, compute_dtype
+    from glassrl.workers.data_parallel import DataParallelActor, DataParallelModel, run_dp_updates
+    from glassrl.workers.local import LocalRollout
+    from glassrl.workers.lora import LoraReference
+
+    seed_everything(cfg.seed)
+    m, a, r = cfg.model, cfg.algo, cfg.rollout
+    micro, compute = cfg.batch.micro_batch_responses, compute_dtype(m.compute_dtype)
+    tokenizer = load_tokenizer(path)
+    load_lm = partial(load_causal_lm, dtype=m.dtype, device=str(ctx.device))
+    model, _ = with_lora(load_lm(Path(path)), lora_settings(cfg), Path(path), load_lm)
+    check_master_weights(model, compute)
+    dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
+    # After wrapping: under FSDP2 the optimiser must hold the sharded parameters.
+    optimizer, scheduler = make_optimizer(dp.module, cfg.actor_optim, actor_optimizer_steps(cfg, resolved))
+    update = partial(
+        run_dp_updates,
+        micro_batch=micro,
+        grad_clip=cfg.actor_optim.grad_clip,
+        forward=partial(actor_forward, r.temperature, a.entropy_coef > 0),
+        terms=actor_loss(cfg, resolved),
+        prefix="actor",
+        diagnostics=DIAGNOSTIC_METRICS,
+    )
+    forward = partial(actor_forward, r.temperature, True)  # phase 3 logs the entropy
+    objects = {
+        "actor": DataParallelActor(dp, tokenizer, optimizer, scheduler, micro_batch=micro, update=update, forward=forward)
+    }
+    samplers = cfg.ray.rollout_ranks if cfg.ray.rollout_ranks is not None else ctx.world_size
+    if ctx.rank < samplers:
+        generator = torch.Generator(ctx.device).manual_seed(cfg.seed + 1 + ctx.rank)
+        objects["rollout"] = LocalRollout(rollout_engine(cfg, dp.module, tokenizer), generator, compute)
+    if m.lora is not None and m.reference is None and a.kl.placement != "none":
+        objects["reference"] = LoraReference(dp.module, temperature=r.temperature, micro_batch=micro, compute=compute)
+    return objects
+
+
+def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
+    """Rank ``ctx.rank`` of V: "critic" (its replica, optimiser, update)."""
+    from glassrl.models import load_scalar_model, load_tokenizer
+    from glassrl.models.precision import check_master_weights, compute_dtype
+    from glassrl.workers.data_parallel import DataParallelCritic, DataParallelModel, run_dp_updates
+
+    seed_everything(cfg.seed)  # the fresh head: the draws of the in-process build (glassrl.models.loading)
+    m = cfg.model
+    micro = cfg.batch.micro_batch_responses
+    load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=str(ctx.device))
+    base = critic_path(cfg, Path(actor))
+    model, _ = with_lora(load_critic(base), lora_settings(cfg), base, load_critic)
+    check_master_weights(model, compute_dtype(m.compute_dtype))
+    dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
+    optimizer, scheduler = make_optimizer(dp.module, cfg.critic_optim, resolved.total_optimizer_steps)
+    update = partial(
+        run_dp_updates,
+        micro_batch=micro,
+        grad_clip=cfg.critic_optim.grad_clip,
+        forward=critic_forward,
+        terms=critic_loss(cfg, resolved),
+        prefix="critic",
+        diagnostics=DIAGNOSTIC_METRICS,
+    )
+    tokenizer = load_tokenizer(actor)
+    critic = DataParallelCritic(
+        dp, tokenizer, optimizer, scheduler, micro_batch=micro, update=update, forward=critic_forward
+    )
+    return {"critic": critic}
+
+
+def reference_rank(cfg: TrainConfig, path: str, ctx) -> dict:
+    """Rank ``ctx.rank`` of π_ref: frozen, its rows of each batch."""
+    from glassrl.models import load_causal_lm
+    from glassrl.models.precision import compute_dtype
+    from glassrl.workers.local import LocalReference
+
+    m = cfg.model
+    model = load_causal_lm(path, dtype=m.dtype, device=str(ctx.device))
+    reference = LocalReference(
+        model,
+        temperature=cfg.rollout.temperature,
+        micro_batch=cfg.batch.micro_batch_responses,
+        compute=compute_dtype(m.compute_dtype),
+    )
+    return {"reference": reference}
+
+
+def reward_rank(sources: list[dict], ctx) -> dict:
+    """Rank ``ctx.rank`` of the reward: the combined sources, scoring its chunk of the requests."""
+    from glassrl.rewards import build_combined
+    from glassrl.workers.local import LocalReward
+
+    return {"reward": LocalReward(build_combined(sources))}

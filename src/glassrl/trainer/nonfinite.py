@@ -1,0 +1,75 @@
+"""NaN and ±inf never reach the weights: checks of losses, gradient norms and parameters.
+
+Every optimiser step of every trainer (RL actor and critic: glassrl.trainer.update; SFT;
+reward model) checks, before ``optimizer.step()``, its loss terms and the global gradient
+norm (one device sync), and after it a float64 sum of every trainable parameter, which is
+finite exactly when every element is (float32 values summed in float64 cannot overflow).
+The config key ``on_nonfinite`` chooses what a non-finite loss or gradient does:
+
+    stop   NonFiniteError (a GlassrlError: one line, exit code 2), raised before the weights
+           change: the last checkpoint is the last good state, and none holds a NaN;
+    skip   that optimiser step is left out (gradients dropped, the schedule still advances)
+           and counted in ``<prefix>/skipped_steps``.
+
+Weights that turn non-finite after a step with finite gradients (a learning rate of 1e30)
+stop the run under either policy: their previous values are gone, there is nothing to skip to.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+
+from glassrl.errors import GlassrlError
+
+POLICIES = ("stop", "skip")
+
+
+class NonFiniteError(GlassrlError):
+    """A loss, gradient norm or weight is NaN or ±inf; the message names it and where."""
+
+
+def nonfinite(named: dict[str, torch.Tensor | float]) -> dict[str, float]:
+    """The scalars of ``named`` that are NaN or ±inf, by name (one device sync for all)."""
+    if not named:
+        return {}
+    values = torch.stack([torch.as_tensor(v).detach().double().cpu().reshape(()) for v in named.values()]).tolist()
+    return {name: value for name, value in zip(named, values) if not math.isfinite(value)}
+
+
+def describe(bad: dict[str, float]) -> str:
+    """``actor/policy_loss = nan, actor/grad_norm = inf``."""
+    return ", ".join(f"{name} = {value}" for name, value in bad.items())
+
+
+def params_sum(params: Iterable[torch.Tensor]) -> torch.Tensor:
+    """0-d float64 sum of every element of ``params`` (no sync): finite iff every element is."""
+    sums = [p.detach().sum(dtype=torch.float64) for p in params]
+    return torch.stack(sums).sum() if sums else torch.zeros((), dtype=torch.float64)
+
+
+def check_weights(model: torch.nn.Module, params: list[torch.Tensor], where: str) -> None:
+    """NonFiniteError naming the first non-finite trainable weight of ``model`` when there is one."""
+    if math.isfinite(params_sum(params).item()):
+        return
+    name = next(
+        (n for n, p in model.named_parameters() if p.requires_grad and not bool(torch.isfinite(p).all())), "a weight"
+    )
+    raise NonFiniteError(
+        f"{where}: weight {name} is non-finite after the optimiser step (finite gradients, so the step "
+        "itself overflowed: lower the learning rate)"
+    )
+
+
+def on_bad_step(policy: str, bad: dict[str, float], where: str) -> None:
+    """Under ``stop`` raise NonFiniteError for the non-finite values ``bad``; under ``skip`` return
+    (the caller drops the step)."""
+    if policy not in POLICIES:
+        raise ValueError(f"on_nonfinite must be one of {POLICIES}, got {policy!r}")
+    if policy == "stop":
+        raise NonFiniteError(
+            f"{where}: {describe(bad)}; the weights were not changed (on_nonfinite=stop; "
+            "on_nonfinite=skip drops such steps instead)"
+        )

@@ -9,8 +9,10 @@ BIN    := $(VENV)/bin
 # torch is pinned so that pip takes the CPU build from local disk instead of a
 # multi-GB CUDA build; override on a GPU machine: make test TORCH_SPEC=torch==2.13.0
 TORCH_SPEC ?= torch==2.13.0
-# The preset `make demo` trains: examples/$(ALGO).yaml, e.g. make demo ALGO=ppo
+# The preset `make demo` trains: examples/$(ALGO).yaml, e.g. make demo ALGO=ppo; or a whole
+# pipeline instead: make demo PIPELINE=rlhf (SFT policy → reward model → PPO, examples/rlhf/)
 ALGO   ?= grpo
+PIPELINE ?=
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-fast lint format install bench clean
@@ -25,7 +27,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/glassrl demo --algo $(ALGO)
+	$(BIN)/glassrl demo $(if $(PIPELINE),--pipeline $(PIPELINE),--algo $(ALGO))
 
 # ruff's settings and the import contracts (layers, no cycles) are in pyproject.toml.
 lint: $(STAMP)
@@ -43,8 +45,12 @@ test: lint
 test-fast: lint
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# Quick figures (minutes): GAE, then glassrl against TRL's GRPOTrainer for 4 steps on the default
+# model (TRL goes into its own environment, ~/.cache/glassrl/bench-trl-venv, on first use).
+# The full runs and their results: BENCHMARKS.md.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_advantages.py
+	$(BIN)/python benchmarks/bench_vs_trl.py --quick
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

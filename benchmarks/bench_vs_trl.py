@@ -116,7 +116,9 @@ def ensure_trl_venv(venv: Path) -> Path:
 
 def parameters(model_dir: Path) -> int:
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     return sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model_dir).parameters())
 
 
@@ -129,9 +131,15 @@ def load_average() -> str:
 
 
 def glassrl_worker(spec_path: str, out_path: str) -> None:
-    """Runs in a fresh process: the grpo preset with SETTINGS on spec's model and prompts, timed."""
+    """Runs in a fresh process: the grpo preset with SETTINGS on spec's model and prompts, timed.
+    spec["threads"] = 0: glassrl's own choice (glassrl.models.threads.set_threads)."""
     spec = json.loads(Path(spec_path).read_text())
-    torch.set_num_threads(spec["threads"])
+    if spec["threads"]:
+        torch.set_num_threads(spec["threads"])
+    else:
+        from glassrl.models.threads import set_threads
+
+        set_threads()
     from rich.console import Console
 
     from glassrl import presets
@@ -204,7 +212,7 @@ def glassrl_worker(spec_path: str, out_path: str) -> None:
         "bf16": cfg.model.compute_dtype == "bfloat16",
         "gradient checkpointing": False,  # glassrl has none
         "reward": "glassrl arith-verify verifier"
-        if [src.name for src in cfg.reward.sources] == ["arith_verify"]
+        if [src["name"] for src in cfg.reward.sources] == ["arith_verify"]
         else str(cfg.reward.sources),
     }
     out = {
@@ -225,11 +233,10 @@ def run(side: str, command: list, spec: dict, work: Path) -> dict:
     spec_path, out_path = work / f"{side}-spec.json", work / f"{side}-result.json"
     spec_path.write_text(json.dumps(spec))
     out_path.unlink(missing_ok=True)
-    threads = str(spec["threads"])
+    threads = {"OMP_NUM_THREADS": str(spec["threads"]), "GLASSRL_THREADS": str(spec["threads"])}
     env = {
-        **os.environ,
-        "OMP_NUM_THREADS": threads,
-        "GLASSRL_THREADS": threads,
+        **{k: v for k, v in os.environ.items() if k not in threads},
+        **(threads if spec["threads"] else {}),
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",

@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except GlassrlError as err:
-        print(f"glassrl {args.command}: error: {err}", file=sys.stderr)
+        # one line whatever the message holds (a YAML error, a value with a newline in it)
+        message = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        print(f"glassrl {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

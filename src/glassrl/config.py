@@ -335,6 +335,8 @@ def _build(cls: type[C], data: dict[str, Any], prefix: str, origin: _Origin) -> 
     unknown = sorted(set(data) - set(fields))
     if unknown:
         name = str(unknown[0])
+        if not name.isprintable() or not name.strip():  # a key of newlines or spaces: shown quoted, on one line
+            name = repr(name)
         valid = ", ".join(prefix + field for field in fields)
         hint = _moved(hints, name) or next(iter(difflib.get_close_matches(name, list(fields), n=1)), None)
         raise GlassrlError(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 from harness import assert_one_error_line, checkpoint_contents, run_cli, strict_jsonl
 
 from glassrl.config import load_config
@@ -26,6 +27,8 @@ from helpers import tiny_run_overrides
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 REWARD_FNS = Path(__file__).resolve().parents[1] / "trainer" / "trainer_reward_fns.py"
+DATA = Path(__file__).resolve().parent / "data"
+PAIRS, PREFS = DATA / "sft_pairs.jsonl", DATA / "preferences.jsonl"  # 8 short examples each
 LATIN1 = "réponse".encode("latin-1")  # b"r\xe9ponse": not UTF-8
 EXPLAIN = ["explain", "--tokens", "a", "b", "c", "--values", "0.1", "0.2", "0.3"]
 
@@ -148,13 +151,13 @@ def test_a_huge_learning_rate_never_reaches_a_checkpoint(policy, capsys, tmp_pat
 
 
 def _sft_cfg(tiny_model_dir, out: Path, **overrides) -> SFTConfig:
-    fields = dict(model=str(tiny_model_dir), data="task:add", steps=4, batch_size=4, log_every=1)
+    fields = dict(model=str(tiny_model_dir), data=str(PAIRS), eval_data=str(PAIRS), steps=4, batch_size=4, log_every=1)
     optim = OptimConfig(lr=overrides.pop("lr", 1e-3))
     return SFTConfig(**(fields | overrides), optim=optim, output_dir=str(out))
 
 
 def _rm_cfg(tiny_model_dir, out: Path, **overrides) -> RMConfig:
-    fields = dict(model=str(tiny_model_dir), steps=4, batch_size=4, log_every=1)
+    fields = dict(model=str(tiny_model_dir), data=str(PREFS), eval_data=str(PREFS), steps=4, batch_size=4, log_every=1)
     optim = OptimConfig(lr=overrides.pop("lr", 1e-3))
     return RMConfig(**(fields | overrides), optim=optim, output_dir=str(out))
 
@@ -207,9 +210,9 @@ def test_two_runs_into_one_directory_are_refused(capsys, tmp_path, tiny_model_di
 def test_a_stale_lock_of_a_dead_run_is_taken_over(tmp_path, tiny_model_dir, prompt_files):
     """A killed run leaves its lock file; the kernel dropped its flock, so the next run takes it."""
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / ".lock").write_text("pid 999999 (started 2026-01-01 00:00:00)\n")
+    (tmp_path / "run" / ".lock").write_text("pid 999999, started 2026-01-01 00:00:00\n")
     trainer = _trainer("grpo", tiny_run_overrides(tiny_model_dir, prompt_files, tmp_path / "run"))
-    assert trainer.lock.stale == "pid 999999 (started 2026-01-01 00:00:00)"
+    assert trainer.lock.stale == "pid 999999, started 2026-01-01 00:00:00"
     trainer.close()
 
 
@@ -240,10 +243,10 @@ def test_a_full_disk_is_one_line(capsys, monkeypatch, tmp_path, tiny_model_dir, 
     train_sft(_sft_cfg(tiny_model_dir, out))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     with monkeypatch.context() as m:
-        m.setattr(torch.nn.Module, "state_dict", _enospc)  # save_pretrained is the last write
+        m.setattr(transformers.modeling_utils, "safe_save_file", _enospc)  # the weights: the last write
         assert_one_error_line(
             capsys,
-            ["sft", "sft", f"model={tiny_model_dir}", "data=task:add", "steps=2", f"output_dir={out}"],
+            ["sft", "sft", f"model={tiny_model_dir}", f"data={PAIRS}", f"eval_data={PAIRS}", f"output_dir={out}"],
             r"output_dir = .*/sft: cannot write .*No space left on device",
         )
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
@@ -267,7 +270,7 @@ def test_a_killed_rerun_leaves_the_old_outputs_whole(monkeypatch, tmp_path, tiny
         raise Killed
 
     with monkeypatch.context() as m:
-        m.setattr(torch.nn.Module, "state_dict", kill)  # save_pretrained: after the metrics, before the weights
+        m.setattr(transformers.modeling_utils, "safe_save_file", kill)  # after the metrics, before the weights
         with pytest.raises(Killed):
             train_sft(_sft_cfg(tiny_model_dir, out, steps=3, seed=1))
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before

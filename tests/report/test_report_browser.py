@@ -195,3 +195,33 @@ def test_explain_page_marks_observation_tokens(browser, tmp_path):
     assert zh.legend() == [[f"legend-{x.key}", label(x.key, "zh") + x.text] for x in token_legend(ledger, 0, 2, "zh")]
     assert zh.text("#legend-TD").endswith("观测 token 3…5 被跨过）")
     zh.check_clean()
+
+
+def test_explain_page_shows_turns(browser, tmp_path):
+    from glassrl.cli import build_parser
+    from glassrl.commands import explain, explain_input
+    from glassrl.ledger.legend import turn_legend
+    from glassrl.report.html import write_explain_html
+
+    source = EXAMPLES / "explain" / "tool_turns.json"
+    ledger = explain.build_ledger(
+        explain_input.from_args(build_parser(only="explain").parse_args(["explain", "--input", str(source)]))
+    )
+    view = Page(browser, write_explain_html(ledger, tmp_path / "turns.html").as_uri())
+    page = view.page
+    tags = page.eval_on_selector_all(".turn-tag", "els => els.map(e => [e.id, e.textContent, e.title])")
+    assert [t[:2] for t in tags] == [["turn-0-0", "turn 0 · tool_call"], ["turn-0-1", "turn 1 · stop"]]
+    assert tags[0][2] == "turn 0: tokens 0…3, finish tool_call; calls calculator: ok"
+    # each tag stands right before its turn's first token; the observation 4…6 is hatched
+    first = page.eval_on_selector_all(".turn-tag", "els => els.map(e => e.nextElementSibling.id)")
+    assert first == ["tok-0-0", "tok-0-7"]
+    assert page.eval_on_selector_all(".tok.obs[data-b]", "els => els.map(e => e.dataset.i)") == ["4", "5", "6"]
+    assert view.text("#turns-0") == "\n".join(turn_legend(ledger, 0))
+    page.click("#tok-0-5")
+    assert view.text("#field-role") == "observation" and view.text("#field-turn") == "0"
+    page.click("#tok-0-3")
+    assert view.text("#field-token_scores") == "0.1000"  # valid_call on the call turn's last token
+    page.hover("#tok-0-8")
+    assert "turn 1" in view.text("#token-tooltip")
+    page.screenshot(path=str(tmp_path / "turns.png"), full_page=True)
+    view.check_clean()

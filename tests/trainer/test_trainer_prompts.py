@@ -183,7 +183,11 @@ def test_drop_and_truncate_left_are_counted(chatml, tmp_path):
     dropped = overlong(chatml, tmp_path, "drop", limit)
     assert len(dropped.sources[0].records) == 2
     assert dropped.metrics() == {"data/prompts_dropped": 4, "data/prompts_truncated": 0}
-    assert "6 prompts" not in dropped.summary()[0] and "4 dropped, 0 truncated" in dropped.summary()[0]
+    longest = max(n)
+    assert dropped.summary()[0] == (
+        f"data.train: {tmp_path / 'gsm8k.jsonl'}: 6 prompts read, longest {longest} tokens; 4 dropped, 0 truncated; "
+        "2 kept, 2 with an answer"
+    )
 
     cut = overlong(chatml, tmp_path, "truncate_left", limit)
     assert cut.metrics() == {"data/prompts_dropped": 0, "data/prompts_truncated": 4}
@@ -280,7 +284,8 @@ def test_a_run_on_gsm8k_with_a_chatml_model(chatml, tmp_path):
     console = Console(record=True, width=300)
     Trainer(load_config(TrainConfig, None, overrides), console=console, progress=False).train()
     text = console.export_text()
-    assert f"data.train: 6 prompts from {data} (6 with an answer; longest " in text
+    assert f"data.train: {data}: 6 prompts read, longest " in text
+    assert "0 dropped, 0 truncated; 6 kept, 6 with an answer" in text
     assert "max prompt length: 248 tokens (auto: the model's 256 positions − rollout.max_new_tokens = 8)" in text
     assert "text prompts: the tokenizer's chat template (data.chat_template = auto)" in text
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -1,4 +1,4 @@
-"""`glassrl demo [--algo grpo] [--steps N] [--out DIR] [--resume] [key=value ...]` (``make demo``):
+"""`glassrl demo [--algo grpo | --task tool-add] [--steps N] [--out DIR] [--resume] [key=value ...]` (``make demo``):
 reinforcement learning on a CPU in minutes, then its ledger.
 
 What it does, in order:
@@ -15,6 +15,19 @@ What it does, in order:
 4. The ledger of the reference example ("请问1+1=2？" → "是的，等于2！") on the trained
    model: the ``glassrl explain --model`` command, printed, then run in-process. Under a
    group estimator the response is explained within a group: itself and 3 sampled ones.
+
+``--task tool-add`` (``make demo TASK=tool-add``) runs the same four steps on an agentic task
+(docs/agentic.md) with the task's preset (``presets.TASKS``: glassrl/presets/tool_add.yaml):
+
+1. the tool-using agent model (glassrl.trainer.agent_model), built on first use into
+   ``~/.cache/glassrl/models/default-agent-v1`` (a few minutes on 2 cores; ``glassrl
+   init-model --agent`` builds it ahead);
+2. GRPO on tool-add: each response is several turns, its calculator calls run and their results
+   read back as observation tokens (in the context, out of every loss);
+3. on held-out prompts, before and after: the rate of valid tool calls (a call that ran), of
+   correct final answers, and of calls at all (valid or not);
+4. the ledger of sampled responses to the first held-out prompt: every turn, the observation
+   tokens marked ``obs``.
 
 The token convention on given numbers, without a model (λ = 0.95, 0 and 1, a GRPO group), is
 docs/token-convention.md: each of its tables is a ``glassrl explain --input`` command.
@@ -46,19 +59,28 @@ from glassrl.errors import GlassrlError
 HELP = "train a preset (default grpo) on the bundled task in minutes, show accuracy before/after and a ledger"
 PROMPT, RESPONSE = "请问1+1=2？", "是的，等于2！"
 GROUP_SAMPLES = 3  # sampled companions of the reference response under a group estimator
+TASK_SAMPLES = 2  # --task: sampled responses explained (a group estimator compares at least 2)
 DEMO_OVERRIDES = ["logging.eval_every=0", "logging.checkpoint_every=0"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--algo", default="grpo", help=f"RL preset (default grpo): {', '.join(presets.rl_names())}")
+    p.add_argument("--algo", help=f"RL preset (default grpo): {', '.join(presets.rl_names())}")
+    p.add_argument(
+        "--task", metavar="NAME", help=f"instead of --algo: an agentic task's demo, {', '.join(presets.TASKS)}"
+    )
     p.add_argument("--steps", metavar="N", type=int, help="training steps (default: the preset's)")
-    p.add_argument("--out", metavar="DIR", help="run directory (default runs/demo-ALGO)")
+    p.add_argument("--out", metavar="DIR", help="run directory (default runs/demo-ALGO, runs/demo-TASK)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out instead of starting afresh")
+    p.add_argument("--pipeline", metavar="NAME", help="instead of --algo: a whole pipeline, rlhf (SFT → RM → PPO)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="more config overrides, e.g. actor_optim.lr=1e-3")
 
 
 def run(args: argparse.Namespace) -> int:
     """Model, training, before/after, explain (the module docstring's steps 1–4)."""
+    if args.pipeline is not None:  # glassrl.commands.pipeline: SFT → reward model → PPO
+        from glassrl.commands import pipeline
+
+        return pipeline.run(args)
     from rich.console import Console
     from rich.rule import Rule
     from transformers.utils import logging as hf_logging
@@ -70,24 +92,22 @@ def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     start = time.perf_counter()
     hf_logging.disable_progress_bar()  # per-shard bars on every load would drown the progress bar
-    valid = presets.rl_names()
-    if args.algo not in valid:
-        raise GlassrlError(f"--algo: unknown preset {args.algo!r}; valid: {', '.join(valid)}")
-    out = Path(args.out or f"runs/demo-{args.algo}")
+    preset, name = _preset(args)
+    out = Path(args.out or f"runs/demo-{name}")
     overrides = [
         f"output_dir={out}",
         *DEMO_OVERRIDES,
         *([f"steps={args.steps}"] if args.steps else []),
         *args.overrides,
     ]
-    cfg = load_config(TrainConfig, presets.path(args.algo), overrides)
+    cfg = load_config(TrainConfig, presets.path(preset), overrides)
     resolved = resolve(cfg)
 
     console.print(Rule(f"1. the model ({cfg.model.actor})"))
     _model(cfg, console)
     model_s = time.perf_counter() - start
 
-    console.print(Rule(f"2. training: the {args.algo} preset, {cfg.steps} steps → {out}"))
+    console.print(Rule(f"2. training: the {preset} preset, {cfg.steps} steps → {out}"))
     if not args.resume:
         _fresh(out)
     print_resolved(resolved, console)
@@ -96,20 +116,31 @@ def run(args: argparse.Namespace) -> int:
     Trainer(cfg, resume=args.resume, console=console).train()
     train_s = time.perf_counter() - start - model_s
 
-    console.print(Rule("3. held-out accuracy"))
-    console.print(summary_table(out / "metrics.jsonl", cfg))
+    if args.task is None:
+        console.print(Rule("3. held-out accuracy"))
+        console.print(summary_table(out / "metrics.jsonl", cfg))
+    else:
+        console.print(Rule("3. held-out tool use and accuracy"))
+        console.print(tool_table(out / "metrics.jsonl", cfg))
     console.print(f"run directory: {out}", markup=False)
     if (Path(out) / "report.html").is_file():  # written by the trainer at the end of the run (logging.report)
         console.print(
             f"report: {Path(out) / 'report.html'} (learning curves and token view; open in a browser)", markup=False
         )
 
-    console.print(Rule("4. the reference example on the trained model"))
-    command = ["explain", "--model", str(out), "--prompt", PROMPT, "--response", RESPONSE]
     from glassrl.algos.advantages import GROUP_ESTIMATORS
 
-    if cfg.algo.advantage in GROUP_ESTIMATORS:
-        command += ["--sample", str(GROUP_SAMPLES)]
+    if args.task is None:
+        console.print(Rule("4. the reference example on the trained model"))
+        command = ["explain", "--model", str(out), "--prompt", PROMPT, "--response", RESPONSE]
+        if cfg.algo.advantage in GROUP_ESTIMATORS:
+            command += ["--sample", str(GROUP_SAMPLES)]
+    else:
+        console.print(Rule("4. multi-turn responses to a held-out prompt, on the trained model (obs = observation)"))
+        from glassrl.data.tasks import load_task
+
+        prompt = load_task(args.task, "test", seed=cfg.seed, size=1)[0].prompt
+        command = ["explain", "--model", str(out), "--prompt", prompt, "--sample", str(TASK_SAMPLES)]
     console.print(f"$ glassrl {shlex.join(command)}", style="bold cyan", markup=False)
     sys.stdout.flush()
     parser = argparse.ArgumentParser(prog="glassrl explain")
@@ -123,19 +154,35 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
+def _preset(args: argparse.Namespace) -> tuple[str, str]:
+    """(the preset to train, the demo's name for its run directory) of ``--algo`` or ``--task``."""
+    if args.task is not None:
+        if args.algo is not None:
+            raise GlassrlError(f"--algo: not with --task (the task's preset {presets.TASKS.get(args.task)} sets it)")
+        if args.task not in presets.TASKS:
+            raise GlassrlError(f"--task: no demo for task {args.task!r}; valid: {', '.join(presets.TASKS)}")
+        return presets.TASKS[args.task], args.task
+    algo, valid = args.algo or "grpo", presets.rl_names()
+    if algo not in valid:
+        raise GlassrlError(f"--algo: unknown preset {algo!r}; valid: {', '.join(valid)}")
+    return algo, algo
+
+
 def _model(cfg, console) -> None:
     """Build (or find) the model and say what it is."""
-    if cfg.model.actor != "default":
+    from glassrl.trainer.agent_model import AGENT_MODEL, BUILTIN_MODELS
+
+    if cfg.model.actor not in BUILTIN_MODELS:
         console.print(f"model: {cfg.model.actor}", markup=False)
         return
     from glassrl.models.default_model import MARKER
-    from glassrl.trainer.default_model import ensure_default_model
 
-    path = ensure_default_model(console=console)
+    path = BUILTIN_MODELS[cfg.model.actor](console=console)
     info = json.loads((path / MARKER).read_text(encoding="utf-8"))
+    rebuild = "glassrl init-model --force" + (" --agent" if cfg.model.actor == AGENT_MODEL else "")
     console.print(
-        f"default model: {path} ({info['parameters']:,} parameters, built in {info['build_time_s']:g} s; "
-        "rebuild: glassrl init-model --force)",
+        f"{cfg.model.actor} model: {path} ({info['parameters']:,} parameters, built in {info['build_time_s']:g} s; "
+        f"rebuild: {rebuild})",
         markup=False,
     )
 
@@ -187,6 +234,51 @@ def summary_table(metrics_file: Path, cfg):
         change = (after - before) * 100
         label = "all" if group == "all" else f"{cfg.logging.eval_group_by} = {group}"
         table.add_row(label, _percent(before), _percent(after), "—" if math.isnan(change) else f"{change:+.1f} points")
+    return Group(what, table)
+
+
+# --task: the held-out figures of the table (eval/ metrics, docs/metrics.md) and their row labels
+TOOL_ROWS = {
+    "eval/tool/valid_call_rate": "valid tool calls (a call that ran)",
+    "eval/accuracy": "correct answers",
+    "eval/tool/call_rate": "tool calls, valid or not",
+}
+
+
+def tool_rates(metrics_file: Path) -> dict[str, tuple[float, float]]:
+    """{metric of ``TOOL_ROWS``: (before the first step, after the last)} from a run's metrics.jsonl."""
+    from glassrl.report.run_dir import read_metrics
+
+    evals = [r for r in read_metrics(metrics_file) if "eval/accuracy" in r]
+    if not evals or evals[0]["step"] != 0:
+        raise GlassrlError(f"{metrics_file}: no evaluation before the first step (is data.eval_size 0?)")
+    first, last = evals[0], evals[-1]
+    return {key: (first[key], last[key]) for key in TOOL_ROWS if key in first and key in last}
+
+
+def tool_table(metrics_file: Path, cfg):
+    """--task: a line saying what was measured, then the rates of ``TOOL_ROWS`` before, after and the change."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from glassrl.trainer.build import test_spec
+
+    k = cfg.logging.eval_k
+    how = "greedy answers" if k == 1 else f"{k} answers sampled at temperature {cfg.rollout.temperature:g}"
+    what = Text(
+        f"{how} to each of the first {cfg.data.eval_size} prompts of {test_spec(cfg)}, multi-turn with the "
+        "task's tools; correct = the final answer's last number is the reference (the task's verifier):"
+    )
+    table = Table()
+    table.add_column("held-out responses")
+    for name in ("before training", "after training", "change"):
+        table.add_column(name, justify="right")
+    for key, (before, after) in tool_rates(metrics_file).items():
+        change = (after - before) * 100
+        table.add_row(
+            TOOL_ROWS[key], _percent(before), _percent(after), "—" if math.isnan(change) else f"{change:+.1f} points"
+        )
     return Group(what, table)
 
 

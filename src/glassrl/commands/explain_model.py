@@ -313,7 +313,9 @@ def load_policy(run: ModelRun, seed: int = 0) -> Policy:
     model = load_causal_lm(run.actor, dtype=run.cfg.model.dtype, device=run.cfg.model.device)
     engine = rollout_engine(run.cfg, model, tokenizer)
     device = next(model.parameters()).device
-    render = prompt_format(run.cfg, tokenizer) or (lambda records: format_prompts(tokenizer, [r.prompt for r in records]))
+    render = prompt_format(run.cfg, tokenizer) or (
+        lambda records: format_prompts(tokenizer, [r.prompt for r in records])
+    )
     rollout = LocalRollout(engine, torch.Generator(device).manual_seed(seed))
     return Policy(tokenizer, model, rollout, engine.pad_id, device, render, agent_config(run.cfg) is not None)
 

@@ -26,7 +26,9 @@ from glassrl.ledger.model import Ledger, LedgerTurn
 class ExperienceLike(Protocol):
     """What :func:`from_experience` reads of a glassrl.trainer.experience.Experience."""
 
-    rollout: Any  # RolloutBatch: response_ids (B, T), group_index (B,), context_lengths, token_roles, turns, texts, select
+    rollout: (
+        Any  # RolloutBatch: response_ids (B, T), group_index (B,), context_lengths, token_roles, turns, texts, select
+    )
     prompts: list[str]
     response_mask: torch.Tensor
     scores: torch.Tensor
@@ -125,7 +127,9 @@ class GivenResponse(Protocol):
     group: int | None
     baseline_reward: float | None
     finish_reason: str | None
-    turns: list[dict[str, Any]] | None  # multi-turn: start, end, observation_end, finish_reason, tool_calls, reward_parts
+    turns: (
+        list[dict[str, Any]] | None
+    )  # multi-turn: start, end, observation_end, finish_reason, tool_calls, reward_parts
 
 
 def from_given(

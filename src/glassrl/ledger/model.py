@@ -56,7 +56,9 @@ class TokenRow:
     response_mask: bool  # True: a generated token that trains; False: observation (or a row that does not train)
     step_end: bool | None  # process supervision: a step reward sits here; None without steps
     role: str | None = None  # "generated" (the policy wrote it) or "observation" (a tool's result); None: not recorded
-    turn: int | None = None  # index of the turn the token belongs to (observation: the turn it answers); None: single-turn
+    turn: int | None = (
+        None  # index of the turn the token belongs to (observation: the turn it answers); None: single-turn
+    )
 
 
 @dataclass(frozen=True)
@@ -383,4 +385,3 @@ def _turn_index(spans: tuple[LedgerTurn, ...] | None, n: int) -> list[int | None
         for i in range(span.start, min(span.observation_end, n)):
             out[i] = k
     return out
-

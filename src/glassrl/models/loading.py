@@ -190,17 +190,18 @@ def load_scalar_model(
 def scalar_outputs(
     model: nn.Module,
     input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
+    attention_mask: torch.Tensor | None,
     position_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-position scalars ``(B, L)`` from either head type, in float32.
 
     ``position_ids`` default to ``(attention_mask.cumsum(-1) - 1).clamp(min=0)``
-    so that left-padded rows get the same positions as unpadded ones.
+    so that left-padded rows get the same positions as unpadded ones. ``attention_mask``
+    None with ``position_ids``: packed sequences (glassrl.models.packing).
     """
     if position_ids is None:
         position_ids = position_ids_from_mask(attention_mask)
-    attention_mask = attention_mask.long()
+    attention_mask = attention_mask.long() if attention_mask is not None else None
     if isinstance(model, CausalLMWithValueHead):
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)  # (B, L)
     else:

@@ -20,6 +20,11 @@ recomputes one chunk's logits at a time (one extra LM-head matmul per chunk).
 Measured (``benchmarks/bench_logprobs.py --backward``, CPU, V = 151,936,
 T = 1,024, B = 1): forward+backward peak 536 MiB with the checkpoint, 976 MiB
 without, 1,807 MiB naive; forward alone 155 MiB vs 1,211 MiB naive.
+
+Padding-free (``packed=True``, ``model.padding_free``): the decoder runs on the batch's real
+tokens packed into one row (glassrl.models.packing), and the LM head only on the positions that
+predict real response tokens; the numbers equal the padded path's on every real response token
+(tests/models/test_models_packing.py) and are 0 on padding.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from glassrl.errors import GlassrlError
+from glassrl.models.packing import pack, unpack
 
 # Config fields by which some architectures transform logits after the LM head
 # (Gemma 2 soft-capping, Cohere / Granite scaling); the chunked path applies the
@@ -45,7 +51,12 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def _chunk(
-    lm_head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+    lm_head: nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """hidden (B, C, H), targets (B, C) -> log-probs (B, C), entropy (B, C) or None."""
     # Temperature scales the logits before the softmax, as in sampling
@@ -55,8 +66,10 @@ def _chunk(
     logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse  # (B, C)
     if not with_entropy:
         return logprobs, None
+    # A metric only (entropy_grad False): from detached logits, so no graph is kept for it.
+    z, z_lse = (logits, lse) if entropy_grad else (logits.detach(), lse.detach())
     # H = logsumexp(z) - Σ_v softmax(z)_v z_v (verl, utils/torch_functional.py, entropy_from_logits).
-    entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)  # (B, C)
+    entropy = z_lse - (torch.softmax(z, dim=-1) * z).sum(-1)  # (B, C)
     return logprobs, entropy
 
 
@@ -68,20 +81,22 @@ def logprobs_from_hidden(
     temperature: float = 1.0,
     chunk_size: int = 128,
     with_entropy: bool = False,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The chunked core: ``hidden`` (B, T, H) at the positions that predict ``targets`` (B, T).
 
     Returns log-probs (B, T) and entropy (B, T) (or None), both float32, of
-    ``softmax(lm_head(hidden) / temperature)``. Peak extra memory is a few
-    (B, chunk_size, V) float32 tensors, in forward and in backward.
+    ``softmax(lm_head(hidden) / temperature)``, from the same logits of each chunk. Peak extra
+    memory is a few (B, chunk_size, V) float32 tensors, in forward and in backward.
+    ``entropy_grad=False``: the entropy is a detached metric (no gradient flows through it).
     """
     grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in lm_head.parameters()))
     logprobs, entropies = [], []
-    for start in range(0, hidden.shape[1], chunk_size):
+    for start in range(0, max(hidden.shape[1], 1), chunk_size):  # T = 0 (packed, no real token): empty outputs
         h = hidden[:, start : start + chunk_size]  # (B, C, H)
         t = targets[:, start : start + chunk_size]  # (B, C)
         if grad:
-            lp, ent = checkpoint(_chunk, lm_head, h, t, temperature, with_entropy, use_reentrant=False)
+            lp, ent = checkpoint(_chunk, lm_head, h, t, temperature, with_entropy, entropy_grad, use_reentrant=False)
         else:
             lp, ent = _chunk(lm_head, h, t, temperature, with_entropy)
         logprobs.append(lp)
@@ -99,15 +114,20 @@ def response_logprobs(
     temperature: float = 1.0,
     chunk_size: int = 128,
     with_entropy: bool = False,
+    entropy_grad: bool = True,
+    packed: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(y_i | s_i) for the last ``response_len`` = T tokens of ``input_ids`` (B, P+T).
 
     Runs the causal LM's decoder once (position ids from the mask, so left
     padding is transparent), keeps hidden states at positions P-1 … P+T-2, and
-    applies the LM head chunk by chunk (:func:`logprobs_from_hidden`).
-    Returns log-probs (B, T) and entropy (B, T) or None, float32; values on
-    response padding are finite and meaningless — mask them with response_mask.
-    Gradients flow to the model when grad mode is on.
+    applies the LM head chunk by chunk (:func:`logprobs_from_hidden`), log-probs and
+    entropy from the same logits. Returns log-probs (B, T) and entropy (B, T) or None,
+    float32; values on response padding are finite and meaningless (0 when ``packed``) —
+    mask them with response_mask. Gradients flow to the model when grad mode is on.
+
+    ``packed``: padding-free (glassrl.models.packing): the decoder sees the real tokens only,
+    the LM head the positions that predict real response tokens only.
     """
     for field in _LOGIT_TRANSFORMS:
         if getattr(model.config, field, None) not in (None, 1.0):
@@ -118,6 +138,18 @@ def response_logprobs(
     prompt_len = input_ids.shape[1] - response_len
     if response_len < 1 or prompt_len < 1:
         raise ValueError(f"need a prompt and a response; got length {input_ids.shape[1]}, response_len {response_len}")
+    head = dict(temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy, entropy_grad=entropy_grad)
+    if packed:
+        rows = pack(input_ids, attention_mask)
+        hidden = model.get_decoder()(
+            input_ids=rows.input_ids, position_ids=rows.position_ids, attention_mask=None, use_cache=False
+        ).last_hidden_state[0]  # (N, H): the real tokens only
+        source, valid = rows.response_sources(response_len)  # (B, T) each
+        targets = input_ids[:, prompt_len:][valid]  # (K,) the real response tokens
+        logprobs, entropy = logprobs_from_hidden(
+            hidden[source[valid]].unsqueeze(0), model.get_output_embeddings(), targets.unsqueeze(0), **head
+        )  # (1, K) each
+        return unpack(logprobs[0], valid), (unpack(entropy[0], valid) if entropy is not None else None)
     hidden = model.get_decoder()(
         input_ids=input_ids,
         attention_mask=attention_mask.long(),
@@ -126,14 +158,7 @@ def response_logprobs(
     ).last_hidden_state  # (B, P+T, H)
     hidden = hidden[:, prompt_len - 1 : -1]  # (B, T, H): position P-1+i predicts token i
     targets = input_ids[:, prompt_len:]  # (B, T)
-    return logprobs_from_hidden(
-        hidden,
-        model.get_output_embeddings(),
-        targets,
-        temperature=temperature,
-        chunk_size=chunk_size,
-        with_entropy=with_entropy,
-    )
+    return logprobs_from_hidden(hidden, model.get_output_embeddings(), targets, **head)
 
 
 def naive_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -5,6 +5,10 @@
 for ``i = 0``). So ``V(s_i)`` has not seen ``a_i = y_i`` and estimates
 ``r_i + γ r_{i+1} + …`` — it includes ``r_i`` (Schulman et al. 2016, GAE, §2:
 V(s_t) is the value of the state before acting at t).
+
+Padding-free (``packed=True``, ``model.padding_free``): the critic runs on the real tokens packed
+into one row (glassrl.models.packing); the values equal the padded path's on every real response
+token and are 0 on padding.
 """
 
 from __future__ import annotations
@@ -13,17 +17,24 @@ import torch
 from torch import nn
 
 from glassrl.models.loading import scalar_outputs
+from glassrl.models.packing import pack, unpack
 
 
 def response_values(
-    critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_len: int
+    critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_len: int, *, packed: bool = False
 ) -> torch.Tensor:
     """``input_ids``, ``attention_mask`` (B, P+T) -> values (B, T), float32; T = ``response_len``.
 
-    Values on response padding are finite and meaningless: mask them with response_mask.
+    Values on response padding are finite and meaningless (0 when ``packed``): mask them with
+    response_mask. ``packed``: padding-free, the real tokens only (glassrl.models.packing).
     """
     prompt_len = input_ids.shape[1] - response_len
     if response_len < 1 or prompt_len < 1:
         raise ValueError(f"need a prompt and a response; got length {input_ids.shape[1]}, response_len {response_len}")
+    if packed:
+        rows = pack(input_ids, attention_mask)
+        scalars = scalar_outputs(critic, rows.input_ids, None, rows.position_ids)[0]  # (N,)
+        source, valid = rows.response_sources(response_len)  # (B, T) each
+        return unpack(scalars[source[valid]], valid)  # (B, T): V(s_i) read before token i
     scalars = scalar_outputs(critic, input_ids, attention_mask)  # (B, P+T)
     return scalars[:, prompt_len - 1 : -1]  # (B, T): position P-1+i holds V(s_i)

@@ -2,7 +2,8 @@
 (``pip install .``, no source tree) runs ``glassrl demo`` and ``glassrl train grpo``.
 
 One YAML file per preset: the RL algorithms (``grpo.yaml``, ``ppo.yaml``, ...: TrainConfig,
-each with an ``algo`` section), ``sft.yaml`` (SFTConfig) and ``rm.yaml`` (RMConfig). In a source
+each with an ``algo`` section), ``sft.yaml`` (SFTConfig) and ``rm.yaml`` (RMConfig), and the
+presets of the agentic tasks' demos (``tool_add.yaml``: ``TASKS``). In a source
 checkout ``examples/<name>.yaml`` is a relative symlink to the file here, so
 ``glassrl train examples/grpo.yaml`` reads the same bytes.
 """
@@ -23,9 +24,18 @@ def names() -> list[str]:
     return sorted(p.stem for p in DIR.glob("*.yaml"))
 
 
+# An agentic task's demo (``glassrl demo --task NAME``) -> its preset: an algorithm on that task and its model.
+TASKS = {"tool-add": "tool_add"}
+
+
 def rl_names() -> list[str]:
-    """The RL presets (``glassrl train`` / ``glassrl demo --algo``): the configs with an ``algo`` section."""
-    return [name for name in names() if "algo" in (yaml.safe_load(path(name).read_text(encoding="utf-8")) or {})]
+    """The algorithm presets (``glassrl train`` / ``glassrl demo --algo``): the configs with an
+    ``algo`` section, the task presets (``TASKS``) left out."""
+    return [
+        name
+        for name in names()
+        if name not in TASKS.values() and "algo" in (yaml.safe_load(path(name).read_text(encoding="utf-8")) or {})
+    ]
 
 
 def path(name: str) -> Path:

@@ -176,6 +176,18 @@ def decode_supported(model) -> bool:
     return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
+def sampled_logprobs(logits: torch.Tensor, chosen: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """log softmax(logits / temperature) at the chosen tokens (temperature 1 when greedy), float32:
+    π(a|s) as the trainer computes it (glassrl.models.logprobs), from the engine's own logits.
+    Top-k / top-p shape the draw, not this (the trainer's π is not truncated either).
+
+    logits (..., V); chosen (...) long -> (...) float32.
+    """
+    temperature = 1.0 if params.greedy else params.temperature
+    scaled = logits.float() / temperature
+    return scaled.gather(-1, chosen.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
+
+
 def _warpers(params: SamplingParams) -> list:
     """The logits warpers ``generate`` applies for ``generation_kwargs(params)``, in its order."""
     if params.greedy:
@@ -200,13 +212,15 @@ def decode(
     eos_id: int,
     pad_id: int,
     generator: torch.Generator,
+    logprobs_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The tokens after left-padded prompts, (B, T) long: T = the steps run (until every row has
     ended with ``eos_id`` or ``params.max_new_tokens``), ``pad_id`` after a row's EOS. The same
     tokens as :func:`generate_with_hf` for the same generator state, which is left as it leaves it.
 
     prompt_ids (B, P) long, left-padded; prompt_mask (B, P) bool. ``model`` in eval mode,
-    ``decode_supported(model)``.
+    ``decode_supported(model)``. ``logprobs_out`` (B, max_new_tokens) float32, when given,
+    receives :func:`sampled_logprobs` of each token written (untouched after a row's EOS).
     """
     B, P = prompt_ids.shape
     device = prompt_ids.device
@@ -232,7 +246,7 @@ def decode(
             use_cache=True,
             logits_to_keep=1,
         ).logits
-        scores = logits[:, -1].to(dtype=torch.float32, copy=True)  # (n, V)
+        scores = logits[:, -1].to(dtype=torch.float32, copy=True)  # (n, V); the warpers write to it
         for warper in warpers:
             scores = warper(None, scores)
         if params.greedy:
@@ -244,6 +258,8 @@ def decode(
             probs[rows] = torch.softmax(scores, dim=-1)
             chosen = torch.multinomial(probs, 1, generator=generator).squeeze(1)[rows]  # (n,)
         tokens[rows, t] = chosen
+        if logprobs_out is not None:
+            logprobs_out[rows, t] = sampled_logprobs(logits[:, -1], chosen, params)
         ended = chosen == eos_id  # (n,)
         if t + 1 == steps or bool(ended.all()):
             return tokens[:, : t + 1]
@@ -267,9 +283,11 @@ def generate_with_hf(
     eos_id: int,
     pad_id: int,
     generator: torch.Generator,
+    logprobs_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """:func:`decode`'s result by ``model.generate`` (the reference, and the path for models that
-    :func:`decode_supported` refuses): the tokens after the prompts, (B, T) long."""
+    :func:`decode_supported` refuses): the tokens after the prompts, (B, T) long; ``logprobs_out``
+    as :func:`decode` fills it (from ``generate``'s raw logits)."""
     with sampling_rng(generator):
         out = model.generate(
             input_ids=prompt_ids,
@@ -278,17 +296,28 @@ def generate_with_hf(
             eos_token_id=eos_id,
             pad_token_id=pad_id,
             use_cache=True,
+            return_dict_in_generate=True,
+            output_logits=logprobs_out is not None,
             **generation_kwargs(params),
         )
-    return out[:, prompt_ids.shape[1] :]
+    tokens = out.sequences[:, prompt_ids.shape[1] :]  # (B, T)
+    if logprobs_out is not None:
+        logprobs_out[:, : tokens.shape[1]] = sampled_logprobs(torch.stack(out.logits, dim=1), tokens, params)
+    return tokens
 
 
 class HFRolloutEngine:
-    """Samples with :func:`decode` (or ``model.generate`` where it cannot); see the module docstring."""
+    """Samples with :func:`decode` (or ``model.generate`` where it cannot); see the module docstring.
 
-    def __init__(self, model, tokenizer) -> None:
+    ``sampling_logprobs``: keep log π of each sampled token as computed while sampling
+    (``RolloutBatch.rollout_logprobs``, :func:`sampled_logprobs`), for the train/rollout
+    mismatch metrics and truncated importance sampling (glassrl.algos.rollout_is).
+    """
+
+    def __init__(self, model, tokenizer, sampling_logprobs: bool = False) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        self.sampling_logprobs = sampling_logprobs
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.sample = decode if decode_supported(model) else generate_with_hf
@@ -311,14 +340,24 @@ class HFRolloutEngine:
         prompt_mask = prompt_mask.repeat_interleave(n, dim=0).to(device)  # (B, P)
         was_training = self.model.training
         self.model.eval()
+        B = prompt_ids.shape[0]
+        logprobs = torch.zeros((B, params.max_new_tokens), device=device) if self.sampling_logprobs else None
         try:
             response_ids = self.sample(
-                self.model, prompt_ids, prompt_mask, params, eos_id=self.eos_id, pad_id=self.pad_id, generator=generator
+                self.model,
+                prompt_ids,
+                prompt_mask,
+                params,
+                eos_id=self.eos_id,
+                pad_id=self.pad_id,
+                generator=generator,
+                logprobs_out=logprobs,
             )  # (B, T)
         finally:
             self.model.train(was_training)
         response_mask, ended = response_mask_from_eos(response_ids, self.eos_id)
         response_ids = torch.where(response_mask, response_ids, self.pad_id)  # (B, T)
+        T = response_ids.shape[1]
         texts = [
             self.tokenizer.decode(row[mask].tolist(), skip_special_tokens=True)
             for row, mask in zip(response_ids.cpu(), response_mask.cpu())
@@ -331,4 +370,5 @@ class HFRolloutEngine:
             group_index=torch.arange(len(prompts), device=device).repeat_interleave(n),
             finish_reasons=["stop" if e else "length" for e in ended.tolist()],
             texts=texts,
+            rollout_logprobs=None if logprobs is None else torch.where(response_mask, logprobs[:, :T], 0.0),
         )

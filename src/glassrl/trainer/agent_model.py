@@ -111,7 +111,13 @@ def ensure_agent_model(
     console = console or Console()
     out = Path(out_dir) if out_dir is not None else default_model_dir(AGENT_VERSION)
     return ensure_built(
-        out, seed, AGENT_SPEC, AGENT_VERSION, lambda tmp: build_agent_model(tmp, seed=seed, console=console), rebuild, console
+        out,
+        seed,
+        AGENT_SPEC,
+        AGENT_VERSION,
+        lambda tmp: build_agent_model(tmp, seed=seed, console=console),
+        rebuild,
+        console,
     )
 
 
@@ -194,7 +200,9 @@ def sft_episodes(spec: AgentModelSpec, seed: int) -> list[Episode]:
     for record in tasks.load_task(spec.task, "train", seed=seed, size=spec.sft_examples):
         a, b, answer = record.metadata["a"], record.metadata["b"], str(record.metadata["sum"])
         u = rng.random()
-        behaviour = "call" if u < spec.valid_call else "malformed" if u < spec.valid_call + spec.malformed_call else "head"
+        behaviour = (
+            "call" if u < spec.valid_call else "malformed" if u < spec.valid_call + spec.malformed_call else "head"
+        )
         if behaviour == "head":
             episodes.append(Episode(record, behaviour, (answer,), ()))
             continue
@@ -238,7 +246,10 @@ def response_text(episode: Episode, call_format: TaggedFormat) -> str:
 def sft_rows(episodes: list[Episode], tokenizer) -> list[dict]:
     """{"prompt", "response", "behaviour"} per transcript: what ``glassrl sft`` reads (it ignores "behaviour")."""
     call_format = TaggedFormat(tokenizer, describe_tools=False)
-    return [{"prompt": e.record.prompt, "response": response_text(e, call_format), "behaviour": e.behaviour} for e in episodes]
+    return [
+        {"prompt": e.record.prompt, "response": response_text(e, call_format), "behaviour": e.behaviour}
+        for e in episodes
+    ]
 
 
 def heldout_tool_use(model, tokenizer, records: list[PromptRecord], *, greedy: bool, seed: int = 0) -> dict:

@@ -49,12 +49,12 @@ class Workers:
 
 def actor_path(cfg: TrainConfig, console) -> Path:
     """model.actor as a checkpoint directory (a directory, or a hub id in the local Hugging Face cache:
-    glassrl.models.resolve_model_path); "default" builds the embedded default model if missing."""
+    glassrl.models.resolve_model_path); "default" and "default-agent" build the embedded model if missing."""
     from glassrl.models.loading import resolve_model_path
-    from glassrl.trainer.default_model import ensure_default_model
+    from glassrl.trainer.agent_model import BUILTIN_MODELS
 
     actor = cfg.model.actor
-    path = ensure_default_model(console=console) if actor == "default" else resolve_model_path(actor, "model.actor")
+    path = BUILTIN_MODELS[actor](console=console) if actor in BUILTIN_MODELS else resolve_model_path(actor, "model.actor")
     if not (path / "config.json").is_file():
         raise GlassrlError(f"model.actor = {cfg.model.actor!r}: no Hugging Face checkpoint (config.json) in {path}")
     return path
@@ -150,13 +150,21 @@ def _tool_environment(specs: list[str], **settings) -> Environment:
 
 def rollout_engine(cfg: TrainConfig, model, tokenizer):
     """The RolloutEngine sampling with ``model``: multi-turn with tools when the run is agentic
-    (:func:`glassrl.trainer.config.agent_config`), else Hugging Face ``generate``."""
+    (:func:`glassrl.trainer.config.agent_config`), else Hugging Face decoding, or vLLM with
+    ``rollout.engine: vllm`` (its weights synchronised from ``model`` before each rollout)."""
     from glassrl.rollout.agent import AgentRolloutEngine, HFTurnSampler
     from glassrl.rollout.hf import HFRolloutEngine
 
     agent = agent_config(cfg)
-    if agent is None:
-        return HFRolloutEngine(model, tokenizer)
+    if agent is None and cfg.rollout.engine == "vllm":
+        from glassrl.rollout.vllm import VLLMRolloutEngine
+
+        v = cfg.rollout.vllm
+        return VLLMRolloutEngine.colocated(
+            model, tokenizer, gpu_memory_utilization=v.gpu_memory_utilization, sleep=v.sleep, seed=cfg.seed
+        )
+    if agent is None:  # the engine's log-probs: rollout/logprob_diff_* and TIS (algo.rollout_is)
+        return HFRolloutEngine(model, tokenizer, sampling_logprobs=cfg.algo.rollout_is is not None)
     return AgentRolloutEngine(
         HFTurnSampler(model, tokenizer),
         tokenizer,
@@ -242,8 +250,11 @@ def build_local_workers(
     model.compute_dtype: forward passes under autocast over float32 master weights
     (glassrl.models.precision). model.lora: adapters on the actor (and critic); π_ref is then the
     actor's own model with its adapters off (glassrl.workers.lora), unless model.reference names one.
+    model.padding_free: every forward pass on the real tokens only (glassrl.models.packing), once
+    checked on each model (check_packing).
     """
     from glassrl.models import load_causal_lm, load_scalar_model
+    from glassrl.models.packing import check_packing
     from glassrl.models.precision import Autocast, check_master_weights, compute_dtype
     from glassrl.rewards import build_combined
     from glassrl.workers.local import LocalActor, LocalCritic, LocalReference, LocalReward, LocalRollout
@@ -251,17 +262,19 @@ def build_local_workers(
 
     m, a, r = cfg.model, cfg.algo, cfg.rollout
     micro = cfg.batch.micro_batch_responses
-    compute, lora = compute_dtype(m.compute_dtype), lora_settings(cfg)
+    compute, lora, packed = compute_dtype(m.compute_dtype), lora_settings(cfg), m.padding_free
     load_lm = partial(load_causal_lm, dtype=m.dtype, device=m.device)
     # prompt limit + rollout.max_new_tokens fit its positions: glassrl.trainer.prompts
     model, load_actor = with_lora(load_lm(path), lora, path, load_lm)
     check_master_weights(model, compute)
+    if packed:
+        check_packing(model)
     optimizer, scheduler = make_optimizer(model, cfg.actor_optim, actor_optimizer_steps(cfg, resolved))
     update = partial(
         run_updates,
         micro_batch=micro,
         grad_clip=cfg.actor_optim.grad_clip,
-        forward=Autocast(partial(actor_forward, r.temperature, a.entropy_coef > 0), m.compute_dtype),
+        forward=Autocast(partial(actor_forward, r.temperature, a.entropy_coef > 0, packed=packed), m.compute_dtype),
         terms=actor_loss(cfg, resolved),
         prefix="actor",
         ptx=ptx,
@@ -277,28 +290,35 @@ def build_local_workers(
         update=update,
         load=load_actor,
         compute=compute,
+        packed=packed,
     )
     device = next(model.parameters()).device
     generator = torch.Generator(device).manual_seed(cfg.seed + 1)
     rollout = LocalRollout(rollout_engine(cfg, model, tokenizer), generator, compute)
     reference = None
     if resolved.uses_reference and lora is not None and m.reference is None:
-        reference = LoraReference(model, temperature=r.temperature, micro_batch=micro, compute=compute)
+        reference = LoraReference(model, temperature=r.temperature, micro_batch=micro, compute=compute, packed=packed)
     elif resolved.uses_reference:
         ref_model = load_lm(m.reference or path)
-        reference = LocalReference(ref_model, temperature=r.temperature, micro_batch=micro, compute=compute)
+        if packed and m.reference is not None:
+            check_packing(ref_model)
+        reference = LocalReference(
+            ref_model, temperature=r.temperature, micro_batch=micro, compute=compute, packed=packed
+        )
     critic = None
     if resolved.uses_critic:
         load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=m.device)
         base = critic_path(cfg, path)
         critic_model, load_critic_part = with_lora(load_critic(base), lora, base, load_critic)
         check_master_weights(critic_model, compute)
+        if packed:
+            check_packing(critic_model)
         c_opt, c_sched = make_optimizer(critic_model, cfg.critic_optim, resolved.total_optimizer_steps)
         c_update = partial(
             run_updates,
             micro_batch=micro,
             grad_clip=cfg.critic_optim.grad_clip,
-            forward=Autocast(critic_forward, m.compute_dtype),
+            forward=Autocast(partial(critic_forward, packed=packed), m.compute_dtype),
             terms=critic_loss(cfg, resolved),
             prefix="critic",
             on_nonfinite=cfg.on_nonfinite,
@@ -312,5 +332,6 @@ def build_local_workers(
             update=c_update,
             load=load_critic_part,
             compute=compute,
+            packed=packed,
         )
     return Workers(actor, rollout, LocalReward(build_combined(cfg.reward.sources)), reference, critic)

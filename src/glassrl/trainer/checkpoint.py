@@ -125,7 +125,9 @@ class CheckpointManager:
             tmp = self.root / f"tmp-{name}-{secrets.token_hex(4)}"
             tmp.mkdir()
             try:
-                entries = {part_name: self._write_part(tmp, part_name, Part(*part)) for part_name, part in parts.items()}
+                entries = {
+                    part_name: self._write_part(tmp, part_name, Part(*part)) for part_name, part in parts.items()
+                }
                 manifest = {
                     "format": MANIFEST_FORMAT,
                     "step": step,

@@ -77,8 +77,10 @@ def same(a: Any, b: Any) -> bool:
 def _both_nan(a: torch.Tensor, b: torch.Tensor) -> bool:
     """torch.equal says False when NaNs sit at the same places: compare the bytes instead."""
     a, b = a.detach().cpu().contiguous(), b.detach().cpu().contiguous()
-    return a.dtype == b.dtype and a.shape == b.shape and bytes(a.view(torch.uint8).flatten().numpy()) == bytes(
-        b.view(torch.uint8).flatten().numpy()
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and bytes(a.view(torch.uint8).flatten().numpy()) == bytes(b.view(torch.uint8).flatten().numpy())
     )
 
 
@@ -119,7 +121,10 @@ def _encode(value: Any, path: str, tensors: dict[str, torch.Tensor], allow_tenso
         return _tagged(
             "dict",
             items=[
-                [_encode(k, f"{path}<key>", tensors, allow_tensors), _encode(v, f"{path}[{k!r}]", tensors, allow_tensors)]
+                [
+                    _encode(k, f"{path}<key>", tensors, allow_tensors),
+                    _encode(v, f"{path}[{k!r}]", tensors, allow_tensors),
+                ]
                 for k, v in value.items()
             ],
         )

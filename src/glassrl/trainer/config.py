@@ -56,6 +56,7 @@ class ModelConfig:
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
     compute_dtype: Literal["float32", "bfloat16"] = "float32"  # matrix products; bfloat16 = autocast over float32 master weights (model.dtype must give float32)
     lora: LoraConfig | None = None  # LoRA adapters on the actor and the critic (π_ref = the base, adapters off); null = train every weight
+    padding_free: bool = False  # log-prob, value and training passes on each micro-batch's real tokens packed into one row (glassrl.models.packing); same numbers, no work on padding
 
 
 @dataclass
@@ -83,14 +84,20 @@ class AgentConfig:
     the environment answers with an observation that stays in the context (mask False), until a final
     answer, max_turns, or rollout.max_new_tokens."""
 
-    environment: str | None = None  # a bundled task's (tool-add, research), or "module:function" / "file.py:Class" making a fresh Environment per episode; null = tools, else data.train's task
-    tools: list[str] = field(default_factory=list)  # tools of a ToolEnvironment: built-ins (calculator, python, search, open_page), "module:attribute", "file.py:attribute"
-    valid_call_reward: float = 0.0  # with tools: reward part "valid_call", once per episode, for the first call that ran
+    environment: str | None = (
+        None  # tool-add, research, or "module:function" / "file.py:Class" making a fresh Environment per episode; null = tools, else data.train's task
+    )
+    tools: list[str] = field(
+        default_factory=list
+    )  # tools of a ToolEnvironment: built-ins (calculator, python, search, open_page), "module:attribute", "file.py:attribute"
+    valid_call_reward: float = 0.0  # with tools: reward part "valid_call" once an episode, for the first call that ran
     call_timeout_s: float = 30.0  # with tools: time limit of one tool call, in seconds
     max_calls: int = 4  # with tools: calls run per turn; further ones are answered with an error
     max_result_chars: int = 2000  # with tools: a tool result longer than this is cut (and says so)
     max_turns: int = 4  # generated turns per response, the final answer included
-    call_format: Literal["auto", "tagged", "hermes"] = "auto"  # how calls are written: auto = hermes when the chat template takes tools=, else tagged
+    call_format: Literal["auto", "tagged", "hermes"] = (
+        "auto"  # how calls are written: auto = hermes when the chat template takes tools=, else tagged
+    )
     describe_tools: bool = True  # tagged format: describe the tools and the call syntax before the prompt
     tool_workers: int = 8  # environments stepped at once (threads)
 
@@ -110,9 +117,12 @@ class RolloutConfig:
     top_p: float = 1.0  # nucleus sampling mass; 1 = off
     top_k: int = 0  # sample among the k most likely tokens; 0 = off
     max_new_tokens: int = 16  # longest response in tokens (multi-turn: generated and observation tokens together)
-    agent: AgentConfig | None = None  # multi-turn rollouts with tools; null = single-turn, unless data.train is an agentic task (task:tool-add, task:research): then its environment with these defaults
+    agent: AgentConfig | None = (
+        None  # multi-turn rollouts with tools; null = single-turn, unless data.train is an agentic task (task:tool-add, task:research): then its environment with these defaults
+    )
     engine: Literal["hf", "vllm"] = "hf"  # hf: Hugging Face decoding with the actor's own model; vllm: vLLM on the actor's GPU (pip install 'glassrl[vllm]')
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # the vLLM engine's memory; read when rollout.engine = vllm
+    overlap: bool = False  # sample the next step's batch (with a copy of the policy, in a thread) while this one trains: one step off-policy, π_old = the sampling policy (rollout/staleness)
 
 
 @dataclass
@@ -743,9 +753,8 @@ def _check_agent(cfg: TrainConfig, written: Set[str] | None) -> None:
     if not agent.tools:
         for knob in TOOL_KNOBS:
             key = f"rollout.agent.{knob}"
-            if written is not None and key in written or written is None and getattr(agent, knob) != getattr(
-                AgentConfig(), knob
-            ):
+            default = getattr(AgentConfig(), knob)
+            if written is not None and key in written or written is None and getattr(agent, knob) != default:
                 fail(f"rollout.agent.{knob}", getattr(agent, knob), "ignored: it sets up rollout.agent.tools, empty")
 
 
@@ -775,6 +784,8 @@ def _check_scale_out(cfg: TrainConfig, written: Set[str] | None) -> None:
         fail("algo.rollout_is.cap", a.rollout_is.cap, "must be > 0")
     if not 0 < r.vllm.gpu_memory_utilization < 1:
         fail("rollout.vllm.gpu_memory_utilization", r.vllm.gpu_memory_utilization, "must lie in (0, 1)")
+    if r.engine == "vllm" and m.lora is not None:
+        fail("rollout.engine", "vllm", "with model.lora: syncing LoRA adapters into vLLM is not built; use hf")
     if r.engine == "vllm" and agent_config(cfg) is not None:
         fail("rollout.engine", "vllm", "multi-turn rollouts (rollout.agent) sample with the Hugging Face engine")
     if r.engine != "vllm" and knob_set(cfg, "rollout.vllm", written):
@@ -822,3 +833,7 @@ def _check_ray(cfg: TrainConfig) -> None:
         fail("rollout.agent", "on", "multi-turn rollouts are not wired into trainer.backend = ray")
     if cfg.on_nonfinite == "skip":
         fail("on_nonfinite", "skip", "the data-parallel update does not skip steps; use on_nonfinite: stop")
+    if cfg.model.padding_free:
+        fail("model.padding_free", True, "not wired into trainer.backend = ray; use trainer.backend: local")
+    if cfg.rollout.overlap:
+        fail("rollout.overlap", True, "not wired into trainer.backend = ray; use trainer.backend: local")

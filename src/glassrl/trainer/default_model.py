@@ -74,7 +74,13 @@ def ensure_default_model(
     console = console or Console()
     out = Path(out_dir) if out_dir is not None else default_model_dir()
     return ensure_built(
-        out, seed, DEFAULT_SPEC, VERSION, lambda tmp: build_default_model(tmp, seed=seed, console=console), rebuild, console
+        out,
+        seed,
+        DEFAULT_SPEC,
+        VERSION,
+        lambda tmp: build_default_model(tmp, seed=seed, console=console),
+        rebuild,
+        console,
     )
 
 

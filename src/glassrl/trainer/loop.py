@@ -74,6 +74,7 @@ from glassrl.trainer.step_metrics import (
     tensor_metrics,
 )
 from glassrl.trainer.update import actor_batch, critic_batch, minibatch_plan
+from glassrl.workers.base import OnPolicyActor
 
 # Shown under the progress bar, in this order (when present).
 CONSOLE_KEYS = (
@@ -119,6 +120,14 @@ class Trainer:
             FixedKLController(kl.coef) if kl.target is None else AdaptiveKLController(kl.coef, kl.target, kl.horizon)
         )
         self.shapers = phases.score_shapers(cfg.algo)
+        # π_old = π_θ when the batch makes exactly one optimiser step and nothing before the update reads
+        # log π_old (a KL in the reward does): the update's own forward gives log π_old, H and the KL
+        # (glassrl.trainer.update.run_updates), so phase 3 runs no actor pass (docs/metrics.md, actor/).
+        self.old_logprobs_from_update = (
+            self.resolved.optimizer_steps_per_step == 1
+            and kl.placement != "reward"
+            and isinstance(self.workers.actor, OnPolicyActor)
+        )
         self.shuffle = torch.Generator().manual_seed(cfg.seed + 2)  # mini-batch order
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.sampler = (
@@ -144,7 +153,9 @@ class Trainer:
             self.lock = RunLock(self.out / ".lock", f"output_dir = {self.out}")  # released by train() / close()
         try:
             if self.lock.stale:
-                self.console.print(f"glassrl: took over the lock of a run that died ({self.lock.stale})", markup=False)
+                self.console.print(
+                    f"glassrl: took over the lock of a run that died ({self.lock.stale})", markup=False, soft_wrap=True
+                )
             self._check_run_dir(resume)
             self.initial_eval: float | None = None  # eval/accuracy before the first step (set by train)
             self.last_metrics: dict[str, float] = {}  # of the last step train() ran
@@ -178,7 +189,10 @@ class Trainer:
                 max_new_tokens=self.cfg.rollout.max_new_tokens,
             )
         with self.timer.phase("logprobs"):  # 3. old and reference log-probs, KL, values
-            phases.model_outputs(exp, self.workers.actor, self.workers.reference, self.workers.critic, a.kl.kind)
+            # One optimiser step on a batch π_θ sampled: π_old = π_θ, and the update's forward gives log π_old (6.).
+            needs_old_logprobs = not self.old_logprobs_from_update or step <= a.value_warmup_steps
+            actor = self.workers.actor if needs_old_logprobs else None
+            phases.model_outputs(exp, actor, self.workers.reference, self.workers.critic, a.kl.kind)
         with self.timer.phase("rewards"):  # 4. token rewards r_i = score_i − β·kl_i (when the KL is in the reward)
             phases.token_rewards(exp, self.kl.value, a.kl.placement == "reward")
         # Adaptive KL (Ziegler et al. 2019, §2.2): β follows the KL of the batch just sampled, per
@@ -194,7 +208,11 @@ class Trainer:
             updated: dict[str, float] = {}
             if self.workers.critic is not None:
                 updated |= self.workers.critic.update(critic_batch(exp), plan)
-            if step > a.value_warmup_steps:  # VAPO value pre-training: the critic alone until then
+            if step > a.value_warmup_steps and not needs_old_logprobs:  # log π_old, H, kl: this forward's (3.)
+                actor_metrics, logprobs, entropy = self.workers.actor.update_on_policy(actor_batch(exp), plan)
+                phases.policy_outputs(exp, logprobs, entropy, a.kl.kind)
+                updated |= actor_metrics
+            elif step > a.value_warmup_steps:  # VAPO value pre-training: the critic alone until then
                 updated |= self.workers.actor.update(actor_batch(exp), plan)
         self.counters.step = step
         metrics = self._metrics(exp, {**sampling, **updated}, start)  # 7. log, ledger, evaluation, checkpoint
@@ -226,7 +244,11 @@ class Trainer:
                 last = self.checkpoints.latest()
                 raise NonFiniteError(
                     f"step {self.counters.step + 1}, {err}; "
-                    + (f"the last checkpoint, {last.name}, holds finite weights" if last else "no checkpoint was written")
+                    + (
+                        f"the last checkpoint, {last.name}, holds finite weights"
+                        if last
+                        else "no checkpoint was written"
+                    )
                 ) from None
         if self.cfg.logging.report and self.counters.step == self.cfg.steps:
             write_run_report([self.out], self.out / "report.html")
@@ -333,6 +355,7 @@ class Trainer:
                     f"output_dir = {self.out} already holds checkpoints: resume with --resume, "
                     "or choose another output_dir"
                 )
+            (self.out / "resumes.jsonl").unlink(missing_ok=True)  # of a run that never checkpointed
             return
         restored = state.restore(self.checkpoints, self.components)
         self.counters.step = restored.step
@@ -347,7 +370,9 @@ class Trainer:
                 on_disk = {}
             edited = sorted(k for k, v in flatten(self.run_config.saved).items() if on_disk.get(k, v) != v)
             if edited or not on_disk:
-                notes.append(f"{saved} differed from the checkpoint's config ({', '.join(edited) or 'unreadable'}); rewritten")
+                notes.append(
+                    f"{saved} differed from the checkpoint's config ({', '.join(edited) or 'unreadable'}); rewritten"
+                )
         changed = {key: list(pair) for key, pair in self.run_config.changes.items()}
         for key, (then, now) in changed.items():
             notes.append(f"{key} changed on resume: {then!r} -> {now!r}")
@@ -377,4 +402,3 @@ class Trainer:
         if progress:
             sinks.append(ConsoleSink(self.cfg.steps, CONSOLE_KEYS, start_step=step, console=self.console))
         return MetricSinks(sinks)
-

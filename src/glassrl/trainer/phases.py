@@ -2,6 +2,7 @@
 
     exp = score(sampled, tokenizer, ...)                         # 2. scores on tokens, rows that train
     model_outputs(exp, actor, reference, critic, kl_kind)        # 3. log π_old, H, log π_ref, kl, V
+    policy_outputs(exp, logprobs, entropy, kl_kind)              # 3, late: log π_old from the update (on-policy)
     token_rewards(exp, beta, kl_in_reward)                       # 4. r_i = score_i − β·kl_i
     advantages(exp, algo)                                        # 5. A, R, δ, whitened A
 
@@ -41,9 +42,9 @@ from glassrl.algos.masked import masked_whiten
 from glassrl.algos.shaping import RunningRewardNormalizer, overlong_penalty
 from glassrl.algos.token_rewards import assemble_token_rewards, place_outcome_scores, place_process_rewards
 from glassrl.data.formatting import prompt_text
-from glassrl.ledger.compute import turn_rewards as place_turn_rewards
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
+from glassrl.ledger.compute import turn_rewards as place_turn_rewards
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rollout.base import RolloutBatch, SamplingParams
 from glassrl.trainer.config import AlgoConfig
@@ -385,20 +386,31 @@ def model_batch(exp: Experience) -> dict[str, torch.Tensor]:
 
 def model_outputs(
     exp: Experience,
-    actor: ActorForward,
+    actor: ActorForward | None,
     reference: ReferenceWorker | None,
     critic: CriticForward | None,
     kl_kind: str,
 ) -> None:
     """Phase 3: log π_old(a_i|s_i) and H(π_old(·|s_i)); with a reference log π_ref and the
-    per-token KL estimate ``kl_kind``; with a critic V(s_i). All (B, T), no gradient."""
+    per-token KL estimate ``kl_kind``; with a critic V(s_i). All (B, T), no gradient.
+
+    ``actor`` None: log π_old, H and the KL come later, from the update's own forward pass
+    (:func:`policy_outputs`), when the batch makes one optimiser step (π_old = π_θ: Trainer.step)."""
     batch = model_batch(exp)
-    exp.logprobs, exp.entropy = actor.compute_logprobs(batch)
     if reference is not None:
         exp.ref_logprobs = reference.compute_logprobs(batch)
-        exp.kl = kl_penalty(exp.logprobs, exp.ref_logprobs, kl_kind)
+    if actor is not None:
+        policy_outputs(exp, *actor.compute_logprobs(batch), kl_kind)
     if critic is not None:
         exp.values = critic.compute_values(batch)
+
+
+def policy_outputs(exp: Experience, logprobs: torch.Tensor, entropy: torch.Tensor, kl_kind: str) -> None:
+    """log π_old(a_i|s_i), H(π_old(·|s_i)) (B, T) and, with a reference, kl_i = the ``kl_kind``
+    estimate between log π_old and log π_ref (B, T)."""
+    exp.logprobs, exp.entropy = logprobs, entropy
+    if exp.ref_logprobs is not None:
+        exp.kl = kl_penalty(exp.logprobs, exp.ref_logprobs, kl_kind)
 
 
 # ---------------------------------------------------------------- phase 4: token rewards
@@ -410,7 +422,7 @@ def token_rewards(exp: Experience, beta: float, kl_in_reward: bool) -> None:
     ``beta`` is the step's KL coefficient (the controller's value); it enters the
     rewards only when ``kl_in_reward`` (otherwise the KL is a loss term, or absent).
     """
-    exp.beta = beta if exp.kl is not None else 0.0
+    exp.beta = beta if exp.ref_logprobs is not None else 0.0
     exp.kl_in_reward = kl_in_reward
     kl = torch.zeros_like(exp.token_scores) if exp.kl is None else exp.kl
     exp.token_rewards = assemble_token_rewards(exp.token_scores, kl, exp.reward_beta, exp.response_mask)

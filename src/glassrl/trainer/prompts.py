@@ -94,8 +94,8 @@ class RunPrompts:
         lines = []
         for s in self.sources:
             lines.append(
-                f"{s.key}: {len(s.records)} prompts from {s.path} ({s.answered} with an answer; longest "
-                f"{s.longest} tokens; {s.dropped} dropped, {s.truncated} truncated)"
+                f"{s.key}: {s.path}: {s.read} prompts read, longest {s.longest} tokens; {s.dropped} dropped, "
+                f"{s.truncated} truncated; {len(s.records)} kept, {s.answered} with an answer"
             )
         if isinstance(self.train, MixtureStream):
             shares = ", ".join(f"{k} {p:.0%}" for k, p in zip(self.train.keys, self.train.probabilities))

@@ -81,7 +81,7 @@ class RMConfig:
     eval_every: int = 0  # steps between held-out evaluations; 0 = only at the end
     log_every: int = 10  # steps between metric rows
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
-    on_nonfinite: Literal["stop", "skip"] = "stop"  # a NaN/inf loss or gradient norm: stop (exit 2, nothing written) or skip that step
+    on_nonfinite: Literal["stop", "skip"] = "stop"  # NaN/inf loss or grad norm: stop (exit 2, no output) or skip it
 
     title = "glassrl rm: resolved"
 
@@ -174,8 +174,14 @@ def evaluate(
 def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
     """Train a reward model as ``cfg`` says; returns the final metrics (train/…, eval/…, steps,
     pairs, eval_pairs, time_s). ``eval/accuracy`` is the held-out pairwise accuracy."""
-    console = console or Console()
     cfg.validate()
+    out = Path(cfg.output_dir)
+    with RunLock(sibling_lock_path(out), f"output_dir = {out}"):  # before any work: a second run fails at once
+        return _train_rm(cfg, console)
+
+
+def _train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
+    console = console or Console()
     seed_everything(cfg.seed)  # before loading: the fresh scalar head is drawn from torch's RNG
     device = resolve_device(cfg.device)
     path = _model_path(cfg.model, console)
@@ -210,7 +216,7 @@ def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
         console=console,
         transient=True,
     )
-    with RunLock(sibling_lock_path(out), f"output_dir = {out}"), StagedDir(out) as stage:
+    with StagedDir(out) as stage:
         with disk_errors(f"output_dir = {out}", out), progress:
             write_text(stage.path / "rm_config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True))
             log = JsonlSink(stage.path / "metrics.jsonl")

@@ -41,7 +41,7 @@ class RunLock:
 
     def __init__(self, path: str | Path, what: str) -> None:
         self.path, self.what = Path(path), what
-        self.stale: str | None = None  # "pid 123 (started …)": the dead owner whose lock was taken over
+        self.stale: str | None = None  # "pid 123, started …": the dead owner whose lock was taken over
         self._fd: int | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while self._fd is None:
@@ -60,7 +60,7 @@ class RunLock:
                 continue
             self.stale = _read_owner(fd) or None
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} (started {time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0)
+            os.pwrite(fd, f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
             os.fsync(fd)
             self._fd = fd
 

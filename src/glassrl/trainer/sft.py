@@ -68,7 +68,7 @@ class SFTConfig:
     eval_every: int = 0  # steps between evaluations of the eval loss; 0 = only at the end
     log_every: int = 10  # steps between metric rows
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
-    on_nonfinite: Literal["stop", "skip"] = "stop"  # a NaN/inf loss or gradient norm: stop (exit 2, nothing written) or skip that step
+    on_nonfinite: Literal["stop", "skip"] = "stop"  # NaN/inf loss or grad norm: stop (exit 2, no output) or skip it
 
     title = "glassrl sft: resolved"
 
@@ -189,8 +189,14 @@ def eval_loss(model, examples: list[Example], batch_size: int, pad_id: int, devi
 def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | None = None) -> dict[str, float]:
     """Run SFT as ``cfg`` says; returns the final metrics (train/loss, eval/loss when evaluated,
     steps, examples, time_s). ``model``/``tokenizer`` given in memory are used instead of loading."""
-    console = console or Console()
     cfg.validate()
+    out = Path(cfg.output_dir)
+    with RunLock(sibling_lock_path(out), f"output_dir = {out}"):  # before any work: a second run fails at once
+        return _train_sft(cfg, model, tokenizer, console)
+
+
+def _train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | None = None) -> dict[str, float]:
+    console = console or Console()
     seed_everything(cfg.seed)
     device = _device(cfg.device)
     if model is None:
@@ -222,9 +228,11 @@ def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | Non
         console=console,
         transient=True,
     )
-    with RunLock(sibling_lock_path(out), f"output_dir = {out}"), StagedDir(out) as stage:
+    with StagedDir(out) as stage:
         with disk_errors(f"output_dir = {out}", out), progress:
-            write_text(stage.path / "sft_config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True))
+            write_text(
+                stage.path / "sft_config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
+            )
             log = JsonlSink(stage.path / "metrics.jsonl")
             bar = progress.add_task("sft", total=steps, info="")
             for step in range(1, steps + 1):

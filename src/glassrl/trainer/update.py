@@ -81,12 +81,9 @@ class Term:
 def actor_batch(exp: Experience) -> Batch:
     """What the actor's update reads (keys in glassrl.workers.base). "scores" marks VAPO's
     positive examples: correct answers, judged before any shaping."""
-    batch = {
-        **model_batch(exp),
-        "old_logprobs": exp.logprobs,
-        "advantages": exp.policy_advantages,
-        "scores": exp.raw_scores,
-    }
+    batch = {**model_batch(exp), "advantages": exp.policy_advantages, "scores": exp.raw_scores}
+    if exp.logprobs is not None:  # None: the on-policy update computes them (run_updates' forward_outputs)
+        batch["old_logprobs"] = exp.logprobs
     if exp.ref_logprobs is not None:
         batch["ref_logprobs"] = exp.ref_logprobs
     if exp.rollout.rollout_logprobs is not None:  # the engine's own log-probs: algo.rollout_is
@@ -153,6 +150,7 @@ def run_updates(
     prefix: str,
     ptx: PtxLoss | None = None,
     on_nonfinite: str = "stop",
+    forward_outputs: Forward | None = None,
 ) -> dict[str, float]:
     """One optimiser step per index tensor of ``plan``; returns metrics averaged over them.
 
@@ -167,19 +165,34 @@ def run_updates(
     weights (glassrl.trainer.nonfinite): a non-finite one raises NonFiniteError naming it, or
     with ``on_nonfinite="skip"`` the step is dropped and counted in ``{prefix}/skipped_steps``
     (present when > 0); a dropped step adds nothing to the other metrics.
+
+    ``forward_outputs`` (a dict to fill) asks for the on-policy update of a batch without
+    ``old_logprobs``, which takes exactly one optimiser step (Trainer.step): every forward pass
+    runs before that step, with the weights that sampled, so π_old = π_θ and log π_old is each
+    micro-batch's own log π_θ, detached; the ratio is 1 by construction. The forward's outputs
+    ("logprobs", "entropy"), detached, fill ``forward_outputs``, (B, T) in the batch's row order:
+    what phase 3 would have computed, without a pass of its own.
     """
+    on_policy = forward_outputs is not None
+    if on_policy and len(plan) != 1:
+        raise ValueError(f"run_updates: a batch without old_logprobs takes one optimiser step, not {len(plan)}")
+    kept: list[tuple[torch.Tensor, Forward]] = []  # on-policy: (rows, forward outputs) per micro-batch
     stats = _Stats()
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
     skipped = 0
     for k, index in enumerate(plan):
-        micros = [select(batch, part) for part in index.split(micro_batch)]
+        parts = index.split(micro_batch)
+        micros = [select(batch, part) for part in parts]
         totals = {t.name: sum(_units(t.mask(m), t.mode) for m in micros).clamp(min=1) for t in terms}
         values = {t.name: torch.zeros((), device=batch["response_mask"].device) for t in terms}
         diagnostics_of_step = []  # (key, total, count), added to stats only when the step is taken
         optimizer.zero_grad(set_to_none=True)
-        for micro in micros:
+        for part, micro in zip(parts, micros):
             out = forward(model, micro)
+            if on_policy:  # π_old = π_θ before the one optimiser step: log π_old is this forward's, detached
+                micro["old_logprobs"] = out["logprobs"].detach()
+                kept.append((part, {key: value.detach() for key, value in out.items()}))
             # The loss, each term aggregated by its own mode and weighted by its share of the
             # mini-batch's units (so the accumulated gradient is the mini-batch's):
             #     actor:  L = L_π + β·KL − c·H + μ·NLL   (actor_terms; a term whose coefficient is 0 is absent)
@@ -224,6 +237,11 @@ def run_updates(
         for name, value in values.items():  # the mini-batch's aggregate, once per optimiser step
             stats.add(name, value, one)
         stats.add(f"{prefix}/grad_norm", norm, one)
+    if on_policy:
+        rows = torch.cat([part for part, _ in kept]).to(batch["response_mask"].device)  # a permutation of 0..B−1
+        for key in kept[0][1]:
+            stacked = torch.cat([out[key] for _, out in kept])  # (B, T) in plan order
+            forward_outputs[key] = torch.empty_like(stacked).index_copy(0, rows, stacked)  # (B, T) in row order
     metrics = stats.means()
     metrics[f"{prefix}/lr"] = scheduler.get_last_lr()[0]
     if skipped:
@@ -236,19 +254,31 @@ def run_updates(
 # worker can receive them pickled.
 
 
-def actor_forward(temperature: float, with_entropy: bool, model: torch.nn.Module, micro: Batch) -> Forward:
-    """log π_θ(a_i|s_i) (B, T) at the sampling temperature, and the entropy when a term needs it."""
+def actor_forward(
+    temperature: float, with_entropy: bool, model: torch.nn.Module, micro: Batch, *, packed: bool = False
+) -> Forward:
+    """log π_θ(a_i|s_i) (B, T) at the sampling temperature, and the entropy H(π_θ(·|s_i)) (B, T)
+    when a term needs it (``with_entropy``) or the batch has no old_logprobs (the on-policy update
+    of :func:`run_updates` stands in for phase 3, whose metrics show the entropy: detached then,
+    unless a term needs it). Both from the same logits. ``packed``: padding-free (model.padding_free)."""
     T = micro["response_mask"].shape[1]
     logprobs, entropy = response_logprobs(
-        model, micro["input_ids"], micro["attention_mask"], T, temperature=temperature, with_entropy=with_entropy
+        model,
+        micro["input_ids"],
+        micro["attention_mask"],
+        T,
+        temperature=temperature,
+        with_entropy=with_entropy or "old_logprobs" not in micro,
+        entropy_grad=with_entropy,
+        packed=packed,
     )
     return {"logprobs": logprobs} if entropy is None else {"logprobs": logprobs, "entropy": entropy}
 
 
-def critic_forward(model: torch.nn.Module, micro: Batch) -> Forward:
-    """V(s_i) (B, T), read at the position before token i (DESIGN §1)."""
+def critic_forward(model: torch.nn.Module, micro: Batch, *, packed: bool = False) -> Forward:
+    """V(s_i) (B, T), read at the position before token i (DESIGN §1). ``packed``: padding-free."""
     T = micro["response_mask"].shape[1]
-    return {"values": response_values(model, micro["input_ids"], micro["attention_mask"], T)}
+    return {"values": response_values(model, micro["input_ids"], micro["attention_mask"], T, packed=packed)}
 
 
 # ---------------------------------------------------------------- actor terms

@@ -76,6 +76,17 @@ class ActorWorker(ActorForward, Stateful, Protocol):
 
 
 @runtime_checkable
+class OnPolicyActor(Protocol):
+    """An actor whose update can stand in for phase 3 when the batch makes one optimiser step."""
+
+    def update_on_policy(self, batch: Batch, plan: list[torch.Tensor]) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
+        """One optimiser step (``plan`` of one index tensor) on a batch without ``old_logprobs``:
+        π_old = π_θ before the step, so log π_old is the update's own forward, detached (the ratio
+        is 1; glassrl.trainer.update.run_updates). Returns the "actor/…" metrics and that forward's
+        log π_θ(a_i|s_i) and H(π_θ(·|s_i)), both (B, T): what compute_logprobs would have returned."""
+
+
+@runtime_checkable
 class ReferenceWorker(Protocol):
     """The frozen reference policy π_ref."""
 

@@ -8,6 +8,8 @@ See glassrl.workers.base for the protocol and the batch keys.
 ``compute`` is the dtype of the matrix products (``model.compute_dtype``): bfloat16 runs
 every forward pass and the sampling under autocast over float32 weights
 (glassrl.models.precision); the training forward is wrapped by the trainer (``Autocast``).
+``packed``: the forward passes see each micro-batch's real tokens only (``model.padding_free``,
+glassrl.models.packing).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def _logprobs(
     temperature: float,
     with_entropy: bool,
     compute: torch.dtype = torch.float32,
+    packed: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(a_i|s_i) (B, T) at ``temperature``, and H(π(·|s_i)) (B, T) or None."""
     model.eval()
@@ -63,7 +66,13 @@ def _logprobs(
         T = micro["response_mask"].shape[1]
         with compute_precision(_device(model), compute):
             lp, ent = response_logprobs(
-                model, micro["input_ids"], micro["attention_mask"], T, temperature=temperature, with_entropy=with_entropy
+                model,
+                micro["input_ids"],
+                micro["attention_mask"],
+                T,
+                temperature=temperature,
+                with_entropy=with_entropy,
+                packed=packed,
             )
         logprobs.append(lp)
         entropy.append(ent)
@@ -71,14 +80,16 @@ def _logprobs(
 
 
 @torch.no_grad()
-def _values(model: nn.Module, batch: Batch, micro_batch: int, compute: torch.dtype = torch.float32) -> torch.Tensor:
+def _values(
+    model: nn.Module, batch: Batch, micro_batch: int, compute: torch.dtype = torch.float32, packed: bool = False
+) -> torch.Tensor:
     """V(s_i) (B, T), read before each token."""
     model.eval()
     values = []
     for micro in _micro_batches(_to(batch, _device(model)), micro_batch):
         T = micro["response_mask"].shape[1]
         with compute_precision(_device(model), compute):
-            values.append(response_values(model, micro["input_ids"], micro["attention_mask"], T))
+            values.append(response_values(model, micro["input_ids"], micro["attention_mask"], T, packed=packed))
     return torch.cat(values)
 
 
@@ -110,10 +121,12 @@ class _Trained:
         update: UpdateFn,
         load: LoadFn,
         compute: torch.dtype = torch.float32,
+        packed: bool = False,
     ):
         self.model, self.tokenizer = model, tokenizer
         self.optimizer, self.scheduler = optimizer, scheduler
         self.micro_batch, self._update, self._load, self.compute = micro_batch, update, load, compute
+        self.packed = packed
         self.part_names = (self.role, f"{self.role}_optim")
 
     def update(self, batch: Batch, plan: list[torch.Tensor]) -> dict[str, float]:
@@ -151,14 +164,29 @@ class LocalActor(_Trained):
         update: UpdateFn,
         load: LoadFn,
         compute: torch.dtype = torch.float32,
+        packed: bool = False,
     ) -> None:
         super().__init__(
-            model, tokenizer, optimizer, scheduler, micro_batch=micro_batch, update=update, load=load, compute=compute
+            model,
+            tokenizer,
+            optimizer,
+            scheduler,
+            micro_batch=micro_batch,
+            update=update,
+            load=load,
+            compute=compute,
+            packed=packed,
         )
         self.temperature = temperature
 
     def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        return _logprobs(self.model, batch, self.micro_batch, self.temperature, True, self.compute)
+        return _logprobs(self.model, batch, self.micro_batch, self.temperature, True, self.compute, self.packed)
+
+    def update_on_policy(self, batch: Batch, plan: list[torch.Tensor]) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
+        outputs: dict[str, torch.Tensor] = {}
+        batch = _to(batch, _device(self.model))
+        metrics = self._update(self.model, self.optimizer, self.scheduler, batch, plan, forward_outputs=outputs)
+        return metrics, outputs["logprobs"], outputs["entropy"]
 
 
 class LocalCritic(_Trained):
@@ -167,20 +195,26 @@ class LocalCritic(_Trained):
     role = "critic"
 
     def compute_values(self, batch: Batch) -> torch.Tensor:
-        return _values(self.model, batch, self.micro_batch, self.compute)
+        return _values(self.model, batch, self.micro_batch, self.compute, self.packed)
 
 
 class LocalReference:
     """π_ref: frozen, so nothing to checkpoint (it is reloaded from its path)."""
 
     def __init__(
-        self, model: nn.Module, *, temperature: float, micro_batch: int, compute: torch.dtype = torch.float32
+        self,
+        model: nn.Module,
+        *,
+        temperature: float,
+        micro_batch: int,
+        compute: torch.dtype = torch.float32,
+        packed: bool = False,
     ) -> None:
         self.model = model.eval().requires_grad_(False)
-        self.temperature, self.micro_batch, self.compute = temperature, micro_batch, compute
+        self.temperature, self.micro_batch, self.compute, self.packed = temperature, micro_batch, compute, packed
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
-        return _logprobs(self.model, batch, self.micro_batch, self.temperature, False, self.compute)[0]
+        return _logprobs(self.model, batch, self.micro_batch, self.temperature, False, self.compute, self.packed)[0]
 
 
 class FrozenActor:

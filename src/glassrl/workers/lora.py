@@ -22,11 +22,18 @@ class LoraReference:
     """π_ref(a_i|s_i) = the actor's peft model with adapters off, at the sampling temperature."""
 
     def __init__(
-        self, model: nn.Module, *, temperature: float, micro_batch: int, compute: torch.dtype = torch.float32
+        self,
+        model: nn.Module,
+        *,
+        temperature: float,
+        micro_batch: int,
+        compute: torch.dtype = torch.float32,
+        packed: bool = False,
     ) -> None:
         if not hasattr(model, "disable_adapter"):
             raise TypeError(f"LoraReference needs a peft model, got {type(model).__name__}")
         self.model, self.temperature, self.micro_batch, self.compute = model, temperature, micro_batch, compute
+        self.packed = packed  # padding-free (model.padding_free)
 
     @torch.no_grad()
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
@@ -40,7 +47,12 @@ class LoraReference:
                     micro = {k: v[start : start + self.micro_batch].to(device) for k, v in batch.items()}
                     T = micro["response_mask"].shape[1]
                     lp, _ = response_logprobs(
-                        self.model, micro["input_ids"], micro["attention_mask"], T, temperature=self.temperature
+                        self.model,
+                        micro["input_ids"],
+                        micro["attention_mask"],
+                        T,
+                        temperature=self.temperature,
+                        packed=self.packed,
                     )
                     logprobs.append(lp)
         finally:

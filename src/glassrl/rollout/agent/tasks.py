@@ -63,4 +63,3 @@ def environment_factory(spec: str, base_dir: str | Path = ".") -> Callable[[], E
             "(tools, reset(record), step(text, calls))"
         )
     return target
-

@@ -1,0 +1,67 @@
+"""The vLLM engine's CPU-side parts, without vllm: how its completions become a RolloutBatch, and
+when it decides the actor's weights changed. (Sampling itself: tests/rollout/test_rollout_vllm.py, GPU.)"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import torch
+
+from glassrl.models import load_causal_lm, load_tokenizer
+from glassrl.rollout.vllm import VLLMRolloutEngine
+
+
+class StubLLM:
+    """Records the weight syncs the engine asks for."""
+
+    def __init__(self) -> None:
+        self.syncs = 0
+
+    def collective_rpc(self, method, args=()):
+        self.syncs += 1
+
+
+def _completion(tokens: list[int], logprobs: list[float], reason: str = "stop"):
+    steps = [{t: SimpleNamespace(logprob=lp)} for t, lp in zip(tokens, logprobs)]
+    return SimpleNamespace(token_ids=tokens, logprobs=steps, finish_reason=reason)
+
+
+def test_completions_become_the_batch_layout(tiny_model_dir):
+    tokenizer = load_tokenizer(tiny_model_dir)
+    engine = VLLMRolloutEngine(StubLLM(), tokenizer, load_causal_lm(tiny_model_dir, device="cpu"), sleep=False)
+    eos = tokenizer.eos_token_id
+    completions = [  # 2 prompts × n = 2
+        [_completion([11, 12, eos], [-0.1, -0.2, -0.3]), _completion([13], [-0.4])],  # 13: another stop id
+        [_completion([14, 15, 16, 17], [-0.5, -0.6, -0.7, -0.8], "length"), _completion([eos], [-0.9])],
+    ]
+    batch = engine._batch([[5, 6, 7], [8]], 2, completions)
+    pad = engine.pad_id
+    assert batch.response_ids.tolist() == [
+        [11, 12, eos, pad],
+        [13, pad, pad, pad],
+        [14, 15, 16, 17],
+        [eos, pad, pad, pad],
+    ]
+    assert batch.response_mask.sum(-1).tolist() == [3, 1, 4, 1]  # the EOS trains; padding does not
+    assert batch.finish_reasons == ["stop", "stop", "length", "stop"]
+    assert batch.group_index.tolist() == [0, 0, 1, 1]
+    assert batch.prompt_mask.tolist() == [[True] * 3, [True] * 3, [False, False, True], [False, False, True]]
+    expected = [[-0.1, -0.2, -0.3, 0.0], [-0.4, 0, 0, 0], [-0.5, -0.6, -0.7, -0.8], [-0.9, 0, 0, 0]]
+    assert all(
+        math.isclose(a, b, abs_tol=1e-6)
+        for r, e in zip(batch.rollout_logprobs.tolist(), expected)
+        for a, b in zip(r, e)
+    )
+
+
+def test_weights_sync_only_after_the_actor_changed(tiny_model_dir):
+    llm, model = StubLLM(), load_causal_lm(tiny_model_dir, device="cpu")
+    engine = VLLMRolloutEngine(llm, load_tokenizer(tiny_model_dir), model, sleep=False)
+    assert engine._synced != engine._versions()  # never synced: the first rollout syncs
+    engine.sync_weights()
+    assert llm.syncs == 1 and engine._synced == engine._versions()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(input_ids=torch.tensor([[5, 6, 7]])).logits.sum().backward()
+    optimizer.step()  # in place: the version counters move
+    assert engine._synced != engine._versions()

@@ -1,0 +1,105 @@
+"""One optimiser step per batch: the update's own forward stands in for phase 3's actor pass.
+
+π_old = π_θ then (same weights, same inputs), so the trainer skips the pass and takes log π_old,
+H and the KL from the update (glassrl.trainer.update.run_updates, ``forward_outputs``). These
+tests run the same steps both ways and compare everything a run shows: metrics, ledgers and the
+weights after the steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from glassrl.ledger import read_jsonl
+from helpers import preset_trainer
+
+ONE_STEP = ["batch.mini_batch_prompts=4"]  # = prompts_per_step: one optimiser step per training step
+
+
+def _run(preset: str, overrides: list[str], out: Path, *, skip: bool):
+    trainer = preset_trainer(preset, [*overrides, f"output_dir={out}"])
+    assert trainer.old_logprobs_from_update  # the config allows the skip
+    trainer.old_logprobs_from_update = skip
+    passes = []
+    compute = trainer.workers.actor.compute_logprobs
+    trainer.workers.actor.compute_logprobs = lambda batch: passes.append(1) or compute(batch)
+    trainer.train()
+    return trainer, len(passes)
+
+
+def _metrics(run: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in rows]
+
+
+def _close(a, b, tol: float = 1e-6) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return a is not None and b is not None and (math.isnan(a) and math.isnan(b) or abs(a - b) <= tol)
+    return a == b
+
+
+@pytest.mark.parametrize(
+    ("preset", "extra"),
+    [
+        ("grpo", []),  # KL in the loss
+        ("grpo", ["algo.advantage=gae", "algo.entropy_coef=0.01"]),  # a critic, the entropy in the loss
+        ("dr_grpo", []),  # no KL, no reference
+    ],
+)
+def test_update_forward_gives_phase_3s_numbers(preset, extra, fast, tmp_path):
+    overrides = [*fast, *ONE_STEP, *extra, "logging.eval_every=0"]
+    skipped, skipped_passes = _run(preset, overrides, tmp_path / "skip", skip=True)
+    full, full_passes = _run(preset, overrides, tmp_path / "full", skip=False)
+    assert (skipped_passes, full_passes) == (0, 2)  # phase 3's actor pass: never / once per step
+
+    # metrics: the same keys, the same values (approx_kl is 0 exactly, not ~1e-9)
+    rows_skip, rows_full = _metrics(tmp_path / "skip"), _metrics(tmp_path / "full")
+    assert [r.keys() for r in rows_skip] == [r.keys() for r in rows_full]
+    for a, b in zip(rows_skip, rows_full):
+        bad = {k: (a[k], b[k]) for k in a if not _close(a[k], b[k])}
+        assert not bad
+    assert "actor/entropy" in rows_skip[1]
+
+    # ledgers: every token's log π_old, kl, rewards, advantages, ...
+    for step in (1, 2):
+        name = f"ledgers/step_{step:06d}.jsonl"
+        a, b = read_jsonl(tmp_path / "skip" / name), read_jsonl(tmp_path / "full" / name)
+        assert a.beta == b.beta
+        for ra, rb in zip(a.responses, b.responses, strict=True):
+            for ta, tb in zip(ra.tokens, rb.tokens, strict=True):
+                da, db = dataclasses.asdict(ta), dataclasses.asdict(tb)
+                assert all(_close(da[k], db[k]) for k in da), (step, da, db)
+        assert any(t.logprobs is not None for r in a.responses for t in r.tokens)
+
+    # weights after the two steps
+    wa, wb = skipped.workers.actor.model.state_dict(), full.workers.actor.model.state_dict()
+    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) <= 1e-6
+    assert any(not torch.equal(wa[k], v) for k, v in _initial(skipped).items())  # the weights did move
+
+
+def _initial(trainer) -> dict[str, torch.Tensor]:
+    from glassrl.models import load_causal_lm
+
+    return load_causal_lm(trainer.cfg.model.actor, dtype="float32", device="cpu").state_dict()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["batch.mini_batch_prompts=2"],  # two optimiser steps: the second one's π_θ is not π_old
+        ["batch.epochs=2"],
+        ["algo.kl.placement=reward"],  # the rewards read log π_old before the update
+    ],
+)
+def test_no_skip_when_pi_old_is_needed(extra, fast):
+    trainer = preset_trainer("grpo", [*fast, *ONE_STEP, *extra])
+    try:
+        assert not trainer.old_logprobs_from_update
+    finally:
+        trainer.close()

@@ -29,6 +29,7 @@ import time
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.utils import logging as hf_logging
 
 from glassrl.data.formatting import format_prompt
 from glassrl.data.tasks import load_task
@@ -39,16 +40,16 @@ from glassrl.trainer.default_model import ensure_default_model
 
 
 def timed(sample, model, ids, mask, params, eos_id, pad_id, seed, repeats):
-    """(tokens (B, T), best seconds) of ``repeats`` calls after a warm-up, each from generator state ``seed``."""
-    best, tokens = float("inf"), None
+    """(tokens (B, T), best wall seconds, best CPU seconds) of ``repeats`` calls after a warm-up,
+    each from generator state ``seed``."""
+    wall, cpu, tokens = float("inf"), float("inf"), None
     for i in range(repeats + 1):
         g = torch.Generator().manual_seed(seed)
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         tokens = sample(model, ids, mask, params, eos_id=eos_id, pad_id=pad_id, generator=g)
-        seconds = time.perf_counter() - start
         if i > 0:
-            best = min(best, seconds)
-    return tokens, best
+            wall, cpu = min(wall, time.perf_counter() - start), min(cpu, time.process_time() - start_cpu)
+    return tokens, wall, cpu
 
 
 def generated(tokens: torch.Tensor, eos_id: int) -> int:
@@ -72,6 +73,7 @@ def main() -> None:
         f"load average at start: {os.getloadavg()[0]:.2f}; {torch.get_num_threads()} threads; torch {torch.__version__}"
     )
 
+    hf_logging.disable_progress_bar()
     path = ensure_default_model()
     tokenizer = load_tokenizer(path)
     eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
@@ -84,24 +86,30 @@ def main() -> None:
     compiled = torch.compile(model, dynamic=True) if args.compile else None
     print(f"default model weights, {config.max_position_embeddings} positions; B = {ids.shape[0]}, P = {ids.shape[1]}")
 
-    print("\n| workload | new tokens | generate tok/s | decode tok/s | decode/generate | identical |")
-    print("|---|---:|---:|---:|---:|---|")
+    print("\ntok/s: per wall second; tok/CPU-s: per CPU second of the process (steadier on a shared machine)")
+    print(
+        "| workload | new tokens | generate tok/s | decode tok/s | ratio | generate tok/CPU-s | decode tok/CPU-s | ratio | identical |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     runs = [("RL setting, EOS on", 16, eos_id)] + [("fixed length", n, -1) for n in args.lengths]
     for name, length, stop in runs:
         params = SamplingParams(max_new_tokens=length)
         saved = model.generation_config.eos_token_id
         model.generation_config.eos_token_id = None if stop < 0 else saved  # generate: no EOS when switched off
-        ref, ref_s = timed(
+        ref, ref_s, ref_cpu = timed(
             generate_with_hf, model, ids, mask, params, stop if stop >= 0 else None, pad_id, 0, args.repeats
         )
         model.generation_config.eos_token_id = saved
-        ours, ours_s = timed(decode, model, ids, mask, params, stop, pad_id, 0, args.repeats)
+        ours, ours_s, ours_cpu = timed(decode, model, ids, mask, params, stop, pad_id, 0, args.repeats)
         same = ref.shape == ours.shape and torch.equal(ref, ours)
         n = generated(ours, stop)
-        row = f"| {name} | {length} | {n / ref_s:,.0f} | {n / ours_s:,.0f} | {ref_s / ours_s:.2f} | {'yes' if same else 'NO'} |"
+        row = (
+            f"| {name} | {length} | {n / ref_s:,.0f} | {n / ours_s:,.0f} | {ref_s / ours_s:.2f} "
+            f"| {n / ref_cpu:,.0f} | {n / ours_cpu:,.0f} | {ref_cpu / ours_cpu:.2f} | {'yes' if same else 'NO'} |"
+        )
         if compiled is not None:
-            _, comp_s = timed(decode, compiled, ids, mask, params, stop, pad_id, 0, args.repeats)
-            row += f" compiled decode {n / comp_s:,.0f} tok/s ({ref_s / comp_s:.2f})"
+            _, comp_s, comp_cpu = timed(decode, compiled, ids, mask, params, stop, pad_id, 0, args.repeats)
+            row += f" compiled: {n / comp_s:,.0f} tok/s ({ref_s / comp_s:.2f}), {n / comp_cpu:,.0f} tok/CPU-s"
         print(row, flush=True)
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
 

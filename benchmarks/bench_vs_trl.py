@@ -23,7 +23,8 @@ What it does:
 
 Timing: wall time between the ends of consecutive optimiser steps, the first step left out
 (warm-up): each library's whole step (generation, reward, log-probs, update, its own logging).
-Peak RSS is the worker process's ``ru_maxrss`` (model, reference model, optimiser, libraries).
+"CPU s per step" is the worker's CPU time (all its threads) per step: steadier than wall time on
+a shared machine, and with one thread the work itself. Peak RSS is the worker process's ``ru_maxrss`` (model, reference model, optimiser, libraries).
 glassrl writes no ledger, checkpoint or report here (TRL's run writes none either).
 The load average is printed before and after: figures taken on a shared machine are noise
 beyond what its load explains.
@@ -187,10 +188,11 @@ def glassrl_worker(spec_path: str, out_path: str) -> None:
         return batch
 
     trainer.workers.rollout.generate = counted
-    step_ends, rewards = [time.perf_counter()], []
+    step_ends, cpu_ends, rewards = [time.perf_counter()], [time.process_time()], []
     for _ in range(spec["steps"]):
         metrics = trainer.step()
         step_ends.append(time.perf_counter())
+        cpu_ends.append(time.process_time())
         rewards.append(metrics["reward/mean"])
     a, b, r, o = cfg.algo, cfg.batch, cfg.rollout, cfg.actor_optim
     settings = {
@@ -218,6 +220,7 @@ def glassrl_worker(spec_path: str, out_path: str) -> None:
     out = {
         "settings": settings,
         "step_ends": step_ends,
+        "cpu_ends": cpu_ends,
         "tokens": tokens,
         "rewards": rewards,
         "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
@@ -274,6 +277,7 @@ def summarise(result: dict, responses: int) -> dict:
         "trained tokens/s": sum(trained[1:]) / seconds,
         "peak RSS (MiB)": result["peak_rss_kib"] / 1024,
         "step s (median)": statistics.median(b - a for a, b in zip(ends[1:], ends[2:])),
+        "CPU s per step": (result["cpu_ends"][-1] - result["cpu_ends"][1]) / (steps - 1),
         "rewards": rewards,
     }
 
@@ -295,7 +299,7 @@ def check_settings(ours: dict, theirs: dict) -> bool:
 
 
 def table(name: str, params: int, ours: dict, theirs: dict) -> None:
-    rows = ["steps/s", "generated tokens/s", "trained tokens/s", "peak RSS (MiB)", "step s (median)"]
+    rows = ["steps/s", "generated tokens/s", "trained tokens/s", "peak RSS (MiB)", "step s (median)", "CPU s per step"]
     print(f"\n{name} model ({params:,} parameters), {ours['steps']} steps, the first left out:")
     print("| measure | glassrl | TRL | glassrl/TRL |\n|---|---:|---:|---:|")
     for row in rows:

@@ -9,7 +9,7 @@ is glassrl's own arith-verify verifier, imported from the checkout's src/ (only
 ``glassrl.data.tasks``, which needs nothing TRL's environment lacks).
 
 OUT: the settings as TRL resolved them (read back from GRPOConfig after its __post_init__), the
-wall time at the end of every optimiser step, the per-step logs (reward, completion length,
+wall and CPU time at the end of every optimiser step, the per-step logs (reward, completion length,
 token count), and the peak RSS.
 """
 
@@ -82,6 +82,7 @@ def main(spec_path: str, out_path: str) -> None:
         log_completions=False,
     )
     step_ends: list[float] = []
+    cpu_ends: list[float] = []
     all_logs: list[dict] = []
 
     class Clock(TrainerCallback):
@@ -89,9 +90,11 @@ def main(spec_path: str, out_path: str) -> None:
 
         def on_train_begin(self, *args, **kwargs):
             step_ends.append(time.perf_counter())
+            cpu_ends.append(time.process_time())
 
         def on_step_end(self, *args, **kwargs):
             step_ends.append(time.perf_counter())
+            cpu_ends.append(time.process_time())
 
         def on_log(self, _args, state, control, logs=None, **kwargs):
             if logs and "reward" in logs:
@@ -134,6 +137,7 @@ def main(spec_path: str, out_path: str) -> None:
     out = {
         "settings": settings,
         "step_ends": step_ends,
+        "cpu_ends": cpu_ends,
         "logs": all_logs,
         "params": sum(p.numel() for p in trainer.model.parameters()),
         "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,

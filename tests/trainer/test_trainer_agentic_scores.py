@@ -96,3 +96,31 @@ def test_process_rewards_map_onto_the_final_turn():
     assert exp.step_end_mask.tolist() == [[False, True, False, False, True, True, False]] + [
         [False, True, False, False, False, True, False]
     ]
+
+
+def test_remax_baseline_counts_the_greedy_responses_environment_rewards():
+    # The greedy response called (valid_call 0.1) and answered right (1): baseline 1.1, as S of a
+    # sampled response that did the same.
+    greedy = _rollout(ROLES, TURNS, ["3"])
+    rollout = SimpleNamespace(generate=lambda prompts, n, params, records: greedy)
+    reward = SimpleNamespace(score=lambda requests: [RewardResult.ok(1.0)])
+    sampled = phases.Sampled(_rollout(ROLES * 2, TURNS * 2, ["3", "3"]), [PromptRecord("p", None, {}, "t")], [[1]], [])
+    baseline, ok = phases.greedy_baseline(sampled, None, rollout, reward, 8)
+    torch.testing.assert_close(baseline, torch.tensor([1.1, 1.1]))
+    assert ok.tolist() == [True, True]
+
+
+def test_task_accuracy_of_the_agentic_tasks():
+    from glassrl.data.tasks import load_task
+    from glassrl.rewards.base import RewardRequest
+    from glassrl.trainer.step_metrics import correct
+
+    add = load_task("tool-add", "test", size=1)[0]
+    research = load_task("research", "test", size=1)[0]
+    requests = [
+        RewardRequest(add.prompt, str(add.metadata["sum"]), add),
+        RewardRequest(add.prompt, str(add.metadata["sum"] + 1), add),
+        RewardRequest(research.prompt, research.answer, research),  # the reference report: 2.5 of 2.5
+        RewardRequest(research.prompt, "Google Cloud made $5 trillion in 2025.", research),
+    ]
+    assert correct(requests) == [True, False, True, False]

@@ -154,7 +154,9 @@ class Trainer:
         try:
             if self.lock.stale:
                 self.console.print(
-                    f"glassrl: took over the lock of a run that died ({self.lock.stale})", markup=False, soft_wrap=True
+                    f"glassrl: took over a stale lock ({self.lock.stale}; no process holds it)",
+                    markup=False,
+                    soft_wrap=True,
                 )
             self._check_run_dir(resume)
             self.initial_eval: float | None = None  # eval/accuracy before the first step (set by train)

@@ -86,7 +86,10 @@ class RunLock:
         self.release()
 
     def __del__(self) -> None:
-        self.release()
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - at interpreter exit the modules it needs may be gone
+            pass
 
 
 def _read_owner(fd: int) -> str:

@@ -7,6 +7,7 @@ config loader all read through it. Every error names ``path:LINE`` (1-based).
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +17,9 @@ from glassrl.errors import GlassrlError
 
 
 def read_utf8(path: str | Path) -> str:
-    """The text of ``path``; bytes that are not UTF-8 are a GlassrlError naming ``path:LINE``."""
-    data = Path(path).read_bytes()
+    """The text of ``path`` (a leading byte-order mark dropped); bytes that are not UTF-8 are a
+    GlassrlError naming ``path:LINE``."""
+    data = Path(path).read_bytes().removeprefix(codecs.BOM_UTF8)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -318,6 +318,20 @@ def test_resume_hygiene(capsys, tmp_path, tiny_model_dir, prompt_files):
     }
 
 
+def test_the_resumed_config_is_judged_against_the_checkpoints_copy():
+    from glassrl.trainer.state import RunConfig
+
+    defaults = {"steps": 10, "lr": 0.1, "logging": {"every": 1}, "new_knob": "off"}
+    saved = {"steps": 10, "lr": 0.1, "logging": {"every": 1}}  # written before new_knob existed
+    now = RunConfig({**defaults, "steps": 20, "logging": {"every": 5}}, ("steps", "logging"), defaults)
+    now.load_state_dict({"config": saved})
+    assert now.changes == {"logging.every": (1, 5), "steps": (10, 20)} and now.saved == saved
+    with pytest.raises(GlassrlError, match=r"differs from the checkpoint's in new_knob \(new_knob: None then, 'on'"):
+        RunConfig({**defaults, "new_knob": "on"}, ("steps",), defaults).load_state_dict({"config": saved})
+    with pytest.raises(GlassrlError, match=r"in lr \(lr: 0\.1 then, 0\.2 now\).*only steps may change"):
+        RunConfig({**defaults, "lr": 0.2}, ("steps",), defaults).load_state_dict({"config": saved})
+
+
 # ---------------------------------------------------------------- every checkpoint reads back
 
 

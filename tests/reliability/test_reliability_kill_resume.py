@@ -33,6 +33,7 @@ from helpers import tiny_run_overrides
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 KILLS = 5  # lives ended by SIGKILL before the one that finishes
 SEED = 15  # of the kill moments
+SAVE_FSYNCS = 41  # checkpoint.fsync calls of one save of this run (each file, each directory, tmp, root)
 STEPS = 5
 # PPO (actor and critic, two optimisers), reward normalisation (a running state), a checkpoint
 # and a ledger every step, two checkpoints kept: every part of a checkpoint is exercised.
@@ -91,8 +92,9 @@ def test_random_kills_end_as_the_run_that_never_stopped(tmp_path, tiny_model_dir
     while len(moments) < KILLS:
         lives += 1
         resume = _has_checkpoint(run)
-        if len(moments) % 2:  # from inside, mid-checkpoint
-            at = rng.randint(1, 40)
+        if len(moments) % 2:  # from inside, mid-checkpoint: the j-th such kill in the j-th stretch of a save
+            j, n = len(moments) // 2, KILLS // 2
+            at = rng.randint(1 + SAVE_FSYNCS * j // n, SAVE_FSYNCS * (j + 1) // n)
             process = start(run, resume, kill_at_fsync=at)
             process.join(300)
             moment = f"checkpoint fsync #{at}"

@@ -12,6 +12,7 @@ from glassrl.rollout.hf import (
     PreallocatedCache,
     decode,
     decode_supported,
+    distinct_rows,
     generate_with_hf,
     left_pad,
     response_mask_from_eos,
@@ -216,10 +217,36 @@ def test_preallocated_cache_hand_table():
     keys, _ = cache.update(k, -k, 0)
     assert keys.tolist() == [[[[0.0], [1.0]]], [[[2.0], [3.0]]], [[[4.0], [5.0]]]]
     assert cache.get_seq_length() == 2
-    cache.keep_rows(torch.tensor([0, 2]))
+    cache.take_rows(torch.tensor([0, 2]))
     keys, values = cache.update(torch.tensor([10.0, 12.0]).view(2, 1, 1, 1), torch.zeros(2, 1, 1, 1), 0)
     assert keys.tolist() == [[[[0.0], [1.0], [10.0]]], [[[4.0], [5.0], [12.0]]]]
     assert values[:, 0, :2, 0].tolist() == [[-0.0, -1.0], [-4.0, -5.0]]
     assert cache.get_seq_length() == 3
     with pytest.raises(ValueError, match="capacity"):
         cache.update(torch.zeros(2, 1, 2, 1), torch.zeros(2, 1, 2, 1), 0)
+
+
+def test_prefill_rows_copied_to_samples():
+    """A cache for 4 rows prefilled with 2 prompts; take_rows copies each to its samples."""
+    cache = PreallocatedCache(num_layers=1, capacity=3, batch=4)
+    cache.update(torch.tensor([1.0, 2.0]).view(2, 1, 1, 1), torch.zeros(2, 1, 1, 1), 0)
+    cache.take_rows(torch.tensor([0, 0, 1, 1]))
+    keys, _ = cache.update(torch.tensor([5.0, 6.0, 7.0, 8.0]).view(4, 1, 1, 1), torch.zeros(4, 1, 1, 1), 0)
+    assert keys[:, 0, :, 0].tolist() == [[1.0, 5.0], [1.0, 6.0], [2.0, 7.0], [2.0, 8.0]]
+    with pytest.raises(ValueError, match="rows"):
+        cache.take_rows(torch.zeros(5, dtype=torch.long))
+
+
+def test_distinct_rows_hand_table():
+    ids = torch.tensor([[0, 7], [0, 7], [5, 6], [0, 7], [5, 6], [0, 7]])
+    mask = torch.tensor([[0, 1], [0, 1], [1, 1], [0, 1], [1, 1], [1, 1]], dtype=torch.bool)
+    first, inverse = distinct_rows(ids, mask)
+    assert first.tolist() == [0, 2, 5]  # the last row: same ids, but its 0 is a real token
+    assert inverse.tolist() == [0, 0, 1, 0, 1, 2]
+
+
+def test_decode_gives_generates_tokens_under_bf16_autocast(engine):
+    """model.compute_dtype = bfloat16 samples under autocast (glassrl.models.precision): still equal."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        (fast, g_fast), (ref, g_ref) = _both(engine, _ids(engine), 4, SAMPLINGS["sampled"], seed=11)
+    assert torch.equal(fast, ref) and torch.equal(g_fast, g_ref)

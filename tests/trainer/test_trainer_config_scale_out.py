@@ -14,7 +14,10 @@ RAY = ["trainer.backend=ray"]
 CASES = [
     (["ray.actor.world_size=2"], r"^ray: ignored: trainer\.backend = local"),
     ([*RAY, "ray.actor.world_size=0"], r"^ray\.actor\.world_size = 0: must be >= 1"),
-    ([*RAY, "ray.actor.resources={CPU: 0}"], r"^ray\.actor\.resources = \{'CPU': 0\}: needs amounts >= 0, one of them > 0"),
+    (
+        [*RAY, "ray.actor.resources={CPU: 0}"],
+        r"^ray\.actor\.resources = \{'CPU': 0\}: needs amounts >= 0, one of them > 0",
+    ),
     # 8 prompts × 4 responses per mini-batch by default: 33 ranks would leave one without rows
     ([*RAY, "ray.actor.world_size=33"], r"^ray\.actor\.world_size = 33: more ranks than the 32 responses"),
     ([*RAY, "ray.rollout_ranks=2"], r"^ray\.rollout_ranks = 2: must lie in \[1, ray\.actor\.world_size = 1\]"),

@@ -180,4 +180,3 @@ def test_a_killed_rank_stops_the_run_and_resume_is_exact(local_ray, fast, tmp_pa
         a = load(tmp_path / "straight" / "checkpoints" / "step_00000003" / part).state_dict()
         b = load(tmp_path / "resumed" / "checkpoints" / "step_00000003" / part).state_dict()
         assert all(torch.equal(a[k], b[k]) for k in a), part
-

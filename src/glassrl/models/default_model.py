@@ -75,6 +75,7 @@ class AgentModelSpec:
     lr: float = 3e-3
     warmup_steps: int = 50
     weight_decay: float = 0.1
+    eval_size: int = 200  # tool-add test prompts answered after SFT (glassrl.json's held-out rates)
 
 
 AGENT_SPEC = AgentModelSpec()

@@ -108,25 +108,27 @@ def response_mask_from_eos(response_ids: torch.Tensor, eos_id: int) -> tuple[tor
 
 
 class PreallocatedLayer(DynamicLayer):
-    """One layer's keys and values in buffers (B, H, capacity, D), written in place.
+    """One layer's keys and values in buffers (batch, H, capacity, D), written in place.
 
     ``update`` writes the new positions after the filled ones and returns views of the filled
     part (rows, H, length, D): the values and shapes a ``DynamicLayer`` would return, without
-    its ``torch.cat`` of the whole cache per step.
+    its ``torch.cat`` of the whole cache per step. ``batch``: the most rows it will hold (the
+    rows of the first update when None).
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, batch: int | None = None) -> None:
         super().__init__()
-        self.capacity = capacity
-        self.rows = 0  # rows of the buffer in use (ended rows are compacted away)
+        self.capacity, self.batch = capacity, batch
+        self.rows = 0  # rows in use: the first ``rows`` of the buffers
         self.length = 0  # filled positions
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
-        B, H = key_states.shape[:2]
-        self.key_buffer = key_states.new_empty((B, H, self.capacity, key_states.shape[-1]))
-        self.value_buffer = value_states.new_empty((B, H, self.capacity, value_states.shape[-1]))
-        self.rows = B
+        rows, heads = key_states.shape[:2]
+        batch = max(rows, self.batch or 0)
+        self.key_buffer = key_states.new_empty((batch, heads, self.capacity, key_states.shape[-1]))
+        self.value_buffer = value_states.new_empty((batch, heads, self.capacity, value_states.shape[-1]))
+        self.rows = rows
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -145,23 +147,40 @@ class PreallocatedLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.length
 
-    def keep_rows(self, index: torch.Tensor) -> None:
-        """Keep the rows ``index`` (K,) long (ascending), moved to the buffer's first K rows."""
+    def take_rows(self, index: torch.Tensor) -> None:
+        """Rows ``index`` (K,) long of the rows in use become rows 0 … K−1: ended rows dropped, or
+        a prompt's row copied to each of its samples (an index may repeat). K ≤ the buffer's rows."""
         k = len(index)
+        if k > self.key_buffer.shape[0]:
+            raise ValueError(f"PreallocatedLayer: {k} rows exceed the buffer's {self.key_buffer.shape[0]}")
         self.key_buffer[:k, :, : self.length] = self.key_buffer[index, :, : self.length]
         self.value_buffer[:k, :, : self.length] = self.value_buffer[index, :, : self.length]
         self.rows = k
 
 
 class PreallocatedCache(Cache):
-    """A ``PreallocatedLayer`` per attention layer, ``capacity`` positions each."""
+    """A ``PreallocatedLayer`` per attention layer, ``capacity`` positions and ``batch`` rows each."""
 
-    def __init__(self, num_layers: int, capacity: int) -> None:
-        super().__init__(layers=[PreallocatedLayer(capacity) for _ in range(num_layers)])
+    def __init__(self, num_layers: int, capacity: int, batch: int | None = None) -> None:
+        super().__init__(layers=[PreallocatedLayer(capacity, batch) for _ in range(num_layers)])
 
-    def keep_rows(self, index: torch.Tensor) -> None:
+    def take_rows(self, index: torch.Tensor) -> None:
         for layer in self.layers:
-            layer.keep_rows(index)
+            layer.take_rows(index)
+
+
+def distinct_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(first (U,) long: the first row of each distinct prompt, in row order; inverse (B,) long:
+    the distinct prompt of each row, an index into ``first``)."""
+    rows = torch.cat([prompt_ids, prompt_mask.long()], dim=1)  # (B, 2P): equal ids with other padding differ
+    _, inverse = torch.unique(rows, dim=0, return_inverse=True)  # (B,) into the sorted distinct rows
+    B = len(rows)
+    first = torch.full((int(inverse.max()) + 1,), B, device=rows.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(B, device=rows.device), "amin")  # (U,)
+    order = first.argsort()  # distinct prompts in row order
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device=rows.device)
+    return first[order], rank[inverse]
 
 
 def decode_supported(model) -> bool:
@@ -225,7 +244,9 @@ def decode(
     B, P = prompt_ids.shape
     device = prompt_ids.device
     steps = params.max_new_tokens
-    cache = PreallocatedCache(len(DynamicCache(config=model.config).layers), P + steps)
+    if steps == 0:
+        return prompt_ids.new_zeros((B, 0))
+    cache = PreallocatedCache(len(DynamicCache(config=model.config).layers), P + steps, B)
     # generate drops an all-ones mask (no padding), which lets attention skip it; so do we.
     padded = not bool(prompt_mask.all())
     mask = torch.ones((B, P + steps), dtype=torch.long, device=device)  # (B, P+T), compacted with the cache
@@ -235,18 +256,28 @@ def decode(
     tokens = torch.full((B, steps), pad_id, dtype=torch.long, device=device)  # (B, T)
     rows = torch.arange(B, device=device)  # (n,) the original row of each row still writing
     warpers = _warpers(params)
-    inputs, length = prompt_ids, P
-    for t in range(steps):
-        n = len(rows)
+
+    def last_logits(ids: torch.Tensor, attention: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         logits = model(
-            input_ids=inputs,
-            attention_mask=mask[:n, :length] if padded else None,
-            position_ids=positions,
+            input_ids=ids,
+            attention_mask=attention if padded else None,
+            position_ids=position_ids,
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
         ).logits
-        scores = logits[:, -1].to(dtype=torch.float32, copy=True)  # (n, V); the warpers write to it
+        return logits[:, -1].to(dtype=torch.float32, copy=True)  # (rows, V)
+
+    # Prefill each distinct prompt once (generate computes the n samples' identical rows n times;
+    # a row's numbers do not depend on the other rows), then copy its cache rows to its samples.
+    first, inverse = distinct_rows(prompt_ids, prompt_mask)  # (U,), (B,)
+    logits = last_logits(prompt_ids[first], mask[first, :P], positions[first])  # (U, V)
+    if len(first) < B:
+        cache.take_rows(inverse)
+        logits = logits[inverse]  # (B, V)
+    length, positions = P, positions[:, -1:]  # (B, 1)
+    for t in range(steps):
+        scores = logits
         for warper in warpers:
             scores = warper(None, scores)
         if params.greedy:
@@ -259,19 +290,18 @@ def decode(
             chosen = torch.multinomial(probs, 1, generator=generator).squeeze(1)[rows]  # (n,)
         tokens[rows, t] = chosen
         if logprobs_out is not None:
-            logprobs_out[rows, t] = sampled_logprobs(logits[:, -1], chosen, params)
+            logprobs_out[rows, t] = sampled_logprobs(logits, chosen, params)
         ended = chosen == eos_id  # (n,)
         if t + 1 == steps or bool(ended.all()):
             return tokens[:, : t + 1]
         length += 1
-        positions = positions[:, -1:] + 1  # (n, 1)
+        positions = positions + 1  # (n, 1)
         if bool(ended.any()):
             keep = (~ended).nonzero().squeeze(1)  # (k,)
             rows, chosen, positions = rows[keep], chosen[keep], positions[keep]
-            cache.keep_rows(keep)
+            cache.take_rows(keep)
             mask[: len(keep), :length] = mask[keep, :length]
-        inputs = chosen[:, None]  # (n, 1)
-    return tokens[:, :0]  # max_new_tokens = 0
+        logits = last_logits(chosen[:, None], mask[: len(rows), :length], positions)  # (n, V)
 
 
 def generate_with_hf(

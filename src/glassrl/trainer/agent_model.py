@@ -88,7 +88,6 @@ MALFORMED = (
     "<call>calculator</call>",  # no argument
 )
 _TAG_SPLIT = re.compile("|".join(re.escape(t) for t in TAGS))
-EVAL_SIZE = 200  # tool-add test prompts evaluated at the end of the build
 MAX_NEW_TOKENS = 64  # response budget of the evaluation (generated and observation tokens)
 
 
@@ -169,7 +168,7 @@ def _build(out_dir: Path, seed: int, spec: AgentModelSpec, console: Console) -> 
         device="cpu",  # bit-identical builds (glassrl.trainer.default_model)
     )
     metrics = train_sft(sft, model=model, tokenizer=tokenizer, console=console)
-    records = tasks.load_task(spec.task, "test", seed=seed, size=EVAL_SIZE)
+    records = tasks.load_task(spec.task, "test", seed=seed, size=spec.eval_size)
     info = {
         "version": AGENT_VERSION,
         "seed": seed,

@@ -89,6 +89,13 @@ class StagedDir:
         self.path = self.target.parent / f".{self.target.name}.staging-{secrets.token_hex(4)}"
 
     def __enter__(self) -> StagedDir:
+        if self.target.exists() and not self.target.is_dir():
+            raise GlassrlError(f"output_dir = {self.target}: is a file, not a directory")
+        cwd = Path.cwd()
+        if self.target.resolve() == cwd or self.target.resolve() in cwd.parents:  # swapped away under our feet
+            raise GlassrlError(
+                f"output_dir = {self.target}: holds the working directory; give outputs a directory of their own"
+            )
         with disk_errors(f"output directory {self.target}", self.target.parent):
             self.target.parent.mkdir(parents=True, exist_ok=True)
             for old in self.target.parent.glob(f".{self.target.name}.staging-*"):  # left by killed runs

@@ -54,7 +54,9 @@ def actor_path(cfg: TrainConfig, console) -> Path:
     from glassrl.trainer.agent_model import BUILTIN_MODELS
 
     actor = cfg.model.actor
-    path = BUILTIN_MODELS[actor](console=console) if actor in BUILTIN_MODELS else resolve_model_path(actor, "model.actor")
+    path = (
+        BUILTIN_MODELS[actor](console=console) if actor in BUILTIN_MODELS else resolve_model_path(actor, "model.actor")
+    )
     if not (path / "config.json").is_file():
         raise GlassrlError(f"model.actor = {cfg.model.actor!r}: no Hugging Face checkpoint (config.json) in {path}")
     return path

@@ -78,9 +78,9 @@ def build_ray_workers(
         return Workers(
             actor=RayActor(actors),
             rollout=RayRollout(actors, pad_id, ranks=ray.rollout_ranks),
-            reward=RayReward(cluster["reward"]) if ray.reward is not None else LocalReward(
-                build_combined(cfg.reward.sources)
-            ),
+            reward=RayReward(cluster["reward"])
+            if ray.reward is not None
+            else LocalReward(build_combined(cfg.reward.sources)),
             reference=reference,
             critic=RayCritic(cluster["critic"]) if resolved.uses_critic else None,
             stop=cluster.shutdown,
@@ -131,7 +131,9 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ctx) -> dict:
     )
     forward = partial(actor_forward, r.temperature, True)  # phase 3 logs the entropy
     objects = {
-        "actor": DataParallelActor(dp, tokenizer, optimizer, scheduler, micro_batch=micro, update=update, forward=forward)
+        "actor": DataParallelActor(
+            dp, tokenizer, optimizer, scheduler, micro_batch=micro, update=update, forward=forward
+        )
     }
     samplers = cfg.ray.rollout_ranks if cfg.ray.rollout_ranks is not None else ctx.world_size
     if ctx.rank < samplers:

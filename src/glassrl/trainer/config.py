@@ -43,7 +43,9 @@ class LoraConfig:
     r: int = 8  # rank of the adapters B (d×r) and A (r×k)
     alpha: float = 16.0  # scale α: the update is BA·α/r
     dropout: float = 0.0  # dropout on the adapters' input, in [0, 1)
-    target_modules: str | list[str] = "all-linear"  # modules that get an adapter: names, or all-linear (every Linear but the output layer)
+    target_modules: str | list[str] = (
+        "all-linear"  # modules that get an adapter: names, or all-linear (every Linear but the output layer)
+    )
 
 
 @dataclass
@@ -54,8 +56,12 @@ class ModelConfig:
     critic_head: str = "value-head"  # scalar head of a critic built from a causal LM: value-head | token-classification
     dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | float16
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
-    compute_dtype: Literal["float32", "bfloat16"] = "float32"  # matrix products; bfloat16 = autocast over float32 master weights (model.dtype must give float32)
-    lora: LoraConfig | None = None  # LoRA adapters on the actor and the critic (π_ref = the base, adapters off); null = train every weight
+    compute_dtype: Literal["float32", "bfloat16"] = (
+        "float32"  # matrix products; bfloat16 = autocast over float32 master weights (model.dtype must give float32)
+    )
+    lora: LoraConfig | None = (
+        None  # LoRA adapters on the actor and the critic (π_ref = the base, adapters off); null = train every weight
+    )
     padding_free: bool = False  # log-prob, value and training passes on each micro-batch's real tokens packed into one row (glassrl.models.packing); same numbers, no work on padding
 
 
@@ -120,7 +126,9 @@ class RolloutConfig:
     agent: AgentConfig | None = (
         None  # multi-turn rollouts with tools; null = single-turn, unless data.train is an agentic task (task:tool-add, task:research): then its environment with these defaults
     )
-    engine: Literal["hf", "vllm"] = "hf"  # hf: Hugging Face decoding with the actor's own model; vllm: vLLM on the actor's GPU (pip install 'glassrl[vllm]')
+    engine: Literal["hf", "vllm"] = (
+        "hf"  # hf: Hugging Face decoding with the actor's own model; vllm: vLLM on the actor's GPU (pip install 'glassrl[vllm]')
+    )
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # the vLLM engine's memory; read when rollout.engine = vllm
     overlap: bool = False  # sample the next step's batch (with a copy of the policy, in a thread) while this one trains: one step off-policy, π_old = the sampling policy (rollout/staleness)
 
@@ -191,7 +199,9 @@ class AlgoConfig:
     reward_norm: bool = False  # normalise scores with running mean/std of all scores seen
     reward_init_norm: bool = False  # normalise scores by a mean/std fixed on the first step's (initial policy's)
     no_eos_score: float | None = None  # replaces the score of a response without EOS (finish reason length); null = off
-    rollout_is: RolloutISConfig | None = None  # truncated importance sampling of the rollout engine's mismatch: policy loss × min(π_old/π_rollout, cap); null = off
+    rollout_is: RolloutISConfig | None = (
+        None  # truncated importance sampling of the rollout engine's mismatch: policy loss × min(π_old/π_rollout, cap); null = off
+    )
     score_clip: float | None = None  # clip scores (after normalisation) to [−score_clip, score_clip]; null = off
 
 
@@ -284,7 +294,9 @@ class LoggingConfig:
 
 @dataclass
 class TrainerConfig:
-    backend: Literal["local", "ray"] = "local"  # local: every role in this process; ray: roles as groups of Ray actors (docs/scale-out.md)
+    backend: Literal["local", "ray"] = (
+        "local"  # local: every role in this process; ray: roles as groups of Ray actors (docs/scale-out.md)
+    )
 
 
 @dataclass
@@ -292,7 +304,9 @@ class RayRoleConfig:
     """One role's group on the Ray cluster: data-parallel ranks, each with its resources."""
 
     world_size: int = 1  # ranks of the role (one process each; one torch.distributed group: gloo on CPU, NCCL on GPU)
-    resources: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})  # per rank, Ray resources: {CPU: 1}, {GPU: 1, CPU: 4}, ...
+    resources: dict[str, float] = field(
+        default_factory=lambda: {"CPU": 1.0}
+    )  # per rank, Ray resources: {CPU: 1}, {GPU: 1, CPU: 4}, ...
 
 
 @dataclass
@@ -300,13 +314,25 @@ class RayConfig:
     """The Ray backend (glassrl.workers.ray, glassrl.trainer.build_ray); read when trainer.backend = ray."""
 
     address: str | None = None  # null: start a local Ray cluster; "auto" or "HOST:6379": join a running one
-    placement: Literal["colocate", "separate"] = "colocate"  # colocate: rank r of every role shares bundle r; separate: a placement group per role
+    placement: Literal["colocate", "separate"] = (
+        "colocate"  # colocate: rank r of every role shares bundle r; separate: a placement group per role
+    )
     fsdp: bool = False  # FSDP2 shards instead of DDP replicas (library only: sampling from shards is not built)
-    rollout_ranks: int | None = None  # actor ranks that sample (the first k); null = all; 1 = rank 0 samples with the in-process seed (same responses as trainer.backend = local)
-    actor: RayRoleConfig = field(default_factory=RayRoleConfig)  # the policy's ranks (they also sample, and hold π_ref under LoRA)
-    critic: RayRoleConfig = field(default_factory=RayRoleConfig)  # the value model's ranks (when the estimator reads values)
-    reference: RayRoleConfig = field(default_factory=RayRoleConfig)  # π_ref's ranks (when a KL term needs it and LoRA does not give it)
-    reward: RayRoleConfig | None = None  # reward sources scored on these ranks; null = in the driver (user functions still run in their timeout workers)
+    rollout_ranks: int | None = (
+        None  # actor ranks that sample (the first k); null = all; 1 = rank 0 samples with the in-process seed (same responses as trainer.backend = local)
+    )
+    actor: RayRoleConfig = field(
+        default_factory=RayRoleConfig
+    )  # the policy's ranks (they also sample, and hold π_ref under LoRA)
+    critic: RayRoleConfig = field(
+        default_factory=RayRoleConfig
+    )  # the value model's ranks (when the estimator reads values)
+    reference: RayRoleConfig = field(
+        default_factory=RayRoleConfig
+    )  # π_ref's ranks (when a KL term needs it and LoRA does not give it)
+    reward: RayRoleConfig | None = (
+        None  # reward sources scored on these ranks; null = in the driver (user functions still run in their timeout workers)
+    )
 
 
 @dataclass
@@ -323,7 +349,9 @@ class TrainConfig:
     actor_optim: OptimConfig = field(default_factory=OptimConfig)  # actor optimiser and schedule
     critic_optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4))  # critic optimiser and schedule
     logging: LoggingConfig = field(default_factory=LoggingConfig)  # metrics, ledgers, evaluation, checkpoints
-    on_nonfinite: Literal["stop", "skip"] = "stop"  # a NaN/inf loss or gradient norm: stop the run (exit 2) or skip that optimiser step
+    on_nonfinite: Literal["stop", "skip"] = (
+        "stop"  # a NaN/inf loss or gradient norm: stop the run (exit 2) or skip that optimiser step
+    )
     trainer: TrainerConfig = field(default_factory=TrainerConfig)  # where the role workers run
     ray: RayConfig = field(default_factory=RayConfig)  # the Ray backend's cluster and groups
 
@@ -756,7 +784,6 @@ def _check_agent(cfg: TrainConfig, written: Set[str] | None) -> None:
             default = getattr(AgentConfig(), knob)
             if written is not None and key in written or written is None and getattr(agent, knob) != default:
                 fail(f"rollout.agent.{knob}", getattr(agent, knob), "ignored: it sets up rollout.agent.tools, empty")
-
 
 
 # ---------------------------------------------------------------- scale-out: precision, LoRA, rollout engine, Ray

@@ -145,7 +145,7 @@ class Trainer:
             *([self.ptx.stream] if self.ptx is not None else []),
             state.GlobalRNG({"shuffle": self.shuffle}),
         ]
-        self.run_config = state.RunConfig(to_dict(cfg), RESUME_MAY_CHANGE)  # compared first on resume
+        self.run_config = state.RunConfig(to_dict(cfg), RESUME_MAY_CHANGE, to_dict(type(cfg)()))  # checked first
         self.components.insert(0, self.run_config)
         self.out = Path(cfg.output_dir)
         self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)

@@ -147,13 +147,15 @@ class RunConfig:
     A resumed run is compared with the checkpoint's own copy, not with ``config.yaml``
     beside it (which may be missing or edited by hand). Keys matching ``may_change``
     (dotted prefixes: "steps", "logging.") may differ: ``changes`` then lists them as
-    {key: (then, now)}; any other difference is a GlassrlError naming the keys.
+    {key: (then, now)}; any other difference is a GlassrlError naming the keys. A key the
+    checkpoint does not have (added by a later glassrl) counts as unchanged while it holds
+    its default (``defaults``: the config class's defaults, nested).
     """
 
     part_names = ("config",)
 
-    def __init__(self, config: dict[str, Any], may_change: tuple[str, ...]) -> None:
-        self.config, self.may_change = config, may_change
+    def __init__(self, config: dict[str, Any], may_change: tuple[str, ...], defaults: dict[str, Any]) -> None:
+        self.config, self.may_change, self.defaults = config, may_change, flatten(defaults)
         self.saved: dict[str, Any] = {}  # the checkpoint's copy, once loaded
         self.changes: dict[str, tuple[Any, Any]] = {}
 
@@ -163,7 +165,13 @@ class RunConfig:
     def load_state_dict(self, parts: dict[str, Any]) -> None:
         self.saved = parts["config"]
         old, new = flatten(self.saved), flatten(self.config)
-        changed = {k: (old.get(k), new.get(k)) for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)}
+        missing = object()
+        changed = {
+            k: (old.get(k), new.get(k))
+            for k in sorted(old.keys() | new.keys())
+            if old.get(k, missing) != new.get(k, missing)
+            and not (k not in old and new[k] == self.defaults.get(k, missing))
+        }
         fixed = [k for k in changed if not any(k == p or k.startswith(p + ".") for p in self.may_change)]
         if fixed:
             then, now = changed[fixed[0]]

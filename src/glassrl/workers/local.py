@@ -182,7 +182,9 @@ class LocalActor(_Trained):
     def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         return _logprobs(self.model, batch, self.micro_batch, self.temperature, True, self.compute, self.packed)
 
-    def update_on_policy(self, batch: Batch, plan: list[torch.Tensor]) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
+    def update_on_policy(
+        self, batch: Batch, plan: list[torch.Tensor]
+    ) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
         outputs: dict[str, torch.Tensor] = {}
         batch = _to(batch, _device(self.model))
         metrics = self._update(self.model, self.optimizer, self.scheduler, batch, plan, forward_outputs=outputs)

@@ -1,4 +1,4 @@
-"""`glassrl train CONFIG [key=value ...] [--resume]`: RL training (PPO, GRPO and relatives)."""
+"""`glassrl train CONFIG [key=value ...] [--resume] [--profile]`: RL training (PPO, GRPO and relatives)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="continue from the latest checkpoint in output_dir (same config but steps, output_dir, logging; "
         "CONFIG may be the run's own config.yaml: glassrl train RUN/config.yaml --resume steps=120)",
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="print the time per phase at the end, and write a torch profiler trace of the run's second step "
+        "to output_dir/profile/ (glassrl.trainer.profile)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,7 +44,18 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     print_resolved(resolve(cfg), console)
     trainer = Trainer(cfg, resume=args.resume, console=console)
+    profiler = None
+    if args.profile:
+        from glassrl.trainer.profile import StepProfiler
+
+        first = trainer.counters.step + 1  # past 1 when resumed
+        profiler = StepProfiler(trainer.out, at=first + 1 if cfg.steps > first else first, start=first)
+        trainer.step = profiler.wrap(trainer.step)  # the step itself carries no profiling code
     metrics = trainer.train()
+    if profiler is not None:
+        console.print(profiler.table())
+        if profiler.trace is not None:
+            console.print(f"profiler trace: {profiler.trace} (open it in https://ui.perfetto.dev)", markup=False)
     before = trainer.initial_eval
     after = metrics.get("eval/accuracy", math.nan)
     if trainer.test_records:

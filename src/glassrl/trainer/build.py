@@ -8,6 +8,7 @@ helpers below.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -253,7 +254,8 @@ def build_local_workers(
     (glassrl.models.precision). model.lora: adapters on the actor (and critic); π_ref is then the
     actor's own model with its adapters off (glassrl.workers.lora), unless model.reference names one.
     model.padding_free: every forward pass on the real tokens only (glassrl.models.packing), once
-    checked on each model (check_packing).
+    checked on each model (check_packing). rollout.overlap: the rollout worker also samples the
+    next step's batch with a copy of the policy, in a thread (glassrl.workers.overlap).
     """
     from glassrl.models import load_causal_lm, load_scalar_model
     from glassrl.models.packing import check_packing
@@ -261,6 +263,7 @@ def build_local_workers(
     from glassrl.rewards import build_combined
     from glassrl.workers.local import LocalActor, LocalCritic, LocalReference, LocalReward, LocalRollout
     from glassrl.workers.lora import LoraReference
+    from glassrl.workers.overlap import OverlapRollout
 
     m, a, r = cfg.model, cfg.algo, cfg.rollout
     micro = cfg.batch.micro_batch_responses
@@ -297,6 +300,18 @@ def build_local_workers(
     device = next(model.parameters()).device
     generator = torch.Generator(device).manual_seed(cfg.seed + 1)
     rollout = LocalRollout(rollout_engine(cfg, model, tokenizer), generator, compute)
+    stop = None
+    if r.overlap:  # a copy of the policy samples the next batch in a thread (glassrl.workers.overlap)
+        rollout = OverlapRollout(
+            rollout,
+            model,
+            partial(_engine_on, cfg, copy.deepcopy(tokenizer)),  # its own tokenizer: no sharing across threads
+            temperature=r.temperature,
+            micro_batch=micro,
+            compute=compute,
+            packed=packed,
+        )
+        stop = rollout.close
     reference = None
     if resolved.uses_reference and lora is not None and m.reference is None:
         reference = LoraReference(model, temperature=r.temperature, micro_batch=micro, compute=compute, packed=packed)
@@ -336,4 +351,9 @@ def build_local_workers(
             compute=compute,
             packed=packed,
         )
-    return Workers(actor, rollout, LocalReward(build_combined(cfg.reward.sources)), reference, critic)
+    return Workers(actor, rollout, LocalReward(build_combined(cfg.reward.sources)), reference, critic, stop)
+
+
+def _engine_on(cfg: TrainConfig, tokenizer, model):
+    """:func:`rollout_engine` with the model last (what OverlapRollout's ``make_engine`` takes)."""
+    return rollout_engine(cfg, model, tokenizer)

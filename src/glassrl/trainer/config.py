@@ -817,11 +817,27 @@ def _check_scale_out(cfg: TrainConfig, written: Set[str] | None) -> None:
         fail("rollout.engine", "vllm", "multi-turn rollouts (rollout.agent) sample with the Hugging Face engine")
     if r.engine != "vllm" and knob_set(cfg, "rollout.vllm", written):
         raise GlassrlError(f"rollout.vllm: ignored: rollout.engine = {r.engine}; remove it or set rollout.engine: vllm")
+    if r.overlap:
+        _check_overlap(cfg)
     if cfg.trainer.backend == "local":
         if knob_set(cfg, "ray", written):
             raise GlassrlError("ray: ignored: trainer.backend = local; remove the section or set trainer.backend: ray")
         return
     _check_ray(cfg)
+
+
+def _check_overlap(cfg: TrainConfig) -> None:
+    """rollout.overlap samples the next step's batch in a thread while a step trains: nothing else
+    may sample during the step, and the engine must sample with a copy of the policy."""
+    a, r = cfg.algo, cfg.rollout
+    if a.dynamic_sampling:
+        fail("rollout.overlap", True, "algo.dynamic_sampling samples more rounds within a step; choose one")
+    if "baseline_rewards" in REQUIRED_INPUTS[a.advantage]:
+        fail("rollout.overlap", True, f"algo.advantage = {a.advantage} samples greedy baselines within a step; choose one")
+    if agent_config(cfg) is not None:
+        fail("rollout.overlap", True, "multi-turn rollouts (rollout.agent) are not wired into it")
+    if r.engine != "hf":
+        fail("rollout.overlap", True, f"rollout.engine = {r.engine} keeps its own weights; it samples with engine hf")
 
 
 def _check_ray(cfg: TrainConfig) -> None:

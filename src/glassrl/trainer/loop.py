@@ -128,6 +128,10 @@ class Trainer:
             and kl.placement != "reward"
             and isinstance(self.workers.actor, OnPolicyActor)
         )
+        # rollout.overlap: the next step's prompts, sampled ahead by the actor as it was (glassrl.workers.overlap),
+        # and the count of actor updates then; actor updates so far (for rollout/staleness)
+        self.ahead: tuple[list, list[list[int]], int] | None = None
+        self.actor_updates = 0
         self.shuffle = torch.Generator().manual_seed(cfg.seed + 2)  # mini-batch order
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.sampler = (
@@ -180,6 +184,10 @@ class Trainer:
         while self.sampler.needs_more():
             self.sampler.add(self._generate_and_reward(step))
         sampled, sampling = self.sampler.take()
+        if self.cfg.rollout.overlap:
+            sampling["rollout/staleness"] = sampled.staleness  # actor updates since the batch was sampled
+        if self._samples_ahead(step):  # rollout.overlap: the next step's batch, sampled by π_θ now, while this one trains
+            self._start_ahead()
         with self.timer.phase("score"):  # 2. shaped scores on tokens; failed (or baseline-less) rows masked
             exp = phases.score(
                 sampled,
@@ -191,10 +199,13 @@ class Trainer:
                 max_new_tokens=self.cfg.rollout.max_new_tokens,
             )
         with self.timer.phase("logprobs"):  # 3. old and reference log-probs, KL, values
-            # One optimiser step on a batch π_θ sampled: π_old = π_θ, and the update's forward gives log π_old (6.).
+            # π_old is the policy that sampled. A batch sampled ahead (rollout.overlap) brings its log-probs;
+            # one optimiser step on a batch π_θ sampled: π_old = π_θ, and the update's forward gives them (6.).
             needs_old_logprobs = not self.old_logprobs_from_update or step <= a.value_warmup_steps
-            actor = self.workers.actor if needs_old_logprobs else None
+            actor = self.workers.actor if needs_old_logprobs and sampled.behaviour is None else None
             phases.model_outputs(exp, actor, self.workers.reference, self.workers.critic, a.kl.kind)
+            if sampled.behaviour is not None:
+                phases.policy_outputs(exp, *sampled.behaviour, a.kl.kind)
         with self.timer.phase("rewards"):  # 4. token rewards r_i = score_i − β·kl_i (when the KL is in the reward)
             phases.token_rewards(exp, self.kl.value, a.kl.placement == "reward")
         # Adaptive KL (Ziegler et al. 2019, §2.2): β follows the KL of the batch just sampled, per
@@ -210,12 +221,14 @@ class Trainer:
             updated: dict[str, float] = {}
             if self.workers.critic is not None:
                 updated |= self.workers.critic.update(critic_batch(exp), plan)
-            if step > a.value_warmup_steps and not needs_old_logprobs:  # log π_old, H, kl: this forward's (3.)
-                actor_metrics, logprobs, entropy = self.workers.actor.update_on_policy(actor_batch(exp), plan)
-                phases.policy_outputs(exp, logprobs, entropy, a.kl.kind)
-                updated |= actor_metrics
-            elif step > a.value_warmup_steps:  # VAPO value pre-training: the critic alone until then
-                updated |= self.workers.actor.update(actor_batch(exp), plan)
+            if step > a.value_warmup_steps:  # VAPO value pre-training: the critic alone until then
+                if exp.logprobs is None:  # log π_old, H, kl: this forward's (3.)
+                    actor_metrics, logprobs, entropy = self.workers.actor.update_on_policy(actor_batch(exp), plan)
+                    phases.policy_outputs(exp, logprobs, entropy, a.kl.kind)
+                    updated |= actor_metrics
+                else:
+                    updated |= self.workers.actor.update(actor_batch(exp), plan)
+                self.actor_updates += 1
         self.counters.step = step
         metrics = self._metrics(exp, {**sampling, **updated}, start)  # 7. log, ledger, evaluation, checkpoint
         self._log_and_save(step, exp, metrics)
@@ -269,19 +282,42 @@ class Trainer:
 
     def _generate_and_reward(self, step: int) -> Sampled:
         """Phase 1, one round: n responses to each of the next ``batch.prompts_per_step`` prompts
-        and their typed reward results (failures counted: too many stop the run)."""
-        prompts = self.prompts.take(self.cfg.batch.prompts_per_step)
+        and their typed reward results (failures counted: too many stop the run). With
+        rollout.overlap the batch may have been sampled during the last step (:meth:`_start_ahead`):
+        then this waits for it, and it comes with the log-probs of the policy that sampled it."""
+        behaviour, staleness = None, 0
         with self.timer.phase("generate"):
-            prompt_ids = self.data.ids(prompts)
-            rollout = self.workers.rollout.generate(
-                prompt_ids, n=self.cfg.rollout.n, params=self._sampling(), records=prompts
-            )  # multi-turn: each episode's environment is reset with its record
+            if self.ahead is not None:
+                (prompts, prompt_ids, updates), self.ahead = self.ahead, None
+                rollout, *behaviour = self.workers.rollout.take_ahead()
+                staleness = self.actor_updates - updates
+            else:
+                prompts = self.prompts.take(self.cfg.batch.prompts_per_step)
+                prompt_ids = self.data.ids(prompts)
+                rollout = self.workers.rollout.generate(
+                    prompt_ids, n=self.cfg.rollout.n, params=self._sampling(), records=prompts
+                )  # multi-turn: each episode's environment is reset with its record
             self.timer.add_tokens("generate", int(rollout.response_mask.sum()))
         with self.timer.phase("score"):
             records = [prompts[g] for g in rollout.group_index.tolist()]  # the record each response answers
             results = self.workers.reward.score(phases.reward_requests(rollout, records, self.tokenizer))
             phases.check_failure_rate(results, step, self.cfg.reward.max_failure_rate)
-        return Sampled(rollout, prompts, prompt_ids, results)
+        return Sampled(rollout, prompts, prompt_ids, results, tuple(behaviour) if behaviour else None, staleness)
+
+    def _samples_ahead(self, step: int) -> bool:
+        """rollout.overlap: whether the next step's batch is sampled during this step. Not during the
+        last step, nor one that evaluates (evaluation samples too) or checkpoints (a checkpoint holds
+        the prompt stream and the sampling generator with nothing in flight, so that a resumed run
+        samples what this one would have)."""
+        return self.cfg.rollout.overlap and step < self.cfg.steps and not (self._evaluates(step) or self._checkpoints(step))
+
+    def _start_ahead(self) -> None:
+        """Take the next step's prompts and have the rollout worker sample them with the actor's
+        weights as they are now, in the background, while this step trains (glassrl.workers.overlap)."""
+        prompts = self.prompts.take(self.cfg.batch.prompts_per_step)
+        prompt_ids = self.data.ids(prompts)
+        self.workers.rollout.start_ahead(prompt_ids, n=self.cfg.rollout.n, params=self._sampling(), records=prompts)
+        self.ahead = (prompts, prompt_ids, self.actor_updates)
 
     # ------------------------------------------------------------------ phase 7
 
@@ -303,7 +339,7 @@ class Trainer:
 
     def _log_and_save(self, step: int, exp: Experience, metrics: dict[str, float]) -> None:
         lg = self.cfg.logging
-        if (lg.eval_every and step % lg.eval_every == 0 or step == self.cfg.steps) and self.test_records:
+        if self._evaluates(step):
             metrics.update(self.evaluate())
         if step % lg.log_every == 0 or step == self.cfg.steps:
             self.sinks.log(step, metrics)
@@ -324,8 +360,16 @@ class Trainer:
             self.sinks.log_samples(step, sample_rows(ledger))  # W&B / MLflow tables, TensorBoard text
         if lg.report and lg.report_every and step % lg.report_every == 0 and step < self.cfg.steps:
             write_run_report([self.out], self.out / "report.html")  # train() writes the last one
-        if lg.checkpoint_every and step % lg.checkpoint_every == 0 or step == self.cfg.steps:
+        if self._checkpoints(step):
             state.save(self.checkpoints, step, self.components)
+
+    def _evaluates(self, step: int) -> bool:
+        lg = self.cfg.logging
+        return bool((lg.eval_every and step % lg.eval_every == 0 or step == self.cfg.steps) and self.test_records)
+
+    def _checkpoints(self, step: int) -> bool:
+        lg = self.cfg.logging
+        return bool(lg.checkpoint_every and step % lg.checkpoint_every == 0 or step == self.cfg.steps)
 
     def evaluate(self) -> dict[str, float]:
         """eval/… on the test prompts (glassrl.trainer.evaluation): ``logging.eval_k`` responses per

@@ -123,11 +123,13 @@ class PhaseTimer:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Time the ``with`` block as phase ``name``."""
+        """Time the ``with`` block as phase ``name`` (a ``phase/<name>`` range in a torch.profiler
+        trace: ``glassrl train --profile``)."""
         _sync_cuda()
         start = self._clock()
         try:
-            yield
+            with torch.profiler.record_function(f"phase/{name}"):
+                yield
         finally:
             _sync_cuda()
             self._seconds[name] += self._clock() - start

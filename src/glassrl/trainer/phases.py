@@ -55,12 +55,19 @@ from glassrl.workers.base import ActorForward, CriticForward, ReferenceWorker, R
 @dataclass
 class Sampled:
     """What phase 1 hands to phase 2: ``rollout`` (B responses, group_index 0..k−1 into
-    ``prompts``), the k prompt records and their token ids, and the B reward results."""
+    ``prompts``), the k prompt records and their token ids, and the B reward results.
+
+    ``behaviour``: (log π_old, H(π_old)) (B, T) each, when the batch was sampled a step ahead
+    (rollout.overlap) by an older policy that computed them (glassrl.workers.overlap); None: the
+    current policy sampled it. ``staleness``: the actor updates between sampling and training.
+    """
 
     rollout: RolloutBatch
     prompts: list[PromptRecord]
     prompt_ids: list[list[int]]
     results: list[RewardResult]
+    behaviour: tuple[torch.Tensor, torch.Tensor] | None = None
+    staleness: int = 0
 
 
 # ---------------------------------------------------------------- phase 2: score

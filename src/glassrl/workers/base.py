@@ -119,3 +119,18 @@ class RolloutWorker(Stateful, Protocol):
     ) -> RolloutBatch:
         """len(prompts) × n responses (glassrl.rollout.base); ``records``, the prompts' rows, for a
         multi-turn engine (its environments are reset with them)."""
+
+
+@runtime_checkable
+class AheadRollout(RolloutWorker, Protocol):
+    """A rollout worker that samples the next step's batch while the current one trains
+    (``rollout.overlap``, glassrl.workers.overlap)."""
+
+    def start_ahead(
+        self, prompts: list[list[int]], *, n: int, params: SamplingParams, records: Sequence[PromptRecord] | None = None
+    ) -> None:
+        """Take the actor's weights now and sample ``prompts`` with them in the background."""
+
+    def take_ahead(self) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
+        """The batch sampled ahead, with log π_old(a_i|s_i) and H(π_old(·|s_i)) (B, T) of the
+        policy that sampled it."""

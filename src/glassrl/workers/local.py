@@ -223,11 +223,20 @@ class FrozenActor:
     """π_θ of a checkpoint, evaluated but not trained (``glassrl explain --model``): log-probs
     and entropy exactly as :class:`LocalActor` computes them."""
 
-    def __init__(self, model: nn.Module, *, temperature: float, micro_batch: int) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        temperature: float,
+        micro_batch: int,
+        compute: torch.dtype = torch.float32,
+        packed: bool = False,
+    ) -> None:
         self.model, self.temperature, self.micro_batch = model, temperature, micro_batch
+        self.compute, self.packed = compute, packed
 
     def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        return _logprobs(self.model, batch, self.micro_batch, self.temperature, with_entropy=True)
+        return _logprobs(self.model, batch, self.micro_batch, self.temperature, True, self.compute, self.packed)
 
 
 class FrozenCritic:

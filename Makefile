@@ -10,9 +10,11 @@ BIN    := $(VENV)/bin
 # multi-GB CUDA build; override on a GPU machine: make test TORCH_SPEC=torch==2.13.0
 TORCH_SPEC ?= torch==2.13.0
 # The preset `make demo` trains: examples/$(ALGO).yaml, e.g. make demo ALGO=ppo; or a whole
-# pipeline instead: make demo PIPELINE=rlhf (SFT policy → reward model → PPO, examples/rlhf/)
+# pipeline instead: make demo PIPELINE=rlhf (SFT policy → reward model → PPO, examples/rlhf/);
+# or an agentic task's demo: make demo TASK=tool-add (calculator calls, examples/tool_add.yaml)
 ALGO   ?= grpo
 PIPELINE ?=
+TASK   ?=
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-fast lint format install bench clean
@@ -27,7 +29,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/glassrl demo $(if $(PIPELINE),--pipeline $(PIPELINE),--algo $(ALGO))
+	$(BIN)/glassrl demo $(if $(PIPELINE),--pipeline $(PIPELINE),$(if $(TASK),--task $(TASK),--algo $(ALGO)))
 
 # ruff's settings and the import contracts (layers, no cycles) are in pyproject.toml.
 lint: $(STAMP)

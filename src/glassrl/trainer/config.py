@@ -50,7 +50,7 @@ class LoraConfig:
 
 @dataclass
 class ModelConfig:
-    actor: str = "default"  # policy: checkpoint dir or hub id in the local HF cache; "default" = the built-in model
+    actor: str = "default"  # policy: checkpoint dir or hub id in the local HF cache; "default" = the built-in model, "default-agent" = its tool-using variant
     reference: str | None = None  # reference policy π_ref (dir or cached hub id); null = a frozen initial actor
     critic: str | None = None  # critic checkpoint; null = the actor + fresh head; reward_model = the reward model
     critic_head: str = "value-head"  # scalar head of a critic built from a causal LM: value-head | token-classification

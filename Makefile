@@ -19,11 +19,12 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-fast lint format install bench clean
 
-# The [test] extra brings pytest, hypothesis, playwright, ruff and import-linter.
+# The [test] extra brings pytest, hypothesis, playwright, ruff and import-linter; ray, lora (peft),
+# wandb and mlflow are installed too so that their tests run rather than skip.
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test,ray,lora,wandb,mlflow]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -36,25 +36,26 @@ from glassrl.data.tasks import load_task
 from glassrl.models import load_tokenizer
 from glassrl.rollout.base import SamplingParams
 from glassrl.rollout.hf import decode, generate_with_hf, left_pad
+from glassrl.rollout.stops import StopSet, stop_set
 from glassrl.trainer.default_model import ensure_default_model
 
 
-def timed(sample, model, ids, mask, params, eos_id, pad_id, seed, repeats):
+def timed(sample, model, ids, mask, params, stops, pad_id, seed, repeats):
     """(tokens (B, T), best wall seconds, best CPU seconds) of ``repeats`` calls after a warm-up,
     each from generator state ``seed``."""
     wall, cpu, tokens = float("inf"), float("inf"), None
     for i in range(repeats + 1):
         g = torch.Generator().manual_seed(seed)
         start, start_cpu = time.perf_counter(), time.process_time()
-        tokens = sample(model, ids, mask, params, eos_id=eos_id, pad_id=pad_id, generator=g)
+        tokens = sample(model, ids, mask, params, stops=stops, pad_id=pad_id, generator=g)
         if i > 0:
             wall, cpu = min(wall, time.perf_counter() - start), min(cpu, time.process_time() - start_cpu)
     return tokens, wall, cpu
 
 
-def generated(tokens: torch.Tensor, eos_id: int) -> int:
-    """Tokens up to and including each row's first EOS."""
-    is_eos = tokens == eos_id
+def generated(tokens: torch.Tensor, stops: StopSet) -> int:
+    """Tokens up to and including each row's first stop token."""
+    is_eos = torch.isin(tokens, torch.tensor(stops.ids, dtype=torch.long))
     return int(((is_eos.long().cumsum(-1) - is_eos.long()) == 0).sum())
 
 
@@ -76,7 +77,7 @@ def main() -> None:
     hf_logging.disable_progress_bar()
     path = ensure_default_model()
     tokenizer = load_tokenizer(path)
-    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+    pad_id = tokenizer.pad_token_id
     records = load_task("arith-verify", "train", size=args.prompts)
     ids, mask = left_pad([format_prompt(tokenizer, r.prompt) for r in records], pad_id)
     ids, mask = ids.repeat_interleave(args.samples, 0), mask.repeat_interleave(args.samples, 0)  # (B, P)
@@ -91,25 +92,28 @@ def main() -> None:
         "| workload | new tokens | generate tok/s | decode tok/s | ratio | generate tok/CPU-s | decode tok/CPU-s | ratio | identical |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
-    runs = [("RL setting, EOS on", 16, eos_id)] + [("fixed length", n, -1) for n in args.lengths]
-    for name, length, stop in runs:
+    eos, no_stop = stop_set(tokenizer, model.generation_config), StopSet(ids=())
+    runs = [("RL setting, EOS on", 16, eos)] + [("fixed length", n, no_stop) for n in args.lengths]
+    for name, length, stops in runs:
         params = SamplingParams(max_new_tokens=length)
         saved = model.generation_config.eos_token_id
-        model.generation_config.eos_token_id = None if stop < 0 else saved  # generate: no EOS when switched off
-        ref, ref_s, ref_cpu = timed(
-            generate_with_hf, model, ids, mask, params, stop if stop >= 0 else None, pad_id, 0, args.repeats
-        )
+        model.generation_config.eos_token_id = saved if stops.ids else None  # generate's fallback EOS: none
+        ref, ref_s, ref_cpu = timed(generate_with_hf, model, ids, mask, params, stops, pad_id, 0, args.repeats)
         model.generation_config.eos_token_id = saved
-        ours, ours_s, ours_cpu = timed(decode, model, ids, mask, params, stop, pad_id, 0, args.repeats)
+        ours, ours_s, ours_cpu = timed(decode, model, ids, mask, params, stops, pad_id, 0, args.repeats)
         same = ref.shape == ours.shape and torch.equal(ref, ours)
-        n = generated(ours, stop)
+        n = generated(ours, stops)
         row = (
             f"| {name} | {length} | {n / ref_s:,.0f} | {n / ours_s:,.0f} | {ref_s / ours_s:.2f} "
             f"| {n / ref_cpu:,.0f} | {n / ours_cpu:,.0f} | {ref_cpu / ours_cpu:.2f} | {'yes' if same else 'NO'} |"
         )
         if compiled is not None:
-            _, comp_s, comp_cpu = timed(decode, compiled, ids, mask, params, stop, pad_id, 0, args.repeats)
-            row += f" compiled: {n / comp_s:,.0f} tok/s ({ref_s / comp_s:.2f}), {n / comp_cpu:,.0f} tok/CPU-s"
+            comp, comp_s, comp_cpu = timed(decode, compiled, ids, mask, params, stops, pad_id, 0, args.repeats)
+            same = comp.shape == ours.shape and torch.equal(comp, ours)
+            row += (
+                f" compiled: {generated(comp, stops) / comp_cpu:,.0f} tok/CPU-s, "
+                f"{generated(comp, stops) / comp_s:,.0f} tok/s, tokens identical: {'yes' if same else 'NO'}"
+            )
         print(row, flush=True)
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
 

@@ -2,9 +2,10 @@
 
     .venv/bin/python benchmarks/bench_padding_free.py            # both model sizes
     .venv/bin/python benchmarks/bench_padding_free.py --quick    # the default size, fewer repeats
+    .venv/bin/python benchmarks/bench_padding_free.py --batch 8 32
 
-A micro-batch of ``--batch`` responses (8: the default ``batch.micro_batch_responses``) with
-prompt and response lengths drawn uniformly (seeded) from [P_min, P_max] and [1, T_max], laid
+A micro-batch of ``--batch`` responses (8: the default ``batch.micro_batch_responses``; 32:
+examples/grpo.yaml's) with prompt and response lengths drawn uniformly (seeded) from [P_min, P_max] and [1, T_max], laid
 out as the trainer lays them out (left-padded prompt ⊕ right-padded response). Three passes,
 each padded (``packed=False``) and packed (``packed=True``):
 
@@ -82,7 +83,7 @@ def _time(fn: Callable[[], object]) -> tuple[float, float]:
     return time.process_time() - cpu, time.perf_counter() - wall
 
 
-def _passes(model, critic, ids, mask, T) -> dict[str, Callable[[bool], Callable[[], object]]]:
+def _passes(model, critic, ids, mask, T) -> dict[str, Callable[[bool], object]]:
     micro = {"input_ids": ids, "attention_mask": mask, "response_mask": mask[:, -T:], "old_logprobs": None}
 
     @torch.no_grad()
@@ -98,46 +99,53 @@ def _passes(model, critic, ids, mask, T) -> dict[str, Callable[[bool], Callable[
         out = actor_forward(1.0, False, model, micro, packed=packed)
         torch.where(micro["response_mask"], out["logprobs"], 0.0).sum().backward()
 
-    return {name: (lambda fn: lambda packed: partial(fn, packed))(fn) for name, fn in (
-        ("logprobs", logprobs), ("values", values), ("train", train))}
+    return {"logprobs": logprobs, "values": values, "train": train}
 
 
 def run(name: str, batch: int, repeats: int, seed: int) -> list[tuple]:
+    """(model, batch, pass, real tokens, padded tokens, padded (cpu, wall), packed (cpu, wall)) per pass."""
     model = _model(name).train()
     critic = CausalLMWithValueHead(model)
     ids, mask, T = _batch(name, batch, seed)
     real, total = int(mask.sum()), mask.numel()
     rows = []
-    for pass_name, make in _passes(model, critic, ids, mask, T).items():
+    for pass_name, fn in _passes(model, critic, ids, mask, T).items():
         runs = {False: [], True: []}
         for _ in range(2):  # warm-up
-            make(False)(), make(True)()
+            fn(False), fn(True)
         for _ in range(repeats):
             for packed in (False, True):
-                runs[packed].append(_time(make(packed)))
+                runs[packed].append(_time(partial(fn, packed)))
         med = {p: (statistics.median(c for c, _ in r), statistics.median(w for _, w in r)) for p, r in runs.items()}
-        rows.append((name, pass_name, real, total, med[False], med[True]))
+        rows.append((name, batch, pass_name, real, total, med[False], med[True]))
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="the default size only, 5 repeats")
-    parser.add_argument("--batch", type=int, default=8, help="responses per micro-batch")
+    parser.add_argument("--batch", type=int, nargs="+", default=[8], help="responses per micro-batch (several: each)")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (torch.set_num_threads)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sizes, repeats = (["default"], 5) if args.quick else (list(SIZES), args.repeats)
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; threads {args.threads}; "
-          f"batch {args.batch}; median of {repeats}; torch {torch.__version__}")
-    print(f"{'model':8} {'pass':9} {'real/padded tokens':>19} {'padded cpu ms':>14} {'packed cpu ms':>14} "
-          f"{'ratio':>6} {'padded wall ms':>15} {'packed wall ms':>15} {'ratio':>6}")
+    print(
+        f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; threads {args.threads}; "
+        f"median of {repeats}; torch {torch.__version__}"
+    )
+    print(
+        f"{'model':8} {'B':>3} {'pass':9} {'real/padded tokens':>19} {'padded cpu ms':>14} {'packed cpu ms':>14} "
+        f"{'ratio':>6} {'padded wall ms':>15} {'packed wall ms':>15} {'ratio':>6}"
+    )
     for name in sizes:
-        for model, pass_name, real, total, (pc, pw), (kc, kw) in run(name, args.batch, repeats, args.seed):
-            print(f"{model:8} {pass_name:9} {f'{real}/{total} ({real / total:.0%})':>19} {pc * 1e3:14.1f} "
-                  f"{kc * 1e3:14.1f} {pc / kc:6.2f} {pw * 1e3:15.1f} {kw * 1e3:15.1f} {pw / kw:6.2f}")
+        for B in args.batch:
+            for model, b, pass_name, real, total, (pc, pw), (kc, kw) in run(name, B, repeats, args.seed):
+                print(
+                    f"{model:8} {b:3} {pass_name:9} {f'{real}/{total} ({real / total:.0%})':>19} {pc * 1e3:14.1f} "
+                    f"{kc * 1e3:14.1f} {pc / kc:6.2f} {pw * 1e3:15.1f} {kw * 1e3:15.1f} {pw / kw:6.2f}"
+                )
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

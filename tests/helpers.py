@@ -75,3 +75,42 @@ class FixedResults:
 
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
         return [self.by_response[r.response] for r in requests]
+
+
+# Qwen2.5-Instruct's template without the tools branch: a default system message when none is given.
+QWEN_LIKE = (
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}{%- if not (message.role == 'system' and loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def chatml_tokenizer(texts: Sequence[str], vocab_size: int = 400):
+    """A tiny byte-level BPE trained on ``texts`` with Qwen's <|im_start|>/<|im_end|>, the
+    template QWEN_LIKE, and EOS <|endoftext|>: not <|im_end|>, as in Qwen2.5's base tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=specials[1:],
+        chat_template=QWEN_LIKE,
+        padding_side="left",
+    )

@@ -23,17 +23,33 @@ RESPONSES = [[3, 4, 5, 6], [12, 13], [40, 41, 42]]
 
 
 def test_pack_table():
-    """Two rows: [pad 5 6 | 7 pad] and [8 9 | 10 11] (P = 3... here L = 5, T = 2)."""
-    ids = torch.tensor([[0, 5, 6, 7, 0], [0, 8, 9, 10, 11]])
-    mask = torch.tensor([[0, 1, 1, 1, 0], [0, 1, 1, 1, 1]])
+    """Three rows of width L = 5: [pad 5 6 | 7 pad], [8 9 | 10 11], [pad pad 12 | pad pad].
+
+    First-fit decreasing: row 1 (4 tokens) opens packed row 0; row 0 (3 tokens) does not fit
+    beside it (4 + 3 > 5) and opens packed row 1; row 2 (1 token) fits in row 0 (4 + 1 <= 5).
+    Packed rows are 5 wide; row 1's tail (2 positions) is a dummy sequence of token 0.
+    """
+    ids = torch.tensor([[0, 5, 6, 7, 0], [0, 8, 9, 10, 11], [0, 0, 12, 0, 0]])
+    mask = torch.tensor([[0, 1, 1, 1, 0], [0, 1, 1, 1, 1], [0, 0, 1, 0, 0]])
     packed = pack(ids, mask)
-    assert packed.input_ids.tolist() == [[5, 6, 7, 8, 9, 10, 11]]
-    assert packed.position_ids.tolist() == [[0, 1, 2, 0, 1, 2, 3]]
-    assert packed.index.tolist() == [[-1, 0, 1, 2, -1], [-1, 3, 4, 5, 6]]
+    assert packed.input_ids.tolist() == [[8, 9, 10, 11, 12], [5, 6, 7, 0, 0]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 0], [0, 1, 2, 0, 1]]
+    assert packed.index.tolist() == [[-1, 5, 6, 7, -1], [-1, 0, 1, 2, 3], [-1, -1, 4, -1, -1]]
     source, valid = packed.response_sources(2)  # response positions 3, 4: predicted from 2, 3
-    assert source.tolist() == [[1, 2], [4, 5]]
-    assert valid.tolist() == [[True, False], [True, True]]  # row 0's second response token is padding
-    assert unpack(torch.tensor([1.0, 2.0, 3.0]), valid).tolist() == [[1.0, 0.0], [2.0, 3.0]]
+    assert source.tolist() == [[6, 7], [1, 2], [4, -1]]
+    assert valid.tolist() == [[True, False], [True, True], [False, False]]  # row 2 has no response token
+    assert unpack(torch.tensor([1.0, 2.0, 3.0]), valid).tolist() == [[1.0, 0.0], [2.0, 3.0], [0.0, 0.0]]
+
+
+def test_rows_no_wider_than_the_batch():
+    """Rows never exceed the padded width, so attention never costs more than padded; short
+    sequences share rows."""
+    mask = torch.zeros(6, 10, dtype=torch.bool)
+    for b, n in enumerate([10, 9, 5, 5, 1, 1]):
+        mask[b, 10 - n :] = True
+    packed = pack(torch.ones(6, 10, dtype=torch.long), mask)
+    assert packed.input_ids.shape == (4, 10)  # 10 | 9 + 1 | 5 + 5 | 1
+    assert sorted(packed.index[mask].tolist()) == sorted(set(packed.index[mask].tolist()))  # one place each
 
 
 def _both(fn):

@@ -15,7 +15,6 @@ from glassrl.rollout.hf import (
     distinct_rows,
     generate_with_hf,
     left_pad,
-    response_mask_from_eos,
 )
 
 PROMPTS = ["请问1+1=2？", "Is 12+34=47?", "请问30+5=35？"]
@@ -33,19 +32,6 @@ def _ids(engine):
     from glassrl.data.formatting import format_prompt
 
     return [format_prompt(engine.tokenizer, p) for p in PROMPTS]
-
-
-def test_response_mask_from_eos_hand_table():
-    eos = 2
-    ids = torch.tensor([[5, 6, 2, 0, 0], [5, 2, 2, 2, 2], [5, 6, 7, 8, 9], [2, 0, 0, 0, 0]])
-    mask, ended = response_mask_from_eos(ids, eos)
-    assert mask.tolist() == [
-        [True, True, True, False, False],  # EOS itself trains; after it, padding
-        [True, True, False, False, False],  # pad_id == eos: only the first EOS counts
-        [True, True, True, True, True],  # no EOS: stopped by length
-        [True, False, False, False, False],  # an immediate EOS is a 1-token response
-    ]
-    assert ended.tolist() == [True, True, False, True]
 
 
 def test_left_pad():
@@ -71,9 +57,9 @@ def test_layout_and_eos_convention(engine):
         valid = batch.response_ids[b, :length].tolist()
         assert (batch.response_ids[b, length:] == engine.pad_id).all()
         if batch.finish_reasons[b] == "stop":
-            assert valid[-1] == engine.eos_id and engine.eos_id not in valid[:-1]
+            assert valid[-1] in engine.stops.ids and not set(valid[:-1]) & set(engine.stops.ids)
         else:
-            assert batch.finish_reasons[b] == "length" and length == 16 and engine.eos_id not in valid
+            assert batch.finish_reasons[b] == "length" and length == 16 and not set(valid) & set(engine.stops.ids)
         assert batch.texts[b] == engine.tokenizer.decode(valid, skip_special_tokens=True)
     assert "stop" in batch.finish_reasons  # the tiny model learnt to end its answers
     assert batch.attention_mask.shape == (B, batch.prompt_ids.shape[1] + T)
@@ -116,7 +102,7 @@ def test_greedy_is_argmax_decoding(engine):
             token = int(logits.argmax())
             out.append(token)
             seq.append(token)
-            if token == engine.eos_id:
+            if token in engine.stops.ids:
                 break
     assert batch.response_ids[0, : len(out)].tolist() == out
     # top-k = 1 sampling is greedy too
@@ -163,7 +149,7 @@ def _both(engine, prompts, n, params, seed):
     out = []
     for sample in (decode, generate_with_hf):
         g = torch.Generator().manual_seed(seed)
-        tokens = sample(engine.model, ids, mask, params, eos_id=engine.eos_id, pad_id=engine.pad_id, generator=g)
+        tokens = sample(engine.model, ids, mask, params, stops=engine.stops, pad_id=engine.pad_id, generator=g)
         out.append((tokens, g.get_state()))
     return out
 
@@ -177,7 +163,7 @@ def test_decode_gives_generates_tokens(engine, name):
         (fast, g_fast), (ref, g_ref) = _both(engine, _ids(engine), 8, params, seed)
         assert fast.shape == ref.shape and torch.equal(fast, ref), (name, seed)
         assert torch.equal(g_fast, g_ref)
-        lengths = response_mask_from_eos(fast, engine.eos_id)[0].sum(-1)
+        lengths = engine.stops.response_mask(fast, engine.tokenizer.decode)[0].sum(-1)
         if not params.greedy:
             assert lengths.min() < lengths.max()  # rows ended at different steps: the batch shrank
 

@@ -15,6 +15,7 @@ import torch
 from glassrl.rollout.agent import SampledTurn, StepResult
 from glassrl.rollout.agent.calculator import Calculator
 from glassrl.rollout.agent.loop import trim_turn
+from glassrl.rollout.stops import StopSet
 
 
 class Retry:
@@ -64,6 +65,7 @@ class ScriptedSampler:
             ids = self.tokenizer.encode(turn, add_special_tokens=False)
             if not turn.endswith("</call>"):
                 ids.append(self.tokenizer.eos_token_id)
-            tokens, ended = trim_turn(ids, budget, self.tokenizer.eos_token_id, stop_strings, self.tokenizer.decode)
+            stops = StopSet((self.tokenizer.eos_token_id,), tuple(stop_strings))
+            tokens, ended = trim_turn(ids, budget, stops, self.tokenizer.decode)
             turns.append(SampledTurn(tokens, ended, [0.0] * len(tokens) if with_logprobs else None))
         return turns

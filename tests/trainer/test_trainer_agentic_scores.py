@@ -113,7 +113,8 @@ def test_remax_baseline_counts_the_greedy_responses_environment_rewards():
 def test_task_accuracy_of_the_agentic_tasks():
     from glassrl.data.tasks import load_task
     from glassrl.rewards.base import RewardRequest
-    from glassrl.trainer.step_metrics import correct
+    from glassrl.rewards.base import RewardResult
+    from glassrl.trainer.evaluation import correct
 
     add = load_task("tool-add", "test", size=1)[0]
     research = load_task("research", "test", size=1)[0]
@@ -123,4 +124,5 @@ def test_task_accuracy_of_the_agentic_tasks():
         RewardRequest(research.prompt, research.answer, research),  # the reference report: 2.5 of 2.5
         RewardRequest(research.prompt, "Google Cloud made $5 trillion in 2025.", research),
     ]
-    assert correct(requests) == [True, False, True, False]
+    zero = [RewardResult.ok(0.0)] * 4  # the configured reward has no say on a bundled task
+    assert correct(requests, zero, 1.0) == [True, False, True, False]

@@ -17,8 +17,7 @@ from glassrl.data.records import PromptRecord
 from glassrl.rewards import RewardResult, build_combined
 from glassrl.rewards.base import RewardRequest
 from glassrl.rollout.base import SamplingParams
-from glassrl.trainer.evaluation import evaluate, pass_at_k, pass_ks, reward_verdict, summarize, verdicts
-from glassrl.trainer.step_metrics import correct
+from glassrl.trainer.evaluation import correct, evaluate, pass_at_k, pass_ks, reward_verdict, summarize, verdicts
 from helpers import FixedResults, preset_trainer
 
 GSM8K_ANSWER = "Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\nShe makes 9 * 2 = $<<9*2=18>>18.\n#### 18"
@@ -65,11 +64,14 @@ def run(records, answers, reward, *, k=1, threshold=1.0, group_by=None, chunk=8)
 
 
 def test_a_gsm8k_answer_is_judged_by_the_reward_not_by_exact_match():
-    """Issue 13: '… #### 18' against the reference '… #### 18' scored 0 forever under exact match."""
+    """Issue 13: '… #### 18' against the reference '… #### 18' scored 0 forever under exact match,
+    in eval/accuracy and in task/accuracy (:func:`correct`, the same rule)."""
     record = PromptRecord("Janet's ducks lay 16 eggs per day. ...", answer=GSM8K_ANSWER, source="gsm8k.jsonl:1")
     response = "She sells 16 - 3 - 4 = 9 eggs, for 9 * 2 = 18 dollars.\n#### 18"
-    assert correct([RewardRequest(record.prompt, response, record)]) == [False]  # the task metric's exact match
-    metrics, _ = run([record], [[response]], build_combined([{"name": "numeric"}]))
+    requests = [RewardRequest(record.prompt, text, record) for text in (response, "#### 17")]
+    numeric = build_combined([{"name": "numeric"}])
+    assert correct(requests, numeric.score(requests), 1.0) == [True, False]
+    metrics, _ = run([record], [[response]], numeric)
     assert metrics["eval/accuracy"] == 1.0
     assert metrics["eval/reward/mean"] == 1.0 and metrics["eval/reward/numeric/mean"] == 1.0
     wrong, _ = run([record], [["#### 17"]], build_combined([{"name": "numeric"}]))
@@ -103,6 +105,16 @@ def test_reward_verdict(result, threshold, expected):
     assert reward_verdict(result, threshold) is expected
 
 
+def test_task_accuracy_leaves_out_what_nothing_can_judge():
+    """No task, no answer, no source verdict (a majority vote on unlabelled prompts, TTRL): None,
+    not the threshold; a source's own verdict judges even without an answer."""
+    unlabelled = PromptRecord("Is 2+2=4?", source="u.jsonl:1")
+    requests = [RewardRequest(unlabelled.prompt, "yes", unlabelled)] * 3
+    results = [RewardResult.ok(1.0), ok(0.0, correct=True), RewardResult.error("boom")]
+    assert correct(requests, results, 1.0) == [None, True, None]
+    assert verdicts(requests, results, 1.0) == [True, True, False]  # eval/accuracy judges them all
+
+
 def test_a_bundled_task_keeps_its_verifier_whatever_the_reward_says():
     record = PromptRecord(
         "请问3+4=7？",
@@ -112,6 +124,7 @@ def test_a_bundled_task_keeps_its_verifier_whatever_the_reward_says():
     zero = FixedResults({"是的，等于7！": RewardResult.ok(0.0), "不是，等于7！": RewardResult.ok(1.0)})
     requests = [RewardRequest(record.prompt, text, record) for text in ("是的，等于7！", "不是，等于7！")]
     assert verdicts(requests, zero.score(requests), 1.0) == [True, False]
+    assert correct(requests, zero.score(requests), 1.0) == [True, False]  # task/accuracy as always
 
 
 @pytest.mark.parametrize(

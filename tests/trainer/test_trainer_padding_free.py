@@ -21,7 +21,9 @@ ILL_CONDITIONED = {"critic/explained_variance"}
 
 def _close(a, b) -> bool:
     if isinstance(a, float) or isinstance(b, float):
-        return a is not None and b is not None and (math.isnan(a) and math.isnan(b) or abs(a - b) <= TOL * max(1, abs(a)))
+        return (
+            a is not None and b is not None and (math.isnan(a) and math.isnan(b) or abs(a - b) <= TOL * max(1, abs(a)))
+        )
     return a == b
 
 

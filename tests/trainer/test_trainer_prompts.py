@@ -20,18 +20,8 @@ from glassrl.trainer.checkpoint import CheckpointManager
 from glassrl.trainer.config import TrainConfig
 from glassrl.trainer.loop import Trainer
 from glassrl.trainer.prompts import MixtureStream, applies_template, build_prompts, prompt_limit
-from helpers import tiny_llama_config
+from helpers import chatml_tokenizer, tiny_llama_config
 
-# Qwen2.5-Instruct's template without the tools branch: a default system message when none is given.
-QWEN_LIKE = (
-    "{%- if messages[0]['role'] == 'system' %}"
-    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
-    "{%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{%- endif %}"
-    "{%- for message in messages %}{%- if not (message.role == 'system' and loop.first) %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
 QUESTIONS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
     "How many clips did Natalia sell altogether in April and May?",
@@ -48,28 +38,7 @@ QUESTIONS = [
 @pytest.fixture(scope="module")
 def chatml():
     """A tiny byte-level BPE with Qwen's <|im_start|>/<|im_end|> and EOS <|endoftext|> (not <|im_end|>)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(QUESTIONS * 3, trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|endoftext|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=specials[1:],
-        chat_template=QWEN_LIKE,
-        padding_side="left",
-    )
+    return chatml_tokenizer(QUESTIONS * 3)
 
 
 @pytest.fixture(scope="module")
@@ -260,7 +229,8 @@ def test_a_run_on_gsm8k_with_a_chatml_model(chatml, tmp_path):
     """GSM8K's own file, a ChatML tokenizer with a system prompt, the numeric reward: the trainer
     reads the columns, renders the template, says so at start, and evaluates with the reward."""
     model = tmp_path / "chatml-model"
-    LlamaForCausalLM(tiny_llama_config(len(chatml), max_position_embeddings=256)).save_pretrained(model)
+    llama_config = tiny_llama_config(len(chatml), max_position_embeddings=256, eos_token_id=chatml.eos_token_id)
+    LlamaForCausalLM(llama_config).save_pretrained(model)
     chatml.save_pretrained(model)
     data, out = gsm8k_file(tmp_path), tmp_path / "run"
     overrides = [
@@ -275,6 +245,7 @@ def test_a_run_on_gsm8k_with_a_chatml_model(chatml, tmp_path):
         "steps=1",
         "rollout.n=2",
         "rollout.max_new_tokens=8",
+        "rollout.stop=['####']",
         "batch.prompts_per_step=2",
         "batch.mini_batch_prompts=2",
         "batch.micro_batch_responses=4",
@@ -288,8 +259,24 @@ def test_a_run_on_gsm8k_with_a_chatml_model(chatml, tmp_path):
     assert "0 dropped, 0 truncated; 6 kept, 6 with an answer" in text
     assert "max prompt length: 248 tokens (auto: the model's 256 positions − rollout.max_new_tokens = 8)" in text
     assert "text prompts: the tokenizer's chat template (data.chat_template = auto)" in text
+    assert (
+        "responses stop at: <|endoftext|> (tokenizer EOS; generation_config), <|im_end|> (chat template end "
+        "of turn); stop strings: '####'"
+    ) in text
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert {"eval/accuracy", "eval/reward/numeric/mean"} <= set(rows[0]) and rows[0]["eval/reward/failure_rate"] == 0
     assert rows[1]["data/prompts_dropped"] == 0 and rows[1]["data/prompts_truncated"] == 0
     ledger = read_jsonl(out / "ledgers" / "step_000001.jsonl")
     assert all(r.prompt.startswith("<|im_start|>system\nReason step by step.<|im_end|>\n") for r in ledger.responses)
+
+
+def test_the_rollout_engines_stop_at_the_templates_turn_end_and_at_rollout_stop(chatml):
+    """Issue 13: the ChatML tokenizer's EOS is <|endoftext|>; its turns end with <|im_end|>."""
+    from glassrl.rollout.stops import StopSet
+    from glassrl.trainer.build import rollout_engine
+
+    model = LlamaForCausalLM(tiny_llama_config(len(chatml), eos_token_id=chatml.eos_token_id, bos_token_id=None))
+    expected = StopSet((chatml.eos_token_id, chatml.convert_tokens_to_ids("<|im_end|>")), ("####",))
+    assert rollout_engine(config("rollout.stop=['####']"), model, chatml).stops == expected
+    agent = rollout_engine(config("data.train=task:tool-add", "rollout.stop=['####']"), model, chatml)
+    assert agent.sampler.stops == expected  # the call format's </call> joins per turn

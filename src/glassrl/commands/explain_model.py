@@ -416,10 +416,10 @@ def _check_positions(model, rollout) -> None:
 
 
 def _reward(cfg: TrainConfig):
-    from glassrl.rewards import build_combined
+    from glassrl.trainer.build import build_reward
 
     try:
-        return build_combined(cfg.reward.sources)
+        return build_reward(cfg)
     except GlassrlError as err:
         raise GlassrlError(f"--reward: {err}") from None
 

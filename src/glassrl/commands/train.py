@@ -60,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
     after = metrics.get("eval/accuracy", math.nan)
     if trainer.test_records:
         start = f"{before:.3f} -> " if before is not None else ""
-        console.print(f"held-out accuracy (greedy, {len(trainer.test_records)} prompts): {start}{after:.3f}")
+        k = cfg.logging.eval_k  # evaluation's k responses per prompt: greedy for 1, else sampled (mean@k)
+        how = "greedy" if k == 1 else f"mean@{k}, {k} sampled responses each"
+        console.print(f"held-out accuracy ({how}, {len(trainer.test_records)} prompts): {start}{after:.3f}")
     console.print(f"run directory: {cfg.output_dir}", markup=False)
     if cfg.logging.report:
         console.print(f"report: {cfg.output_dir}/report.html (open it in a browser)", markup=False)

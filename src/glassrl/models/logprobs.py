@@ -22,7 +22,7 @@ T = 1,024, B = 1): forward+backward peak 536 MiB with the checkpoint, 976 MiB
 without, 1,807 MiB naive; forward alone 155 MiB vs 1,211 MiB naive.
 
 Padding-free (``packed=True``, ``model.padding_free``): the decoder runs on the batch's real
-tokens packed into one row (glassrl.models.packing), and the LM head only on the positions that
+tokens packed side by side in rows (glassrl.models.packing), and the LM head only on the positions that
 predict real response tokens; the numbers equal the padded path's on every real response token
 (tests/models/test_models_packing.py) and are 0 on padding.
 """
@@ -143,7 +143,7 @@ def response_logprobs(
         rows = pack(input_ids, attention_mask)
         hidden = model.get_decoder()(
             input_ids=rows.input_ids, position_ids=rows.position_ids, attention_mask=None, use_cache=False
-        ).last_hidden_state[0]  # (N, H): the real tokens only
+        ).last_hidden_state.flatten(0, 1)  # (R·W, H): the real tokens, and the rows' tails
         source, valid = rows.response_sources(response_len)  # (B, T) each
         targets = input_ids[:, prompt_len:][valid]  # (K,) the real response tokens
         logprobs, entropy = logprobs_from_hidden(

@@ -1,26 +1,32 @@
-"""Padding-free forward passes: the real tokens of a padded batch side by side in one row.
+"""Padding-free forward passes: the real tokens of a padded batch, packed into rows side by side.
 
 A batch ``input_ids`` (B, P+T) is a left-padded prompt ⊕ a right-padded response (DESIGN §1);
 padded, every forward and backward pass spends its matrix products on the padding too. Packed,
-the N real tokens of the batch sit in one row (1, N) and each sequence's position ids restart at
-0. Given ``attention_mask=None``, transformers reads the restarts as sequence boundaries
-(``transformers.masking_utils.find_packed_sequence_indices``) and lets each token attend within
-its own sequence only: a block-diagonal causal mask under sdpa and eager attention, the
-variable-length kernel under flash-attention-2. TRL's ``padding_free`` and verl's
-``use_remove_padding`` do the same.
+the real tokens of the sequences sit side by side in R ≤ B rows, each sequence's position ids
+restarting at 0. Given ``attention_mask=None``, transformers reads the restarts as sequence
+boundaries (``transformers.masking_utils.find_packed_sequence_indices``) and lets each token
+attend within its own sequence only: a block-diagonal causal mask under sdpa and eager
+attention, the variable-length kernel under flash-attention-2. TRL's ``padding_free`` and verl's
+``use_remove_padding`` do the same with all tokens in one row.
+
+Rows, not one row: under sdpa and eager the block-diagonal mask is dense, so a row of n tokens
+costs n² in attention whatever its blocks. One row of a micro-batch's N tokens would cost N²
+(measured: 32 responses of ~45 tokens, the GRPO example's micro-batch, made the step slower
+than padded); rows no wider than the padded batch (P+T) cost at most what the padded batch
+does. Sequences go into rows first-fit decreasing (Johnson 1973: longest first, each into the
+first row with room), which leaves few rows and little tail; a row's tail is filled with one
+dummy sequence whose outputs are never read.
 
     packed = pack(input_ids, attention_mask)
     hidden = decoder(input_ids=packed.input_ids, position_ids=packed.position_ids,
-                     attention_mask=None, use_cache=False).last_hidden_state[0]    # (N, H)
-    source, valid = packed.response_sources(T)                                   # (B, T) each
-    per_token = head(hidden[source[valid]])                                      # (K,) real response tokens only
-    out = unpack(per_token, valid)                                               # (B, T), 0 on padding
+                     attention_mask=None, use_cache=False).last_hidden_state.flatten(0, 1)  # (R·W, H)
+    source, valid = packed.response_sources(T)                                             # (B, T) each
+    per_token = head(hidden[source[valid]])                                                # (K,) real response tokens only
+    out = unpack(per_token, valid)                                                         # (B, T), 0 on padding
 
-Under sdpa the block-diagonal mask is dense, (N, N) per micro-batch: attention costs N² instead
-of B·(P+T)², which pays while the matrix products dominate (short sequences, a small micro-batch);
-``batch.micro_batch_responses`` bounds N. An architecture whose mask code ignores the restarts
-would attend across sequences and return wrong numbers silently, so :func:`check_packing` runs
-two short sequences both ways before a run relies on it.
+An architecture whose mask code ignores the restarts would attend across sequences and return
+wrong numbers silently, so :func:`check_packing` runs two short sequences both ways before a run
+relies on it.
 """
 
 from __future__ import annotations
@@ -35,10 +41,11 @@ from glassrl.errors import GlassrlError
 
 @dataclass(frozen=True)
 class Packed:
-    """A padded batch (B, L) packed into one row of its N real tokens.
+    """A padded batch (B, L) packed into R rows of width W ≤ L.
 
-    input_ids (1, N), position_ids (1, N): restarting at 0 at each sequence's first token.
-    index (B, L) long: the position in the row of each padded position; −1 on padding.
+    input_ids (R, W), position_ids (R, W): restarting at 0 at each sequence's first token.
+    index (B, L) long: the position of each padded position in the packed rows, flattened
+    (row · W + column); −1 on padding.
     """
 
     input_ids: torch.Tensor
@@ -48,9 +55,9 @@ class Packed:
     def response_sources(self, response_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(source (B, T), valid (B, T) bool) for the last T = ``response_len`` padded positions.
 
-        ``source[b, i]``: where in the row the position before response token i sits (its hidden
-        state predicts token i; the critic reads V(s_i) there). ``valid``: token i and that
-        position are both real tokens: the response tokens the padded path computes too.
+        ``source[b, i]``: where in the flattened rows the position before response token i sits
+        (its hidden state predicts token i; the critic reads V(s_i) there). ``valid``: token i
+        and that position are both real tokens: the response tokens the padded path computes too.
         """
         source = self.index[:, -response_len - 1 : -1]  # (B, T): padded position P−1+i
         valid = (source >= 0) & (self.index[:, -response_len:] >= 0)  # (B, T)
@@ -58,15 +65,34 @@ class Packed:
 
 
 def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Packed:
-    """``input_ids``, ``attention_mask`` (B, L) -> :class:`Packed`: the real tokens row by row, in order.
+    """``input_ids``, ``attention_mask`` (B, L) -> :class:`Packed`: each row's real tokens, in order,
+    as one sequence of a packed row no wider than L (first-fit decreasing).
 
-    Position ids count each row's real tokens from 0, as the padded path's
+    Position ids count each sequence's real tokens from 0, as the padded path's
     (glassrl.models.logprobs.position_ids_from_mask), so both see the same positions.
     """
     mask = attention_mask.bool()
-    index = torch.where(mask, mask.flatten().long().cumsum(0).view_as(mask) - 1, -1)  # (B, L)
-    positions = mask.long().cumsum(-1) - 1  # (B, L)
-    return Packed(input_ids[mask].unsqueeze(0), positions[mask].unsqueeze(0), index)
+    B, L = mask.shape
+    lengths = mask.sum(-1).tolist()
+    fill: list[int] = []  # tokens placed in each packed row
+    row_of, start_of = [0] * B, [0] * B
+    for b in sorted(range(B), key=lambda b: -lengths[b]):
+        row = next((r for r, used in enumerate(fill) if used + lengths[b] <= L), len(fill))
+        if row == len(fill):
+            fill.append(0)
+        row_of[b], start_of[b] = row, fill[row]
+        fill[row] += lengths[b]
+    R, W = len(fill), max(fill)
+    positions = mask.long().cumsum(-1) - 1  # (B, L): position within the sequence
+    place = lambda v: torch.tensor(v, device=mask.device).unsqueeze(-1)  # noqa: E731 (B,) -> (B, 1)
+    index = torch.where(mask, place(row_of) * W + place(start_of) + positions, -1)  # (B, L)
+    # A row's tail: one dummy sequence of token 0 (positions from 0 again), never read.
+    tail = torch.arange(W, device=mask.device) - torch.tensor(fill, device=mask.device).unsqueeze(-1)  # (R, W)
+    ids = torch.zeros(R * W, dtype=input_ids.dtype, device=input_ids.device)
+    pos = tail.flatten().clamp(min=0)
+    ids[index[mask]] = input_ids[mask]
+    pos[index[mask]] = positions[mask]
+    return Packed(ids.view(R, W), pos.view(R, W), index)
 
 
 def unpack(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -89,7 +115,9 @@ def check_packing(model: nn.Module, key: str = "model.padding_free") -> None:
     training = model.training
     model.eval()
     try:
-        alone = [decoder(input_ids=part.unsqueeze(0), use_cache=False).last_hidden_state[0] for part in (ids[:3], ids[3:])]
+        alone = [
+            decoder(input_ids=part.unsqueeze(0), use_cache=False).last_hidden_state[0] for part in (ids[:3], ids[3:])
+        ]
         positions = torch.tensor([[0, 1, 2, 0, 1, 2, 3]], device=param.device)
         packed = decoder(
             input_ids=ids.unsqueeze(0), position_ids=positions, attention_mask=None, use_cache=False

@@ -7,7 +7,7 @@ for ``i = 0``). So ``V(s_i)`` has not seen ``a_i = y_i`` and estimates
 V(s_t) is the value of the state before acting at t).
 
 Padding-free (``packed=True``, ``model.padding_free``): the critic runs on the real tokens packed
-into one row (glassrl.models.packing); the values equal the padded path's on every real response
+side by side in rows (glassrl.models.packing); the values equal the padded path's on every real response
 token and are 0 on padding.
 """
 
@@ -33,7 +33,7 @@ def response_values(
         raise ValueError(f"need a prompt and a response; got length {input_ids.shape[1]}, response_len {response_len}")
     if packed:
         rows = pack(input_ids, attention_mask)
-        scalars = scalar_outputs(critic, rows.input_ids, None, rows.position_ids)[0]  # (N,)
+        scalars = scalar_outputs(critic, rows.input_ids, None, rows.position_ids).flatten()  # (R·W,)
         source, valid = rows.response_sources(response_len)  # (B, T) each
         return unpack(scalars[source[valid]], valid)  # (B, T): V(s_i) read before token i
     scalars = scalar_outputs(critic, input_ids, attention_mask)  # (B, P+T)

@@ -49,7 +49,7 @@ def _rubric(criteria: Sequence[Mapping[str, Any]], base_dir: str = ".") -> Rubri
         if not isinstance(source, Mapping) or "name" not in source:
             raise GlassrlError(f"{where}.source: expected a mapping with a 'name', got {source!r}")
         arguments = {k: v for k, v in source.items() if k != "name"}
-        judge = _build(source["name"], arguments, base_dir)
+        judge = build_source(source["name"], arguments, base_dir)
         built.append(Criterion(str(item["name"]), _weight(item["weight"], f"{where}.weight"), judge))
     return RubricSource(built)
 
@@ -98,7 +98,7 @@ def build_reward_source(name: str, **kwargs: Any) -> RewardSource:
     return constructor(**kwargs)
 
 
-def _build(name: Any, arguments: dict[str, Any], base_dir: str | Path) -> RewardSource:
+def build_source(name: Any, arguments: dict[str, Any], base_dir: str | Path) -> RewardSource:
     """``build_reward_source`` with ``base_dir`` passed to a source that takes it (unless set)."""
     constructor = REWARD_SOURCES.get(name)
     if constructor is not None and "base_dir" in inspect.signature(constructor).parameters:
@@ -115,7 +115,7 @@ def build_combined(specs: Sequence[Mapping[str, Any]], base_dir: str | Path = ".
             raise GlassrlError(f"rewards[{i}]: expected a mapping with a 'name', got {spec!r}")
         arguments = {k: v for k, v in spec.items() if k not in ("name", "weight")}
         weight = _weight(spec.get("weight", 1.0), f"rewards[{i}].weight")
-        sources.append((_build(spec["name"], arguments, base_dir), weight))
+        sources.append((build_source(spec["name"], arguments, base_dir), weight))
     return CombinedReward(sources)
 
 

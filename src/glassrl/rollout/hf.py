@@ -32,6 +32,11 @@ caller's generator right before, copied back into it right after, and the global
 then restored. The trainer owns that generator and saves it in checkpoints, so a resumed run
 samples exactly the tokens the uninterrupted run would have.
 
+Where a response ends: at any stop token or stop string of a :class:`~glassrl.rollout.stops.StopSet`
+(the tokenizer's EOS, the model's ``generation_config`` EOS ids, the chat template's end-of-turn
+token, ``rollout.stop``; glassrl.rollout.stops), the stopping token included. Both paths check
+stop strings the same way after every token, so they stop at the same token.
+
 The checkpoint's own ``generation_config`` may carry repetition penalties, a default top-k,
 a min-p, etc.; each would make the sampling distribution differ from π_θ(·|s)/temperature,
 whose log-probs the trainer computes. The loop applies none of them; for ``generate``,
@@ -41,15 +46,17 @@ whose log-probs the trainer computes. The loop applies none of them; for ``gener
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+from transformers.generation.stopping_criteria import StoppingCriteriaList
 
 from glassrl.data.records import PromptRecord
 from glassrl.rollout.base import RolloutBatch, SamplingParams
+from glassrl.rollout.stops import StopSet, StopStringCriteria, stop_set
 
 # Logits processors a checkpoint's generation_config may enable, set to their identity.
 _NEUTRAL = {
@@ -97,14 +104,6 @@ def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch
     ids = torch.tensor([[pad_id] * (P - len(p)) + list(p) for p in prompts], dtype=torch.long)  # (B, P)
     mask = torch.tensor([[False] * (P - len(p)) + [True] * len(p) for p in prompts], dtype=torch.bool)  # (B, P)
     return ids, mask
-
-
-def response_mask_from_eos(response_ids: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(response_mask (B, T) bool: True up to and including the first EOS, or everywhere
-    without one; ended (B,) bool: the row has an EOS)."""
-    is_eos = response_ids == eos_id  # (B, T)
-    eos_before = is_eos.long().cumsum(-1) - is_eos.long()  # (B, T) EOS tokens strictly before i
-    return eos_before == 0, is_eos.any(-1)
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -228,24 +227,31 @@ def decode(
     prompt_mask: torch.Tensor,
     params: SamplingParams,
     *,
-    eos_id: int,
+    stops: StopSet,
     pad_id: int,
     generator: torch.Generator,
     logprobs_out: torch.Tensor | None = None,
+    decode_text: Callable[[list[list[int]]], list[str]] | None = None,
 ) -> torch.Tensor:
     """The tokens after left-padded prompts, (B, T) long: T = the steps run (until every row has
-    ended with ``eos_id`` or ``params.max_new_tokens``), ``pad_id`` after a row's EOS. The same
-    tokens as :func:`generate_with_hf` for the same generator state, which is left as it leaves it.
+    ended at a stop of ``stops`` or at ``params.max_new_tokens``), ``pad_id`` after a row's stop.
+    The same tokens as :func:`generate_with_hf` for the same generator state, which is left as it
+    leaves it.
 
     prompt_ids (B, P) long, left-padded; prompt_mask (B, P) bool. ``model`` in eval mode,
     ``decode_supported(model)``. ``logprobs_out`` (B, max_new_tokens) float32, when given,
-    receives :func:`sampled_logprobs` of each token written (untouched after a row's EOS).
+    receives :func:`sampled_logprobs` of each token written (untouched after a row's stop).
+    ``decode_text``: token-id lists -> texts, special tokens kept (the tokenizer's
+    ``batch_decode``); needed when ``stops`` has strings.
     """
     B, P = prompt_ids.shape
     device = prompt_ids.device
     steps = params.max_new_tokens
     if steps == 0:
         return prompt_ids.new_zeros((B, 0))
+    if stops.strings and decode_text is None:
+        raise ValueError("decode: stop strings need decode_text")
+    stop_ids = torch.tensor(stops.ids, dtype=torch.long, device=device)
     cache = PreallocatedCache(len(DynamicCache(config=model.config).layers), P + steps, B)
     # generate drops an all-ones mask (no padding), which lets attention skip it; so do we.
     padded = not bool(prompt_mask.all())
@@ -291,7 +297,10 @@ def decode(
         tokens[rows, t] = chosen
         if logprobs_out is not None:
             logprobs_out[rows, t] = sampled_logprobs(logits, chosen, params)
-        ended = chosen == eos_id  # (n,)
+        ended = torch.isin(chosen, stop_ids)  # (n,)
+        if stops.strings:  # decode each running row's last tokens (glassrl.rollout.stops)
+            tails = tokens[rows, max(0, t + 1 - stops.window) : t + 1].tolist()
+            ended |= torch.tensor(stops.completes_string(tails, decode_text), device=device)
         if t + 1 == steps or bool(ended.all()):
             return tokens[:, : t + 1]
         length += 1
@@ -310,21 +319,28 @@ def generate_with_hf(
     prompt_mask: torch.Tensor,
     params: SamplingParams,
     *,
-    eos_id: int,
+    stops: StopSet,
     pad_id: int,
     generator: torch.Generator,
     logprobs_out: torch.Tensor | None = None,
+    decode_text: Callable[[list[list[int]]], list[str]] | None = None,
 ) -> torch.Tensor:
     """:func:`decode`'s result by ``model.generate`` (the reference, and the path for models that
     :func:`decode_supported` refuses): the tokens after the prompts, (B, T) long; ``logprobs_out``
-    as :func:`decode` fills it (from ``generate``'s raw logits)."""
+    as :func:`decode` fills it (from ``generate``'s raw logits). Stop strings are checked by
+    :class:`~glassrl.rollout.stops.StopStringCriteria`, as :func:`decode` checks them. With no stop
+    id, ``generate`` falls back to the model's ``generation_config`` EOS."""
+    if stops.strings and decode_text is None:
+        raise ValueError("generate_with_hf: stop strings need decode_text")
+    criteria = [StopStringCriteria(stops, decode_text, prompt_ids.shape[1])] if stops.strings else []
     with sampling_rng(generator):
         out = model.generate(
             input_ids=prompt_ids,
             attention_mask=prompt_mask.long(),
             max_new_tokens=params.max_new_tokens,
-            eos_token_id=eos_id,
+            eos_token_id=list(stops.ids) or None,
             pad_token_id=pad_id,
+            stopping_criteria=StoppingCriteriaList(criteria),
             use_cache=True,
             return_dict_in_generate=True,
             output_logits=logprobs_out is not None,
@@ -342,13 +358,15 @@ class HFRolloutEngine:
     ``sampling_logprobs``: keep log π of each sampled token as computed while sampling
     (``RolloutBatch.rollout_logprobs``, :func:`sampled_logprobs`), for the train/rollout
     mismatch metrics and truncated importance sampling (glassrl.algos.rollout_is).
+    ``stops``: where responses end (glassrl.rollout.stops); default: the stop tokens of the
+    tokenizer and the model's ``generation_config``, no stop string.
     """
 
-    def __init__(self, model, tokenizer, sampling_logprobs: bool = False) -> None:
+    def __init__(self, model, tokenizer, sampling_logprobs: bool = False, stops: StopSet | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.sampling_logprobs = sampling_logprobs
-        self.eos_id = tokenizer.eos_token_id
+        self.stops = stops if stops is not None else stop_set(tokenizer, getattr(model, "generation_config", None))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.sample = decode if decode_supported(model) else generate_with_hf
 
@@ -378,20 +396,18 @@ class HFRolloutEngine:
                 prompt_ids,
                 prompt_mask,
                 params,
-                eos_id=self.eos_id,
+                stops=self.stops,
                 pad_id=self.pad_id,
                 generator=generator,
                 logprobs_out=logprobs,
+                decode_text=self.tokenizer.batch_decode,
             )  # (B, T)
         finally:
             self.model.train(was_training)
-        response_mask, ended = response_mask_from_eos(response_ids, self.eos_id)
+        response_mask, ended = self.stops.response_mask(response_ids, self.tokenizer.decode)
         response_ids = torch.where(response_mask, response_ids, self.pad_id)  # (B, T)
         T = response_ids.shape[1]
-        texts = [
-            self.tokenizer.decode(row[mask].tolist(), skip_special_tokens=True)
-            for row, mask in zip(response_ids.cpu(), response_mask.cpu())
-        ]
+        texts = [self.text(row[mask].tolist()) for row, mask in zip(response_ids.cpu(), response_mask.cpu())]
         return RolloutBatch(
             prompt_ids=prompt_ids,
             prompt_mask=prompt_mask,
@@ -402,3 +418,9 @@ class HFRolloutEngine:
             texts=texts,
             rollout_logprobs=None if logprobs is None else torch.where(response_mask, logprobs[:, :T], 0.0),
         )
+
+    def text(self, tokens: list[int]) -> str:
+        """A response's text: its tokens decoded without special tokens, a final stop token left out."""
+        if tokens and tokens[-1] in self.stops.ids:
+            tokens = tokens[:-1]
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)

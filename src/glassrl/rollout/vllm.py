@@ -17,8 +17,11 @@ Sampling parameters mean what they mean in the Hugging Face engine (glassrl.roll
     (no repetition penalty, min-p or other processor: ``generation_config="vllm"`` keeps the
     checkpoint's generation_config.json defaults out, as the HF engine's ``_NEUTRAL`` does)
 
-A response ends at a stop token (included, and trained on, as the HF engine's EOS) or at
-max_tokens; vLLM stops at every EOS id the model declares, the HF engine at the tokenizer's.
+A response ends at a stop token (included, and trained on, as the HF engine's EOS), at the token
+that completes a stop string, or at max_tokens: the engine's StopSet (glassrl.rollout.stops: the
+tokenizer's and generation_config's EOS, the chat template's end of turn, ``rollout.stop``) is
+passed as ``stop_token_ids`` and ``stop`` (``include_stop_str_in_output``: the text keeps it, as
+the HF engine's does), beside the EOS ids vLLM stops at by itself.
 
 The engine's log-probs are kept (``logprobs=0``: the sampled token's own log-prob) in
 ``RolloutBatch.rollout_logprobs``, read with ``logprobs_mode="processed_logprobs"``: after
@@ -51,6 +54,7 @@ from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.rollout.base import RolloutBatch, SamplingParams
 from glassrl.rollout.hf import left_pad
+from glassrl.rollout.stops import StopSet, stop_set
 
 
 def _vllm():
@@ -61,8 +65,9 @@ def _vllm():
     return vllm
 
 
-def sampling_params(params: SamplingParams, n: int, seed: int):
-    """vLLM's SamplingParams for glassrl's ``params`` (module docstring), the sampled tokens' log-probs kept."""
+def sampling_params(params: SamplingParams, n: int, seed: int, stops: StopSet):
+    """vLLM's SamplingParams for glassrl's ``params`` and ``stops`` (module docstring), the sampled
+    tokens' log-probs kept."""
     vllm = _vllm()
     return vllm.SamplingParams(
         n=n,
@@ -70,6 +75,9 @@ def sampling_params(params: SamplingParams, n: int, seed: int):
         top_p=1.0 if params.greedy else params.top_p,
         top_k=-1 if params.greedy or params.top_k == 0 else params.top_k,
         max_tokens=params.max_new_tokens,
+        stop_token_ids=list(stops.ids),
+        stop=list(stops.strings),
+        include_stop_str_in_output=True,
         seed=seed,
         logprobs=0,
         detokenize=False,
@@ -84,9 +92,9 @@ def _load_weights(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> int:
 class VLLMRolloutEngine:
     """A RolloutEngine (glassrl.rollout.base) sampling with a vLLM ``LLM`` whose weights follow ``source``."""
 
-    def __init__(self, llm: Any, tokenizer, source: nn.Module, *, sleep: bool) -> None:
+    def __init__(self, llm: Any, tokenizer, source: nn.Module, *, sleep: bool, stops: StopSet | None = None) -> None:
         self.llm, self.tokenizer, self.source, self.sleep = llm, tokenizer, source, sleep
-        self.eos_id = tokenizer.eos_token_id
+        self.stops = stops if stops is not None else stop_set(tokenizer, getattr(source, "generation_config", None))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self._synced: tuple[int, ...] | None = None  # the source's parameter versions at the last sync
         if sleep:
@@ -94,7 +102,14 @@ class VLLMRolloutEngine:
 
     @classmethod
     def colocated(
-        cls, model: nn.Module, tokenizer, *, gpu_memory_utilization: float, sleep: bool, seed: int
+        cls,
+        model: nn.Module,
+        tokenizer,
+        *,
+        gpu_memory_utilization: float,
+        sleep: bool,
+        seed: int,
+        stops: StopSet | None = None,
     ) -> VLLMRolloutEngine:
         """An engine on ``model``'s GPU, loaded from the checkpoint ``model`` was loaded from."""
         if hasattr(model, "peft_config"):
@@ -119,7 +134,7 @@ class VLLMRolloutEngine:
             generation_config="vllm",  # not the checkpoint's sampling defaults (penalties, top-k): as hf's _NEUTRAL
             logprobs_mode="processed_logprobs",
         )
-        return cls(llm, tokenizer, model, sleep=sleep)
+        return cls(llm, tokenizer, model, sleep=sleep, stops=stops)
 
     def _versions(self) -> tuple[int, ...]:
         # Every in-place write (optimizer.step, load_state_dict) bumps a tensor's version counter.
@@ -155,7 +170,7 @@ class VLLMRolloutEngine:
         try:
             outputs = self.llm.generate(
                 [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
-                [sampling_params(params, n, seed) for seed in seeds],
+                [sampling_params(params, n, seed, self.stops) for seed in seeds],
                 use_tqdm=False,
             )
         finally:

@@ -79,16 +79,24 @@ def critic_path(cfg: TrainConfig, actor: Path) -> Path:
     return Path(cfg.model.critic)
 
 
+def build_reward(cfg: TrainConfig):
+    """reward.sources combined (glassrl.rewards.build_combined), a relative file path in them read
+    from reward.base_dir (the config file's directory, filled in when the config was loaded)."""
+    from glassrl.rewards import build_combined
+
+    return build_combined(cfg.reward.sources, base_dir=cfg.reward.base_dir or ".")
+
+
 def build_gold(cfg: TrainConfig):
     """reward.gold as a reward source (glassrl.rewards), or None: scored on the step's responses
     for the metrics only (glassrl.trainer.step_metrics.gold_metrics), never trained on."""
-    from glassrl.rewards import build_reward_source
+    from glassrl.rewards.registry import build_source
 
     if cfg.reward.gold is None:
         return None
     arguments = {k: v for k, v in cfg.reward.gold.items() if k != "name"}
     try:
-        return build_reward_source(cfg.reward.gold["name"], **arguments)
+        return build_source(cfg.reward.gold["name"], arguments, cfg.reward.base_dir or ".")
     except GlassrlError as err:
         raise GlassrlError(f"reward.gold: {err}") from None
 
@@ -154,22 +162,31 @@ def _tool_environment(specs: list[str], **settings) -> Environment:
 def rollout_engine(cfg: TrainConfig, model, tokenizer):
     """The RolloutEngine sampling with ``model``: multi-turn with tools when the run is agentic
     (:func:`glassrl.trainer.config.agent_config`), else Hugging Face decoding, or vLLM with
-    ``rollout.engine: vllm`` (its weights synchronised from ``model`` before each rollout)."""
+    ``rollout.engine: vllm`` (its weights synchronised from ``model`` before each rollout).
+    Responses stop at the tokenizer's, the model's and the chat template's stop tokens and at
+    ``rollout.stop`` (glassrl.rollout.stops)."""
     from glassrl.rollout.agent import AgentRolloutEngine, HFTurnSampler
     from glassrl.rollout.hf import HFRolloutEngine
+    from glassrl.rollout.stops import stop_set
 
     agent = agent_config(cfg)
+    stops = stop_set(tokenizer, getattr(model, "generation_config", None), cfg.rollout.stop)
     if agent is None and cfg.rollout.engine == "vllm":
         from glassrl.rollout.vllm import VLLMRolloutEngine
 
         v = cfg.rollout.vllm
         return VLLMRolloutEngine.colocated(
-            model, tokenizer, gpu_memory_utilization=v.gpu_memory_utilization, sleep=v.sleep, seed=cfg.seed
+            model,
+            tokenizer,
+            gpu_memory_utilization=v.gpu_memory_utilization,
+            sleep=v.sleep,
+            seed=cfg.seed,
+            stops=stops,
         )
     if agent is None:  # the engine's log-probs: rollout/logprob_diff_* and TIS (algo.rollout_is)
-        return HFRolloutEngine(model, tokenizer, sampling_logprobs=cfg.algo.rollout_is is not None)
+        return HFRolloutEngine(model, tokenizer, sampling_logprobs=cfg.algo.rollout_is is not None, stops=stops)
     return AgentRolloutEngine(
-        HFTurnSampler(model, tokenizer),
+        HFTurnSampler(model, tokenizer, stops),
         tokenizer,
         environment_maker(cfg, agent),
         call_format=agent.call_format,
@@ -260,7 +277,6 @@ def build_local_workers(
     from glassrl.models import load_causal_lm, load_scalar_model
     from glassrl.models.packing import check_packing
     from glassrl.models.precision import Autocast, check_master_weights, compute_dtype
-    from glassrl.rewards import build_combined
     from glassrl.workers.local import LocalActor, LocalCritic, LocalReference, LocalReward, LocalRollout
     from glassrl.workers.lora import LoraReference
     from glassrl.workers.overlap import OverlapRollout
@@ -351,7 +367,7 @@ def build_local_workers(
             compute=compute,
             packed=packed,
         )
-    return Workers(actor, rollout, LocalReward(build_combined(cfg.reward.sources)), reference, critic, stop)
+    return Workers(actor, rollout, LocalReward(build_reward(cfg)), reference, critic, stop)
 
 
 def _engine_on(cfg: TrainConfig, tokenizer, model):

@@ -35,6 +35,7 @@ from glassrl.trainer.build import (
     Workers,
     actor_loss,
     actor_optimizer_steps,
+    build_reward,
     critic_loss,
     critic_path,
     lora_settings,
@@ -52,7 +53,6 @@ def build_ray_workers(
 ) -> Workers:
     """Groups of Ray actors for the roles ``cfg`` needs, behind the worker interface; ``Workers.close``
     stops them. GlassrlError when the cluster cannot be joined or the groups cannot be placed."""
-    from glassrl.rewards import build_combined
     from glassrl.workers.local import LocalReward
     from glassrl.workers.ray import RayActor, RayCluster, RayCritic, RayReference, RayReward, RayRollout, connect
 
@@ -66,7 +66,7 @@ def build_ray_workers(
     if resolved.uses_critic:
         specs.append(_spec("critic", ray.critic, partial(critic_rank, cfg, resolved, str(path))))
     if ray.reward is not None:
-        specs.append(_spec("reward", ray.reward, partial(reward_rank, cfg.reward.sources)))
+        specs.append(_spec("reward", ray.reward, partial(reward_rank, cfg)))
     connect(ray.address)
     cluster = RayCluster(specs, ray.placement)
     try:
@@ -80,7 +80,7 @@ def build_ray_workers(
             rollout=RayRollout(actors, pad_id, ranks=ray.rollout_ranks),
             reward=RayReward(cluster["reward"])
             if ray.reward is not None
-            else LocalReward(build_combined(cfg.reward.sources)),
+            else LocalReward(build_reward(cfg)),
             reference=reference,
             critic=RayCritic(cluster["critic"]) if resolved.uses_critic else None,
             stop=cluster.shutdown,
@@ -192,9 +192,8 @@ def reference_rank(cfg: TrainConfig, path: str, ctx) -> dict:
     return {"reference": reference}
 
 
-def reward_rank(sources: list[dict], ctx) -> dict:
+def reward_rank(cfg: TrainConfig, ctx) -> dict:
     """Rank ``ctx.rank`` of the reward: the combined sources, scoring its chunk of the requests."""
-    from glassrl.rewards import build_combined
     from glassrl.workers.local import LocalReward
 
-    return {"reward": LocalReward(build_combined(sources))}
+    return {"reward": LocalReward(build_reward(cfg))}

@@ -28,6 +28,7 @@ import dataclasses
 import math
 from collections.abc import Set
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS, REQUIRED_INPUTS
@@ -62,7 +63,7 @@ class ModelConfig:
     lora: LoraConfig | None = (
         None  # LoRA adapters on the actor and the critic (π_ref = the base, adapters off); null = train every weight
     )
-    padding_free: bool = False  # log-prob, value and training passes on each micro-batch's real tokens packed into one row (glassrl.models.packing); same numbers, no work on padding
+    padding_free: bool = False  # log-prob, value and training passes on the real tokens only, packed side by side (glassrl.models.packing); same numbers, less work on padding
 
 
 @dataclass
@@ -123,6 +124,9 @@ class RolloutConfig:
     top_p: float = 1.0  # nucleus sampling mass; 1 = off
     top_k: int = 0  # sample among the k most likely tokens; 0 = off
     max_new_tokens: int = 16  # longest response in tokens (multi-turn: generated and observation tokens together)
+    stop: list[str] = field(
+        default_factory=list
+    )  # stop strings: a response ends at the token that completes one (kept, it trains); it always ends at the tokenizer's and generation_config's EOS and the chat template's end-of-turn token
     agent: AgentConfig | None = (
         None  # multi-turn rollouts with tools; null = single-turn, unless data.train is an agentic task (task:tool-add, task:research): then its environment with these defaults
     )
@@ -140,6 +144,9 @@ class RewardConfig:
     )  # [{name, weight, ...arguments}] summed with weights (rewards.build_combined)
     max_failure_rate: float = 0.1  # a step whose fraction of failed (timeout/error) scores exceeds this stops the run
     gold: dict[str, Any] | None = None  # {name, ...}: scored on the same responses for reward/gold, never trained on
+    base_dir: str | None = (
+        None  # where relative file paths in the sources (rewards.py:fn) are read from; null = the config file's directory (a relative one is joined to it); saved as an absolute path
+    )
 
 
 @dataclass
@@ -355,6 +362,13 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)  # where the role workers run
     ray: RayConfig = field(default_factory=RayConfig)  # the Ray backend's cluster and groups
 
+    def anchor_paths(self, config_dir: Path) -> None:
+        """Called by the loader (glassrl.config.load_config) with the directory of the config file
+        (the working directory when there is none): reward.base_dir becomes an absolute path, that
+        directory when null, so that the run's saved config.yaml, and a resume from it, read the
+        same reward files from anywhere."""
+        self.reward.base_dir = str((config_dir / (self.reward.base_dir or "")).resolve())
+
     def validate(self, written: Set[str] | None = None) -> None:
         """Every check of the config (ranges, registry names, consistency, knobs the chosen algorithm
         ignores); GlassrlError naming the key. ``written``: the dotted keys the user wrote (the loader
@@ -539,6 +553,9 @@ def _check_ranges(cfg: TrainConfig) -> None:
         fail("rollout.temperature", r.temperature, "must be > 0")
     if not 0.0 < r.top_p <= 1.0:
         fail("rollout.top_p", r.top_p, "must lie in (0, 1]")
+    for i, text in enumerate(r.stop):
+        if not text:
+            fail(f"rollout.stop.{i}", text, "an empty stop string would end every response at its first token")
     for key, value in (
         ("algo.length_alpha", a.length_alpha),
         ("algo.value_clip", a.value_clip),
@@ -833,7 +850,11 @@ def _check_overlap(cfg: TrainConfig) -> None:
     if a.dynamic_sampling:
         fail("rollout.overlap", True, "algo.dynamic_sampling samples more rounds within a step; choose one")
     if "baseline_rewards" in REQUIRED_INPUTS[a.advantage]:
-        fail("rollout.overlap", True, f"algo.advantage = {a.advantage} samples greedy baselines within a step; choose one")
+        fail(
+            "rollout.overlap",
+            True,
+            f"algo.advantage = {a.advantage} samples greedy baselines within a step; choose one",
+        )
     if agent_config(cfg) is not None:
         fail("rollout.overlap", True, "multi-turn rollouts (rollout.agent) are not wired into it")
     if r.engine != "hf":

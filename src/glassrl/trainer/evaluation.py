@@ -16,6 +16,11 @@ When a response is correct (one rule; docs/metrics.md and docs/data.md state it 
   ``logging.eval_threshold`` (default 1.0: a 0/1 rule's full marks). A failed score (timeout or
   error) is never correct.
 
+The training metric ``task/accuracy`` uses the same rule (:func:`correct`), with one exception:
+a response that nothing can judge (no bundled task, no reference answer, no source verdict: a
+reward model's or a majority vote's score on an unlabelled prompt) is not counted, rather than
+judged by the threshold.
+
 Metrics (docs/metrics.md, ``eval/``): ``eval/accuracy`` is mean@k, the mean over prompts of
 c_i / k (c_i correct responses of prompt i); ``eval/pass_at_<j>`` for j = 1, 2, 4, … < k and
 j = k, the unbiased estimator of Chen et al. 2021 (:func:`pass_at_k`); the configured reward's
@@ -92,15 +97,34 @@ def verdicts(requests: Sequence[RewardRequest], results: Sequence[RewardResult],
     return out
 
 
+def correct(
+    requests: Sequence[RewardRequest], results: Sequence[RewardResult], threshold: float
+) -> list[bool | None]:
+    """Per response, the verdict of ``task/accuracy``: :func:`verdicts`, or None where nothing can
+    judge it (module docstring: no bundled task, no reference answer, no source verdict)."""
+    out: list[bool | None] = []
+    for request, result, verdict in zip(requests, results, verdicts(requests, results, threshold), strict=True):
+        record = request.record
+        judged = record.metadata.get("task") in TASK_VERIFIERS or record.answer is not None or source_verdicts(result)
+        out.append(verdict if judged else None)
+    return out
+
+
+def source_verdicts(result: RewardResult) -> list[bool]:
+    """The verdicts the reward's sources give of their own (``details["correct"]``), and the combined result's."""
+    sources = result.details.get("sources", {})
+    given = [own.details["correct"] for own in sources.values() if isinstance(own.details.get("correct"), bool)]
+    if isinstance(result.details.get("correct"), bool):
+        given.append(result.details["correct"])
+    return given
+
+
 def reward_verdict(result: RewardResult, threshold: float) -> bool:
     """Whether the configured reward calls a response correct: every source verdict
     (``details["correct"]``) is True when any source gives one, else score >= ``threshold``."""
     if not result.is_ok:
         return False
-    sources = result.details.get("sources", {})
-    given = [own.details["correct"] for own in sources.values() if isinstance(own.details.get("correct"), bool)]
-    if isinstance(result.details.get("correct"), bool):
-        given.append(result.details["correct"])
+    given = source_verdicts(result)
     return all(given) if given else result.score >= threshold
 
 

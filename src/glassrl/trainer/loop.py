@@ -50,6 +50,8 @@ from glassrl.report.sinks import (
     sample_rows,
 )
 from glassrl.rollout.base import SamplingParams
+from glassrl.rollout.stops import describe as describe_stops
+from glassrl.rollout.stops import saved_generation_config
 from glassrl.trainer import phases, state
 from glassrl.trainer.atomic import DISK_FULL, disk_errors, write_text
 from glassrl.trainer.build import actor_path, build_gold, build_local_workers, build_ptx, prompt_format
@@ -58,7 +60,7 @@ from glassrl.trainer.checkpoint import CheckpointManager
 from glassrl.trainer.common import seed_everything
 from glassrl.trainer.config import TrainConfig, resolve
 from glassrl.trainer.dynamic_sampling import DynamicSampler, OneRound
-from glassrl.trainer.evaluation import evaluate
+from glassrl.trainer.evaluation import correct, evaluate
 from glassrl.trainer.experience import Experience
 from glassrl.trainer.metrics import PhaseTimer
 from glassrl.trainer.nonfinite import NonFiniteError
@@ -67,7 +69,6 @@ from glassrl.trainer.prompts import build_prompts
 from glassrl.trainer.run_lock import RunLock
 from glassrl.trainer.step_metrics import (
     accuracy,
-    correct,
     gold_metrics,
     response_metrics,
     reward_metrics,
@@ -107,7 +108,8 @@ class Trainer:
         self.tokenizer = load_tokenizer(path)
         # prompt sets, chat template, length rule (an agentic run's prompts with their tools described)
         self.data = build_prompts(cfg, self.tokenizer, path, prompt_format(cfg, self.tokenizer))
-        for line in self.data.summary():
+        stops = describe_stops(self.tokenizer, saved_generation_config(path), cfg.rollout.stop)
+        for line in [*self.data.summary(), stops]:
             self.console.print(line, markup=False, soft_wrap=True)
         self.prompts, self.test_records = self.data.train, self.data.test  # a PromptStream or MixtureStream
         max_length = self.data.limit + cfg.rollout.max_new_tokens
@@ -186,7 +188,7 @@ class Trainer:
         sampled, sampling = self.sampler.take()
         if self.cfg.rollout.overlap:
             sampling["rollout/staleness"] = sampled.staleness  # actor updates since the batch was sampled
-        if self._samples_ahead(step):  # rollout.overlap: the next step's batch, sampled by π_θ now, while this one trains
+        if self._samples_ahead(step):  # rollout.overlap: the next batch, sampled by π_θ now, while this one trains
             self._start_ahead()
         with self.timer.phase("score"):  # 2. shaped scores on tokens; failed (or baseline-less) rows masked
             exp = phases.score(
@@ -309,7 +311,11 @@ class Trainer:
         last step, nor one that evaluates (evaluation samples too) or checkpoints (a checkpoint holds
         the prompt stream and the sampling generator with nothing in flight, so that a resumed run
         samples what this one would have)."""
-        return self.cfg.rollout.overlap and step < self.cfg.steps and not (self._evaluates(step) or self._checkpoints(step))
+        return (
+            self.cfg.rollout.overlap
+            and step < self.cfg.steps
+            and not (self._evaluates(step) or self._checkpoints(step))
+        )
 
     def _start_ahead(self) -> None:
         """Take the next step's prompts and have the rollout worker sample them with the actor's
@@ -323,7 +329,7 @@ class Trainer:
 
     def _metrics(self, exp: Experience, updated: dict[str, float], start: float) -> dict[str, float]:
         requests = phases.reward_requests(exp.rollout, exp.records, self.tokenizer)
-        flags = correct(requests)  # the task's verifier
+        flags = correct(requests, exp.results, self.cfg.logging.eval_threshold)  # eval/accuracy's rule
         metrics = {**reward_metrics(exp.results), "task/accuracy": accuracy(flags), **response_metrics(exp)}
         if self.gold is not None:
             metrics.update(gold_metrics(self.gold, requests, exp.results))

@@ -1,10 +1,10 @@
 """The metrics of one step, from its Experience (keys and formulas: docs/metrics.md).
 
-Task accuracy is judged by the task's own verifier, independent of the configured
-reward (which may be shaped, partial, or a model): for bundled-task records the
-verifier of ``TASK_VERIFIERS[metadata["task"]]``, for other records with a
-reference answer an exact match (after NFKC normalisation), and records without
-an answer are not counted.
+Task accuracy (``task/accuracy``) is :func:`accuracy` of the verdicts of
+glassrl.trainer.evaluation.correct, the rule ``eval/accuracy`` uses: bundled-task records
+by the task's verifier (``TASK_VERIFIERS[metadata["task"]]``, scored 1.0), other records by
+the configured reward (a source's own verdict, else the reward reaching
+``logging.eval_threshold``); responses nothing can judge are not counted.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from glassrl.algos.rollout_is import logprob_mismatch
 from glassrl.data.tasks import research
 from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rewards.research import research_rubric
-from glassrl.rewards.verifiers import ArithVerifyVerifier, ExactMatchVerifier, NumericVerifier
+from glassrl.rewards.verifiers import ArithVerifyVerifier, NumericVerifier
 from glassrl.trainer.experience import Experience
 from glassrl.trainer.metrics import distinct_n, explained_variance, masked_stats
 
@@ -44,21 +44,6 @@ TASK_VERIFIERS = {
     "tool-add": NumericVerifier(),  # the final answer's last number is a+b (metadata["sum"])
     "research": FullMarks(research_rubric(), sum(weight for _, weight, _ in research.CRITERIA)),
 }
-_EXACT = ExactMatchVerifier()
-
-
-def correct(requests: Sequence[RewardRequest]) -> list[bool | None]:
-    """Per request: the task's verifier scored it 1.0; None when the record has no reference."""
-    out: list[bool | None] = []
-    for request in requests:
-        task = request.record.metadata.get("task")
-        verifier = TASK_VERIFIERS.get(task) if task is not None else None
-        if verifier is None and request.record.answer is None:
-            out.append(None)
-            continue
-        result = (verifier or _EXACT).score([request])[0]
-        out.append(result.is_ok and result.score == 1.0)
-    return out
 
 
 def accuracy(flags: Sequence[bool | None]) -> float:

@@ -79,7 +79,9 @@ class ActorWorker(ActorForward, Stateful, Protocol):
 class OnPolicyActor(Protocol):
     """An actor whose update can stand in for phase 3 when the batch makes one optimiser step."""
 
-    def update_on_policy(self, batch: Batch, plan: list[torch.Tensor]) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
+    def update_on_policy(
+        self, batch: Batch, plan: list[torch.Tensor]
+    ) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
         """One optimiser step (``plan`` of one index tensor) on a batch without ``old_logprobs``:
         π_old = π_θ before the step, so log π_old is the update's own forward, detached (the ratio
         is 1; glassrl.trainer.update.run_updates). Returns the "actor/…" metrics and that forward's

@@ -60,7 +60,9 @@ class OverlapRollout:
         self.live, self.model = live, model
         self.copy = copy.deepcopy(model).eval().requires_grad_(False)
         self.engine = make_engine(self.copy)
-        self.scorer = FrozenActor(self.copy, temperature=temperature, micro_batch=micro_batch, compute=compute, packed=packed)
+        self.scorer = FrozenActor(
+            self.copy, temperature=temperature, micro_batch=micro_batch, compute=compute, packed=packed
+        )
         self.compute = compute
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="glassrl-sample-ahead")
         self.pending: Future | None = None
@@ -94,7 +96,11 @@ class OverlapRollout:
         # Grad mode and autocast are per thread: set here, in the sampling thread.
         with torch.no_grad(), compute_precision(self.live.generator.device, self.compute):
             batch = self.engine.generate(prompts, n=n, params=params, generator=self.live.generator, records=records)
-        inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "response_mask": batch.response_mask}
+        inputs = {
+            "input_ids": batch.input_ids,
+            "attention_mask": batch.attention_mask,
+            "response_mask": batch.response_mask,
+        }
         logprobs, entropy = self.scorer.compute_logprobs(inputs)
         return batch, logprobs, entropy
 

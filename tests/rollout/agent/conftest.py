@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from glassrl.rollout.agent.loop import SampledTurn, trim_turn
+from glassrl.rollout.stops import StopSet
 
 QWEN25_TEMPLATE = """{%- if tools %}
     {{- '<|im_start|>system\\n' }}
@@ -117,7 +118,8 @@ class ScriptedSampler:
             ids = self.tokenizer.encode(text, add_special_tokens=False)
             if not any(text.endswith(s) for s in stop_strings):
                 ids.append(self.tokenizer.eos_token_id)
-            tokens, ended = trim_turn(ids, budget, self.tokenizer.eos_token_id, stop_strings, self.tokenizer.decode)
+            stops = StopSet((self.tokenizer.eos_token_id,), tuple(stop_strings))
+            tokens, ended = trim_turn(ids, budget, stops, self.tokenizer.decode)
             turns.append(SampledTurn(tokens, ended, [-0.5] * len(tokens) if with_logprobs else None))
         return turns
 

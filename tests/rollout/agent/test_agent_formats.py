@@ -12,6 +12,7 @@ from glassrl.rollout.agent.corpus import SearchTool
 from glassrl.rollout.agent.formats import HermesFormat, TaggedFormat, build_call_format, supports_tools
 from glassrl.rollout.agent.loop import trim_turn
 from glassrl.rollout.agent.tools import ToolCall
+from glassrl.rollout.stops import StopSet
 
 
 @pytest.mark.parametrize(
@@ -177,10 +178,10 @@ EOS = 1
     ],
 )
 def test_trim_turn_table(tokens, budget, stops, expected, ended):
-    assert trim_turn(tokens, budget, EOS, stops, CHARS["decode"]) == (expected, ended)
+    assert trim_turn(tokens, budget, StopSet((EOS,), stops), CHARS["decode"]) == (expected, ended)
 
 
 def test_trim_turn_stop_string_inside_a_multi_character_token():
     vocab = {10: "x", 11: "</ca", 12: "ll>!", 13: "tail"}
     decode = lambda t: "".join(vocab[i] for i in t)  # noqa: E731
-    assert trim_turn([10, 11, 12, 13], 10, EOS, ("</call>",), decode) == ([10, 11, 12], "stop")
+    assert trim_turn([10, 11, 12, 13], 10, StopSet((EOS,), ("</call>",)), decode) == ([10, 11, 12], "stop")

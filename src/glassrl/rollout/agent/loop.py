@@ -14,9 +14,10 @@ masked out of every loss and estimator, and GAE carries V and A across them).
 
 Per turn, for the responses still running:
 1. sample one turn per response (:class:`TurnSampler`; :class:`HFTurnSampler` wraps
-   ``model.generate``); a turn ends at EOS, at a stop string of the call format (tagged:
-   ``</call>``), or when the response's token budget (``params.max_new_tokens``, generated and
-   observation tokens together) runs out;
+   ``model.generate``); a turn ends at a stop token (EOS, the model's and the chat template's:
+   glassrl.rollout.stops), at a stop string of the call format (tagged: ``</call>``) or of
+   ``rollout.stop``, or when the response's token budget (``params.max_new_tokens``, generated
+   and observation tokens together) runs out;
 2. parse the calls (:mod:`.formats`) and step every environment, concurrently (a thread pool
    of ``tool_workers``; each call has its own time limit inside the environment);
 3. end the response (final answer, ``turn_limit``, ``length``) or append the observation.
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 import torch
+from transformers.generation.stopping_criteria import StoppingCriteriaList
 
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
@@ -41,14 +43,16 @@ from glassrl.rollout.agent.environment import Environment, StepResult
 from glassrl.rollout.agent.formats import CallFormat, build_call_format
 from glassrl.rollout.base import ROLE_GENERATED, ROLE_OBSERVATION, ROLE_PAD, RolloutBatch, SamplingParams, Turn
 from glassrl.rollout.hf import generation_kwargs, left_pad, sampling_rng
+from glassrl.rollout.stops import STRING, TOKEN, StopSet, StopStringCriteria, stop_set
 
 Ended = Literal["eos", "stop", "length"]
 
 
 @dataclass
 class SampledTurn:
-    """One sampled turn: its tokens (the EOS or the stop string's last token included), how it
-    ended, and log π of each token under softmax(logits / temperature) when asked for."""
+    """One sampled turn: its tokens (the stop token or the stop string's last token included), how
+    it ended ("eos": at a stop token; "stop": at a stop string; "length"), and log π of each token
+    under softmax(logits / temperature) when asked for."""
 
     tokens: list[int]
     ended: Ended
@@ -72,38 +76,29 @@ class TurnSampler(Protocol):
 
 
 def trim_turn(
-    tokens: list[int], budget: int, eos_id: int, stop_strings: Sequence[str], decode: Callable[[list[int]], str]
+    tokens: list[int], budget: int, stops: StopSet, decode: Callable[[list[int]], str]
 ) -> tuple[list[int], Ended]:
-    """Cut a row of sampled tokens at its end: the first EOS (kept), or the first token that
-    completes a stop string (kept), or the row's own ``budget``; whichever comes first.
+    """Cut a row of sampled tokens at its end: the first stop token (kept), or the first token
+    that completes a stop string (kept), or the row's own ``budget``; whichever comes first
+    (:meth:`glassrl.rollout.stops.StopSet.end`).
 
     Tokens after the end are what ``generate`` wrote for a finished row (padding) or sampled
     past this row's budget; they are dropped.
     """
     tokens = tokens[:budget]
-    eos = tokens.index(eos_id) if eos_id in tokens else None
-    before_eos = tokens if eos is None else tokens[:eos]
-    if stop_strings and any(s in decode(before_eos) for s in stop_strings):
-        lo, hi = 1, len(before_eos)  # the shortest prefix whose text holds a stop string
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if any(s in decode(before_eos[:mid]) for s in stop_strings):
-                hi = mid
-            else:
-                lo = mid + 1
-        return before_eos[:lo], "stop"
-    if eos is not None:
-        return tokens[: eos + 1], "eos"
-    return tokens, "length"
+    length, how = stops.end(tokens, decode)
+    return tokens[:length], {TOKEN: "eos", STRING: "stop", None: "length"}[how]
 
 
 class HFTurnSampler:
-    """One turn per context with ``model.generate`` (KV cache), sampling as :mod:`glassrl.rollout.hf`."""
+    """One turn per context with ``model.generate`` (KV cache), sampling as :mod:`glassrl.rollout.hf`.
+    ``stops``: the stop tokens and ``rollout.stop`` strings (glassrl.rollout.stops; default: the
+    tokenizer's and the model's stop tokens); each call adds the call format's stop strings."""
 
-    def __init__(self, model, tokenizer) -> None:
+    def __init__(self, model, tokenizer, stops: StopSet | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
-        self.eos_id = tokenizer.eos_token_id
+        self.stops = stops if stops is not None else stop_set(tokenizer, getattr(model, "generation_config", None))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.device = next(model.parameters()).device
 
@@ -119,7 +114,8 @@ class HFTurnSampler:
     ) -> list[SampledTurn]:
         ids, mask = left_pad(contexts, self.pad_id)
         ids, mask = ids.to(self.device), mask.to(self.device)  # (b, L)
-        extra = {"stop_strings": list(stop_strings), "tokenizer": self.tokenizer} if stop_strings else {}
+        stops = self.stops.with_strings(stop_strings)
+        criteria = [StopStringCriteria(stops, self.tokenizer.batch_decode, ids.shape[1])] if stops.strings else []
         was_training = self.model.training
         self.model.eval()
         with sampling_rng(generator):
@@ -127,13 +123,13 @@ class HFTurnSampler:
                 input_ids=ids,
                 attention_mask=mask.long(),
                 max_new_tokens=max(max_new_tokens),
-                eos_token_id=self.eos_id,
+                eos_token_id=list(stops.ids) or None,
                 pad_token_id=self.pad_id,
+                stopping_criteria=StoppingCriteriaList(criteria),
                 use_cache=True,
                 return_dict_in_generate=True,
                 output_logits=with_logprobs,
                 **generation_kwargs(params),
-                **extra,
             )
         self.model.train(was_training)
         new = out.sequences[:, ids.shape[1] :].tolist()  # (b, steps)
@@ -144,7 +140,7 @@ class HFTurnSampler:
             logprobs = (steps.gather(-1, chosen).squeeze(-1) - torch.logsumexp(steps, dim=-1)).tolist()
         turns = []
         for b, row in enumerate(new):
-            tokens, ended = trim_turn(row, max_new_tokens[b], self.eos_id, stop_strings, self.tokenizer.decode)
+            tokens, ended = trim_turn(row, max_new_tokens[b], stops, self.tokenizer.decode)
             turns.append(SampledTurn(tokens, ended, logprobs[b][: len(tokens)] if with_logprobs else None))
         return turns
 
@@ -202,7 +198,6 @@ class AgentRolloutEngine:
         self.max_turns = max_turns
         self.tool_workers = tool_workers
         self.sampling_logprobs = sampling_logprobs
-        self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def format_prompts(self, records: Sequence[PromptRecord]) -> list[list[int]]:
@@ -257,7 +252,7 @@ class AgentRolloutEngine:
             self.format.stop_strings,
             self.sampling_logprobs,
         )
-        # The turn's text leaves its EOS out.
+        # The turn's text leaves its stop token out.
         texts = [self.tokenizer.decode(s.tokens[:-1] if s.ended == "eos" else s.tokens) for s in sampled]
         calls = [self.format.parse(t) if s.ended != "length" else [] for t, s in zip(texts, sampled)]
         # A turn cut by the budget, or calling tools in the last turn allowed, ends the response as it
@@ -284,7 +279,8 @@ class AgentRolloutEngine:
             if reason not in ("tool_call", "continue"):
                 e.done = True
                 is_answer = reason in ("stop", "length") and not self.format.opens_call(texts[i])
-                e.final_text = self.tokenizer.decode(s.tokens, skip_special_tokens=True) if is_answer else ""
+                answer = s.tokens[:-1] if s.ended == "eos" else s.tokens  # a stop token is no text, special or not
+                e.final_text = self.tokenizer.decode(answer, skip_special_tokens=True) if is_answer else ""
 
     def _outcome(
         self, e: _Episode, s: SampledTurn, result: StepResult, calls: list, budget: int, last: bool

@@ -6,11 +6,13 @@ import pytest
 import torch
 from transformers import AutoModelForTokenClassification, LlamaForCausalLM
 
+from glassrl.data.formatting import format_prompt
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.models import load_scalar_model, load_tokenizer, sequence_scores
 from glassrl.models.default_tokenizer import build_tokenizer
 from glassrl.rewards import JudgeSource, RewardModelSource, RewardRequest
+from glassrl.trainer.common import encode_response
 from helpers import tiny_llama_config
 
 TEXTS = ["请问1+1=2？是的，等于2！", "Is 3+4=8? No, it equals 7!", "Rate the answer from 0 to 10. Score: 7"]
@@ -73,10 +75,11 @@ def test_reward_model_scores_match_one_at_a_time_reads(rm_path):
     batch = [req("请问1+1=2？", "是的，等于2！"), req("请问1+1=2？", "不是"), req("Is 3+4=8?", "No, it equals 7!")]
     results = source.score(batch)
     assert [r.status for r in results] == ["ok"] * 3
-    # Reference: each text alone, unpadded, through the models helper's read-out.
+    # Reference: each sequence alone, unpadded, encoded as the reward-model trainer encodes its
+    # pairs (glassrl.trainer.rm: format_prompt(x) ⊕ tokens(y) ⊕ EOS, the score read at EOS).
     tok, model = load_tokenizer(rm_path), load_scalar_model(rm_path, device="cpu")
     for request, result in zip(batch, results):
-        ids = torch.tensor([tok(request.prompt + request.response)["input_ids"]])
+        ids = torch.tensor([format_prompt(tok, request.record.prompt) + encode_response(tok, request.response)])
         with torch.no_grad():
             expected = sequence_scores(model, ids, torch.ones_like(ids)).item()
         assert result.score == pytest.approx(expected, abs=1e-5)
@@ -88,9 +91,10 @@ def test_reward_model_renders_chat_prompts_with_the_template(rm_path):
     messages = ({"role": "user", "content": "请问1+1=2？"},)
     (result,) = source.score([req(messages, "是的，等于2！")])
     tok, model = source.tokenizer, source.model
-    text = tok.apply_chat_template([*messages, {"role": "assistant", "content": "是的，等于2！"}], tokenize=False)
-    assert text.startswith("<|bos|><|user|>") and text.endswith("<|eos|>")
-    ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
+    text = tok.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+    assert text.startswith("<|bos|><|user|>") and text.endswith("<|assistant|>")
+    ids = tok(text, add_special_tokens=False)["input_ids"] + encode_response(tok, "是的，等于2！")
+    ids = torch.tensor([ids])
     with torch.no_grad():
         assert result.score == pytest.approx(sequence_scores(model, ids, torch.ones_like(ids)).item(), abs=1e-5)
 

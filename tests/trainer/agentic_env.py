@@ -15,7 +15,6 @@ import torch
 from glassrl.rollout.agent import SampledTurn, StepResult
 from glassrl.rollout.agent.calculator import Calculator
 from glassrl.rollout.agent.loop import trim_turn
-from glassrl.rollout.stops import StopSet
 
 
 class Retry:
@@ -48,8 +47,8 @@ class ScriptedSampler:
 
     device = torch.device("cpu")
 
-    def __init__(self, model, tokenizer) -> None:
-        self.tokenizer = tokenizer
+    def __init__(self, model, tokenizer, stops) -> None:
+        self.tokenizer, self.stops = tokenizer, stops  # the run's stop set, as HFTurnSampler gets it
 
     def sample(self, contexts, max_new_tokens, params, generator, stop_strings, with_logprobs):
         turns = []
@@ -65,7 +64,6 @@ class ScriptedSampler:
             ids = self.tokenizer.encode(turn, add_special_tokens=False)
             if not turn.endswith("</call>"):
                 ids.append(self.tokenizer.eos_token_id)
-            stops = StopSet((self.tokenizer.eos_token_id,), tuple(stop_strings))
-            tokens, ended = trim_turn(ids, budget, stops, self.tokenizer.decode)
+            tokens, ended = trim_turn(ids, budget, self.stops.with_strings(stop_strings), self.tokenizer.decode)
             turns.append(SampledTurn(tokens, ended, [0.0] * len(tokens) if with_logprobs else None))
         return turns

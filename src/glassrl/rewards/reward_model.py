@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from glassrl.data.formatting import format_prompt
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardRequest, RewardResult
 
@@ -73,12 +74,12 @@ class RewardModelSource:
         return results  # type: ignore[return-value]  # every slot is filled above
 
     def _encode(self, request: RewardRequest) -> list[int]:
-        prompt = request.record.prompt
-        if not isinstance(prompt, str) and self.tokenizer.chat_template:
-            messages = [*prompt, {"role": "assistant", "content": request.response}]
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False)
-            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return self.tokenizer(request.prompt + request.response)["input_ids"]
+        """The tokens the reward model was trained to score (glassrl.trainer.rm): the prompt as
+        ``format_prompt`` renders it (chat template with the generation prompt, or the text), the
+        response's tokens, then EOS — the score is read at that EOS, as in training."""
+        prompt = format_prompt(self.tokenizer, request.record.prompt)
+        response = self.tokenizer(request.response, add_special_tokens=False)["input_ids"]
+        return [*prompt, *response, self.tokenizer.eos_token_id]
 
     def _forward(self, batch: list[list[int]]) -> list[float]:
         """Right-pad ``batch`` to (B, L) and read each row's score at its last real token."""

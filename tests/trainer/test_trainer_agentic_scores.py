@@ -112,8 +112,7 @@ def test_remax_baseline_counts_the_greedy_responses_environment_rewards():
 
 def test_task_accuracy_of_the_agentic_tasks():
     from glassrl.data.tasks import load_task
-    from glassrl.rewards.base import RewardRequest
-    from glassrl.rewards.base import RewardResult
+    from glassrl.rewards.base import RewardRequest, RewardResult
     from glassrl.trainer.evaluation import correct
 
     add = load_task("tool-add", "test", size=1)[0]

@@ -61,8 +61,8 @@ class AgentModelSpec:
     answer worked out in its head; RL then has a behaviour to sharpen (docs/agentic.md)."""
 
     hidden_size: int = 128
-    num_layers: int = 4
-    num_heads: int = 4
+    num_layers: int = 2  # learns to copy (operands into the call, the result into the answer) sooner than 4
+    num_heads: int = 8
     intermediate_size: int = 512
     max_position_embeddings: int = 128  # prompt ~12 tokens; a call, its result and the answer ~26; room for retries
     vocab_size: int = 512  # upper bound, as DefaultModelSpec's
@@ -70,7 +70,7 @@ class AgentModelSpec:
     sft_examples: int = 8000  # transcripts, one per train record
     valid_call: float = 0.3  # share of transcripts that call the calculator correctly
     malformed_call: float = 0.2  # share whose call fails (unknown tool, cut expression, bad JSON, no argument)
-    sft_steps: int = 600
+    sft_steps: int = 800
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 50

@@ -78,9 +78,7 @@ def build_ray_workers(
         return Workers(
             actor=RayActor(actors),
             rollout=RayRollout(actors, pad_id, ranks=ray.rollout_ranks),
-            reward=RayReward(cluster["reward"])
-            if ray.reward is not None
-            else LocalReward(build_reward(cfg)),
+            reward=RayReward(cluster["reward"]) if ray.reward is not None else LocalReward(build_reward(cfg)),
             reference=reference,
             critic=RayCritic(cluster["critic"]) if resolved.uses_critic else None,
             stop=cluster.shutdown,

@@ -97,9 +97,7 @@ def verdicts(requests: Sequence[RewardRequest], results: Sequence[RewardResult],
     return out
 
 
-def correct(
-    requests: Sequence[RewardRequest], results: Sequence[RewardResult], threshold: float
-) -> list[bool | None]:
+def correct(requests: Sequence[RewardRequest], results: Sequence[RewardResult], threshold: float) -> list[bool | None]:
     """Per response, the verdict of ``task/accuracy``: :func:`verdicts`, or None where nothing can
     judge it (module docstring: no bundled task, no reference answer, no source verdict)."""
     out: list[bool | None] = []

@@ -32,7 +32,7 @@ GROUPS: tuple[tuple[str, str, str, str], ...] = (
     ("reward", "Reward per source", "score", r"reward/mean|reward/(?!failures/)[^/]+/mean|reward/env/[^/]+/mean"),
     ("eval-reward", "Held-out reward", "score / fraction", r"eval/reward/.+"),
     ("gold-proxy", "Gold and proxy reward against √KL (Gao et al. 2022)", "gold score", r"reward/(?:gold|proxy)"),
-    ("accuracy", "Accuracy", "fraction", r"task/accuracy|eval/accuracy(?:/[^/]+)?|eval/pass_at_\d+"),
+    ("accuracy", "Accuracy", "fraction", r"task/accuracy|eval/accuracy(?:/[^/]+)?|eval/pass_at_\w+"),
     ("kl", "KL", "nats per token", r"kl/mean|actor/approx_kl|actor/kl_loss"),
     ("kl-beta", "KL coefficient β", "β", r"kl/beta"),
     ("kl-sequence", "KL per response", "nats per response", r"kl/sequence"),

@@ -204,8 +204,7 @@ def run(args) -> int:
     from rich.rule import Rule
     from transformers.utils import logging as hf_logging
 
-    from glassrl.cli import main as glassrl_main
-    from glassrl.commands.demo import _clock, _fresh
+    from glassrl.commands.common import clock, fresh_run_dir, run_explain
 
     if args.pipeline not in PIPELINES:
         raise GlassrlError(f"--pipeline: unknown {args.pipeline!r}; valid: {', '.join(PIPELINES)}")
@@ -216,13 +215,13 @@ def run(args) -> int:
     start = time.perf_counter()
     out = Path(args.out or f"runs/demo-{args.pipeline}")
     for stage in ("rm", "ppo"):
-        _fresh(out / stage)
+        fresh_run_dir(out / stage)
     overrides = [*([f"steps={args.steps}"] if args.steps else []), *args.overrides]
     result = run_rlhf(out, ppo_overrides=overrides, console=console)
     console.print(Rule("4. the reference example on the trained policy"))
     command = ["explain", "--model", str(result.ppo), "--prompt", PROMPT, "--response", RESPONSE]
     console.print(f"$ glassrl {shlex.join(command)}", style="bold cyan", markup=False)
     sys.stdout.flush()
-    code = glassrl_main(command)
-    console.print(f"pipeline finished in {_clock(time.perf_counter() - start)}")
+    code = run_explain(command[1:])
+    console.print(f"pipeline finished in {clock(time.perf_counter() - start)}")
     return code

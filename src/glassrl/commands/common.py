@@ -1,0 +1,34 @@
+"""What the demo-like commands share: the explain command run from a list of arguments, a run
+directory emptied for a fresh run, and a wall-clock figure as they print it."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+from glassrl.errors import GlassrlError
+
+
+def run_explain(argv: list[str]) -> int:
+    """``glassrl explain ARGV…`` in this process (the commands do not import the CLI)."""
+    from glassrl.commands import explain
+
+    parser = argparse.ArgumentParser(prog="glassrl explain")
+    explain.add_arguments(parser)
+    return explain.run(parser.parse_args(argv))
+
+
+def fresh_run_dir(out: Path) -> None:
+    """Empty a previous run in ``out``; refuse to delete anything that is not a run."""
+    if not out.exists():
+        return
+    if any((out / name).exists() for name in ("config.yaml", "metrics.jsonl", "checkpoints")):
+        shutil.rmtree(out)
+    elif any(out.iterdir()):
+        raise GlassrlError(f"--out: {out} is not empty and not a glassrl run directory; choose another --out")
+
+
+def clock(seconds: float) -> str:
+    """``3m05s``."""
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"

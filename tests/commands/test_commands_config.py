@@ -66,6 +66,7 @@ def test_docs_writes_the_file(tmp_path, capsys):
     assert capsys.readouterr().out.endswith(config_markdown())
 
 
+@pytest.mark.slow
 def test_a_finished_run_is_extended_from_its_own_config(tiny_model_dir, prompt_files, tmp_path, capsys):
     """glassrl train RUN_DIR/config.yaml --resume steps=N: the saved file holds every key (so a
     knob the algorithm ignores, written at its default, is no error) and steps may change."""

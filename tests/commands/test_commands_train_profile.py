@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from helpers import EXAMPLES, tiny_run_overrides
 
 
+@pytest.mark.slow
 def test_profile_prints_the_phase_table_and_writes_a_trace(tiny_model_dir, prompt_files, tmp_path, capsys):
     from glassrl.cli import main
 

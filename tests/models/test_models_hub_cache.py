@@ -84,6 +84,7 @@ def test_a_path_that_is_no_hub_id_is_a_missing_directory(tmp_path):
         resolve_model_path(tmp_path / "nowhere" / "a" / "b", "model.actor")
 
 
+@pytest.mark.slow
 def test_train_takes_a_cached_hub_id(hub_cache, prompt_files, tmp_path):
     from helpers import preset_trainer, tiny_run_overrides
 

@@ -10,6 +10,7 @@ import re
 import typing
 from pathlib import Path
 
+import pytest
 import yaml
 from harness import ERROR_LINE, run_cli
 from hypothesis import HealthCheck, given, settings
@@ -94,6 +95,7 @@ def _loads_or_one_line(cls, path: Path | None, overrides: list[str]) -> None:
     body=st.lists(st.tuples(KEY, VALUES), max_size=5),
     overrides=st.lists(st.tuples(KEY, RAW).map(lambda kv: f"{kv[0]}={kv[1]}") | st.text(max_size=12), max_size=3),
 )
+@pytest.mark.slow
 def test_the_config_loader_succeeds_or_says_one_line(cls, body, overrides, tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(_tree(body), allow_unicode=True), encoding="utf-8")

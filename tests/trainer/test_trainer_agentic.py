@@ -66,6 +66,7 @@ def _check_turns(response) -> None:
         assert all(t.advantages is None and t.token_rewards is None for t in observed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["grpo", "ppo"])
 def test_multi_turn_run_keeps_every_turn_in_the_ledger(preset, tiny_model_dir, tmp_path):
     from glassrl.ledger import read_jsonl
@@ -152,6 +153,7 @@ def test_explain_on_a_multi_turn_checkpoint_reproduces_the_ledger(tiny_model_dir
     assert any(len(r.turns) == 2 for r in trained.responses)
 
 
+@pytest.mark.slow
 def test_tool_add_with_tool_calls(tiny_model_dir, tmp_path, monkeypatch):
     """task:tool-add with a tool from the config: calls parsed and run, results in the context,
     valid_call on the calling turn, tool metrics; the model's sampling is scripted."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -147,6 +148,7 @@ def _losses(exp: Experience, forward: dict, mode: str) -> dict:
     return {k: v.detach() for k, v in values.items()}, {k: v.grad for k, v in out.items()}
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(case=steps(), junk=st.sampled_from(JUNK), mode=st.sampled_from(sorted(AGGREGATIONS)))
 def test_observation_tokens_change_nothing_and_get_no_gradient(case, junk, mode):

@@ -192,6 +192,7 @@ def test_k_responses_per_prompt_in_chunks_and_the_rollout_state_restored():
     assert metrics["eval/pass_at_4"] == pytest.approx(4 / 5)
 
 
+@pytest.mark.slow
 def test_sampled_evaluation_is_documented_and_leaves_training_unchanged(fast, tmp_path):
     """eval_k = 4 samples at evaluation, yet the run trains exactly as one that never evaluates."""
     from glassrl.report.metrics_doc import undocumented

@@ -36,6 +36,7 @@ PRESETS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_reward_rises(preset, fast, tmp_path, monkeypatch):
     from glassrl.trainer.loop import Trainer

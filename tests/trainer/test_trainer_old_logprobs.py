@@ -52,6 +52,7 @@ def _close(a, b, tol: float = 1e-6) -> bool:
         ("dr_grpo", []),  # no KL, no reference
     ],
 )
+@pytest.mark.slow
 def test_update_forward_gives_phase_3s_numbers(preset, extra, fast, tmp_path):
     overrides = [*fast, *ONE_STEP, *extra, "logging.eval_every=0"]
     skipped, skipped_passes = _run(preset, overrides, tmp_path / "skip", skip=True)

@@ -39,6 +39,7 @@ def _metrics(run: Path) -> list[dict]:
         ["batch.mini_batch_prompts=4"],  # one optimiser step: the on-policy update packed too
     ],
 )
+@pytest.mark.slow
 def test_packed_run_equals_padded_run(extra, fast, tmp_path):
     trainers = {}
     for name, free in (("padded", "false"), ("packed", "true")):

@@ -214,6 +214,7 @@ def test_a_mixture_resumes_exactly_through_a_checkpoint(tmp_path):
         state.restore(manager, [other, state.Counters()])
 
 
+@pytest.mark.slow
 def test_build_prompts_mixes_a_file_and_a_task(chatml, tmp_path):
     data = gsm8k_file(tmp_path)
     cfg = config(f"data.train=[{{path: {data}, weight: 1, prompt_key: question}}, {{path: task:add, weight: 1}}]")

@@ -162,6 +162,7 @@ def tiny_rm(tiny_model_dir, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_ppo_on_a_reward_model_logs_gold_and_proxy_and_starts_the_critic_from_it(tiny_rm, fast, tmp_path):
     import json
 

@@ -193,7 +193,7 @@ def test_demo_task_trains_and_explains_a_multi_turn_response(tiny_agent, tmp_pat
         cells = [f"{100 * before:.1f}%", f"{100 * after:.1f}%", f"{100 * (after - before):+.1f} points"]
         assert re.search(re.escape(label) + r"\s+│\s+" + r"\s+│\s+".join(map(re.escape, cells)) + r" │", text), key
     prompt = load_task("tool-add", "test", size=1)[0].prompt
-    assert f"$ glassrl explain --model {out} --prompt '{prompt}' --sample 2" in text
+    assert f"$ glassrl explain --model {out} --prompt '{prompt}' --sample {demo.TASK_SAMPLES}" in text
     assert f"response 0 · prompt '{prompt}'" in text and "Turns of response 0" in text
     # a sampled call: its result is in the ledger, marked as an observation (mask 0) and given no credit
     assert re.search(r"\s<result>\s.*\s—\s+—\s+0\s+obs\s*$", text, re.M)

@@ -48,7 +48,6 @@ import argparse
 import json
 import math
 import shlex
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -59,7 +58,7 @@ from glassrl.errors import GlassrlError
 HELP = "train a preset (default grpo) on the bundled task in minutes, show accuracy before/after and a ledger"
 PROMPT, RESPONSE = "请问1+1=2？", "是的，等于2！"
 GROUP_SAMPLES = 3  # sampled companions of the reference response under a group estimator
-TASK_SAMPLES = 2  # --task: sampled responses explained (a group estimator compares at least 2)
+TASK_SAMPLES = 4  # --task: sampled responses explained, a group of them (GRPO compares them)
 DEMO_OVERRIDES = ["logging.eval_every=0", "logging.checkpoint_every=0"]
 
 
@@ -85,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.rule import Rule
     from transformers.utils import logging as hf_logging
 
-    from glassrl.commands import explain
+    from glassrl.commands.common import clock, fresh_run_dir, run_explain
     from glassrl.config import load_config
     from glassrl.trainer.config import TrainConfig, print_resolved, resolve
 
@@ -109,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     console.print(Rule(f"2. training: the {preset} preset, {cfg.steps} steps → {out}"))
     if not args.resume:
-        _fresh(out)
+        fresh_run_dir(out)
     print_resolved(resolved, console)
     from glassrl.trainer.loop import Trainer
 
@@ -143,13 +142,11 @@ def run(args: argparse.Namespace) -> int:
         command = ["explain", "--model", str(out), "--prompt", prompt, "--sample", str(TASK_SAMPLES)]
     console.print(f"$ glassrl {shlex.join(command)}", style="bold cyan", markup=False)
     sys.stdout.flush()
-    parser = argparse.ArgumentParser(prog="glassrl explain")
-    explain.add_arguments(parser)
-    code = explain.run(parser.parse_args(command[1:]))
+    code = run_explain(command[1:])
     total = time.perf_counter() - start
     console.print(
-        f"demo finished in {_clock(total)} (model {_clock(model_s)}, training {_clock(train_s)}, "
-        f"explain {_clock(total - model_s - train_s)})"
+        f"demo finished in {clock(total)} (model {clock(model_s)}, training {clock(train_s)}, "
+        f"explain {clock(total - model_s - train_s)})"
     )
     return code
 
@@ -187,30 +184,25 @@ def _model(cfg, console) -> None:
     )
 
 
-def _fresh(out: Path) -> None:
-    """Empty a previous demo run in ``out``; refuse to delete anything that is not a run."""
-    if not out.exists():
-        return
-    if any((out / name).exists() for name in ("config.yaml", "metrics.jsonl", "checkpoints")):
-        shutil.rmtree(out)
-    elif any(out.iterdir()):
-        raise GlassrlError(f"--out: {out} is not empty and not a glassrl run directory; choose another --out")
-
-
 def accuracies(metrics_file: Path) -> dict[str, tuple[float, float]]:
     """{"all": (eval/accuracy before the first step, after the last), and the same for each
     eval/accuracy/<group> (logging.eval_group_by)} from a run's metrics.jsonl."""
-    from glassrl.report.run_dir import read_metrics
-
-    evals = [r for r in read_metrics(metrics_file) if "eval/accuracy" in r]
-    if not evals or evals[0]["step"] != 0:
-        raise GlassrlError(f"{metrics_file}: no evaluation before the first step (is data.eval_size 0?)")
-    first, last = evals[0], evals[-1]
+    first, last = _first_and_last_evaluation(metrics_file)
     out = {"all": (first["eval/accuracy"], last["eval/accuracy"])}
     for key in first:
         if key.startswith("eval/accuracy/") and key in last:
             out[key.removeprefix("eval/accuracy/")] = (first[key], last[key])
     return out
+
+
+def _first_and_last_evaluation(metrics_file: Path) -> tuple[dict, dict]:
+    """The metric rows of the evaluation before the first step and of the last one."""
+    from glassrl.report.run_dir import read_metrics
+
+    evals = [r for r in read_metrics(metrics_file) if "eval/accuracy" in r]
+    if not evals or evals[0]["step"] != 0:
+        raise GlassrlError(f"{metrics_file}: no evaluation before the first step (is data.eval_size 0?)")
+    return evals[0], evals[-1]
 
 
 def summary_table(metrics_file: Path, cfg):
@@ -231,9 +223,8 @@ def summary_table(metrics_file: Path, cfg):
     for name in ("before training", "after training", "change"):
         table.add_column(name, justify="right")
     for group, (before, after) in accuracies(metrics_file).items():
-        change = (after - before) * 100
         label = "all" if group == "all" else f"{cfg.logging.eval_group_by} = {group}"
-        table.add_row(label, _percent(before), _percent(after), "—" if math.isnan(change) else f"{change:+.1f} points")
+        table.add_row(label, _percent(before), _percent(after), _change(before, after))
     return Group(what, table)
 
 
@@ -247,12 +238,7 @@ TOOL_ROWS = {
 
 def tool_rates(metrics_file: Path) -> dict[str, tuple[float, float]]:
     """{metric of ``TOOL_ROWS``: (before the first step, after the last)} from a run's metrics.jsonl."""
-    from glassrl.report.run_dir import read_metrics
-
-    evals = [r for r in read_metrics(metrics_file) if "eval/accuracy" in r]
-    if not evals or evals[0]["step"] != 0:
-        raise GlassrlError(f"{metrics_file}: no evaluation before the first step (is data.eval_size 0?)")
-    first, last = evals[0], evals[-1]
+    first, last = _first_and_last_evaluation(metrics_file)
     return {key: (first[key], last[key]) for key in TOOL_ROWS if key in first and key in last}
 
 
@@ -275,10 +261,7 @@ def tool_table(metrics_file: Path, cfg):
     for name in ("before training", "after training", "change"):
         table.add_column(name, justify="right")
     for key, (before, after) in tool_rates(metrics_file).items():
-        change = (after - before) * 100
-        table.add_row(
-            TOOL_ROWS[key], _percent(before), _percent(after), "—" if math.isnan(change) else f"{change:+.1f} points"
-        )
+        table.add_row(TOOL_ROWS[key], _percent(before), _percent(after), _change(before, after))
     return Group(what, table)
 
 
@@ -286,5 +269,6 @@ def _percent(x: float) -> str:
     return "—" if math.isnan(x) else f"{100 * x:.1f}%"
 
 
-def _clock(seconds: float) -> str:
-    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+def _change(before: float, after: float) -> str:
+    change = (after - before) * 100
+    return "—" if math.isnan(change) else f"{change:+.1f} points"

@@ -9,6 +9,8 @@ costing a forward slot until the last row ends. The loop here:
 - keeps each layer's keys and values in one buffer (B, H, P + max_new_tokens, D) written in
   place (:class:`PreallocatedCache`); attention reads a view of its filled part, so the
   tensors it sees have exactly the shapes and values ``generate``'s would;
+- prefills each distinct prompt once and copies its cache rows to its n samples (generate
+  computes the same rows n times);
 - drops ended rows from the batch: their cache rows are compacted away in place (at most
   once per step, and only when a row ended), so a step costs the rows still writing;
 - samples as ``generate`` does, with transformers' own warpers (temperature, top-k, top-p,
@@ -18,12 +20,17 @@ costing a forward slot until the last row ends. The loop here:
   one sample), so the draws do not depend on the probabilities: the generator advances as
   in ``generate`` and every row gets the token ``generate`` gives it. tests/rollout/
   test_rollout_hf.py checks token-for-token equality and the generator's state after, greedy
-  and sampled; the demo's figures are unchanged.
+  and sampled; the demo's figures are unchanged. That a row's numbers do not depend on how
+  many other rows share the forward pass holds for the CPU kernels (tested); on CUDA, cuBLAS
+  may pick kernels by batch size, and a token may then differ from ``generate``'s at a near
+  tie (rounding of the same logits, so the same distribution); not yet checked on a GPU.
 
 ``model.generate`` (:func:`generate_with_hf`) remains the reference the tests compare with,
 and the path for models whose cache is not plain full attention (sliding-window, linear
 attention) or whose forward lacks ``position_ids`` / ``logits_to_keep``. ``torch.compile``
-is not used: on CPU it did not pay off (benchmarks/bench_generation.py, BENCHMARKS.md).
+is not used: on CPU its compilation (100 s for the default model) costs more than it saves in a
+run of the demo's length, and its kernels need not give ``generate``'s tokens
+(benchmarks/bench_generation.py, BENCHMARKS.md).
 
 Sampling randomness: the loop draws from the caller's ``generator`` directly. ``generate``
 draws from torch's *global* RNG (torch.multinomial), which other code also draws from, so

@@ -27,8 +27,18 @@ Why these shares: RL in minutes sharpens what a model already does sometimes. Th
 learns three behaviours; which one it picks is a coin it tosses, not something the prompt
 decides, so GRPO's groups hold responses that call the tool and responses that do not, and
 the reward (1 for the right sum, 0.1 for a call that ran) tells them apart. A 4-digit sum in
-its head is mostly wrong for a model this small, a call is right: before RL the rate of valid
-calls is about ``valid_call`` and the accuracy a little above it.
+its head is almost always wrong for a model this small; a call is right when the model copies
+the operands into it and the result out of it. Measured on the built model (seed 0, 200
+test prompts, glassrl.json): sampled at temperature 1, 34.5 % valid calls and 17.5 % correct
+answers; greedy, 78.5 % and 50.5 % (the call is the single most likely first token).
+
+Why 2 layers and not the default model's 4: the answers are copies (operands into the call,
+the result into the answer), and copying is what a small model learns slowest. Measured on the
+same transcripts (the answer of 200 call transcripts, teacher-forced, wholly right): on one
+schedule, 4 layers copied none after 200 SFT steps and 2 layers 56 %; a 4-layer model after 600
+steps answered 0.5 % of the test prompts right; the model built here (2 layers, 8 heads) copies
+75 % after its 800 steps, at half the 4-layer cost per step. What stays wrong is mostly a 3- or
+5-digit number copied as if it had the usual 4 digits.
 
 Why the tags are whole tokens: the rollout encodes each observation on its own
 (:meth:`glassrl.rollout.agent.formats.TaggedFormat.observation`) and appends it to the sampled

@@ -125,6 +125,13 @@ def test_build_records_its_mix_and_held_out_rates(tiny_agent):
     assert agent_model.heldout_tool_use(model, tokenizer, records, greedy=True) == info["heldout_tool_add_greedy"]
 
 
+@pytest.mark.slow  # a second tiny build
+def test_same_seed_gives_bit_identical_weights(tiny_agent, tmp_path):
+    path, _ = tiny_agent
+    agent_model.build_agent_model(tmp_path / "again", seed=0, spec=TINY, console=QUIET)
+    assert (tmp_path / "again" / "model.safetensors").read_bytes() == (path / "model.safetensors").read_bytes()
+
+
 def test_ensure_builds_once_into_its_own_directory(monkeypatch, tmp_path):
     monkeypatch.setenv("GLASSRL_HOME", str(tmp_path))
     calls = []

@@ -21,6 +21,7 @@ def test_profile_prints_the_phase_table_and_writes_a_trace(tiny_model_dir, promp
     assert "time per phase, 2 steps" in out
     for phase in ("generate", "score", "logprobs", "rewards", "advantages", "update", "other", "step"):
         assert f"│ {phase} " in out, phase
+    assert "tokens_per" not in out  # seconds only
     trace = run / "profile" / "step_000002.trace.json"  # the second step: the first pays one-time costs
     assert f"profiler trace: {trace}" in out.replace("\n", "")
     events = json.loads(trace.read_text())["traceEvents"]

@@ -67,7 +67,7 @@ class StepProfiler:
                 self.trace.parent.mkdir(parents=True, exist_ok=True)
                 prof.export_chrome_trace(str(self.trace))
             for key, value in metrics.items():
-                if key.startswith("perf/") and key.endswith("_s"):
+                if key.startswith("perf/") and key.endswith("_s") and not key.endswith("_per_s"):  # seconds
                     self.totals[key.removeprefix("perf/").removesuffix("_s")] += value
             return metrics
 

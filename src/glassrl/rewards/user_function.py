@@ -24,7 +24,6 @@ the source is built.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import logging
@@ -39,6 +38,7 @@ from glassrl.rewards import styles
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rewards.plain import plain_result, result_from_plain
 from glassrl.rewards.timeout import DEFAULT_MEMORY_LIMIT_MB, DEFAULT_RECYCLE_AFTER, WorkerPool, shared_pool
+from glassrl.user_code import import_file
 
 logger = logging.getLogger(__name__)
 
@@ -93,24 +93,11 @@ def load_callable(spec: str) -> Callable[..., Any]:
 
 
 def _load_file(path: str) -> Any:
-    # One module per file, named after its path, so two files called rewards.py do not collide
-    # (and neither shadows an installed package of that name).
-    name = f"glassrl_user_rewards_{hashlib.sha1(path.encode()).hexdigest()[:12]}"
-    if name in sys.modules:
-        return sys.modules[name]
     directory = str(Path(path).parent)
-    if directory not in _extra_paths:
+    if directory not in _extra_paths:  # the file's own imports of its neighbours work
         _extra_paths.append(directory)
         sys.path.insert(0, directory)
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module  # dataclasses and pickling look the module up while it runs
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as err:  # noqa: BLE001
-        del sys.modules[name]
-        raise ImportError(f"loading {path} raised {type(err).__name__}: {err}") from None
-    return module
+    return import_file(path, "glassrl_user_rewards")
 
 
 def preload(spec: str) -> None:

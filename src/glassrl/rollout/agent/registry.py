@@ -16,11 +16,9 @@ attribute, or an import that raises, is one GlassrlError naming the spec.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import inspect
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from glassrl.rollout.agent.calculator import Calculator
 from glassrl.rollout.agent.corpus import OpenPageTool, SearchTool
 from glassrl.rollout.agent.sandbox import PythonTool
 from glassrl.rollout.agent.tools import FunctionTool, Tool, tool_map
+from glassrl.user_code import import_file
 
 # name -> constructor with no arguments
 BUILTIN_TOOLS: dict[str, Callable[[], Tool]] = {
@@ -85,19 +84,10 @@ def _load_file(spec: str, file: str, base_dir: str | Path, what: str) -> Any:
     path = (path if path.is_absolute() else Path(base_dir) / path).resolve()
     if not path.is_file():
         raise GlassrlError(f"{what} {spec!r}: no file {path}")
-    # One module per file, named after its path, so two files called tools.py do not collide.
-    name = f"glassrl_user_tools_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
-    if name in sys.modules:
-        return sys.modules[name]
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module  # dataclasses and pickling look the module up while it runs
     try:
-        module_spec.loader.exec_module(module)
-    except Exception as err:  # noqa: BLE001
-        del sys.modules[name]
-        raise GlassrlError(f"{what} {spec!r}: loading {path} raised {type(err).__name__}: {err}") from None
-    return module
+        return import_file(path, "glassrl_user_tools")
+    except ImportError as err:
+        raise GlassrlError(f"{what} {spec!r}: {err}") from None
 
 
 def _as_tool(spec: str, target: Any) -> Tool:

@@ -50,7 +50,7 @@ def _device(model: nn.Module) -> torch.device:
 
 
 @torch.no_grad()
-def _logprobs(
+def micro_batched_logprobs(
     model: nn.Module,
     batch: Batch,
     micro_batch: int,
@@ -180,7 +180,9 @@ class LocalActor(_Trained):
         self.temperature = temperature
 
     def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        return _logprobs(self.model, batch, self.micro_batch, self.temperature, True, self.compute, self.packed)
+        return micro_batched_logprobs(
+            self.model, batch, self.micro_batch, self.temperature, True, self.compute, self.packed
+        )
 
     def update_on_policy(
         self, batch: Batch, plan: list[torch.Tensor]
@@ -216,7 +218,9 @@ class LocalReference:
         self.temperature, self.micro_batch, self.compute, self.packed = temperature, micro_batch, compute, packed
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
-        return _logprobs(self.model, batch, self.micro_batch, self.temperature, False, self.compute, self.packed)[0]
+        return micro_batched_logprobs(
+            self.model, batch, self.micro_batch, self.temperature, False, self.compute, self.packed
+        )[0]
 
 
 class FrozenActor:
@@ -236,7 +240,9 @@ class FrozenActor:
         self.compute, self.packed = compute, packed
 
     def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        return _logprobs(self.model, batch, self.micro_batch, self.temperature, True, self.compute, self.packed)
+        return micro_batched_logprobs(
+            self.model, batch, self.micro_batch, self.temperature, True, self.compute, self.packed
+        )
 
 
 class FrozenCritic:

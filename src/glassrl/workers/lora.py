@@ -13,9 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from glassrl.models.logprobs import response_logprobs
-from glassrl.models.precision import compute_precision
 from glassrl.workers.base import Batch
+from glassrl.workers.local import micro_batched_logprobs
 
 
 class LoraReference:
@@ -35,26 +34,12 @@ class LoraReference:
         self.model, self.temperature, self.micro_batch, self.compute = model, temperature, micro_batch, compute
         self.packed = packed  # padding-free (model.padding_free)
 
-    @torch.no_grad()
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
-        device = next(self.model.parameters()).device
-        training = self.model.training
-        self.model.eval()  # no adapter dropout either way; restored below for the actor
-        logprobs = []
+        training = self.model.training  # micro_batched_logprobs sets eval (no adapter dropout); restored for the actor
         try:
-            with self.model.disable_adapter(), compute_precision(device, self.compute):
-                for start in range(0, batch["input_ids"].shape[0], self.micro_batch):
-                    micro = {k: v[start : start + self.micro_batch].to(device) for k, v in batch.items()}
-                    T = micro["response_mask"].shape[1]
-                    lp, _ = response_logprobs(
-                        self.model,
-                        micro["input_ids"],
-                        micro["attention_mask"],
-                        T,
-                        temperature=self.temperature,
-                        packed=self.packed,
-                    )
-                    logprobs.append(lp)
+            with self.model.disable_adapter():
+                return micro_batched_logprobs(
+                    self.model, batch, self.micro_batch, self.temperature, False, self.compute, self.packed
+                )[0]
         finally:
             self.model.train(training)
-        return torch.cat(logprobs)  # (B, T)

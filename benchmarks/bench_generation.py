@@ -5,6 +5,7 @@ prompts, same generator state; the tokens are checked identical before any figur
     .venv/bin/python benchmarks/bench_generation.py                          # lengths 16 64 256 1024
     .venv/bin/python benchmarks/bench_generation.py --lengths 16 64 --batch 32
     .venv/bin/python benchmarks/bench_generation.py --compile --lengths 64   # torch.compile'd forward too
+    python3 benchmarks/bench_generation.py --device cuda                      # on a GPU
 
 Two workloads on the default model's weights (``glassrl init-model``), B = 16 prompts × 8 samples:
 
@@ -45,9 +46,11 @@ def timed(sample, model, ids, mask, params, stops, pad_id, seed, repeats):
     each from generator state ``seed``."""
     wall, cpu, tokens = float("inf"), float("inf"), None
     for i in range(repeats + 1):
-        g = torch.Generator().manual_seed(seed)
+        g = torch.Generator(ids.device).manual_seed(seed)
         start, start_cpu = time.perf_counter(), time.process_time()
         tokens = sample(model, ids, mask, params, stops=stops, pad_id=pad_id, generator=g)
+        if ids.device.type == "cuda":
+            torch.cuda.synchronize()
         if i > 0:
             wall, cpu = min(wall, time.perf_counter() - start), min(cpu, time.process_time() - start_cpu)
     return tokens, wall, cpu
@@ -55,6 +58,7 @@ def timed(sample, model, ids, mask, params, stops, pad_id, seed, repeats):
 
 def generated(tokens: torch.Tensor, stops: StopSet) -> int:
     """Tokens up to and including each row's first stop token."""
+    tokens = tokens.cpu()
     is_eos = torch.isin(tokens, torch.tensor(stops.ids, dtype=torch.long))
     return int(((is_eos.long().cumsum(-1) - is_eos.long()) == 0).sum())
 
@@ -66,6 +70,7 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=8)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--threads", type=int, help="intra-op threads (default: torch's)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--compile", action="store_true", help="also time decode with torch.compile(model) (dynamic)")
     args = p.parse_args()
     if args.threads:
@@ -83,7 +88,8 @@ def main() -> None:
     ids, mask = ids.repeat_interleave(args.samples, 0), mask.repeat_interleave(args.samples, 0)  # (B, P)
     config = AutoConfig.from_pretrained(path)
     config.max_position_embeddings = ids.shape[1] + max(args.lengths)
-    model = AutoModelForCausalLM.from_pretrained(path, config=config).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, config=config).eval().to(args.device)
+    ids, mask = ids.to(args.device), mask.to(args.device)
     compiled = torch.compile(model, dynamic=True) if args.compile else None
     print(f"default model weights, {config.max_position_embeddings} positions; B = {ids.shape[0]}, P = {ids.shape[1]}")
 

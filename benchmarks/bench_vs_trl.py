@@ -131,26 +131,10 @@ def load_average() -> str:
 # ------------------------------------------------------------------ glassrl's side (a subprocess)
 
 
-def glassrl_worker(spec_path: str, out_path: str) -> None:
-    """Runs in a fresh process: the grpo preset with SETTINGS on spec's model and prompts, timed.
-    spec["threads"] = 0: glassrl's own choice (glassrl.models.threads.set_threads)."""
-    spec = json.loads(Path(spec_path).read_text())
-    if spec["threads"]:
-        torch.set_num_threads(spec["threads"])
-    else:
-        from glassrl.models.threads import set_threads
-
-        set_threads()
-    from rich.console import Console
-
-    from glassrl import presets
-    from glassrl.config import load_config
-    from glassrl.trainer.config import TrainConfig
-    from glassrl.trainer.loop import Trainer
-
+def glassrl_overrides(spec: dict) -> list[str]:
+    """The grpo preset's overrides that give glassrl ``spec``'s model, prompts and SETTINGS."""
     s = spec["settings"]
-    shutil.rmtree(spec["out_dir"], ignore_errors=True)
-    overrides = [
+    return [
         f"output_dir={spec['out_dir']}",
         f"model.actor={spec['model']}",
         f"model.device={spec['device']}",
@@ -175,7 +159,29 @@ def glassrl_worker(spec_path: str, out_path: str) -> None:
         "logging.ledger_every=0",
         "logging.checkpoint_every=0",
         "logging.eval_every=0",
+        f"model.compute_dtype={'bfloat16' if spec['bf16'] else 'float32'}",
     ]
+
+
+def glassrl_worker(spec_path: str, out_path: str) -> None:
+    """Runs in a fresh process: the grpo preset with SETTINGS on spec's model and prompts, timed.
+    spec["threads"] = 0: glassrl's own choice (glassrl.models.threads.set_threads)."""
+    spec = json.loads(Path(spec_path).read_text())
+    if spec["threads"]:
+        torch.set_num_threads(spec["threads"])
+    else:
+        from glassrl.models.threads import set_threads
+
+        set_threads()
+    from rich.console import Console
+
+    from glassrl import presets
+    from glassrl.config import load_config
+    from glassrl.trainer.config import TrainConfig
+    from glassrl.trainer.loop import Trainer
+
+    shutil.rmtree(spec["out_dir"], ignore_errors=True)
+    overrides = glassrl_overrides(spec)
     cfg = load_config(TrainConfig, presets.path("grpo"), overrides)
     trainer = Trainer(cfg, console=Console(file=open(os.devnull, "w")), progress=False)
     tokens: list[tuple[int, int]] = []  # per step: (generated, prompt + response)
@@ -224,6 +230,7 @@ def glassrl_worker(spec_path: str, out_path: str) -> None:
         "tokens": tokens,
         "rewards": rewards,
         "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "peak_cuda_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
     }
     Path(out_path).write_text(json.dumps(out, indent=1))
 
@@ -276,6 +283,7 @@ def summarise(result: dict, responses: int) -> dict:
         "generated tokens/s": sum(generated[1:]) / seconds,
         "trained tokens/s": sum(trained[1:]) / seconds,
         "peak RSS (MiB)": result["peak_rss_kib"] / 1024,
+        **({"peak GPU memory (MiB)": result["peak_cuda_mib"]} if result.get("peak_cuda_mib") else {}),
         "step s (median)": statistics.median(b - a for a, b in zip(ends[1:], ends[2:])),
         "CPU s per step": (result["cpu_ends"][-1] - result["cpu_ends"][1]) / (steps - 1),
         "rewards": rewards,
@@ -300,6 +308,8 @@ def check_settings(ours: dict, theirs: dict) -> bool:
 
 def table(name: str, params: int, ours: dict, theirs: dict) -> None:
     rows = ["steps/s", "generated tokens/s", "trained tokens/s", "peak RSS (MiB)", "step s (median)", "CPU s per step"]
+    if "peak GPU memory (MiB)" in ours and "peak GPU memory (MiB)" in theirs:
+        rows.insert(4, "peak GPU memory (MiB)")
     print(f"\n{name} model ({params:,} parameters), {ours['steps']} steps, the first left out:")
     print("| measure | glassrl | TRL | glassrl/TRL |\n|---|---:|---:|---:|")
     for row in rows:
@@ -318,6 +328,11 @@ def main() -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
     p.add_argument("--out", default=str(Path.home() / ".cache" / "glassrl" / "bench-vs-trl"), help="work directory")
     p.add_argument("--trl-venv", default=str(Path.home() / ".cache" / "glassrl" / "bench-trl-venv"))
+    p.add_argument(
+        "--trl-python",
+        help="run TRL's side with this interpreter (trl importable there) instead of --trl-venv: a GPU machine without pip",
+    )
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast on both sides (fp32 master weights)")
     p.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -338,7 +353,7 @@ def main() -> None:
     if "large" in names:
         models["large"] = build_large(work / "large-random", default_dir)
     prompts = write_prompts(work / "prompts.jsonl")
-    trl_python = ensure_trl_venv(Path(args.trl_venv))
+    trl_python = Path(args.trl_python) if args.trl_python else ensure_trl_venv(Path(args.trl_venv))
     responses = SETTINGS["prompts_per_step"] * SETTINGS["samples"]
     ok = True
     for name in names:
@@ -349,6 +364,7 @@ def main() -> None:
             "threads": threads,
             "seed": 0,
             "device": args.device,
+            "bf16": args.bf16,
             "settings": SETTINGS,
         }
         pairs = []

@@ -55,7 +55,7 @@ def main(spec_path: str, out_path: str) -> None:
         max_steps=spec["steps"],
         seed=spec["seed"],
         use_cpu=spec["device"] == "cpu",
-        bf16=False,
+        bf16=spec.get("bf16", False),  # accelerate's autocast over fp32 weights, as glassrl's compute_dtype
         gradient_checkpointing=False,
         per_device_train_batch_size=s["micro_batch"],
         gradient_accumulation_steps=responses // s["micro_batch"],
@@ -141,6 +141,7 @@ def main(spec_path: str, out_path: str) -> None:
         "logs": all_logs,
         "params": sum(p.numel() for p in trainer.model.parameters()),
         "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "peak_cuda_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
     }
     Path(out_path).write_text(json.dumps(out, indent=1))
 

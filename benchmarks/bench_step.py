@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_step.py                 # 10 timed steps per run, 3 runs per variant
     .venv/bin/python benchmarks/bench_step.py --steps 5 --runs 1 --threads 2
+    python3 benchmarks/bench_step.py --device cuda --extra model.compute_dtype=float32   # on a GPU
 
 The setting of issue 14's comparison with TRL: examples/grpo.yaml (the default model,
 arith-verify, 16 prompts × 8 responses, 16 new tokens, one optimiser step per batch, k3 KL in the
@@ -51,9 +52,10 @@ SETTING = [
 ]
 
 
-def run(variant: str, steps: int, out: Path) -> tuple[float, float, dict[str, float]]:
+def run(variant: str, steps: int, out: Path, extra: list[str]) -> tuple[float, float, dict[str, float]]:
     """(wall s per step, CPU s per step, mean perf/ metrics) of ``steps`` timed steps."""
-    cfg = load_config(TrainConfig, ROOT / "examples" / "grpo.yaml", [*SETTING, *VARIANTS[variant], f"output_dir={out}"])
+    overrides = [*SETTING, *VARIANTS[variant], *extra, f"output_dir={out}"]
+    cfg = load_config(TrainConfig, ROOT / "examples" / "grpo.yaml", overrides)
     trainer = Trainer(cfg, console=Console(quiet=True), progress=False)
     try:
         trainer.old_logprobs_from_update = variant != "baseline" and trainer.old_logprobs_from_update
@@ -77,6 +79,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs per variant (interleaved)")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (torch.set_num_threads)")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--device", default="cpu", help="model.device of every run (cpu, cuda)")
+    parser.add_argument("--extra", nargs="*", default=[], help="more config overrides, KEY=VALUE, for every variant")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(
@@ -87,7 +91,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.runs):
             for variant in args.variants:
-                results[variant].append(run(variant, args.steps, Path(tmp) / f"{variant}-{r}"))
+                extra = [f"model.device={args.device}", *args.extra]
+                results[variant].append(run(variant, args.steps, Path(tmp) / f"{variant}-{r}", extra))
     phases = ["generate", "score", "logprobs", "rewards", "advantages", "update"]
     print(
         f"{'variant':13} {'steps/s':>8} {'wall s/step':>12} {'cpu s/step':>11} " + " ".join(f"{p:>10}" for p in phases)

@@ -1,36 +1,62 @@
-"""Training steps under a competing load: 2 intra-op threads (torch's default on 2 cores) against the
-count glassrl chooses (glassrl.models.threads: cores free, not cores present).
+"""Training steps under a competing load: ``threads: auto`` (glassrl.models.threads: the cores free,
+not the cores present) against ``threads: 2``, torch's default on this 2-core machine.
 
     .venv/bin/python benchmarks/bench_threads.py            # 1 busy-loop process, 6 steps, 2 pairs
     .venv/bin/python benchmarks/bench_threads.py --busy 0   # no competing load (the baseline)
 
-The demo's training (the grpo preset, default model, 16 prompts × 8 samples, 16 new tokens; no
-ledger or checkpoint) runs in a fresh process for ``--steps`` steps, once with 2 threads and once
-with glassrl's choice, alternating, ``--pairs`` times, while ``--busy`` processes spin
-(``while True: pass``, one core each). The competing load starts ``--settle`` seconds before the
-first run: the choice reads the 1-minute load average, which needs about a minute to see it.
-Printed: the threads chosen, the median step time of each (the first step left out) and the ratio.
+``glassrl train grpo`` (the demo's training: the grpo preset, default model, 16 prompts × 8
+samples, 16 new tokens; no evaluation, ledger or report) runs in a fresh process for ``--steps``
+steps, once with ``threads=2`` and once with ``threads=auto``, alternating, ``--pairs`` times,
+while ``--busy`` processes spin (``while True: pass``, one core each). GLASSRL_THREADS and
+OMP_NUM_THREADS are left out of the runs' environment, so that auto reads the load. The load
+starts ``--settle`` seconds before the first run: auto reads the 1-minute load average, which
+needs about a minute to see it.
+
+Printed per run: the count and why, as the run recorded them (its environment.json), the load
+average before it, and its ``perf/step_s``; then the median step time of each setting (the
+first step of each run left out) and the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from bench_vs_trl import SETTINGS, load_average, run, write_prompts
 from glassrl.trainer.default_model import ensure_default_model
 
-CHOICE = "glassrl's choice"
+SETTINGS = ("2", "auto")
+OVERRIDES = ["data.eval_size=0", "logging.ledger_every=0", "logging.report=false", "logging.checkpoint_every=0"]
 
 
-def step_seconds(result: dict) -> list[float]:
-    ends = result["step_ends"]
-    return [b - a for a, b in zip(ends[1:], ends[2:])]  # steps 2..N
+def load_average() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def train(threads: str, steps: int, out: Path) -> tuple[list[float], int, str]:
+    """One ``glassrl train grpo threads=THREADS`` in a fresh process: its step times (the first
+    left out), and the thread count it ran with and why (environment.json)."""
+    shutil.rmtree(out, ignore_errors=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("GLASSRL_THREADS", "OMP_NUM_THREADS")}
+    env |= {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    command = [sys.executable, "-m", "glassrl.cli", "train", "grpo", f"threads={threads}", f"steps={steps}"]
+    command += [f"output_dir={out}", *OVERRIDES]
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"$ {' '.join(command)}\nexit {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    environment = json.loads((out / "environment.json").read_text(encoding="utf-8"))
+    return (
+        [r["perf/step_s"] for r in rows if "perf/step_s" in r][1:],
+        environment["threads"],
+        environment["threads_why"],
+    )
 
 
 def main() -> None:
@@ -44,44 +70,32 @@ def main() -> None:
     work = Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
     print(f"$ {' '.join([Path(sys.executable).name, *sys.argv])}")
-    spec = {
-        "model": str(ensure_default_model()),
-        "prompts": str(write_prompts(work / "prompts.jsonl")),
-        "steps": args.steps,
-        "seed": 0,
-        "device": "cpu",
-        "settings": SETTINGS,
-        "out_dir": str(work / "run"),
-    }
+    ensure_default_model()  # built once, outside the timed runs
+    print(f"{len(os.sched_getaffinity(0))} usable cores; load average before the busy loop: {load_average()}")
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    times: dict[str, list[float]] = {s: [] for s in SETTINGS}
+    chosen: dict[str, list[int]] = {s: [] for s in SETTINGS}
     try:
-        print(f"{args.busy} busy-loop process(es) started; load average {load_average()}")
         time.sleep(args.settle if busy else 0)
-        times: dict[str, list[float]] = {"2 threads": [], CHOICE: []}
-        chosen = []
         for i in range(args.pairs):
-            for name, threads in (("2 threads", 2), (CHOICE, 0)):
-                print(f"pair {i + 1}/{args.pairs}, {name}: load average {load_average()}", flush=True)
-                result = run(
-                    "glassrl",
-                    [sys.executable, str(Path(__file__).parent / "bench_vs_trl.py"), "--worker"],
-                    {**spec, "threads": threads},
-                    work,
-                )
-                times[name] += step_seconds(result)
-                if not threads:
-                    chosen.append(result["settings"]["threads"])
+            for setting in SETTINGS:
+                before = load_average()
+                steps, count, why = train(setting, args.steps, work / f"run-{setting}")
+                times[setting] += steps
+                chosen[setting].append(count)
+                print(f"pair {i + 1}/{args.pairs}, threads={setting}: load average {before} before", flush=True)
+                print(f"  threads: {count} ({why}); step s: {', '.join(f'{s:.2f}' for s in steps)}", flush=True)
     finally:
         for proc in busy:
             proc.kill()
             proc.wait()
-    two, ours = statistics.median(times["2 threads"]), statistics.median(times[CHOICE])
-    print(f"\nglassrl chose {', '.join(map(str, chosen))} thread(s) ({os.cpu_count()} cores present, {args.busy} busy)")
-    print("| threads | median step s | steps timed |\n|---|---:|---:|")
-    print(f"| 2 | {two:.2f} | {len(times['2 threads'])} |")
-    print(f"| glassrl's choice ({', '.join(map(str, sorted(set(chosen))))}) | {ours:.2f} | {len(times[CHOICE])} |")
-    print(f"\nstep time, 2 threads / glassrl's choice: {two / ours:.2f}")
-    print(f"load average at end: {load_average()}")
+    print(f"\n{args.busy} busy-loop process(es); load average at the end: {load_average()}")
+    print("| threads | count used | median step s | steps timed |\n|---|---|---:|---:|")
+    for setting in SETTINGS:
+        counts = ", ".join(map(str, chosen[setting]))
+        print(f"| {setting} | {counts} | {statistics.median(times[setting]):.2f} | {len(times[setting])} |")
+    ratio = statistics.median(times["2"]) / statistics.median(times["auto"])
+    print(f"\nstep time, threads=2 / threads=auto: {ratio:.2f}")
 
 
 if __name__ == "__main__":

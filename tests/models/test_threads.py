@@ -1,4 +1,5 @@
-"""Thread choice: free cores from the load, the environment variables first, bad values as one error line."""
+"""Thread choice: free cores from the load, then the environment variables, the config's count and a
+resumed run's recorded count before them; bad values as one error line."""
 
 from __future__ import annotations
 
@@ -7,6 +8,14 @@ import torch
 
 from glassrl.errors import GlassrlError
 from glassrl.models import threads
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """4 usable cores, load average 2.2, 0.2 of it this process's: auto chooses 2."""
+    monkeypatch.setattr(threads, "usable_cores", lambda: 4)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (2.2, 0.0, 0.0))
+    monkeypatch.setattr(threads, "own_load", lambda: 0.2)
 
 
 @pytest.mark.parametrize(
@@ -25,26 +34,37 @@ def test_free_cores_table(cores, load, own, free):
     assert threads.free_cores(cores, load, own) == free
 
 
-def test_environment_variables_win(monkeypatch):
-    assert threads.choose_threads({"GLASSRL_THREADS": "3", "OMP_NUM_THREADS": "1"}) == (3, "GLASSRL_THREADS=3")
-    assert threads.choose_threads({"OMP_NUM_THREADS": "1"}) == (1, "OMP_NUM_THREADS=1")
-    monkeypatch.setattr(threads, "usable_cores", lambda: 4)
-    monkeypatch.setattr(threads.os, "getloadavg", lambda: (2.2, 0.0, 0.0))
-    monkeypatch.setattr(threads, "own_load", lambda: 0.2)
-    n, why = threads.choose_threads({"GLASSRL_THREADS": " "})
-    assert n == 2 and why == "4 usable cores, load average 2.20 (0.20 of it this process's)"
+@pytest.mark.parametrize(
+    ("setting", "recorded", "environ", "chosen", "why"),
+    [
+        ("auto", None, {}, 2, "auto: 4 usable cores, load average 2.20 (0.20 of it this process's) → 2 free"),
+        ("auto", None, {"GLASSRL_THREADS": " "}, 2, "auto: 4 usable cores, load average 2.20"),  # blank: unset
+        ("auto", None, {"GLASSRL_THREADS": "3", "OMP_NUM_THREADS": "1"}, 3, "auto: GLASSRL_THREADS=3"),
+        ("auto", None, {"OMP_NUM_THREADS": "1"}, 1, "auto: OMP_NUM_THREADS=1"),
+        ("auto", 1, {"GLASSRL_THREADS": "3"}, 1, "auto: recorded by the run in its checkpoint (auto would choose 3"),
+        ("auto", 3, {}, 3, "auto: recorded by the run in its checkpoint (auto would choose 2 now)"),
+        (1, None, {"GLASSRL_THREADS": "3"}, 1, "threads = 1"),  # the config's count before the environment
+        (2, 2, {}, 2, "threads = 2"),
+        (2, 1, {}, 2, "threads = 2; the run recorded 1: its numbers may differ"),
+    ],
+)
+def test_choice_order(machine, setting, recorded, environ, chosen, why):
+    n, text = threads.choose_threads(setting, recorded, environ)
+    assert n == chosen and text.startswith(why)
 
 
 @pytest.mark.parametrize("value", ["0", "two", "-1", "1.5"])
-def test_bad_values_are_one_error_line(value):
+def test_bad_environment_values_are_one_error_line(value):
     with pytest.raises(GlassrlError, match=f"GLASSRL_THREADS={value!r}"):
-        threads.choose_threads({"GLASSRL_THREADS": value})
+        threads.choose_threads(environ={"GLASSRL_THREADS": value})
 
 
-def test_set_threads_applies_the_choice():
+def test_set_threads_applies_the_choice_and_the_line_says_why():
     before = torch.get_num_threads()
     try:
-        assert threads.set_threads({"GLASSRL_THREADS": "1"})[0] == 1 and torch.get_num_threads() == 1
+        n, why = threads.set_threads(1, environ={})
+        assert n == 1 and torch.get_num_threads() == 1
+        assert threads.startup_line(n, why) == "threads: 1 (threads = 1)"
     finally:
         torch.set_num_threads(before)
 

@@ -22,8 +22,17 @@ CASES = [
     ([*RAY, "ray.actor.world_size=33"], r"^ray\.actor\.world_size = 33: more ranks than the 32 responses"),
     ([*RAY, "ray.rollout_ranks=2"], r"^ray\.rollout_ranks = 2: must lie in \[1, ray\.actor\.world_size = 1\]"),
     ([*RAY, "ray.fsdp=true"], r"^ray\.fsdp = True: sampling from FSDP2 shards is not built"),
+    (
+        [*RAY, "ray.rollout.world_size=2"],
+        r"^ray\.rollout\.world_size = 2: ignored: ray\.rollout\.placement = with_actor",
+    ),
+    (
+        [*RAY, "ray.rollout.placement=apart", "ray.rollout_ranks=1"],
+        r"^ray\.rollout_ranks = 1: ignored: with ray\.rollout\.placement = apart",
+    ),
+    ([*RAY, "ray.rollout.placement=apart", "ray.rollout.world_size=0"], r"^ray\.rollout\.world_size = 0: must be >= 1"),
+    ([*RAY, "ray.rollout.placement=apart", "ray.rollout.sync_bucket_mb=0"], r"^ray\.rollout\.sync_bucket_mb = 0"),
     ([*RAY, "algo.ptx_coef=0.1", "data.ptx=task:arith-verify"], r"^algo\.ptx_coef = 0\.1: PPO-ptx is not wired"),
-    ([*RAY, "on_nonfinite=skip"], r"^on_nonfinite = 'skip': the data-parallel update does not skip"),
     (["rollout.vllm.sleep=false"], r"^rollout\.vllm: ignored: rollout\.engine = hf"),
     (["rollout.engine=vllm", "rollout.vllm.gpu_memory_utilization=1.5"], r"gpu_memory_utilization = 1\.5: must lie in"),
     (["model.lora.dropout=1.0"], r"^model\.lora\.dropout = 1\.0: must lie in \[0, 1\)"),
@@ -47,3 +56,8 @@ def test_a_ray_config_loads():
     )
     assert cfg.ray.actor.resources == {"GPU": 1, "CPU": 4} and cfg.ray.reward.world_size == 2
     assert cfg.ray.reward.resources == {"CPU": 1.0}  # a section's omitted keys keep their defaults
+
+
+def test_fsdp_loads_with_the_rollout_apart():
+    cfg = load_config(TrainConfig, None, [*RAY, "ray.fsdp=true", "ray.rollout={placement: apart, world_size: 2}"])
+    assert cfg.ray.fsdp and cfg.ray.rollout.world_size == 2 and cfg.ray.rollout.resources == {"CPU": 1.0}

@@ -69,7 +69,7 @@ def test_preset_runs_two_steps(preset, fast, tmp_path):
             else:
                 assert t.advantages == pytest.approx(valid[0].advantages)  # one advantage per response
     manifest = json.loads((run / "checkpoints" / "step_00000002" / "manifest.json").read_text())
-    expected = {"actor", "actor_optim", "rollout_rng", "rng", "data", "counters", "kl_controller", "config"}
+    expected = {"actor", "actor_optim", "rollout_rng", "rng", "data", "counters", "threads", "kl_controller", "config"}
     if preset == "ppo":
         expected |= {"critic", "critic_optim"}
     assert set(manifest["parts"]) == expected

@@ -15,6 +15,7 @@ import torch
 from glassrl.algos.losses import PolicyLossParams
 from glassrl.models.loading import load_causal_lm
 from glassrl.models.logprobs import response_logprobs
+from glassrl.trainer.nonfinite import check_weights, on_bad_step
 from glassrl.trainer.update import DIAGNOSTIC_METRICS, actor_forward, actor_terms, run_updates
 
 MICRO = 2  # responses per micro-batch (per rank)
@@ -79,8 +80,10 @@ def constant_rate(step: int) -> float:
     return 1.0
 
 
-def dp_kwargs() -> dict:
-    return {**loss_kwargs(), "diagnostics": DIAGNOSTIC_METRICS}
+def dp_kwargs(on_nonfinite: str = "stop") -> dict:
+    """run_dp_updates' bound arguments, as glassrl.trainer.build_ray binds them."""
+    checks = {"on_bad_step": partial(on_bad_step, on_nonfinite), "check_weights": check_weights}
+    return {**loss_kwargs(), "diagnostics": DIAGNOSTIC_METRICS, **checks}
 
 
 def in_process_update(model_dir: Path, batch, plan) -> tuple[dict[str, torch.Tensor], dict[str, float]]:

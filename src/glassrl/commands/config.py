@@ -160,5 +160,14 @@ How a config is read (`glassrl.config.load_config`):
 - A knob the chosen algorithm ignores is an error when you write it (`algo.lam` under GRPO). A
   run's own `config.yaml` holds every key, so there only values other than the default count.
 - `glassrl train RUN_DIR/config.yaml --resume steps=120` extends a finished run; a resumed run
-  may change `steps`, `output_dir` and `logging.*`, and `RUN_DIR/resumes.jsonl` records what changed.
+  may change `steps`, `output_dir`, `logging.*` and `threads`, and `RUN_DIR/resumes.jsonl` records
+  what changed.
+- `threads` (all three commands): intra-op CPU threads. `auto` takes `GLASSRL_THREADS` or
+  `OMP_NUM_THREADS` when set, else the cores free now (the cores this process may use minus the
+  1-minute load average of other processes, at least 1: `glassrl.models.threads`); a start-up
+  line says the count and why. `glassrl train` records the count in every checkpoint and in
+  `environment.json`, and `--resume` under `auto` reuses it instead of choosing again. On one
+  machine 1 and 2 threads trained the default model and a 10× one to bit-identical metrics and
+  weights, but a sum over 4 M floats or a 512×4096×512 matrix product differs in the last bits
+  between them: with larger models the count can change the numbers (BENCHMARKS.md, bench_threads).
 """

@@ -6,18 +6,23 @@ another process makes every op as slow as that share: issue 14 measured the demo
 going from 0.3 s to 5–10 s while another job ran on the 2 cores, and GAE's fast path
 falling from 15× to 1.7× verl's loop. One thread that runs is faster than two that wait.
 
+The config key ``threads`` (RL, SFT and reward-model configs) is ``auto`` or a count N ≥ 1.
 :func:`choose_threads` decides, in this order:
 
-1. ``GLASSRL_THREADS`` = N (N ≥ 1): N, whatever the load;
-2. ``OMP_NUM_THREADS`` = N set by the user: N (torch reads it too; we do not override it);
-3. otherwise the cores free for us: the cores this process may run on (its CPU affinity,
+1. ``threads: N``: N;
+2. a resumed run under ``auto``: the count the run recorded in its checkpoint (part
+   "threads", glassrl.trainer.state), whatever the load now, so that it computes what the
+   run would have computed had it not stopped;
+3. ``GLASSRL_THREADS`` = N (N ≥ 1): N;
+4. ``OMP_NUM_THREADS`` = N set by the user: N (torch reads it too; we do not override it);
+5. otherwise the cores free for us: the cores this process may run on (its CPU affinity,
    capped by a cgroup CPU quota where there is one) minus the load that *other* processes put
    on them (the 1-minute load average minus this process's own recent CPU use), rounded
    to the nearest whole core, at least 1.
 
 The load average lags (it is a 1-minute moving average) and counts runnable threads, not
-cores used; the choice is made once, when training starts (:func:`set_threads`). Results
-are reproducible for a given thread count; set ``GLASSRL_THREADS`` to pin it.
+cores used; the choice is made once, when a trainer starts (:func:`set_threads`), and the
+console says which count and why (:func:`startup_line`).
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ import os
 import resource
 import time
 from pathlib import Path
+from typing import Literal
 
 import torch
 
 from glassrl.errors import GlassrlError
 
 ENV = "GLASSRL_THREADS"
+AUTO = "auto"
 _START = time.monotonic()  # import time: close enough to the process start for the own-load estimate
 
 
@@ -66,22 +73,51 @@ def free_cores(cores: int, load: float, own: float) -> int:
     return max(1, min(cores, math.floor(cores - others + 0.5)))
 
 
-def choose_threads(environ: dict[str, str] | None = None) -> tuple[int, str]:
-    """(threads, why): the rule of the module docstring; ``why`` is one line for the console."""
+def auto_threads(environ: dict[str, str] | None = None) -> tuple[int, str]:
+    """(threads, why) of ``threads: auto`` for a run that recorded none: steps 3–5 of the module docstring."""
     environ = os.environ if environ is None else environ
     for name in (ENV, "OMP_NUM_THREADS"):
         value = environ.get(name, "").strip()
         if value:
             if not value.isdigit() or int(value) < 1:
                 raise GlassrlError(f"{name}={value!r}: must be a whole number of threads, at least 1")
-            return int(value), f"{name}={value}"
+            return int(value), f"auto: {name}={value}"
     cores, load, own = usable_cores(), os.getloadavg()[0], own_load()
     threads = free_cores(cores, load, own)
-    return threads, f"{cores} usable cores, load average {load:.2f} ({own:.2f} of it this process's)"
+    return (
+        threads,
+        f"auto: {cores} usable cores, load average {load:.2f} ({own:.2f} of it this process's) → {threads} free",
+    )
 
 
-def set_threads(environ: dict[str, str] | None = None) -> tuple[int, str]:
+def choose_threads(
+    setting: int | Literal["auto"] = AUTO, recorded: int | None = None, environ: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """(threads, why): the rule of the module docstring. ``setting``: the config's ``threads``;
+    ``recorded``: the count a resumed run recorded (None for a fresh run, or one that recorded none);
+    ``why`` is the parenthesis of the start-up line."""
+    if setting != AUTO:
+        noted = (
+            f"; the run recorded {recorded}: its numbers may differ in the last bits from an unbroken run's"
+            if recorded is not None and recorded != setting
+            else ""
+        )
+        return setting, f"threads = {setting}{noted}"
+    if recorded is not None:
+        now, _ = auto_threads(environ)
+        return recorded, f"auto: recorded by the run in its checkpoint (auto would choose {now} now)"
+    return auto_threads(environ)
+
+
+def set_threads(
+    setting: int | Literal["auto"] = AUTO, recorded: int | None = None, environ: dict[str, str] | None = None
+) -> tuple[int, str]:
     """:func:`choose_threads`, applied with ``torch.set_num_threads``; returns what it chose and why."""
-    threads, why = choose_threads(environ)
+    threads, why = choose_threads(setting, recorded, environ)
     torch.set_num_threads(threads)
     return threads, why
+
+
+def startup_line(threads: int, why: str) -> str:
+    """The console line a trainer prints when it starts: ``threads: 1 (auto: 2 usable cores, …)``."""
+    return f"threads: {threads} ({why})"

@@ -176,6 +176,7 @@ def _build(out_dir: Path, seed: int, spec: AgentModelSpec, console: Console) -> 
         output_dir=str(out_dir),
         log_every=50,
         device="cpu",  # bit-identical builds (glassrl.trainer.default_model)
+        threads=1,  # the build's one thread (build_default_model), not the free cores
     )
     metrics = train_sft(sft, model=model, tokenizer=tokenizer, console=console)
     records = tasks.load_task(spec.task, "test", seed=seed, size=spec.eval_size)

@@ -48,6 +48,31 @@ class Workers:
             stop()
 
 
+def with_precision(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with model.dtype and model.compute_dtype "auto" made concrete for where the policy
+    runs, so that config.yaml and every checkpoint record the precision that ran.
+
+    Weights: float32, the optimiser's master copy (AdamW on bfloat16 weights loses small
+    updates: glassrl.models.precision). Compute: bfloat16 autocast on CUDA (the policy's device,
+    or ``ray.actor.resources`` naming a GPU), float32 on CPU, where bfloat16 matmuls are slower
+    than float32 ones. A frozen π_ref runs exactly as the actor does, so KL is 0 until the first update.
+    """
+    import dataclasses
+
+    from glassrl.models.loading import resolve_device
+
+    m = cfg.model
+    if cfg.trainer.backend == "ray":
+        on_gpu = cfg.ray.actor.resources.get("GPU", 0) > 0
+    else:
+        on_gpu = resolve_device(m.device).type == "cuda"
+    dtype = "float32" if m.dtype == "auto" else m.dtype
+    compute = m.compute_dtype
+    if compute == "auto":
+        compute = "bfloat16" if on_gpu and dtype == "float32" else "float32"
+    return dataclasses.replace(cfg, model=dataclasses.replace(m, dtype=dtype, compute_dtype=compute))
+
+
 def actor_path(cfg: TrainConfig, console) -> Path:
     """model.actor as a checkpoint directory (a directory, or a hub id in the local Hugging Face cache:
     glassrl.models.resolve_model_path); "default" and "default-agent" build the embedded model if missing."""

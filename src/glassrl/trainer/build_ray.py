@@ -8,10 +8,16 @@ the in-process build (glassrl.trainer.build), so the training loop does not chan
 What each rank of a group holds is built in its own process by the ``*_rank`` functions
 below (module-level, so Ray pickles them by reference), from the same config:
 
-- actor ranks: a DDP replica of π_θ (glassrl.workers.data_parallel.DataParallelActor) with
-  its optimiser, the rollout sampling with that replica (the first ``ray.rollout_ranks``
-  ranks, rank r from the seed ``seed + 1 + r``: rank 0 samples as the in-process rollout
-  does), and under LoRA π_ref (the same model, adapters off);
+- actor ranks: a DDP replica (or FSDP2 shard) of π_θ (glassrl.workers.data_parallel.DataParallelActor)
+  with its optimiser, the rollout sampling with that replica (``ray.rollout.placement:
+  with_actor``: the first ``ray.rollout_ranks`` ranks, rank r from the seed ``seed + 1 + r``:
+  rank 0 samples as the in-process rollout does) or the sending side of the weight sync
+  (``apart``), and under LoRA π_ref (the same model, adapters off);
+- rollout ranks (``ray.rollout.placement: apart``): a copy of π_θ loaded from the same checkpoint
+  (LoRA: the same adapters on it), sampling from the seed ``seed + 1 + r`` as actor rank r would,
+  and the receiving side of the weight sync (glassrl.workers.weight_sync), which actor rank 0
+  runs after every actor update and load (glassrl.workers.ray.RayWeightSync); so the apart run
+  with k rollout ranks samples what the with_actor run with ``ray.rollout_ranks: k`` samples;
 - critic ranks: a DDP replica of V (DataParallelCritic); its fresh head is drawn right after
   the rank seeds torch with ``seed``, as the in-process build draws it;
 - reference ranks: π_ref, frozen, each rank its rows (no collective);
@@ -19,8 +25,10 @@ below (module-level, so Ray pickles them by reference), from the same config:
 
 Checkpoint parts of a trained role: ``actor`` (Hugging Face format, rank 0) and
 ``actor_state`` (DCP shards of every rank); likewise for the critic. Not wired here (the
-config refuses them): PPO-ptx, FSDP2 (sampling from shards is not built) and
-``on_nonfinite: skip``.
+config refuses them): PPO-ptx, and FSDP2 with the rollout on the actor's ranks (sampling from
+shards is not built; placed apart, the rollout samples from gathered weights). The data-parallel
+update checks every optimiser step as the in-process one does (``on_nonfinite``: stop or skip,
+decided alike on every rank from values summed over the ranks).
 """
 
 from __future__ import annotations
@@ -43,7 +51,8 @@ from glassrl.trainer.build import (
     with_lora,
 )
 from glassrl.trainer.common import make_optimizer, seed_everything
-from glassrl.trainer.config import RayRoleConfig, Resolved, TrainConfig
+from glassrl.trainer.config import RayRoleConfig, RayRolloutConfig, Resolved, TrainConfig
+from glassrl.trainer.nonfinite import check_weights, on_bad_step
 from glassrl.trainer.ptx import PtxLoss
 from glassrl.trainer.update import DIAGNOSTIC_METRICS, actor_forward, critic_forward
 
@@ -54,13 +63,25 @@ def build_ray_workers(
     """Groups of Ray actors for the roles ``cfg`` needs, behind the worker interface; ``Workers.close``
     stops them. GlassrlError when the cluster cannot be joined or the groups cannot be placed."""
     from glassrl.workers.local import LocalReward
-    from glassrl.workers.ray import RayActor, RayCluster, RayCritic, RayReference, RayReward, RayRollout, connect
+    from glassrl.workers.ray import (
+        RayActor,
+        RayCluster,
+        RayCritic,
+        RayReference,
+        RayReward,
+        RayRollout,
+        RayWeightSync,
+        connect,
+    )
 
     if ptx is not None:
         raise GlassrlError("algo.ptx_coef: PPO-ptx is not wired into trainer.backend = ray")
     ray, m = cfg.ray, cfg.model
     lora_reference = cfg.model.lora is not None and m.reference is None
+    apart = ray.rollout.placement == "apart"
     specs = [_spec("actor", ray.actor, partial(actor_rank, cfg, resolved, str(path)))]
+    if apart:
+        specs.append(_spec("rollout", ray.rollout, partial(rollout_rank, cfg, str(path))))
     if resolved.uses_reference and not lora_reference:
         specs.append(_spec("reference", ray.reference, partial(reference_rank, cfg, str(m.reference or path))))
     if resolved.uses_critic:
@@ -75,9 +96,15 @@ def build_ray_workers(
         reference = None
         if resolved.uses_reference:
             reference = RayReference(actors) if lora_reference else RayReference(cluster["reference"])
+        sync, rollout = None, RayRollout(actors, pad_id, ranks=ray.rollout_ranks)
+        if apart:
+            rollouts = cluster["rollout"]
+            # NCCL when both sides hold a GPU, else gloo (a GPU actor's buckets staged through the CPU).
+            device = "cuda" if _device(ray.actor) == _device(ray.rollout) == "cuda" else "cpu"
+            sync, rollout = RayWeightSync(actors, rollouts, device), RayRollout(rollouts, pad_id)
         return Workers(
-            actor=RayActor(actors),
-            rollout=RayRollout(actors, pad_id, ranks=ray.rollout_ranks),
+            actor=RayActor(actors, weight_sync=sync),
+            rollout=rollout,
             reward=RayReward(cluster["reward"]) if ray.reward is not None else LocalReward(build_reward(cfg)),
             reference=reference,
             critic=RayCritic(cluster["critic"]) if resolved.uses_critic else None,
@@ -88,12 +115,15 @@ def build_ray_workers(
         raise
 
 
-def _spec(role: str, group: RayRoleConfig, build):
+def _device(group: RayRoleConfig | RayRolloutConfig) -> str:
+    return "cuda" if float(group.resources.get("GPU", 0)) > 0 else "cpu"
+
+
+def _spec(role: str, group: RayRoleConfig | RayRolloutConfig, build):
     from glassrl.workers.ray import RoleSpec
 
     resources = {key: float(value) for key, value in group.resources.items()}
-    device = "cuda" if resources.get("GPU", 0) > 0 else "cpu"
-    return RoleSpec(role, group.world_size, build, resources=resources, device=device)
+    return RoleSpec(role, group.world_size, build, resources=resources, device=_device(group))
 
 
 # ---------------------------------------------------------------- what each rank builds (in its process)
@@ -101,12 +131,14 @@ def _spec(role: str, group: RayRoleConfig, build):
 
 def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ctx) -> dict:
     """Rank ``ctx.rank`` of π_θ: "actor" (its replica, optimiser, update), "rollout" (sampling with
-    the replica, on the first ``ray.rollout_ranks`` ranks) and, under LoRA, "reference"."""
+    the replica, on the first ``ray.rollout_ranks`` ranks) or, with the rollout apart, "weights"
+    (the sending side of the weight sync) and, under LoRA, "reference"."""
     from glassrl.models import load_causal_lm, load_tokenizer
     from glassrl.models.precision import check_master_weights, compute_dtype
     from glassrl.workers.data_parallel import DataParallelActor, DataParallelModel, run_dp_updates
     from glassrl.workers.local import LocalRollout
     from glassrl.workers.lora import LoraReference
+    from glassrl.workers.weight_sync import WeightSender
 
     seed_everything(cfg.seed)
     m, a, r = cfg.model, cfg.algo, cfg.rollout
@@ -126,6 +158,8 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ctx) -> dict:
         terms=actor_loss(cfg, resolved),
         prefix="actor",
         diagnostics=DIAGNOSTIC_METRICS,
+        on_bad_step=partial(on_bad_step, cfg.on_nonfinite),
+        check_weights=check_weights,
     )
     forward = partial(actor_forward, r.temperature, True)  # phase 3 logs the entropy
     objects = {
@@ -134,12 +168,34 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ctx) -> dict:
         )
     }
     samplers = cfg.ray.rollout_ranks if cfg.ray.rollout_ranks is not None else ctx.world_size
-    if ctx.rank < samplers:
+    if cfg.ray.rollout.placement == "apart":
+        objects["weights"] = WeightSender(dp.module, ctx.is_main, int(cfg.ray.rollout.sync_bucket_mb * 2**20))
+    elif ctx.rank < samplers:
         generator = torch.Generator(ctx.device).manual_seed(cfg.seed + 1 + ctx.rank)
         objects["rollout"] = LocalRollout(rollout_engine(cfg, dp.module, tokenizer), generator, compute)
     if m.lora is not None and m.reference is None and a.kl.placement != "none":
         objects["reference"] = LoraReference(dp.module, temperature=r.temperature, micro_batch=micro, compute=compute)
     return objects
+
+
+def rollout_rank(cfg: TrainConfig, path: str, ctx) -> dict:
+    """Rank ``ctx.rank`` of the rollout placed apart: "rollout" (sampling with its copy of π_θ, from
+    the seed actor rank ``ctx.rank`` would sample from) and "weights" (the copy's side of the sync)."""
+    from glassrl.models import load_causal_lm, load_tokenizer
+    from glassrl.models.precision import compute_dtype
+    from glassrl.workers.local import LocalRollout
+    from glassrl.workers.weight_sync import ModuleSink, WeightReceiver
+
+    seed_everything(cfg.seed)
+    m = cfg.model
+    tokenizer = load_tokenizer(path)
+    load_lm = partial(load_causal_lm, dtype=m.dtype, device=str(ctx.device))
+    model, _ = with_lora(load_lm(Path(path)), lora_settings(cfg), Path(path), load_lm)
+    generator = torch.Generator(ctx.device).manual_seed(cfg.seed + 1 + ctx.rank)
+    # A vLLM engine samples from its own weights, reloaded from this model when its parameters
+    # change (glassrl.rollout.vllm): the sync writes into this model in place.
+    rollout = LocalRollout(rollout_engine(cfg, model, tokenizer), generator, compute_dtype(m.compute_dtype))
+    return {"rollout": rollout, "weights": WeightReceiver(ModuleSink(model))}
 
 
 def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
@@ -165,6 +221,8 @@ def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
         terms=critic_loss(cfg, resolved),
         prefix="critic",
         diagnostics=DIAGNOSTIC_METRICS,
+        on_bad_step=partial(on_bad_step, cfg.on_nonfinite),
+        check_weights=check_weights,
     )
     tokenizer = load_tokenizer(actor)
     critic = DataParallelCritic(

@@ -219,13 +219,19 @@ class CheckpointManager:
                 f"(expected: {', '.join(sorted(required))})"
             )
         verify(path, manifest)
-        parts = {}
-        for part_name, entry in manifest["parts"].items():
-            try:
-                parts[part_name] = _READERS[entry["kind"]](path, part_name)
-            except (ValueError, KeyError, TypeError, SafetensorError) as err:  # passed sha256: written so by a bug
-                raise GlassrlError(f"checkpoint {path.name}: part {part_name!r} cannot be decoded ({err})") from None
-        return parts
+        return {part_name: _read_part(path, part_name, entry) for part_name, entry in manifest["parts"].items()}
+
+    def load_part(self, path: Path, name: str) -> object | None:
+        """One part of checkpoint ``path``, its files verified and decoded as :meth:`load` does; None
+        when the checkpoint has no part ``name``. For what a run must know before it loads the rest
+        (the thread count it recorded: glassrl.trainer.state.recorded_threads)."""
+        path = Path(path)
+        entry = read_manifest(path)["parts"].get(name)
+        if entry is None:
+            return None
+        for file in entry["files"]:
+            _verify_file(path, file)
+        return _read_part(path, name, entry)
 
     def _write_part(self, directory: Path, name: str, part: Part) -> dict:
         """Write one part, read it back, compare; its manifest entry (with "finite", popped by save)."""
@@ -386,6 +392,13 @@ def _finite(value: object) -> bool:
     if isinstance(value, (list, tuple)):
         return all(_finite(v) for v in value)
     return True
+
+
+def _read_part(path: Path, name: str, entry: dict) -> object:
+    try:
+        return _READERS[entry["kind"]](path, name)
+    except (ValueError, KeyError, TypeError, SafetensorError) as err:  # passed sha256: written so by a bug
+        raise GlassrlError(f"checkpoint {path.name}: part {name!r} cannot be decoded ({err})") from None
 
 
 def _read_json(path: Path, name: str) -> object:

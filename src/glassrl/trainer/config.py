@@ -15,8 +15,9 @@ Optimiser settings count optimiser steps (``epochs × mini-batches`` per trainin
 Checks (:meth:`TrainConfig.validate`, run by the loader and again by ``resolve``): ranges,
 registry names, consistency, and knobs the chosen algorithm ignores (``algo.lam`` under
 GRPO, ``algo.cispo_*`` without CISPO, ``critic_optim.*`` without a critic, ...), each one
-GlassrlError line naming the key and why. The optimiser section (:class:`OptimConfig`) is
-shared with the SFT and reward-model configs (glassrl.trainer.sft, glassrl.trainer.rm).
+GlassrlError line naming the key and why. The optimiser section (:class:`OptimConfig`) and the
+top-level ``threads`` (:func:`check_threads`) are shared with the SFT and reward-model configs
+(glassrl.trainer.sft, glassrl.trainer.rm).
 
 Each field carries a one-line comment on its own line(s): its help in ``glassrl config show`` and
 docs/config.md (glassrl.config.field_help). docs/algorithms/*.md name these keys.
@@ -55,10 +56,10 @@ class ModelConfig:
     reference: str | None = None  # reference policy π_ref (dir or cached hub id); null = a frozen initial actor
     critic: str | None = None  # critic checkpoint; null = the actor + fresh head; reward_model = the reward model
     critic_head: str = "value-head"  # scalar head of a critic built from a causal LM: value-head | token-classification
-    dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | float16
+    dtype: str = "auto"  # weights: auto (float32: the optimiser's master copy) | float32 | bfloat16 | float16
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
-    compute_dtype: Literal["float32", "bfloat16"] = (
-        "float32"  # matrix products; bfloat16 = autocast over float32 master weights (model.dtype must give float32)
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = (
+        "auto"  # matrix products: auto (bfloat16 on CUDA over float32 weights, else float32) | float32 | bfloat16 (autocast over float32 master weights)
     )
     lora: LoraConfig | None = (
         None  # LoRA adapters on the actor and the critic (π_ref = the base, adapters off); null = train every weight
@@ -317,6 +318,22 @@ class RayRoleConfig:
 
 
 @dataclass
+class RayRolloutConfig:
+    """Where π_θ samples under the Ray backend: on the actor's ranks, with their replicas, or on
+    ranks of its own, each with a copy of π_θ that the actor updates after every change (weight
+    sync, glassrl.workers.weight_sync; docs/scale-out.md)."""
+
+    placement: Literal["with_actor", "apart"] = (
+        "with_actor"  # with_actor: the first ray.rollout_ranks actor ranks sample with their replicas; apart: the ranks below, each with its copy of π_θ, which actor rank 0 broadcasts to after every update and load
+    )
+    world_size: int = 1  # apart: sampling ranks (prompts in contiguous chunks; rank r samples as actor rank r would with ray.rollout_ranks = world_size)
+    resources: dict[str, float] = field(
+        default_factory=lambda: {"CPU": 1.0}
+    )  # apart: per rank, Ray resources; NCCL for the weight sync when actor and rollout ranks hold a GPU each, else gloo
+    sync_bucket_mb: float = 256.0  # apart: the weight sync packs parameters into flat buffers of at most this size, one broadcast each (fewer collectives against a buffer of this size on both sides)
+
+
+@dataclass
 class RayConfig:
     """The Ray backend (glassrl.workers.ray, glassrl.trainer.build_ray); read when trainer.backend = ray."""
 
@@ -324,13 +341,16 @@ class RayConfig:
     placement: Literal["colocate", "separate"] = (
         "colocate"  # colocate: rank r of every role shares bundle r; separate: a placement group per role
     )
-    fsdp: bool = False  # FSDP2 shards instead of DDP replicas (library only: sampling from shards is not built)
+    fsdp: bool = False  # FSDP2 shards instead of DDP replicas (needs ray.rollout.placement = apart: sampling from shards is not built)
     rollout_ranks: int | None = (
-        None  # actor ranks that sample (the first k); null = all; 1 = rank 0 samples with the in-process seed (same responses as trainer.backend = local)
+        None  # with ray.rollout.placement = with_actor: actor ranks that sample (the first k); null = all; 1 = rank 0 samples with the in-process seed (same responses as trainer.backend = local)
     )
+    rollout: RayRolloutConfig = field(
+        default_factory=RayRolloutConfig
+    )  # where π_θ samples: on the actor's ranks, or on ranks of its own kept in sync
     actor: RayRoleConfig = field(
         default_factory=RayRoleConfig
-    )  # the policy's ranks (they also sample, and hold π_ref under LoRA)
+    )  # the policy's ranks (they sample too unless ray.rollout.placement = apart, and hold π_ref under LoRA)
     critic: RayRoleConfig = field(
         default_factory=RayRoleConfig
     )  # the value model's ranks (when the estimator reads values)
@@ -347,6 +367,9 @@ class TrainConfig:
     seed: int = 0  # seeds every RNG (python, numpy, torch, data order, sampling)
     steps: int = 100  # training steps (each: generate, score, advantages, update)
     output_dir: str = "runs/train"  # run directory: config.yaml, metrics.jsonl, ledgers/, checkpoints/
+    threads: int | Literal["auto"] = (
+        "auto"  # intra-op CPU threads of this process: N, or auto = the cores free now (glassrl.models.threads); recorded in the checkpoints, and a resumed run under auto reuses the recorded count
+    )
     model: ModelConfig = field(default_factory=ModelConfig)  # actor, reference, critic
     data: DataConfig = field(default_factory=DataConfig)  # prompts
     rollout: RolloutConfig = field(default_factory=RolloutConfig)  # sampling
@@ -495,6 +518,12 @@ def at_least(minimum: int, values: dict[str, float | int | None]) -> None:
             fail(key, value, f"must be >= {minimum}")
 
 
+def check_threads(value: Any) -> None:
+    """The top-level ``threads`` of every trainer's config: auto, or a whole number >= 1."""
+    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        fail("threads", value, "must be auto or a whole number of threads >= 1")
+
+
 def _divides(part: int, part_key: str, whole: int, whole_key: str, unit: str) -> None:
     if whole % part:
         raise GlassrlError(
@@ -571,6 +600,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
             a.overlong.cache_length,
             f"must satisfy 0 < cache_length <= algo.overlong.max_length ({a.overlong.max_length})",
         )
+    check_threads(cfg.threads)
     cfg.actor_optim.check("actor_optim")
     cfg.critic_optim.check("critic_optim")
     loss_params(a)
@@ -840,7 +870,7 @@ def _check_scale_out(cfg: TrainConfig, written: Set[str] | None) -> None:
         if knob_set(cfg, "ray", written):
             raise GlassrlError("ray: ignored: trainer.backend = local; remove the section or set trainer.backend: ray")
         return
-    _check_ray(cfg)
+    _check_ray(cfg, written)
 
 
 def _check_overlap(cfg: TrainConfig) -> None:
@@ -861,10 +891,30 @@ def _check_overlap(cfg: TrainConfig) -> None:
         fail("rollout.overlap", True, f"rollout.engine = {r.engine} keeps its own weights; it samples with engine hf")
 
 
-def _check_ray(cfg: TrainConfig) -> None:
+def _check_ray(cfg: TrainConfig, written: Set[str] | None) -> None:
     """What trainer.backend = ray needs: groups that can be placed, a mini-batch per rank, wired features."""
     ray, a = cfg.ray, cfg.algo
+    apart = ray.rollout.placement == "apart"
     roles = {"actor": ray.actor, "critic": ray.critic, "reference": ray.reference, "reward": ray.reward}
+    if apart:
+        roles["rollout"] = ray.rollout
+        if not ray.rollout.sync_bucket_mb > 0:
+            fail("ray.rollout.sync_bucket_mb", ray.rollout.sync_bucket_mb, "must be > 0")
+        if ray.rollout_ranks is not None:
+            fail(
+                "ray.rollout_ranks",
+                ray.rollout_ranks,
+                "ignored: with ray.rollout.placement = apart the ranks "
+                "that sample are ray.rollout.world_size; remove it",
+            )
+    else:
+        for knob in ("world_size", "resources", "sync_bucket_mb"):
+            if knob_set(cfg, f"ray.rollout.{knob}", written):
+                fail(
+                    f"ray.rollout.{knob}",
+                    get_dotted(cfg, f"ray.rollout.{knob}"),
+                    "ignored: ray.rollout.placement = with_actor samples on the actor's ranks (ray.rollout_ranks)",
+                )
     for name, role in roles.items():
         if role is None:
             continue
@@ -884,19 +934,17 @@ def _check_ray(cfg: TrainConfig) -> None:
                 f"more ranks than the {mini} responses of a mini-batch (batch.mini_batch_prompts × rollout.n): "
                 "a rank would have nothing to train on",
             )
-    if ray.fsdp:
+    if ray.fsdp and not apart:
         fail(
             "ray.fsdp",
             True,
-            "sampling from FSDP2 shards is not built, so glassrl train runs DDP replicas "
-            "(FSDP2 is a library part: docs/scale-out.md)",
+            "sampling from FSDP2 shards is not built; sample on ranks of their own (ray.rollout.placement: apart), "
+            "which the actor's gathered weights keep in sync (docs/scale-out.md)",
         )
     if a.ptx_coef > 0:
         fail("algo.ptx_coef", a.ptx_coef, "PPO-ptx is not wired into trainer.backend = ray; use trainer.backend: local")
     if agent_config(cfg) is not None:
         fail("rollout.agent", "on", "multi-turn rollouts are not wired into trainer.backend = ray")
-    if cfg.on_nonfinite == "skip":
-        fail("on_nonfinite", "skip", "the data-parallel update does not skip steps; use on_nonfinite: stop")
     if cfg.model.padding_free:
         fail("model.padding_free", True, "not wired into trainer.backend = ray; use trainer.backend: local")
     if cfg.rollout.overlap:

@@ -163,6 +163,7 @@ def _build(out_dir: Path, seed: int, spec: DefaultModelSpec, console: Console) -
         output_dir=str(out_dir),
         log_every=50,
         device="cpu",  # bit-identical builds: the same kernels on every machine that runs this
+        threads=1,  # the build's one thread (build_default_model), not the free cores
     )
     metrics = train_sft(sft, model=model, tokenizer=tokenizer, console=console)
     accuracy = heldout_accuracy(model, tokenizer, tasks.load_task(arith_verify.NAME, "test"))

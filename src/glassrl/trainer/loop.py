@@ -11,7 +11,8 @@ which inputs are computed (values → critic, baseline_rewards → greedy rollou
 shapers (phases.SCORE_SHAPERS) by their keys, loss terms by their coefficients
 (update.actor_terms).
 
-Run directory (``output_dir``): config.yaml (the resolved config), metrics.jsonl,
+Run directory (``output_dir``): config.yaml (the resolved config), environment.json (versions,
+machine, and the intra-op thread count with why it was chosen), metrics.jsonl,
 tensorboard/ (when on), ledgers/step_XXXXXX.jsonl, checkpoints/ (glassrl.trainer.checkpoint),
 resumes.jsonl (one line per --resume: from which checkpoint, and the keys changed), .lock
 while a run holds it (glassrl.trainer.run_lock: one run per directory).
@@ -38,6 +39,7 @@ from glassrl.algos.masked import masked_mean
 from glassrl.config import flatten, safe_load, to_dict
 from glassrl.errors import GlassrlError
 from glassrl.ledger.compute import from_experience
+from glassrl.models.threads import set_threads, startup_line
 from glassrl.report.html import write_run_report
 from glassrl.report.run_dir import collect_environment
 from glassrl.report.sinks import (
@@ -54,7 +56,14 @@ from glassrl.rollout.stops import describe as describe_stops
 from glassrl.rollout.stops import saved_generation_config
 from glassrl.trainer import phases, state
 from glassrl.trainer.atomic import DISK_FULL, disk_errors, write_text
-from glassrl.trainer.build import actor_path, build_gold, build_local_workers, build_ptx, prompt_format
+from glassrl.trainer.build import (
+    actor_path,
+    build_gold,
+    build_local_workers,
+    build_ptx,
+    prompt_format,
+    with_precision,
+)
 from glassrl.trainer.build_ray import build_ray_workers
 from glassrl.trainer.checkpoint import CheckpointManager
 from glassrl.trainer.common import seed_everything
@@ -89,8 +98,9 @@ CONSOLE_KEYS = (
     "perf/step_s",
 )
 # Config keys a resumed run may change (dotted prefixes): how long it runs, where it lives, what
-# it logs. Anything else would make it another run (state.RunConfig).
-RESUME_MAY_CHANGE = ("steps", "output_dir", "logging")
+# it logs, and an explicit thread count (under auto it keeps the one it recorded: _set_threads).
+# Anything else would make it another run (state.RunConfig).
+RESUME_MAY_CHANGE = ("steps", "output_dir", "logging", "threads")
 
 
 class Trainer:
@@ -101,8 +111,12 @@ class Trainer:
     ) -> None:
         from glassrl.models import load_tokenizer
 
+        cfg = with_precision(cfg)  # model.dtype / compute_dtype "auto" made concrete
         self.cfg, self.resolved = cfg, resolve(cfg)
         self.console = console or Console()
+        self.out = Path(cfg.output_dir)
+        self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)
+        self.threads = self._set_threads(resume)  # before any torch work
         seed_everything(cfg.seed)
         path = actor_path(cfg, self.console)
         self.tokenizer = load_tokenizer(path)
@@ -146,6 +160,7 @@ class Trainer:
         self.components += [
             self.prompts,
             self.counters,
+            self.threads,
             state.Wrapped("kl_controller", "json", self.kl),
             *[s for s in (*self.shapers, self.sampler) if getattr(s, "part_names", ())],
             *([self.ptx.stream] if self.ptx is not None else []),
@@ -153,8 +168,6 @@ class Trainer:
         ]
         self.run_config = state.RunConfig(to_dict(cfg), RESUME_MAY_CHANGE, to_dict(type(cfg)()))  # checked first
         self.components.insert(0, self.run_config)
-        self.out = Path(cfg.output_dir)
-        self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)
         with disk_errors(f"output_dir = {self.out}", self.out):
             self.lock = RunLock(self.out / ".lock", f"output_dir = {self.out}")  # released by train() / close()
         try:
@@ -249,7 +262,8 @@ class Trainer:
 
     def _train_steps(self) -> None:
         write_text(self.out / "config.yaml", yaml.safe_dump(to_dict(self.cfg), sort_keys=False, allow_unicode=True))
-        write_text(self.out / "environment.json", json.dumps(collect_environment(), indent=2))
+        environment = {**collect_environment(), "threads": self.threads.count, "threads_why": self.threads.why}
+        write_text(self.out / "environment.json", json.dumps(environment, indent=2, ensure_ascii=False))
         if self.counters.step == 0 and self.test_records:
             initial = self.evaluate()
             self.initial_eval = initial["eval/accuracy"]
@@ -396,6 +410,15 @@ class Trainer:
         )
 
     # ------------------------------------------------------------------ helpers
+
+    def _set_threads(self, resume: bool) -> state.Threads:
+        """Apply the config's ``threads`` (glassrl.models.threads) and say which count and why; a
+        resumed run under ``auto`` takes the count its checkpoint recorded, not what the load gives now."""
+        recorded = state.recorded_threads(self.checkpoints) if resume else state.Recorded(None, None)
+        count, why = set_threads(self.cfg.threads, recorded.threads)
+        self.console.print(startup_line(count, why), markup=False, soft_wrap=True)
+        # a checkpoint written before glassrl recorded the count has no part "threads" to load
+        return state.Threads(count, why, required=recorded.checkpoint is None or recorded.threads is not None)
 
     def _check_run_dir(self, resume: bool) -> None:
         """A fresh run must not mix with an old one; a resumed run continues from the latest

@@ -13,12 +13,15 @@ The config key ``on_nonfinite`` chooses what a non-finite loss or gradient does:
 
 Weights that turn non-finite after a step with finite gradients (a learning rate of 1e30)
 stop the run under either policy: their previous values are gone, there is nothing to skip to.
+
+Data-parallel ranks (glassrl.workers.data_parallel, bound by glassrl.trainer.build_ray) make
+the same checks on values summed over the ranks, so every rank skips or stops at the same step.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -50,12 +53,28 @@ def params_sum(params: Iterable[torch.Tensor]) -> torch.Tensor:
     return torch.stack(sums).sum() if sums else torch.zeros((), dtype=torch.float64)
 
 
-def check_weights(model: torch.nn.Module, params: list[torch.Tensor], where: str) -> None:
-    """NonFiniteError naming the first non-finite trainable weight of ``model`` when there is one."""
-    if math.isfinite(params_sum(params).item()):
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's elements of a shard (an FSDP2 DTensor); any other tensor itself."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def check_weights(
+    model: torch.nn.Module,
+    params: list[torch.Tensor],
+    where: str,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> None:
+    """NonFiniteError naming the first non-finite trainable weight of ``model`` when there is one.
+
+    ``reduce`` (data parallelism: the sum over ranks, glassrl.workers.data_parallel.all_reduce_sum)
+    makes the test global, so every rank raises or none does; a shard is tested by its own elements.
+    """
+    total = params_sum(_local(p) for p in params)
+    if math.isfinite((total if reduce is None else reduce(total)).item()):
         return
     name = next(
-        (n for n, p in model.named_parameters() if p.requires_grad and not bool(torch.isfinite(p).all())), "a weight"
+        (n for n, p in model.named_parameters() if p.requires_grad and not bool(torch.isfinite(_local(p)).all())),
+        "a weight" if reduce is None else "a weight of another rank's shard",
     )
     raise NonFiniteError(
         f"{where}: weight {name} is non-finite after the optimiser step (finite gradients, so the step "

@@ -50,10 +50,11 @@ from glassrl.data.records import PreferencePair
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
 from glassrl.models import load_scalar_model, load_tokenizer, resolve_device, resolve_model_path, sequence_scores
+from glassrl.models.threads import set_threads, startup_line
 from glassrl.report.sinks import JsonlSink
 from glassrl.trainer.atomic import StagedDir, disk_errors, write_text
 from glassrl.trainer.common import batch_indices, collate, encode_response, make_optimizer, seed_everything
-from glassrl.trainer.config import OptimConfig, at_least, fail
+from glassrl.trainer.config import OptimConfig, at_least, check_threads, fail
 from glassrl.trainer.nonfinite import check_weights, nonfinite, on_bad_step
 from glassrl.trainer.run_lock import RunLock, sibling_lock_path
 from glassrl.trainer.sft import check_positions
@@ -81,6 +82,9 @@ class RMConfig:
     eval_every: int = 0  # steps between held-out evaluations; 0 = only at the end
     log_every: int = 10  # steps between metric rows
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
+    threads: int | Literal["auto"] = (
+        "auto"  # intra-op CPU threads: N, or auto = the cores free now (glassrl.models.threads)
+    )
     on_nonfinite: Literal["stop", "skip"] = "stop"  # NaN/inf loss or grad norm: stop (exit 2, no output) or skip it
 
     title = "glassrl rm: resolved"
@@ -92,6 +96,7 @@ class RMConfig:
         at_least(0, {"eval_every": self.eval_every})
         if self.eval_data is None and held_out_split(self.data) is None:
             fail("eval_data", None, f"needed when data is a file ({self.data}); give a held-out JSONL file")
+        check_threads(self.threads)
         self.optim.check("optim")
 
     def rows(self) -> list[tuple[str, str, str]]:
@@ -182,6 +187,7 @@ def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
 
 def _train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
     console = console or Console()
+    console.print(startup_line(*set_threads(cfg.threads)), markup=False, soft_wrap=True)  # before torch work
     seed_everything(cfg.seed)  # before loading: the fresh scalar head is drawn from torch's RNG
     device = resolve_device(cfg.device)
     path = _model_path(cfg.model, console)

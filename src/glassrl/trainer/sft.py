@@ -40,10 +40,11 @@ from glassrl.errors import GlassrlError
 from glassrl.jsonl import jsonl_objects
 from glassrl.models.default_model import MARKER, default_model_dir
 from glassrl.models.loading import resolve_model_path
+from glassrl.models.threads import set_threads, startup_line
 from glassrl.report.sinks import JsonlSink
 from glassrl.trainer.atomic import StagedDir, disk_errors, write_text
 from glassrl.trainer.common import batch_indices, collate, encode_responses, make_optimizer, seed_everything
-from glassrl.trainer.config import OptimConfig, at_least, fail
+from glassrl.trainer.config import OptimConfig, at_least, check_threads, fail
 from glassrl.trainer.nonfinite import check_weights, nonfinite, on_bad_step
 from glassrl.trainer.run_lock import RunLock, sibling_lock_path
 
@@ -68,6 +69,9 @@ class SFTConfig:
     eval_every: int = 0  # steps between evaluations of the eval loss; 0 = only at the end
     log_every: int = 10  # steps between metric rows
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
+    threads: int | Literal["auto"] = (
+        "auto"  # intra-op CPU threads: N, or auto = the cores free now (glassrl.models.threads)
+    )
     on_nonfinite: Literal["stop", "skip"] = "stop"  # NaN/inf loss or grad norm: stop (exit 2, no output) or skip it
 
     title = "glassrl sft: resolved"
@@ -85,6 +89,7 @@ class SFTConfig:
                 self.epochs,
                 f"ignored: steps = {self.steps} sets the length (steps: null trains by epochs); remove it",
             )
+        check_threads(self.threads)
         self.optim.check("optim")
 
     def rows(self) -> list[tuple[str, str, str]]:
@@ -197,6 +202,7 @@ def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | Non
 
 def _train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | None = None) -> dict[str, float]:
     console = console or Console()
+    console.print(startup_line(*set_threads(cfg.threads)), markup=False, soft_wrap=True)  # before torch work
     seed_everything(cfg.seed)
     device = _device(cfg.device)
     if model is None:

@@ -12,6 +12,7 @@ checkpoint holds everything that influences what comes next:
     ptx_data                    position in the PPO-ptx pairs (when algo.ptx_coef > 0)
     kl_controller               β of the KL controller
     counters                    completed training steps
+    threads                     the intra-op thread count the steps ran with (:class:`Threads`)
     config                      the resolved config of the run (:class:`RunConfig`)
     plus every part of the optional components the config turns on (reward
     normaliser, sample buffer), each under its own name.
@@ -139,6 +140,39 @@ class Counters:
 
     def load_state_dict(self, parts: dict[str, Any]) -> None:
         self.step = int(parts["counters"]["step"])
+
+
+class Threads:
+    """The run's intra-op thread count (glassrl.models.threads) as part "threads".
+
+    More threads may split a reduction differently and change its rounding, so a resumed run
+    under ``threads: auto`` computes with the count its checkpoint recorded, not the one the
+    load would choose now. It needs the count before it builds anything, so the Trainer reads it
+    first (:func:`recorded_threads`); loading the part with the others adds nothing.
+    ``required=False``: resuming from a checkpoint written before glassrl recorded the count.
+    """
+
+    def __init__(self, count: int, why: str, *, required: bool = True) -> None:
+        self.count, self.why = count, why
+        self.part_names = ("threads",) if required else ()
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        return {"threads": ("json", {"count": self.count})}
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        pass  # read before the workers were built (recorded_threads)
+
+
+class Recorded(NamedTuple):
+    checkpoint: Path | None  # the checkpoint a resume continues from; None when there is none
+    threads: int | None  # the thread count it recorded; None when it recorded none
+
+
+def recorded_threads(manager: CheckpointManager) -> Recorded:
+    """The thread count recorded in the checkpoint :func:`restore` will load (part "threads")."""
+    path, _ = manager.find_latest()
+    part = manager.load_part(path, "threads") if path is not None else None
+    return Recorded(path, int(part["count"]) if part is not None else None)
 
 
 class RunConfig:

@@ -177,6 +177,17 @@ def _max_over_ranks(n: int, device: torch.device) -> int:
     return int(t)
 
 
+def _over_ranks(ctx: DistContext, mine: torch.Tensor) -> torch.Tensor:
+    """(W, n) float64 on the CPU: row r is rank r's ``mine`` (n,).
+
+    One all-reduce of a table whose row r only rank r fills: every entry has one non-zero
+    addend, so the sum is exact and every rank reads the same table, and decides alike.
+    """
+    table = torch.zeros(ctx.world_size, mine.numel(), dtype=torch.float64, device=ctx.device)
+    table[ctx.rank] = mine.double()
+    return all_reduce_sum(table).cpu()
+
+
 def run_dp_updates(
     dp: DataParallelModel,
     optimizer: torch.optim.Optimizer,
@@ -190,6 +201,8 @@ def run_dp_updates(
     terms: Sequence[Any],
     prefix: str,
     diagnostics: dict[str, str],
+    on_bad_step: Callable[[dict[str, float], str], None],
+    check_weights: Callable[..., None],
 ) -> dict[str, float]:
     """This rank's part of one optimiser step per mini-batch; every rank returns the same metrics.
 
@@ -200,22 +213,37 @@ def run_dp_updates(
     mini-batch aggregate averaged over optimiser steps, each diagnostic's masked mean
     per micro-batch averaged over every rank's micro-batches with valid tokens,
     ``{prefix}/grad_norm`` (of the summed gradient) and ``{prefix}/lr``.
+
+    Non-finite checks, as run_updates makes them, on global values: before each optimiser step
+    every term's global value and the gradient norm; a NaN or ±inf one goes to ``on_bad_step(bad,
+    where)`` (glassrl.trainer.nonfinite.on_bad_step bound to the policy), which raises to stop the
+    run or returns to skip the step, counted in ``{prefix}/skipped_steps``; ``where`` names the
+    ranks whose own share is non-finite. After the step, ``check_weights(model, params, where,
+    reduce=all_reduce_sum)`` (glassrl.trainer.nonfinite.check_weights). Every rank reads the same
+    summed values, so all skip or stop together: none waits alone in a collective.
     """
     W = dp.ctx.world_size
     params = dp.parameters()
     device = dp.ctx.device
-    sums: dict[str, torch.Tensor] = {}
+    names = [t.name for t in terms]
+    sums: dict[str, torch.Tensor] = {}  # diagnostics of the steps taken
     counts: dict[str, torch.Tensor] = {}
-    norms = []
+    step_sums: dict[str, float] = {}  # global values of the steps taken: terms and grad norm
+    skipped = 0
     dp.wrapped.train()
-    for index in plan:
+    for n, index in enumerate(plan, 1):
         micros = [{k: v[part.to(v.device)] for k, v in batch.items()} for part in index.split(micro_batch)]
         local = torch.stack(
-            [sum((_units(t.mask(m), t.mode) for m in micros), torch.zeros((), dtype=torch.long)) for t in terms]
+            [
+                sum((_units(t.mask(m), t.mode) for m in micros), torch.zeros((), dtype=torch.long, device=device))
+                for t in terms
+            ]
         )
         totals = all_reduce_sum(local.double()).clamp(min=1)  # (terms,) units of the global mini-batch
         # FSDP2 all-gathers shards in every forward: every rank must run as many passes.
         n_passes = _max_over_ranks(len(micros), dp.ctx.device) if dp.fsdp else len(micros)
+        shares = torch.zeros(len(terms), dtype=torch.float64, device=device)  # (terms,) this rank's part of each
+        step_diagnostics = []  # (name, micro mean, count), kept when the step is taken
         optimizer.zero_grad(set_to_none=True)
         for j in range(n_passes):
             micro = micros[min(j, len(micros) - 1)]
@@ -233,35 +261,53 @@ def run_dp_updates(
                         * aggregate(per_token, mask, term.mode, term.norm_length)
                     )
                     loss = loss + term.coef * value
-                    sums[term.name] = sums.get(term.name, 0.0) + value.detach().double()
+                    shares[i] += value.detach().double()
                     tokens = mask.sum()
                     for key in sorted(diags):
                         if key in diagnostics and weight:
-                            name = f"{prefix}/{diagnostics[key]}"
                             micro_mean = masked_sum(diags[key].double(), mask) / tokens.clamp(min=1)
-                            sums[name] = sums.get(name, 0.0) + micro_mean.detach()
-                            counts[name] = counts.get(name, 0.0) + (tokens > 0).double()
+                            step_diagnostics.append((f"{prefix}/{diagnostics[key]}", micro_mean, (tokens > 0).double()))
                 # DDP and FSDP2 average gradients over ranks; the global loss is their sum.
                 (loss * W).backward()
         norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf)
-        norms.append(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        # The step's global values: each term (the ranks' shares summed) and the norm of the summed gradient.
+        table = _over_ranks(dp.ctx, torch.cat([shares, norm.detach().double().reshape(1)]))  # (W, terms + 1)
+        values = dict(zip(names, table[:, :-1].sum(0).tolist())) | {f"{prefix}/grad_norm": table[0, -1].item()}
+        where = f"{prefix} update, optimiser step {n} of {len(plan)}"
+        if bad := {name: value for name, value in values.items() if not math.isfinite(value)}:
+            # The ranks whose own share is non-finite; for the gradient norm alone, all (it is of their sum).
+            ranks = [r for r in range(W) if not bool(torch.isfinite(table[r, :-1]).all())] or range(W)
+            on = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} of {W}"
+            on_bad_step(bad, f"{prefix} update on {on}, optimiser step {n} of {len(plan)}")
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()  # the schedule keeps its length: a skipped step is a step not taken
+            skipped += 1
+            continue
         optimizer.step()
         scheduler.step()
-    # One all-reduce for every metric: term values (count: optimiser steps), diagnostics.
+        check_weights(dp.module, params, where, reduce=all_reduce_sum)
+        for name, value in values.items():
+            step_sums[name] = step_sums.get(name, 0.0) + value
+        for name, micro_mean, count in step_diagnostics:
+            sums[name] = sums.get(name, 0.0) + micro_mean.detach()
+            counts[name] = counts.get(name, 0.0) + count
+    taken = len(plan) - skipped
+    metrics = {name: total / taken for name, total in step_sums.items()}
+    # One all-reduce for every diagnostic (the steps taken are the same on every rank, so are the keys).
     keys = sorted(sums)
-    packed = torch.stack(
-        [torch.as_tensor(sums[k], dtype=torch.float64) for k in keys]
-        + [torch.as_tensor(counts.get(k, float(len(plan))), dtype=torch.float64) for k in keys]
-    )
-    term_names = {t.name for t in terms}
-    summed = all_reduce_sum(packed.to(device)).cpu()
-    metrics = {}
-    for i, key in enumerate(keys):
-        count = float(len(plan)) if key in term_names else float(summed[len(keys) + i])
-        if count > 0:
-            metrics[key] = float(summed[i]) / count
-    metrics[f"{prefix}/grad_norm"] = float(torch.stack([n.detach().double().cpu() for n in norms]).mean())
+    if keys:
+        packed = torch.stack(
+            [torch.as_tensor(sums[k], dtype=torch.float64, device=device) for k in keys]
+            + [torch.as_tensor(counts[k], dtype=torch.float64, device=device) for k in keys]
+        )  # on the device: sums of GPU tensors and Python counts side by side
+        summed = all_reduce_sum(packed).cpu()
+        for i, key in enumerate(keys):
+            if summed[len(keys) + i] > 0:
+                metrics[key] = float(summed[i]) / float(summed[len(keys) + i])
     metrics[f"{prefix}/lr"] = scheduler.get_last_lr()[0]
+    if skipped:
+        metrics[f"{prefix}/skipped_steps"] = skipped
     return metrics
 
 
@@ -281,6 +327,9 @@ def forward_no_grad(
             out = dp(fn, micros[min(j, len(micros) - 1)])
             if j < len(micros):  # FSDP2 padding passes are dropped
                 outs.append(out)
+    if dp.fsdp:  # the root unit stays gathered after a forward (no backward comes to reshard it); an
+        # update would read its parameters (gathered, later freed) instead of the shards the optimiser holds
+        dp.wrapped.reshard()
     return {key: torch.cat([o[key] for o in outs]) for key in outs[0]}
 
 

@@ -19,6 +19,11 @@ picklable ``build(ctx) -> {name: object}`` (the trainer binds it from the config
 an actor group may hold "actor", "rollout" (sampling with the same replica) and,
 under LoRA, "reference" (glassrl.workers.lora: the actor's model, adapters off).
 
+A rollout placed apart is a group of its own, each rank sampling with its copy of π_θ;
+:class:`RayWeightSync` keeps those copies equal to the actor's after every update and load
+(glassrl.workers.weight_sync: actor rank 0 broadcasts to the rollout ranks over a process group
+of their own), and :class:`RayActor` runs it, so the training loop does not see it.
+
 Placement (Ray placement groups): "colocate" puts rank r of every role in bundle r
 of one group (the bundle holds their summed resources); "separate" gives each role
 its own group. ``resources`` per rank, e.g. {"CPU": 1, "GPU": 1}.
@@ -32,6 +37,7 @@ Ray is an optional extra (``pip install glassrl[ray]``), imported here only.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,6 +177,18 @@ class RankGroup:
                 raise GlassrlError(
                     f"{self.role} worker rank {rank_of[done[0]]} of {self.world_size} died: {reason}"
                 ) from None
+            except ray.exceptions.RayTaskError as err:
+                # A rank's GlassrlError (a non-finite step, which every rank raises alike, naming the
+                # ranks) reaches the driver as itself: one line, without the worker's traceback.
+                if not isinstance(err.cause, GlassrlError):
+                    raise
+                # The other ranks' answers are taken too, else Ray prints them later as unhandled errors.
+                for other in ray.wait(pending, num_returns=len(pending), timeout=30)[0] if pending else []:
+                    try:
+                        ray.get(other)
+                    except ray.exceptions.RayError:
+                        pass
+                raise err.cause from None
         return ray.get(futures)
 
     def shutdown(self) -> None:
@@ -280,10 +298,69 @@ class _RayTrainee:
         return shards, self.group.call_each(self.name, method, [(_select(batch, s),) for s in shards])
 
 
+class RayWeightSync:
+    """The rollout group's copies of π_θ made equal to the actor's (glassrl.workers.weight_sync).
+
+    Actor rank 0 and the W rollout ranks form a process group of their own (NCCL on ``device``
+    cuda, else gloo; rank 0's address and a free port from actor rank 0). A call: every actor
+    rank runs ``send`` (under FSDP2 they gather each parameter together), every rollout rank
+    ``receive``; the answer is the wall time in seconds. The group is formed, and a first sync
+    run, on construction (LoRA adapters are drawn at random on each side).
+    """
+
+    def __init__(self, actors: RankGroup, rollouts: RankGroup, device: str = "cpu", name: str = "weights") -> None:
+        self.actors, self.rollouts, self.name = actors, rollouts, name
+        address, port = actors.get([actors.hosts[0].rendezvous.remote()], ranks=[0])[0]
+        world = 1 + rollouts.world_size
+        self._run(
+            [("join", address, port, world, device)] * actors.world_size,
+            [("join", address, port, 1 + r, world, device) for r in range(rollouts.world_size)],
+        )
+        self()
+
+    def __call__(self) -> float:
+        start = time.perf_counter()
+        self._run([("send",)] * self.actors.world_size, [("receive",)] * self.rollouts.world_size)
+        return time.perf_counter() - start
+
+    def _run(self, actor_calls: list[tuple], rollout_calls: list[tuple]) -> None:
+        """Both groups' calls at once (a collective across them); a dead rank is named as soon as known,
+        whichever group it is in (the ranks of the other would wait for it)."""
+        ray = _ray()
+        owner = {}
+        for group, calls in ((self.actors, actor_calls), (self.rollouts, rollout_calls)):
+            for rank, (method, *args) in enumerate(calls):
+                owner[group.hosts[rank].call.remote(self.name, method, *args)] = (group, rank)
+        pending = list(owner)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            group, rank = owner[done[0]]
+            group.get(done, ranks=[rank])
+
+
 class RayActor(_RayTrainee):
-    """π_θ on W data-parallel ranks (glassrl.workers.data_parallel.DataParallelActor in each)."""
+    """π_θ on W data-parallel ranks (glassrl.workers.data_parallel.DataParallelActor in each).
+
+    With a rollout placed apart (``weight_sync``), its copies of π_θ follow every update and
+    every load; the update's metrics then carry ``perf/weight_sync_s``.
+    """
 
     role = "actor"
+
+    def __init__(self, group: RankGroup, name: str | None = None, weight_sync: RayWeightSync | None = None) -> None:
+        super().__init__(group, name)
+        self.weight_sync = weight_sync
+
+    def update(self, batch: Batch, plan: list[torch.Tensor]) -> dict[str, float]:
+        metrics = super().update(batch, plan)
+        if self.weight_sync is not None:
+            metrics["perf/weight_sync_s"] = self.weight_sync()
+        return metrics
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        super().load_state_dict(parts)
+        if self.weight_sync is not None:
+            self.weight_sync()
 
     def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         shards, outs = self._forward("compute_logprobs", batch)
@@ -331,8 +408,9 @@ class RayReward:
 
 
 class RayRollout:
-    """Sampling on the first ``ranks`` ranks of ``group`` (all by default; each with its replica of
-    π_θ and its own RNG), prompts in contiguous chunks.
+    """Sampling on the first ``ranks`` ranks of ``group`` (all by default; each with its replica or
+    copy of π_θ and its own RNG), prompts in contiguous chunks: the actor's group, or a rollout
+    group of its own (placed apart, its copies kept in sync by :class:`RayWeightSync`).
 
     Checkpoint part "rollout_rng": every sampling rank's RNG state, in rank order (a resume
     needs the same number of sampling ranks).
@@ -374,6 +452,7 @@ class RayRollout:
         if len(states) != self.ranks:
             raise GlassrlError(
                 f"checkpoint part rollout_rng holds {len(states)} ranks' RNG states; this run samples on "
-                f"{self.ranks} (resume with the same ray.actor.world_size and ray.rollout_ranks)"
+                f"{self.ranks} (resume with the same ray.rollout.placement and ray.actor.world_size and "
+                "ray.rollout_ranks, or ray.rollout.world_size when apart)"
             )
         self.group.call_each(self.name, "load_state_dict", [({"rollout_rng": s},) for s in states])

@@ -1,0 +1,236 @@
+"""Weight sync: actor rank 0 broadcasts π_θ's trained weights to rollout ranks placed apart.
+
+W: the rollout ranks. The sync group holds actor rank 0 (its rank 0) and the W rollout
+ranks (1 … W). It is a torch.distributed process group of its own, built on a TCPStore of its
+own, beside each process's default group (the actor's data-parallel group, the rollout ranks'
+group), which it neither reads nor changes: ``ProcessGroupGloo`` on CPU, ``ProcessGroupNCCL``
+when every member holds a GPU. OpenRLHF builds such a second "main" group with a copy of
+torch's private ``_new_process_group_helper`` (openrlhf/utils/distributed_util.py), vLLM with
+its ``StatelessProcessGroup`` + ``PyNcclCommunicator`` (examples/offline_inference/rlhf_utils.py);
+here the public backend constructors on a ``PrefixStore`` do it, and collectives are called
+on the backend object itself (no entry in torch.distributed's world of groups).
+
+What travels: the trainable parameters (``requires_grad``), in ``named_parameters`` order (a tied
+weight once): every parameter under full fine-tuning; under LoRA the adapters only, since both
+sides load the frozen base from the same checkpoint (the rollout rank applies the same adapters
+to it, and samples with them on). A vLLM engine would need merged weights instead; the config
+refuses vLLM with LoRA.
+
+Buckets: consecutive parameters of one dtype are packed into one flat buffer of at most
+``bucket_bytes`` (a larger parameter is a bucket alone), one broadcast per bucket, so a model of
+N tensors costs about size / bucket_bytes collectives instead of N (OpenRLHF broadcasts one per
+parameter; verl and vLLM's RLHF examples bucket). Each side keeps one buffer per dtype, the size of
+its largest bucket, from the first sync on (a buffer allocated at every sync costs its page faults
+again); a bucket of one tensor is sent from the tensor itself. Rank 0 writes the layout (names,
+shapes, offsets, dtypes) into the store once; the rollout ranks read it from there.
+
+FSDP2: every actor rank gathers each sharded parameter (``DTensor.full_tensor()``, a collective of
+the actor's default group, so all actor ranks call :meth:`WeightSender.send`); rank 0 packs and
+broadcasts, the others drop the gathered tensors.
+
+Receiving: per bucket, the receiver hands ``[(name, tensor), …]`` (views of the flat buffer, Hugging
+Face names) to its ``load_weights``, the signature of a vLLM model's ``load_weights``
+(glassrl.rollout.vllm calls that through ``collective_rpc``); :class:`ModuleSink` is the one for
+a Hugging Face model: each tensor copied into the parameter of that name, in place.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+LoadWeights = Callable[[list[tuple[str, torch.Tensor]]], object]  # vLLM's model.load_weights signature
+DEFAULT_BUCKET_BYTES = 256 * 2**20
+LAYOUT_KEY = "layout"
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One parameter in a bucket: ``numel`` elements from ``offset`` of the flat buffer, viewed as ``shape``."""
+
+    name: str
+    shape: tuple[int, ...]
+    offset: int
+    numel: int
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One broadcast: a flat buffer of ``dtype`` holding ``slots`` back to back."""
+
+    dtype: torch.dtype
+    slots: tuple[Slot, ...]
+
+    @property
+    def numel(self) -> int:
+        return self.slots[-1].offset + self.slots[-1].numel
+
+
+def trained_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """(name, parameter) of what the optimiser changes, in ``named_parameters`` order (tied ones once)."""
+    return [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+
+
+def plan_buckets(params: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> list[Bucket]:
+    """Consecutive tensors of one dtype packed into buckets of at most ``bucket_bytes`` (a larger tensor alone)."""
+    if bucket_bytes < 1:
+        raise ValueError(f"bucket_bytes = {bucket_bytes}: must be >= 1")
+    buckets: list[Bucket] = []
+    slots: list[Slot] = []
+    dtype, used = None, 0
+    for name, p in params:
+        size = p.numel() * p.element_size()
+        if slots and (p.dtype != dtype or used + size > bucket_bytes):
+            buckets.append(Bucket(dtype, tuple(slots)))
+            slots, used = [], 0
+        offset = slots[-1].offset + slots[-1].numel if slots else 0
+        slots.append(Slot(name, tuple(p.shape), offset, p.numel()))
+        dtype, used = p.dtype, used + size
+    if slots:
+        buckets.append(Bucket(dtype, tuple(slots)))
+    return buckets
+
+
+def _dumps(buckets: list[Bucket]) -> str:
+    return json.dumps(
+        [
+            {
+                "dtype": str(b.dtype).removeprefix("torch."),
+                "slots": [[s.name, s.shape, s.offset, s.numel] for s in b.slots],
+            }
+            for b in buckets
+        ]
+    )
+
+
+def _loads(text: str) -> list[Bucket]:
+    return [
+        Bucket(getattr(torch, b["dtype"]), tuple(Slot(n, tuple(shape), o, k) for n, shape, o, k in b["slots"]))
+        for b in json.loads(text)
+    ]
+
+
+class SyncGroup:
+    """A process group of its own: rank 0 (actor rank 0) listens on ``address:port``; gloo, or NCCL
+    on ``device`` cuda. The store stays reachable (:meth:`store`) for the layout."""
+
+    def __init__(
+        self, address: str, port: int, rank: int, world_size: int, device: str = "cpu", timeout_s: float = 600.0
+    ) -> None:
+        self.rank, self.world_size = rank, world_size
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        timeout = timedelta(seconds=timeout_s)
+        tcp = dist.TCPStore(address, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False)
+        # The prefix keeps these keys apart from any other user of the store.
+        self.store = dist.PrefixStore("glassrl/weight_sync", tcp)
+        self._tcp = tcp  # the master's server lives as long as this object
+        if self.device.type == "cuda":
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = timeout
+            self.backend = dist.ProcessGroupNCCL(self.store, rank, world_size, options)
+        else:
+            self.backend = dist.ProcessGroupGloo(self.store, rank, world_size, timeout)
+
+    def broadcast(self, tensor: torch.Tensor) -> None:
+        """``tensor`` from rank 0 to every rank, in place (a collective of the group)."""
+        options = dist.BroadcastOptions()
+        options.rootRank, options.rootTensor = 0, 0
+        self.backend.broadcast([tensor], options).wait()
+
+
+def _buffer(buffers: dict[torch.dtype, torch.Tensor], buckets: list[Bucket], bucket: Bucket, device) -> torch.Tensor:
+    """The first ``bucket.numel`` elements of the kept buffer of ``bucket.dtype`` (made at the first call)."""
+    if bucket.dtype not in buffers:
+        largest = max(b.numel for b in buckets if b.dtype == bucket.dtype)
+        buffers[bucket.dtype] = torch.empty(largest, dtype=bucket.dtype, device=device)
+    return buffers[bucket.dtype][: bucket.numel]
+
+
+class WeightSender:
+    """An actor rank's side: every rank gathers (FSDP2), rank 0 (``is_main``) packs and broadcasts."""
+
+    def __init__(self, model: nn.Module, is_main: bool, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
+        self.model, self.is_main = model, is_main
+        self.buckets = plan_buckets(trained_parameters(model), bucket_bytes)
+        self.group: SyncGroup | None = None
+        self.buffers: dict[torch.dtype, torch.Tensor] = {}
+
+    def join(self, address: str, port: int, world_size: int, device: str = "cpu") -> None:
+        """Rank 0 of the sync group (rank 0 of the actor only; a no-op elsewhere); the layout into the store."""
+        if not self.is_main:
+            return
+        self.group = SyncGroup(address, port, 0, world_size, device)
+        self.group.store.set(LAYOUT_KEY, _dumps(self.buckets))
+
+    @torch.no_grad()
+    def send(self) -> None:
+        """Broadcast the current trained weights, bucket by bucket (every actor rank calls it)."""
+        params = dict(trained_parameters(self.model))
+        for bucket in self.buckets:
+            # Gathered on every rank (a collective of the actor group under FSDP2), in the same order.
+            full = [_full(params[s.name]) for s in bucket.slots]
+            if not self.is_main:
+                continue
+            if self.group is None:
+                raise RuntimeError("WeightSender.send before join")
+            if len(full) == 1 and full[0].device == self.group.device and full[0].is_contiguous():
+                self.group.broadcast(full[0])  # the root only reads it
+                continue
+            flat = _buffer(self.buffers, self.buckets, bucket, self.group.device)
+            for slot, tensor in zip(bucket.slots, full):
+                flat[slot.offset : slot.offset + slot.numel].copy_(tensor.reshape(-1))
+            self.group.broadcast(flat)
+
+
+def _full(p: torch.Tensor) -> torch.Tensor:
+    return p.full_tensor() if isinstance(p, DTensor) else p.detach()
+
+
+class WeightReceiver:
+    """A rollout rank's side: rank ``rank`` (1 … W) of the sync group; each bucket to ``load_weights``."""
+
+    def __init__(self, load_weights: LoadWeights) -> None:
+        self.load_weights = load_weights
+        self.group: SyncGroup | None = None
+        self.buckets: list[Bucket] = []
+        self.buffers: dict[torch.dtype, torch.Tensor] = {}
+
+    def join(self, address: str, port: int, rank: int, world_size: int, device: str = "cpu") -> None:
+        self.group = SyncGroup(address, port, rank, world_size, device)
+        self.buckets = _loads(self.group.store.get(LAYOUT_KEY).decode())  # waits for rank 0 to write it
+
+    @torch.no_grad()
+    def receive(self) -> None:
+        """The weights rank 0 sends now, loaded bucket by bucket."""
+        if self.group is None:
+            raise RuntimeError("WeightReceiver.receive before join")
+        for bucket in self.buckets:
+            flat = _buffer(self.buffers, self.buckets, bucket, self.group.device)
+            self.group.broadcast(flat)
+            # load_weights copies out before the buffer is written again (the next bucket)
+            self.load_weights([(s.name, flat[s.offset : s.offset + s.numel].view(s.shape)) for s in bucket.slots])
+
+
+class ModuleSink:
+    """``load_weights`` for a torch module: each named tensor copied (cast) into its parameter, in place."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.params = dict(model.named_parameters())
+
+    @torch.no_grad()
+    def __call__(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        for name, tensor in weights:
+            target = self.params.get(name)
+            if target is None or target.shape != tensor.shape:
+                found = "no such parameter" if target is None else f"shape {tuple(target.shape)}"
+                raise ValueError(f"weight sync: {name} {tuple(tensor.shape)} sent, the rollout model has {found}")
+            target.copy_(tensor)

@@ -30,8 +30,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 from bench_vs_trl import load_average
 from glassrl.config import load_config
 from glassrl.trainer.config import TrainConfig
@@ -77,6 +75,7 @@ def main() -> None:
         "logging.ledger_every=0",
         "logging.report=false",
         "data.eval_size=16",
+        "threads=1",  # the driver (and the in-process trainer): what one Ray worker with 1 CPU gets
     ]
     ray = [
         "trainer.backend=ray",
@@ -86,7 +85,6 @@ def main() -> None:
     print(f"load average before: {load_average()}")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        torch.set_num_threads(1)
         results.append(run("in-process", common, Path(tmp) / "local"))
         connect(None, num_cpus=3, object_store_memory=200 * 2**20, log_to_driver=False)
         results.append(run("ray, 1 actor rank", [*common, *ray, "ray.actor.world_size=1"], Path(tmp) / "ray1"))

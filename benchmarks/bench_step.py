@@ -11,7 +11,8 @@ loss, β = 0.001), no evaluation, no ledger, no checkpoint. Variants, each addin
 - baseline:      phase 3 computes log π_old with its own actor pass (the skip turned off);
 - skip:          the update's forward gives log π_old (one optimiser step: π_old = π_θ);
 - padding-free:  + model.padding_free = true;
-- overlap:       + rollout.overlap = true (the next batch sampled in a thread during the update).
+- overlap:       + rollout.overlap = true (the next batch sampled in a thread during the update);
+- shared-prefix: skip + model.shared_prefix = true (each distinct prompt once per micro-batch).
 
 Each run builds a Trainer, runs 2 warm-up steps, then times ``--steps`` steps: wall seconds per
 step (steps/s = 1 / that) and CPU seconds of the process per step (all threads; the work done).
@@ -42,6 +43,7 @@ VARIANTS = {
     "skip": [],
     "padding-free": ["model.padding_free=true"],
     "overlap": ["model.padding_free=true", "rollout.overlap=true"],
+    "shared-prefix": ["model.shared_prefix=true"],
 }
 SETTING = [
     "steps=1000",  # more than are run: no last-step evaluation or checkpoint

@@ -160,6 +160,7 @@ def glassrl_overrides(spec: dict) -> list[str]:
         "logging.checkpoint_every=0",
         "logging.eval_every=0",
         f"model.compute_dtype={'bfloat16' if spec['bf16'] else 'float32'}",
+        *spec.get("glassrl_overrides", []),
     ]
 
 
@@ -333,6 +334,13 @@ def main() -> None:
         help="run TRL's side with this interpreter (trl importable there) instead of --trl-venv: a GPU machine without pip",
     )
     p.add_argument("--bf16", action="store_true", help="bf16 autocast on both sides (fp32 master weights)")
+    p.add_argument(
+        "--glassrl",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="glassrl-only options that change how, not what, it computes (e.g. model.shared_prefix=true)",
+    )
     p.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -348,6 +356,8 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     print(f"$ {' '.join([Path(sys.executable).name, *sys.argv])}")
     print(f"load average at start: {load_average()}; threads: {threads} ({why})")
+    if args.glassrl:
+        print(f"glassrl options (same work, other execution): {' '.join(args.glassrl)}")
     default_dir = ensure_default_model()
     models = {"default": default_dir}
     if "large" in names:
@@ -365,6 +375,7 @@ def main() -> None:
             "seed": 0,
             "device": args.device,
             "bf16": args.bf16,
+            "glassrl_overrides": args.glassrl,
             "settings": SETTINGS,
         }
         pairs = []

@@ -25,6 +25,9 @@ Padding-free (``packed=True``, ``model.padding_free``): the decoder runs on the 
 tokens packed side by side in rows (glassrl.models.packing), and the LM head only on the positions that
 predict real response tokens; the numbers equal the padded path's on every real response token
 (tests/models/test_models_packing.py) and are 0 on padding.
+
+Shared prefix (``shared_prefix=True``, ``model.shared_prefix``): each distinct prompt of the batch runs
+once and its KV cache serves its samples (glassrl.models.shared_prefix); same numbers as the padded path.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from torch.utils.checkpoint import checkpoint
 
 from glassrl.errors import GlassrlError
 from glassrl.models.packing import pack, unpack
+from glassrl.models.shared_prefix import shared_prefix_hidden
 
 # Config fields by which some architectures transform logits after the LM head
 # (Gemma 2 soft-capping, Cohere / Granite scaling); the chunked path applies the
@@ -116,6 +120,7 @@ def response_logprobs(
     with_entropy: bool = False,
     entropy_grad: bool = True,
     packed: bool = False,
+    shared_prefix: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(y_i | s_i) for the last ``response_len`` = T tokens of ``input_ids`` (B, P+T).
 
@@ -127,7 +132,8 @@ def response_logprobs(
     mask them with response_mask. Gradients flow to the model when grad mode is on.
 
     ``packed``: padding-free (glassrl.models.packing): the decoder sees the real tokens only,
-    the LM head the positions that predict real response tokens only.
+    the LM head the positions that predict real response tokens only. ``shared_prefix``: each distinct
+    prompt runs once (glassrl.models.shared_prefix); not with ``packed``.
     """
     for field in _LOGIT_TRANSFORMS:
         if getattr(model.config, field, None) not in (None, 1.0):
@@ -138,6 +144,8 @@ def response_logprobs(
     prompt_len = input_ids.shape[1] - response_len
     if response_len < 1 or prompt_len < 1:
         raise ValueError(f"need a prompt and a response; got length {input_ids.shape[1]}, response_len {response_len}")
+    if packed and shared_prefix:
+        raise ValueError("response_logprobs: packed and shared_prefix exclude each other")
     head = dict(temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy, entropy_grad=entropy_grad)
     if packed:
         rows = pack(input_ids, attention_mask)
@@ -150,6 +158,10 @@ def response_logprobs(
             hidden[source[valid]].unsqueeze(0), model.get_output_embeddings(), targets.unsqueeze(0), **head
         )  # (1, K) each
         return unpack(logprobs[0], valid), (unpack(entropy[0], valid) if entropy is not None else None)
+    targets = input_ids[:, prompt_len:]  # (B, T)
+    if shared_prefix:
+        hidden = shared_prefix_hidden(model, input_ids, attention_mask, response_len)  # (B, T, H)
+        return logprobs_from_hidden(hidden, model.get_output_embeddings(), targets, **head)
     hidden = model.get_decoder()(
         input_ids=input_ids,
         attention_mask=attention_mask.long(),
@@ -157,7 +169,6 @@ def response_logprobs(
         use_cache=False,
     ).last_hidden_state  # (B, P+T, H)
     hidden = hidden[:, prompt_len - 1 : -1]  # (B, T, H): position P-1+i predicts token i
-    targets = input_ids[:, prompt_len:]  # (B, T)
     return logprobs_from_hidden(hidden, model.get_output_embeddings(), targets, **head)
 
 

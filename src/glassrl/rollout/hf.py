@@ -62,6 +62,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 from transformers.generation.stopping_criteria import StoppingCriteriaList
 
 from glassrl.data.records import PromptRecord
+from glassrl.models.shared_prefix import distinct_rows
 from glassrl.rollout.base import RolloutBatch, SamplingParams
 from glassrl.rollout.stops import StopSet, StopStringCriteria, stop_set
 
@@ -173,20 +174,6 @@ class PreallocatedCache(Cache):
     def take_rows(self, index: torch.Tensor) -> None:
         for layer in self.layers:
             layer.take_rows(index)
-
-
-def distinct_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(first (U,) long: the first row of each distinct prompt, in row order; inverse (B,) long:
-    the distinct prompt of each row, an index into ``first``)."""
-    rows = torch.cat([prompt_ids, prompt_mask.long()], dim=1)  # (B, 2P): equal ids with other padding differ
-    _, inverse = torch.unique(rows, dim=0, return_inverse=True)  # (B,) into the sorted distinct rows
-    B = len(rows)
-    first = torch.full((int(inverse.max()) + 1,), B, device=rows.device)
-    first = first.scatter_reduce(0, inverse, torch.arange(B, device=rows.device), "amin")  # (U,)
-    order = first.argsort()  # distinct prompts in row order
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(len(order), device=rows.device)
-    return first[order], rank[inverse]
 
 
 def decode_supported(model) -> bool:

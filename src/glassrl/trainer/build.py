@@ -296,8 +296,10 @@ def build_local_workers(
     (glassrl.models.precision). model.lora: adapters on the actor (and critic); π_ref is then the
     actor's own model with its adapters off (glassrl.workers.lora), unless model.reference names one.
     model.padding_free: every forward pass on the real tokens only (glassrl.models.packing), once
-    checked on each model (check_packing). rollout.overlap: the rollout worker also samples the
-    next step's batch with a copy of the policy, in a thread (glassrl.workers.overlap).
+    checked on each model (check_packing). model.shared_prefix: the actor's and π_ref's log-prob and
+    training passes compute each distinct prompt once (glassrl.models.shared_prefix). rollout.overlap:
+    the rollout worker also samples the next step's batch with a copy of the policy, in a thread
+    (glassrl.workers.overlap).
     """
     from glassrl.models import load_causal_lm, load_scalar_model
     from glassrl.models.packing import check_packing
@@ -309,6 +311,7 @@ def build_local_workers(
     m, a, r = cfg.model, cfg.algo, cfg.rollout
     micro = cfg.batch.micro_batch_responses
     compute, lora, packed = compute_dtype(m.compute_dtype), lora_settings(cfg), m.padding_free
+    shared = m.shared_prefix
     load_lm = partial(load_causal_lm, dtype=m.dtype, device=m.device)
     # prompt limit + rollout.max_new_tokens fit its positions: glassrl.trainer.prompts
     model, load_actor = with_lora(load_lm(path), lora, path, load_lm)
@@ -320,11 +323,15 @@ def build_local_workers(
         run_updates,
         micro_batch=micro,
         grad_clip=cfg.actor_optim.grad_clip,
-        forward=Autocast(partial(actor_forward, r.temperature, a.entropy_coef > 0, packed=packed), m.compute_dtype),
+        forward=Autocast(
+            partial(actor_forward, r.temperature, a.entropy_coef > 0, packed=packed, shared_prefix=shared),
+            m.compute_dtype,
+        ),
         terms=actor_loss(cfg, resolved),
         prefix="actor",
         ptx=ptx,
         on_nonfinite=cfg.on_nonfinite,
+        shared_prefix=shared,
     )
     actor = LocalActor(
         model,
@@ -337,6 +344,7 @@ def build_local_workers(
         load=load_actor,
         compute=compute,
         packed=packed,
+        shared_prefix=shared,
     )
     device = next(model.parameters()).device
     generator = torch.Generator(device).manual_seed(cfg.seed + 1)
@@ -361,7 +369,12 @@ def build_local_workers(
         if packed and m.reference is not None:
             check_packing(ref_model)
         reference = LocalReference(
-            ref_model, temperature=r.temperature, micro_batch=micro, compute=compute, packed=packed
+            ref_model,
+            temperature=r.temperature,
+            micro_batch=micro,
+            compute=compute,
+            packed=packed,
+            shared_prefix=shared,
         )
     critic = None
     if resolved.uses_critic:

@@ -65,6 +65,7 @@ class ModelConfig:
         None  # LoRA adapters on the actor and the critic (π_ref = the base, adapters off); null = train every weight
     )
     padding_free: bool = False  # log-prob, value and training passes on the real tokens only, packed side by side (glassrl.models.packing); same numbers, less work on padding
+    shared_prefix: bool = False  # the actor's and π_ref's log-prob and training passes compute each distinct prompt once per micro-batch, its KV cache shared by its samples (glassrl.models.shared_prefix); same numbers
 
 
 @dataclass
@@ -837,7 +838,8 @@ def _check_agent(cfg: TrainConfig, written: Set[str] | None) -> None:
 
 
 def _check_scale_out(cfg: TrainConfig, written: Set[str] | None) -> None:
-    """model.compute_dtype, model.lora, rollout.engine, algo.rollout_is, trainer.backend and ray.*."""
+    """model.compute_dtype, model.lora, model.shared_prefix, rollout.engine, algo.rollout_is, trainer.backend
+    and ray.*."""
     m, r, a = cfg.model, cfg.rollout, cfg.algo
     if m.compute_dtype == "bfloat16" and m.dtype in ("bfloat16", "float16"):
         fail(
@@ -854,6 +856,10 @@ def _check_scale_out(cfg: TrainConfig, written: Set[str] | None) -> None:
             fail("model.lora.dropout", m.lora.dropout, "must lie in [0, 1)")
         if not m.lora.target_modules:
             fail("model.lora.target_modules", m.lora.target_modules, "needs module names, or all-linear")
+    if m.shared_prefix and m.padding_free:
+        fail("model.shared_prefix", True, "with model.padding_free: the two layouts are not combined; choose one")
+    if m.shared_prefix and m.lora is not None:
+        fail("model.shared_prefix", True, "with model.lora: not built (the LoRA reference runs padded); remove one")
     if a.rollout_is is not None and not a.rollout_is.cap > 0:
         fail("algo.rollout_is.cap", a.rollout_is.cap, "must be > 0")
     if not 0 < r.vllm.gpu_memory_utilization < 1:
@@ -947,5 +953,7 @@ def _check_ray(cfg: TrainConfig, written: Set[str] | None) -> None:
         fail("rollout.agent", "on", "multi-turn rollouts are not wired into trainer.backend = ray")
     if cfg.model.padding_free:
         fail("model.padding_free", True, "not wired into trainer.backend = ray; use trainer.backend: local")
+    if cfg.model.shared_prefix:
+        fail("model.shared_prefix", True, "not wired into trainer.backend = ray; use trainer.backend: local")
     if cfg.rollout.overlap:
         fail("rollout.overlap", True, "not wired into trainer.backend = ray; use trainer.backend: local")

@@ -39,6 +39,7 @@ from glassrl.algos.masked import masked_sum
 from glassrl.algos.rollout_is import truncated_is_weights
 from glassrl.errors import GlassrlError
 from glassrl.models.logprobs import response_logprobs
+from glassrl.models.shared_prefix import prompt_order
 from glassrl.models.values import response_values
 from glassrl.trainer.experience import Experience
 from glassrl.trainer.nonfinite import check_weights, nonfinite, on_bad_step
@@ -151,6 +152,7 @@ def run_updates(
     ptx: PtxLoss | None = None,
     on_nonfinite: str = "stop",
     forward_outputs: Forward | None = None,
+    shared_prefix: bool = False,
 ) -> dict[str, float]:
     """One optimiser step per index tensor of ``plan``; returns metrics averaged over them.
 
@@ -172,6 +174,11 @@ def run_updates(
     micro-batch's own log π_θ, detached; the ratio is 1 by construction. The forward's outputs
     ("logprobs", "entropy"), detached, fill ``forward_outputs``, (B, T) in the batch's row order:
     what phase 3 would have computed, without a pass of its own.
+
+    ``shared_prefix`` (model.shared_prefix): each mini-batch's rows are grouped by prompt before
+    they are cut into micro-batches, so a micro-batch shares its prompts (glassrl.models.shared_prefix).
+    The mini-batch's gradient is a sum over its rows, whatever the cut, so the step is the same; only
+    the diagnostics, means per micro-batch, may differ when micro_batch < the mini-batch.
     """
     on_policy = forward_outputs is not None
     if on_policy and len(plan) != 1:
@@ -182,6 +189,12 @@ def run_updates(
     model.train()
     skipped = 0
     for k, index in enumerate(plan):
+        if shared_prefix:
+            rows = index.to(batch["input_ids"].device)
+            order = prompt_order(
+                batch["input_ids"][rows], batch["attention_mask"][rows], batch["response_mask"].shape[1]
+            )
+            index = index[order.to(index.device)]
         parts = index.split(micro_batch)
         micros = [select(batch, part) for part in parts]
         totals = {t.name: sum(_units(t.mask(m), t.mode) for m in micros).clamp(min=1) for t in terms}
@@ -255,12 +268,19 @@ def run_updates(
 
 
 def actor_forward(
-    temperature: float, with_entropy: bool, model: torch.nn.Module, micro: Batch, *, packed: bool = False
+    temperature: float,
+    with_entropy: bool,
+    model: torch.nn.Module,
+    micro: Batch,
+    *,
+    packed: bool = False,
+    shared_prefix: bool = False,
 ) -> Forward:
     """log π_θ(a_i|s_i) (B, T) at the sampling temperature, and the entropy H(π_θ(·|s_i)) (B, T)
     when a term needs it (``with_entropy``) or the batch has no old_logprobs (the on-policy update
     of :func:`run_updates` stands in for phase 3, whose metrics show the entropy: detached then,
-    unless a term needs it). Both from the same logits. ``packed``: padding-free (model.padding_free)."""
+    unless a term needs it). Both from the same logits. ``packed``: padding-free (model.padding_free);
+    ``shared_prefix``: each distinct prompt once (model.shared_prefix)."""
     T = micro["response_mask"].shape[1]
     logprobs, entropy = response_logprobs(
         model,
@@ -271,6 +291,7 @@ def actor_forward(
         with_entropy=with_entropy or "old_logprobs" not in micro,
         entropy_grad=with_entropy,
         packed=packed,
+        shared_prefix=shared_prefix,
     )
     return {"logprobs": logprobs} if entropy is None else {"logprobs": logprobs, "entropy": entropy}
 

@@ -9,7 +9,9 @@ See glassrl.workers.base for the protocol and the batch keys.
 every forward pass and the sampling under autocast over float32 weights
 (glassrl.models.precision); the training forward is wrapped by the trainer (``Autocast``).
 ``packed``: the forward passes see each micro-batch's real tokens only (``model.padding_free``,
-glassrl.models.packing).
+glassrl.models.packing). ``shared_prefix``: each distinct prompt of a micro-batch runs once
+(``model.shared_prefix``, glassrl.models.shared_prefix); the log-prob passes then take the rows
+grouped by prompt, so a micro-batch holds whole groups where it can, and return them in row order.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from torch import nn
 from glassrl.data.records import PromptRecord
 from glassrl.models.logprobs import response_logprobs
 from glassrl.models.precision import compute_precision
+from glassrl.models.shared_prefix import prompt_order
 from glassrl.models.values import response_values
 from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
@@ -58,11 +61,17 @@ def micro_batched_logprobs(
     with_entropy: bool,
     compute: torch.dtype = torch.float32,
     packed: bool = False,
+    shared_prefix: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(a_i|s_i) (B, T) at ``temperature``, and H(π(·|s_i)) (B, T) or None."""
     model.eval()
+    batch = _to(batch, _device(model))
+    order = None
+    if shared_prefix:  # the rows of each prompt together, so that micro-batches share their prompts
+        order = prompt_order(batch["input_ids"], batch["attention_mask"], batch["response_mask"].shape[1])  # (B,)
+        batch = {key: value[order] for key, value in batch.items()}
     logprobs, entropy = [], []
-    for micro in _micro_batches(_to(batch, _device(model)), micro_batch):
+    for micro in _micro_batches(batch, micro_batch):
         T = micro["response_mask"].shape[1]
         with compute_precision(_device(model), compute):
             lp, ent = response_logprobs(
@@ -73,10 +82,15 @@ def micro_batched_logprobs(
                 temperature=temperature,
                 with_entropy=with_entropy,
                 packed=packed,
+                shared_prefix=shared_prefix,
             )
         logprobs.append(lp)
         entropy.append(ent)
-    return torch.cat(logprobs), (torch.cat(entropy) if with_entropy else None)
+    logprobs, entropy = torch.cat(logprobs), (torch.cat(entropy) if with_entropy else None)  # (B, T) each
+    if order is not None:  # back to the batch's row order
+        logprobs = torch.empty_like(logprobs).index_copy(0, order, logprobs)
+        entropy = torch.empty_like(entropy).index_copy(0, order, entropy) if entropy is not None else None
+    return logprobs, entropy
 
 
 @torch.no_grad()
@@ -165,6 +179,7 @@ class LocalActor(_Trained):
         load: LoadFn,
         compute: torch.dtype = torch.float32,
         packed: bool = False,
+        shared_prefix: bool = False,
     ) -> None:
         super().__init__(
             model,
@@ -177,11 +192,11 @@ class LocalActor(_Trained):
             compute=compute,
             packed=packed,
         )
-        self.temperature = temperature
+        self.temperature, self.shared_prefix = temperature, shared_prefix
 
     def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         return micro_batched_logprobs(
-            self.model, batch, self.micro_batch, self.temperature, True, self.compute, self.packed
+            self.model, batch, self.micro_batch, self.temperature, True, self.compute, self.packed, self.shared_prefix
         )
 
     def update_on_policy(
@@ -213,13 +228,15 @@ class LocalReference:
         micro_batch: int,
         compute: torch.dtype = torch.float32,
         packed: bool = False,
+        shared_prefix: bool = False,
     ) -> None:
         self.model = model.eval().requires_grad_(False)
         self.temperature, self.micro_batch, self.compute, self.packed = temperature, micro_batch, compute, packed
+        self.shared_prefix = shared_prefix
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         return micro_batched_logprobs(
-            self.model, batch, self.micro_batch, self.temperature, False, self.compute, self.packed
+            self.model, batch, self.micro_batch, self.temperature, False, self.compute, self.packed, self.shared_prefix
         )[0]
 
 

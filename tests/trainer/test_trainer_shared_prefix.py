@@ -1,0 +1,82 @@
+"""model.shared_prefix: two GRPO steps with and without give the same metrics (losses included),
+ledgers (log-probs, advantages) and weights, to float32 summation order; and its refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from run_helpers import logged_metrics
+
+import glassrl.models.logprobs as logprobs_module
+from glassrl.errors import GlassrlError
+from glassrl.ledger import read_jsonl
+from helpers import preset_trainer
+
+TOL = 1e-5
+ENV = Path(__file__).resolve().parent / "agentic_env.py"
+
+
+def _close(a, b) -> bool:
+    """Equal to TOL relative (absolute below 1), NaN equal to NaN; other values exactly."""
+    if isinstance(a, float) or isinstance(b, float):
+        return b == pytest.approx(a, rel=TOL, abs=TOL, nan_ok=True)
+    return a == b
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["algo.entropy_coef=0.01"],  # reference and old log-probs shared; two optimiser steps of 8 rows, micro 4
+        ["batch.mini_batch_prompts=4", "batch.micro_batch_responses=2"],  # on-policy; micro-batches of half groups
+        # multi-turn: observations in the responses (in the context, out of the loss)
+        [
+            "data.train=task:tool-add",
+            "data.test=null",
+            "reward.sources=[{name: numeric}]",
+            "rollout.max_new_tokens=40",
+            f"rollout.agent.environment={ENV}:Retry",
+        ],
+    ],
+)
+@pytest.mark.slow
+def test_shared_prefix_run_equals_padded_run(extra, fast, tmp_path, monkeypatch):
+    calls = []  # the shared path's calls: it must be the one that ran
+    hidden = logprobs_module.shared_prefix_hidden
+    monkeypatch.setattr(logprobs_module, "shared_prefix_hidden", lambda *a: calls.append(1) or hidden(*a))
+    trainers = {}
+    for name, shared in (("padded", "false"), ("shared", "true")):
+        trainer = preset_trainer(
+            "grpo", [*fast, *extra, f"model.shared_prefix={shared}", f"output_dir={tmp_path / name}"]
+        )
+        trainer.train()
+        trainers[name] = trainer
+        assert bool(calls) == (shared == "true")
+    padded, shared = logged_metrics(tmp_path / "padded"), logged_metrics(tmp_path / "shared")
+    assert [r.keys() for r in padded] == [r.keys() for r in shared]
+    for a, b in zip(padded, shared):
+        assert not {k: (a[k], b[k]) for k in a if not _close(a[k], b[k])}
+    assert "actor/policy_loss" in padded[1] and "actor/kl_loss" in padded[1]
+    for step in (1, 2):
+        name = f"ledgers/step_{step:06d}.jsonl"
+        la, lb = read_jsonl(tmp_path / "padded" / name), read_jsonl(tmp_path / "shared" / name)
+        for ra, rb in zip(la.responses, lb.responses, strict=True):
+            for ta, tb in zip(ra.tokens, rb.tokens, strict=True):
+                da, db = dataclasses.asdict(ta), dataclasses.asdict(tb)
+                assert all(_close(da[k], db[k]) for k in da), (step, da, db)
+    wa, wb = (trainers[n].workers.actor.model.state_dict() for n in ("padded", "shared"))
+    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) <= TOL
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["trainer.backend=ray"], "model.shared_prefix = True: not wired into trainer.backend = ray"),
+        (["model.padding_free=true"], "model.shared_prefix = True: with model.padding_free"),
+        (["model.lora.r=4"], "model.shared_prefix = True: with model.lora"),
+    ],
+)
+def test_shared_prefix_refusals(fast, extra, match):
+    with pytest.raises(GlassrlError, match=match):
+        preset_trainer("grpo", [*fast, "model.shared_prefix=true", *extra])

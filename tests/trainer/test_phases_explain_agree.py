@@ -27,6 +27,10 @@ MIXED_REWARD = "reward.sources=[{name: user_function, spec: 'trainer_reward_fns:
 CASES = {
     "grpo": [MIXED_REWARD],  # group advantages, KL (k3) in the loss
     "ppo": [],  # critic, GAE, whitening, KL (k1) in the reward with an adaptive β; the task's verifier
+    # How the run computed, which explain must compute the same way (its ledger is then exact too):
+    "grpo-shared-prefix": [MIXED_REWARD, "model.shared_prefix=true"],
+    "ppo-padding-free": ["model.padding_free=true"],
+    "grpo-bf16": [MIXED_REWARD, "model.compute_dtype=bfloat16"],
 }
 
 
@@ -49,7 +53,7 @@ def test_explain_on_the_checkpoint_reproduces_the_trainers_ledger(preset, fast, 
         "logging.ledger_samples=64",  # every response: whitening and group baselines see the whole step
         "logging.report=false",
     ]
-    trainer = Trainer(load_config(TrainConfig, EXAMPLES / f"{preset}.yaml", overrides), progress=False)
+    trainer = Trainer(load_config(TrainConfig, EXAMPLES / f"{preset.split('-')[0]}.yaml", overrides), progress=False)
     trainer.train()
     run_dir = tmp_path / "run"
     trained = read_jsonl(run_dir / "ledgers" / "step_000002.jsonl")
@@ -82,5 +86,5 @@ def test_explain_on_the_checkpoint_reproduces_the_trainers_ledger(preset, fast, 
     # the numbers are not trivially equal: the step moved the policy, the scores differ
     tokens = [t for r in trained.responses for t in r.tokens if t.response_mask]
     assert any(t.logprobs != t.ref_logprobs for t in tokens) and len({r.score for r in trained.responses}) > 1
-    if preset == "ppo":
+    if preset.startswith("ppo"):
         assert trained.beta > 0 and all(t.values is not None and t.whitened_advantages is not None for t in tokens)

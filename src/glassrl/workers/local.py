@@ -252,24 +252,27 @@ class FrozenActor:
         micro_batch: int,
         compute: torch.dtype = torch.float32,
         packed: bool = False,
+        shared_prefix: bool = False,
     ) -> None:
         self.model, self.temperature, self.micro_batch = model, temperature, micro_batch
-        self.compute, self.packed = compute, packed
+        self.compute, self.packed, self.shared_prefix = compute, packed, shared_prefix
 
     def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         return micro_batched_logprobs(
-            self.model, batch, self.micro_batch, self.temperature, True, self.compute, self.packed
+            self.model, batch, self.micro_batch, self.temperature, True, self.compute, self.packed, self.shared_prefix
         )
 
 
 class FrozenCritic:
     """V of a checkpoint, evaluated but not trained: values exactly as :class:`LocalCritic` computes them."""
 
-    def __init__(self, model: nn.Module, *, micro_batch: int) -> None:
-        self.model, self.micro_batch = model, micro_batch
+    def __init__(
+        self, model: nn.Module, *, micro_batch: int, compute: torch.dtype = torch.float32, packed: bool = False
+    ) -> None:
+        self.model, self.micro_batch, self.compute, self.packed = model, micro_batch, compute, packed
 
     def compute_values(self, batch: Batch) -> torch.Tensor:
-        return _values(self.model, batch, self.micro_batch)
+        return _values(self.model, batch, self.micro_batch, self.compute, self.packed)
 
 
 class LocalReward:

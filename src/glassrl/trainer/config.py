@@ -65,7 +65,7 @@ class ModelConfig:
         None  # LoRA adapters on the actor and the critic (π_ref = the base, adapters off); null = train every weight
     )
     padding_free: bool = False  # log-prob, value and training passes on the real tokens only, packed side by side (glassrl.models.packing); same numbers, less work on padding
-    shared_prefix: bool = False  # the actor's and π_ref's log-prob and training passes compute each distinct prompt once per micro-batch, its KV cache shared by its samples (glassrl.models.shared_prefix); same numbers
+    shared_prefix: bool = False  # the actor's and π_ref's log-prob and training passes compute each distinct prompt once per micro-batch, its KV cache shared by its samples (glassrl.models.shared_prefix); same numbers to float rounding; pays on CPU, costs on a launch-bound GPU (BENCHMARKS.md)
 
 
 @dataclass

@@ -30,6 +30,9 @@ def _close(a, b) -> bool:
     [
         ["algo.entropy_coef=0.01"],  # reference and old log-probs shared; two optimiser steps of 8 rows, micro 4
         ["batch.mini_batch_prompts=4", "batch.micro_batch_responses=2"],  # on-policy; micro-batches of half groups
+        # LoRA: adapters through the shared cache, π_ref = the model with adapters off, shared too; one
+        # micro-batch per mini-batch, so the per-micro-batch diagnostics (approx_kl) see the same rows
+        ["model.lora={r: 4, alpha: 8}", "actor_optim.lr=0.01", "batch.micro_batch_responses=8"],
         # multi-turn: observations in the responses (in the context, out of the loss)
         [
             "data.train=task:tool-add",
@@ -74,7 +77,6 @@ def test_shared_prefix_run_equals_padded_run(extra, fast, tmp_path, monkeypatch)
     [
         (["trainer.backend=ray"], "model.shared_prefix = True: not wired into trainer.backend = ray"),
         (["model.padding_free=true"], "model.shared_prefix = True: with model.padding_free"),
-        (["model.lora.r=4"], "model.shared_prefix = True: with model.lora"),
     ],
 )
 def test_shared_prefix_refusals(fast, extra, match):

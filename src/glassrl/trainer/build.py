@@ -363,7 +363,9 @@ def build_local_workers(
         stop = rollout.close
     reference = None
     if resolved.uses_reference and lora is not None and m.reference is None:
-        reference = LoraReference(model, temperature=r.temperature, micro_batch=micro, compute=compute, packed=packed)
+        reference = LoraReference(
+            model, temperature=r.temperature, micro_batch=micro, compute=compute, packed=packed, shared_prefix=shared
+        )
     elif resolved.uses_reference:
         ref_model = load_lm(m.reference or path)
         if packed and m.reference is not None:

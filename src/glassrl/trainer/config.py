@@ -858,8 +858,6 @@ def _check_scale_out(cfg: TrainConfig, written: Set[str] | None) -> None:
             fail("model.lora.target_modules", m.lora.target_modules, "needs module names, or all-linear")
     if m.shared_prefix and m.padding_free:
         fail("model.shared_prefix", True, "with model.padding_free: the two layouts are not combined; choose one")
-    if m.shared_prefix and m.lora is not None:
-        fail("model.shared_prefix", True, "with model.lora: not built (the LoRA reference runs padded); remove one")
     if a.rollout_is is not None and not a.rollout_is.cap > 0:
         fail("algo.rollout_is.cap", a.rollout_is.cap, "must be > 0")
     if not 0 < r.vllm.gpu_memory_utilization < 1:

@@ -28,18 +28,27 @@ class LoraReference:
         micro_batch: int,
         compute: torch.dtype = torch.float32,
         packed: bool = False,
+        shared_prefix: bool = False,
     ) -> None:
         if not hasattr(model, "disable_adapter"):
             raise TypeError(f"LoraReference needs a peft model, got {type(model).__name__}")
         self.model, self.temperature, self.micro_batch, self.compute = model, temperature, micro_batch, compute
         self.packed = packed  # padding-free (model.padding_free)
+        self.shared_prefix = shared_prefix  # each distinct prompt once (model.shared_prefix)
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         training = self.model.training  # micro_batched_logprobs sets eval (no adapter dropout); restored for the actor
         try:
             with self.model.disable_adapter():
                 return micro_batched_logprobs(
-                    self.model, batch, self.micro_batch, self.temperature, False, self.compute, self.packed
+                    self.model,
+                    batch,
+                    self.micro_batch,
+                    self.temperature,
+                    False,
+                    self.compute,
+                    self.packed,
+                    self.shared_prefix,
                 )[0]
         finally:
             self.model.train(training)

@@ -59,7 +59,9 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
     data = _read(path)
     defaults = to_dict(cls())
     written = set(_dotted_keys(data))
-    if set(_dotted_keys(defaults)) <= written:  # every key: glassrl's own config.yaml, judged by value
+    # glassrl's own config.yaml, judged by value: every key, or a run directory's (a run from an
+    # earlier version lacks the keys added since, which then take their defaults)
+    if set(_dotted_keys(defaults)) <= written or _in_run_directory(path):
         file_leaves, default_leaves = flatten(data), flatten(defaults)
         written = {key for key, value in file_leaves.items() if value != default_leaves.get(key)}
     from_command_line = []
@@ -81,6 +83,16 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
     if hasattr(cfg, "validate"):
         cfg.validate(frozenset(written))
     return cfg
+
+
+def _in_run_directory(path: str | Path | None) -> bool:
+    """``path`` is a run's config.yaml: beside it, the run's checkpoints or metrics."""
+    if path is None:
+        return False
+    path = Path(path)
+    return path.name == "config.yaml" and (
+        (path.parent / "checkpoints").is_dir() or (path.parent / "metrics.jsonl").is_file()
+    )
 
 
 def load_saved_config(cls: type[C], path: str | Path) -> C:

@@ -59,18 +59,37 @@ def with_precision(cfg: TrainConfig) -> TrainConfig:
     """
     import dataclasses
 
-    from glassrl.models.loading import resolve_device
-
     m = cfg.model
-    if cfg.trainer.backend == "ray":
-        on_gpu = cfg.ray.actor.resources.get("GPU", 0) > 0
-    else:
-        on_gpu = resolve_device(m.device).type == "cuda"
     dtype = "float32" if m.dtype == "auto" else m.dtype
+    on_gpu = _policy_on_gpu(cfg)
     compute = m.compute_dtype
     if compute == "auto":
         compute = "bfloat16" if on_gpu and dtype == "float32" else "float32"
     return dataclasses.replace(cfg, model=dataclasses.replace(m, dtype=dtype, compute_dtype=compute))
+
+
+def _policy_on_gpu(cfg: TrainConfig) -> bool:
+    """Whether the policy trains on CUDA: its device, or ``ray.actor.resources`` naming a GPU."""
+    from glassrl.models.loading import resolve_device
+
+    if cfg.trainer.backend == "ray":
+        return cfg.ray.actor.resources.get("GPU", 0) > 0
+    return resolve_device(cfg.model.device).type == "cuda"
+
+
+def saved_in_todays_terms(cfg: TrainConfig) -> Callable[[dict], dict]:
+    """For a checkpoint's config (flat dotted keys) written before :func:`with_precision`: its
+    model.dtype "auto" then meant float32 on CPU and bfloat16 on CUDA (glassrl.models.loading),
+    which is what it is compared as; a CPU run resumes, a CUDA run of bfloat16 weights is told
+    it differs from today's float32 masters."""
+    on_gpu = _policy_on_gpu(cfg)
+
+    def upgrade(flat: dict) -> dict:
+        if flat.get("model.dtype") == "auto":
+            flat = {**flat, "model.dtype": "bfloat16" if on_gpu else "float32"}
+        return flat
+
+    return upgrade
 
 
 def actor_path(cfg: TrainConfig, console) -> Path:

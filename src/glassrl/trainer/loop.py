@@ -62,6 +62,7 @@ from glassrl.trainer.build import (
     build_local_workers,
     build_ptx,
     prompt_format,
+    saved_in_todays_terms,
     with_precision,
 )
 from glassrl.trainer.build_ray import build_ray_workers
@@ -166,7 +167,9 @@ class Trainer:
             *([self.ptx.stream] if self.ptx is not None else []),
             state.GlobalRNG({"shuffle": self.shuffle}),
         ]
-        self.run_config = state.RunConfig(to_dict(cfg), RESUME_MAY_CHANGE, to_dict(type(cfg)()))  # checked first
+        self.run_config = state.RunConfig(  # checked first
+            to_dict(cfg), RESUME_MAY_CHANGE, to_dict(type(cfg)()), upgrade=saved_in_todays_terms(cfg)
+        )
         self.components.insert(0, self.run_config)
         with disk_errors(f"output_dir = {self.out}", self.out):
             self.lock = RunLock(self.out / ".lock", f"output_dir = {self.out}")  # released by train() / close()

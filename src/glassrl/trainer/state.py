@@ -27,6 +27,7 @@ saved is what is read back, whatever the data held (a Parquet timestamp, a set, 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -188,8 +189,15 @@ class RunConfig:
 
     part_names = ("config",)
 
-    def __init__(self, config: dict[str, Any], may_change: tuple[str, ...], defaults: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        may_change: tuple[str, ...],
+        defaults: dict[str, Any],
+        upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
         self.config, self.may_change, self.defaults = config, may_change, flatten(defaults)
+        self.upgrade = upgrade  # the checkpoint's flat config in today's terms (a value whose meaning changed)
         self.saved: dict[str, Any] = {}  # the checkpoint's copy, once loaded
         self.changes: dict[str, tuple[Any, Any]] = {}
 
@@ -199,6 +207,8 @@ class RunConfig:
     def load_state_dict(self, parts: dict[str, Any]) -> None:
         self.saved = parts["config"]
         old, new = flatten(self.saved), flatten(self.config)
+        if self.upgrade is not None:
+            old = self.upgrade(old)
         missing = object()
         changed = {
             k: (old.get(k), new.get(k))

@@ -239,6 +239,7 @@ def test_lora_on_a_real_size_model(real_size_model, tmp_path):
     from glassrl.models.logprobs import response_logprobs
     from glassrl.models.lora import LoraSettings, apply_lora, export_merged
     from glassrl.models.precision import compute_precision
+    from glassrl.workers.local import Passes
     from glassrl.workers.lora import LoraReference
 
     torch.cuda.reset_peak_memory_stats()
@@ -269,7 +270,7 @@ def test_lora_on_a_real_size_model(real_size_model, tmp_path):
             key = name.replace("base_model.model.", "").replace(".base_layer", "")
             assert torch.equal(p, frozen[key]), name  # the base never moves
 
-    ref = LoraReference(actor, temperature=1.0, micro_batch=4).compute_logprobs(batch)
+    ref = LoraReference(actor, Passes(micro_batch=4)).compute_logprobs(batch)
     torch.testing.assert_close(ref, expected, rtol=0, atol=1e-4)
     with torch.no_grad():
         adapted, _ = response_logprobs(actor, ids, mask, 32)

@@ -13,6 +13,7 @@ from glassrl.errors import GlassrlError
 from glassrl.models.loading import load_causal_lm, load_scalar_model
 from glassrl.models.logprobs import response_logprobs
 from glassrl.models.lora import LoraSettings, apply_lora, base_path, load_adapters, load_lora_model
+from glassrl.workers.local import Passes
 from glassrl.workers.lora import LoraReference
 
 SETTINGS = LoraSettings(r=4, alpha=8.0)
@@ -58,7 +59,7 @@ def test_reference_is_the_base_with_adapters_off(actor, tiny_model_dir, batch):
     base = load_causal_lm(tiny_model_dir, dtype="float32", device="cpu")
     expected, _ = response_logprobs(base, batch["input_ids"], batch["attention_mask"], 5, temperature=0.7)
     actor.train()
-    ref = LoraReference(actor, temperature=0.7, micro_batch=2).compute_logprobs(batch)
+    ref = LoraReference(actor, Passes(micro_batch=2, temperature=0.7)).compute_logprobs(batch)
     torch.testing.assert_close(ref, expected, rtol=0, atol=1e-6)
     assert actor.training  # the actor's mode is left as it was
     with torch.no_grad():

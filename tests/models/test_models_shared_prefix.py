@@ -14,7 +14,7 @@ import torch
 
 from glassrl.models import load_causal_lm, response_logprobs
 from glassrl.models.shared_prefix import prompt_order
-from glassrl.workers.local import micro_batched_logprobs
+from glassrl.workers.local import Passes, micro_batched_logprobs
 
 A, B, C = [5, 17, 42], [7, 61, 2, 30, 11, 9], [88]
 # Groups A (rows 0, 2, 5), B (1, 4), C (3): not adjacent; prompts 3, 6, 1 tokens; responses 1-4 tokens.
@@ -102,7 +102,7 @@ def test_micro_batches_holding_parts_of_groups(model_path, make_batch, micro_bat
     response = mask[:, P:].bool()
     batch = {"input_ids": ids, "attention_mask": mask.bool(), "response_mask": response}
     (lp, ent), (slp, sent) = _both(
-        lambda shared: micro_batched_logprobs(model, batch, micro_batch, 1.0, True, shared_prefix=shared)
+        lambda shared: micro_batched_logprobs(model, batch, Passes(micro_batch, shared_prefix=shared), True)
     )
     torch.testing.assert_close(slp[response], lp[response], rtol=0, atol=1e-5)
     torch.testing.assert_close(sent[response], ent[response], rtol=0, atol=1e-5)

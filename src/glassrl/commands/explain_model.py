@@ -331,18 +331,16 @@ def explain_rollout(run: ModelRun, policy: Policy, rollout, prompts: list[Prompt
     from glassrl.algos.advantages import REQUIRED_INPUTS
     from glassrl.ledger.compute import from_experience
     from glassrl.models import load_causal_lm, load_scalar_model
-    from glassrl.models.precision import compute_dtype
     from glassrl.trainer import phases
-    from glassrl.trainer.build import with_precision
+    from glassrl.trainer.build import forward_passes, with_precision
     from glassrl.workers.local import FrozenActor, FrozenCritic, LocalReference
 
     cfg, a = with_precision(run.cfg), run.cfg.algo
     m = cfg.model
     load = dict(dtype=m.dtype, device=m.device)
-    micro, temperature = cfg.batch.micro_batch_responses, cfg.rollout.temperature
-    # The passes the run's workers made (trainer/build.py build_local_workers): its precision,
-    # padding-free and shared-prefix passes, so that every number is the ledger's exactly.
-    how = dict(compute=compute_dtype(m.compute_dtype), packed=m.padding_free)
+    # The passes the run's workers made (its precision, padding-free and shared-prefix layouts),
+    # so that every number is the ledger's exactly.
+    passes = forward_passes(cfg)
     _check_positions(policy.model, rollout)
     reward = _StrictReward(_reward(cfg))
     records = [prompts[g] for g in rollout.group_index.tolist()]  # the record each response answers
@@ -356,17 +354,11 @@ def explain_rollout(run: ModelRun, policy: Policy, rollout, prompts: list[Prompt
         reward=reward,
         max_new_tokens=cfg.rollout.max_new_tokens,
     )
-    actor = FrozenActor(policy.model, temperature=temperature, micro_batch=micro, shared_prefix=m.shared_prefix, **how)
-    reference = LocalReference(
-        load_causal_lm(run.reference, **load),
-        temperature=temperature,
-        micro_batch=micro,
-        shared_prefix=m.shared_prefix,
-        **how,
-    )
+    actor = FrozenActor(policy.model, passes)
+    reference = LocalReference(load_causal_lm(run.reference, **load), passes)
     critic = None
     if "values" in REQUIRED_INPUTS[a.advantage]:
-        critic = FrozenCritic(load_scalar_model(run.critic, head=m.critic_head, **load), micro_batch=micro, **how)
+        critic = FrozenCritic(load_scalar_model(run.critic, head=m.critic_head, **load), passes)
     phases.model_outputs(exp, actor, reference, critic, a.kl.kind)
     phases.token_rewards(exp, run.beta, a.kl.placement == "reward")
     phases.advantages(exp, a)

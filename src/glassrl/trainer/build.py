@@ -306,6 +306,23 @@ def actor_optimizer_steps(cfg: TrainConfig, resolved: Resolved) -> int:
     return (cfg.steps - cfg.algo.value_warmup_steps) * resolved.optimizer_steps_per_step
 
 
+def forward_passes(cfg: TrainConfig):
+    """The run's :class:`~glassrl.workers.local.Passes`: every role's forward passes without gradient
+    (micro-batch, sampling temperature, model.compute_dtype, padding_free, shared_prefix); also what
+    ``glassrl explain --model`` recomputes with."""
+    from glassrl.models.precision import compute_dtype
+    from glassrl.workers.local import Passes
+
+    m = cfg.model
+    return Passes(
+        micro_batch=cfg.batch.micro_batch_responses,
+        temperature=cfg.rollout.temperature,
+        compute=compute_dtype(m.compute_dtype),
+        packed=m.padding_free,
+        shared_prefix=m.shared_prefix,
+    )
+
+
 def build_local_workers(
     cfg: TrainConfig, resolved: Resolved, path: Path, tokenizer, ptx: PtxLoss | None = None
 ) -> Workers:
@@ -322,15 +339,15 @@ def build_local_workers(
     """
     from glassrl.models import load_causal_lm, load_scalar_model
     from glassrl.models.packing import check_packing
-    from glassrl.models.precision import Autocast, check_master_weights, compute_dtype
+    from glassrl.models.precision import Autocast, check_master_weights
     from glassrl.workers.local import LocalActor, LocalCritic, LocalReference, LocalReward, LocalRollout
     from glassrl.workers.lora import LoraReference
     from glassrl.workers.overlap import OverlapRollout
 
     m, a, r = cfg.model, cfg.algo, cfg.rollout
-    micro = cfg.batch.micro_batch_responses
-    compute, lora, packed = compute_dtype(m.compute_dtype), lora_settings(cfg), m.padding_free
-    shared = m.shared_prefix
+    passes = forward_passes(cfg)
+    micro, compute, packed, shared = passes.micro_batch, passes.compute, passes.packed, passes.shared_prefix
+    lora = lora_settings(cfg)
     load_lm = partial(load_causal_lm, dtype=m.dtype, device=m.device)
     # prompt limit + rollout.max_new_tokens fit its positions: glassrl.trainer.prompts
     model, load_actor = with_lora(load_lm(path), lora, path, load_lm)
@@ -357,13 +374,9 @@ def build_local_workers(
         tokenizer,
         optimizer,
         scheduler,
-        temperature=r.temperature,
-        micro_batch=micro,
+        passes=passes,
         update=update,
         load=load_actor,
-        compute=compute,
-        packed=packed,
-        shared_prefix=shared,
     )
     device = next(model.parameters()).device
     generator = torch.Generator(device).manual_seed(cfg.seed + 1)
@@ -374,29 +387,17 @@ def build_local_workers(
             rollout,
             model,
             partial(_engine_on, cfg, copy.deepcopy(tokenizer)),  # its own tokenizer: no sharing across threads
-            temperature=r.temperature,
-            micro_batch=micro,
-            compute=compute,
-            packed=packed,
+            passes,
         )
         stop = rollout.close
     reference = None
     if resolved.uses_reference and lora is not None and m.reference is None:
-        reference = LoraReference(
-            model, temperature=r.temperature, micro_batch=micro, compute=compute, packed=packed, shared_prefix=shared
-        )
+        reference = LoraReference(model, passes)
     elif resolved.uses_reference:
         ref_model = load_lm(m.reference or path)
         if packed and m.reference is not None:
             check_packing(ref_model)
-        reference = LocalReference(
-            ref_model,
-            temperature=r.temperature,
-            micro_batch=micro,
-            compute=compute,
-            packed=packed,
-            shared_prefix=shared,
-        )
+        reference = LocalReference(ref_model, passes)
     critic = None
     if resolved.uses_critic:
         load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=m.device)
@@ -420,11 +421,9 @@ def build_local_workers(
             tokenizer,
             c_opt,
             c_sched,
-            micro_batch=micro,
+            passes=passes,
             update=c_update,
             load=load_critic_part,
-            compute=compute,
-            packed=packed,
         )
     return Workers(actor, rollout, LocalReward(build_reward(cfg)), reference, critic, stop)
 

@@ -46,6 +46,7 @@ from glassrl.trainer.build import (
     build_reward,
     critic_loss,
     critic_path,
+    forward_passes,
     lora_settings,
     rollout_engine,
     with_lora,
@@ -174,7 +175,7 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ctx) -> dict:
         generator = torch.Generator(ctx.device).manual_seed(cfg.seed + 1 + ctx.rank)
         objects["rollout"] = LocalRollout(rollout_engine(cfg, dp.module, tokenizer), generator, compute)
     if m.lora is not None and m.reference is None and a.kl.placement != "none":
-        objects["reference"] = LoraReference(dp.module, temperature=r.temperature, micro_batch=micro, compute=compute)
+        objects["reference"] = LoraReference(dp.module, forward_passes(cfg))
     return objects
 
 
@@ -234,18 +235,11 @@ def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
 def reference_rank(cfg: TrainConfig, path: str, ctx) -> dict:
     """Rank ``ctx.rank`` of π_ref: frozen, its rows of each batch."""
     from glassrl.models import load_causal_lm
-    from glassrl.models.precision import compute_dtype
     from glassrl.workers.local import LocalReference
 
     m = cfg.model
     model = load_causal_lm(path, dtype=m.dtype, device=str(ctx.device))
-    reference = LocalReference(
-        model,
-        temperature=cfg.rollout.temperature,
-        micro_batch=cfg.batch.micro_batch_responses,
-        compute=compute_dtype(m.compute_dtype),
-    )
-    return {"reference": reference}
+    return {"reference": LocalReference(model, forward_passes(cfg))}
 
 
 def reward_rank(cfg: TrainConfig, ctx) -> dict:

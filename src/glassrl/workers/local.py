@@ -1,11 +1,12 @@
 """In-process role workers: each holds its model (and optimiser) in this process.
 
 The rollout worker samples with the actor's own model object (weights shared in
-memory, nothing to synchronise). Forward passes without gradient run in
-micro-batches of ``micro_batch`` rows. Tensors come back on the model's device.
+memory, nothing to synchronise). Tensors come back on the model's device.
 See glassrl.workers.base for the protocol and the batch keys.
 
-``compute`` is the dtype of the matrix products (``model.compute_dtype``): bfloat16 runs
+How a run's forward passes without gradient run is one :class:`Passes`, the same for every role
+(glassrl.trainer.build.forward_passes): micro-batches of ``micro_batch`` rows, log-probs at the
+sampling ``temperature``; ``compute`` is the dtype of the matrix products (``model.compute_dtype``): bfloat16 runs
 every forward pass and the sampling under autocast over float32 weights
 (glassrl.models.precision); the training forward is wrapped by the trainer (``Autocast``).
 ``packed``: the forward passes see each micro-batch's real tokens only (``model.padding_free``,
@@ -17,6 +18,7 @@ grouped by prompt, so a micro-batch holds whole groups where it can, and return 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,18 @@ UpdateFn = Callable[[nn.Module, torch.optim.Optimizer, Any, Batch, list[torch.Te
 LoadFn = Callable[[Path], nn.Module]
 
 
+@dataclass(frozen=True)
+class Passes:
+    """How a run's forward passes run (module docstring); a value pass reads ``micro_batch``,
+    ``compute`` and ``packed`` only."""
+
+    micro_batch: int
+    temperature: float = 1.0
+    compute: torch.dtype = torch.float32
+    packed: bool = False
+    shared_prefix: bool = False
+
+
 def _micro_batches(batch: Batch, size: int):
     rows = batch["input_ids"].shape[0]
     for start in range(0, rows, size):
@@ -54,35 +68,28 @@ def _device(model: nn.Module) -> torch.device:
 
 @torch.no_grad()
 def micro_batched_logprobs(
-    model: nn.Module,
-    batch: Batch,
-    micro_batch: int,
-    temperature: float,
-    with_entropy: bool,
-    compute: torch.dtype = torch.float32,
-    packed: bool = False,
-    shared_prefix: bool = False,
+    model: nn.Module, batch: Batch, passes: Passes, with_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log π(a_i|s_i) (B, T) at ``temperature``, and H(π(·|s_i)) (B, T) or None."""
+    """log π(a_i|s_i) (B, T) at ``passes.temperature``, and H(π(·|s_i)) (B, T) or None."""
     model.eval()
     batch = _to(batch, _device(model))
     order = None
-    if shared_prefix:  # the rows of each prompt together, so that micro-batches share their prompts
+    if passes.shared_prefix:  # the rows of each prompt together, so that micro-batches share their prompts
         order = prompt_order(batch["input_ids"], batch["attention_mask"], batch["response_mask"].shape[1])  # (B,)
         batch = {key: value[order] for key, value in batch.items()}
     logprobs, entropy = [], []
-    for micro in _micro_batches(batch, micro_batch):
+    for micro in _micro_batches(batch, passes.micro_batch):
         T = micro["response_mask"].shape[1]
-        with compute_precision(_device(model), compute):
+        with compute_precision(_device(model), passes.compute):
             lp, ent = response_logprobs(
                 model,
                 micro["input_ids"],
                 micro["attention_mask"],
                 T,
-                temperature=temperature,
+                temperature=passes.temperature,
                 with_entropy=with_entropy,
-                packed=packed,
-                shared_prefix=shared_prefix,
+                packed=passes.packed,
+                shared_prefix=passes.shared_prefix,
             )
         logprobs.append(lp)
         entropy.append(ent)
@@ -94,16 +101,14 @@ def micro_batched_logprobs(
 
 
 @torch.no_grad()
-def _values(
-    model: nn.Module, batch: Batch, micro_batch: int, compute: torch.dtype = torch.float32, packed: bool = False
-) -> torch.Tensor:
+def _values(model: nn.Module, batch: Batch, passes: Passes) -> torch.Tensor:
     """V(s_i) (B, T), read before each token."""
     model.eval()
     values = []
-    for micro in _micro_batches(_to(batch, _device(model)), micro_batch):
+    for micro in _micro_batches(_to(batch, _device(model)), passes.micro_batch):
         T = micro["response_mask"].shape[1]
-        with compute_precision(_device(model), compute):
-            values.append(response_values(model, micro["input_ids"], micro["attention_mask"], T, packed=packed))
+        with compute_precision(_device(model), passes.compute):
+            values.append(response_values(model, micro["input_ids"], micro["attention_mask"], T, packed=passes.packed))
     return torch.cat(values)
 
 
@@ -131,16 +136,13 @@ class _Trained:
         optimizer,
         scheduler,
         *,
-        micro_batch: int,
+        passes: Passes,
         update: UpdateFn,
         load: LoadFn,
-        compute: torch.dtype = torch.float32,
-        packed: bool = False,
     ):
         self.model, self.tokenizer = model, tokenizer
         self.optimizer, self.scheduler = optimizer, scheduler
-        self.micro_batch, self._update, self._load, self.compute = micro_batch, update, load, compute
-        self.packed = packed
+        self.passes, self._update, self._load = passes, update, load
         self.part_names = (self.role, f"{self.role}_optim")
 
     def update(self, batch: Batch, plan: list[torch.Tensor]) -> dict[str, float]:
@@ -166,38 +168,8 @@ class LocalActor(_Trained):
 
     role = "actor"
 
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        optimizer,
-        scheduler,
-        *,
-        temperature: float,
-        micro_batch: int,
-        update: UpdateFn,
-        load: LoadFn,
-        compute: torch.dtype = torch.float32,
-        packed: bool = False,
-        shared_prefix: bool = False,
-    ) -> None:
-        super().__init__(
-            model,
-            tokenizer,
-            optimizer,
-            scheduler,
-            micro_batch=micro_batch,
-            update=update,
-            load=load,
-            compute=compute,
-            packed=packed,
-        )
-        self.temperature, self.shared_prefix = temperature, shared_prefix
-
     def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        return micro_batched_logprobs(
-            self.model, batch, self.micro_batch, self.temperature, True, self.compute, self.packed, self.shared_prefix
-        )
+        return micro_batched_logprobs(self.model, batch, self.passes, with_entropy=True)
 
     def update_on_policy(
         self, batch: Batch, plan: list[torch.Tensor]
@@ -214,65 +186,38 @@ class LocalCritic(_Trained):
     role = "critic"
 
     def compute_values(self, batch: Batch) -> torch.Tensor:
-        return _values(self.model, batch, self.micro_batch, self.compute, self.packed)
+        return _values(self.model, batch, self.passes)
 
 
 class LocalReference:
     """π_ref: frozen, so nothing to checkpoint (it is reloaded from its path)."""
 
-    def __init__(
-        self,
-        model: nn.Module,
-        *,
-        temperature: float,
-        micro_batch: int,
-        compute: torch.dtype = torch.float32,
-        packed: bool = False,
-        shared_prefix: bool = False,
-    ) -> None:
-        self.model = model.eval().requires_grad_(False)
-        self.temperature, self.micro_batch, self.compute, self.packed = temperature, micro_batch, compute, packed
-        self.shared_prefix = shared_prefix
+    def __init__(self, model: nn.Module, passes: Passes) -> None:
+        self.model, self.passes = model.eval().requires_grad_(False), passes
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
-        return micro_batched_logprobs(
-            self.model, batch, self.micro_batch, self.temperature, False, self.compute, self.packed, self.shared_prefix
-        )[0]
+        return micro_batched_logprobs(self.model, batch, self.passes, with_entropy=False)[0]
 
 
 class FrozenActor:
     """π_θ of a checkpoint, evaluated but not trained (``glassrl explain --model``): log-probs
     and entropy exactly as :class:`LocalActor` computes them."""
 
-    def __init__(
-        self,
-        model: nn.Module,
-        *,
-        temperature: float,
-        micro_batch: int,
-        compute: torch.dtype = torch.float32,
-        packed: bool = False,
-        shared_prefix: bool = False,
-    ) -> None:
-        self.model, self.temperature, self.micro_batch = model, temperature, micro_batch
-        self.compute, self.packed, self.shared_prefix = compute, packed, shared_prefix
+    def __init__(self, model: nn.Module, passes: Passes) -> None:
+        self.model, self.passes = model, passes
 
     def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        return micro_batched_logprobs(
-            self.model, batch, self.micro_batch, self.temperature, True, self.compute, self.packed, self.shared_prefix
-        )
+        return micro_batched_logprobs(self.model, batch, self.passes, with_entropy=True)
 
 
 class FrozenCritic:
     """V of a checkpoint, evaluated but not trained: values exactly as :class:`LocalCritic` computes them."""
 
-    def __init__(
-        self, model: nn.Module, *, micro_batch: int, compute: torch.dtype = torch.float32, packed: bool = False
-    ) -> None:
-        self.model, self.micro_batch, self.compute, self.packed = model, micro_batch, compute, packed
+    def __init__(self, model: nn.Module, passes: Passes) -> None:
+        self.model, self.passes = model, passes
 
     def compute_values(self, batch: Batch) -> torch.Tensor:
-        return _values(self.model, batch, self.micro_batch, self.compute, self.packed)
+        return _values(self.model, batch, self.passes)
 
 
 class LocalReward:

@@ -14,41 +14,21 @@ import torch
 from torch import nn
 
 from glassrl.workers.base import Batch
-from glassrl.workers.local import micro_batched_logprobs
+from glassrl.workers.local import Passes, micro_batched_logprobs
 
 
 class LoraReference:
     """π_ref(a_i|s_i) = the actor's peft model with adapters off, at the sampling temperature."""
 
-    def __init__(
-        self,
-        model: nn.Module,
-        *,
-        temperature: float,
-        micro_batch: int,
-        compute: torch.dtype = torch.float32,
-        packed: bool = False,
-        shared_prefix: bool = False,
-    ) -> None:
+    def __init__(self, model: nn.Module, passes: Passes) -> None:
         if not hasattr(model, "disable_adapter"):
             raise TypeError(f"LoraReference needs a peft model, got {type(model).__name__}")
-        self.model, self.temperature, self.micro_batch, self.compute = model, temperature, micro_batch, compute
-        self.packed = packed  # padding-free (model.padding_free)
-        self.shared_prefix = shared_prefix  # each distinct prompt once (model.shared_prefix)
+        self.model, self.passes = model, passes
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         training = self.model.training  # micro_batched_logprobs sets eval (no adapter dropout); restored for the actor
         try:
             with self.model.disable_adapter():
-                return micro_batched_logprobs(
-                    self.model,
-                    batch,
-                    self.micro_batch,
-                    self.temperature,
-                    False,
-                    self.compute,
-                    self.packed,
-                    self.shared_prefix,
-                )[0]
+                return micro_batched_logprobs(self.model, batch, self.passes, with_entropy=False)[0]
         finally:
             self.model.train(training)

@@ -33,7 +33,7 @@ from torch import nn
 from glassrl.data.records import PromptRecord
 from glassrl.models.precision import compute_precision
 from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
-from glassrl.workers.local import FrozenActor, LocalRollout
+from glassrl.workers.local import FrozenActor, LocalRollout, Passes
 
 
 class OverlapRollout:
@@ -51,19 +51,13 @@ class OverlapRollout:
         live: LocalRollout,
         model: nn.Module,
         make_engine: Callable[[nn.Module], RolloutEngine],
-        *,
-        temperature: float,
-        micro_batch: int,
-        compute: torch.dtype = torch.float32,
-        packed: bool = False,
+        passes: Passes,
     ) -> None:
         self.live, self.model = live, model
         self.copy = copy.deepcopy(model).eval().requires_grad_(False)
         self.engine = make_engine(self.copy)
-        self.scorer = FrozenActor(
-            self.copy, temperature=temperature, micro_batch=micro_batch, compute=compute, packed=packed
-        )
-        self.compute = compute
+        self.scorer = FrozenActor(self.copy, passes)
+        self.compute = passes.compute
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="glassrl-sample-ahead")
         self.pending: Future | None = None
 

@@ -36,6 +36,18 @@ def test_value_loss_clipping_hand_checked():
     assert out.diagnostics["clipped"].tolist() == [[True, False, False]]
 
 
+def test_value_loss_inside_the_band_is_never_clipped():
+    """V_old + (V − V_old) rounds away from V when V is small against V_old (float32): inside the band
+    the two errors then differ by rounding, and no token may count as clipped for it."""
+    v = torch.linspace(-1e-3, 1e-3, 1001).view(1, -1)
+    old = v + 0.15  # inside ε_v = 0.2
+    returns = torch.linspace(3, -3, 1001).view(1, -1)
+    out = value_loss(v, old, returns, torch.ones_like(v, dtype=torch.bool), 0.2)
+    values_clipped = old + (v - old).clamp(-0.2, 0.2)
+    assert ((values_clipped - returns) ** 2 > (v - returns) ** 2).any()  # the rounding this guards against
+    assert not out.diagnostics["clipped"].any()
+
+
 def test_value_loss_without_clipping_and_masking():
     v = t([[1.0, float("nan")]], requires_grad=True)
     mask = torch.tensor([[True, False]])

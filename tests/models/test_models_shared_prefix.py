@@ -1,19 +1,32 @@
-"""Shared-prefix passes (glassrl.models.shared_prefix): each distinct prompt once, the padded path's numbers.
+"""Shared-prefix passes (glassrl.models.shared_prefix): each distinct prompt once per chunk, the padded
+path's numbers.
 
-Log-probs, entropy and gradients against the padded path (float32 1e-5 / 1e-4 relative, float64
+Log-probs, entropy, values and gradients against the padded path (float32 1e-5 / 1e-4 relative, float64
 tighter) on the tiny Llama and the tiny default model: left-padded prompts of different lengths,
 right-padded responses of different lengths, groups whose rows are not adjacent, micro-batches
-holding parts of groups, a response with a masked hole; and the
-row order that groups prompts.
+holding parts of groups, a response with a masked hole, groups split over several chunks, eager
+attention; a hand-computed layout and mask; the check that refuses an attention dropping the mask;
+and the row order that groups prompts.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
-from glassrl.models import load_causal_lm, response_logprobs
-from glassrl.models.shared_prefix import prompt_order
+import glassrl.models.shared_prefix as shared_prefix_module
+from glassrl.errors import GlassrlError
+from glassrl.models import load_causal_lm, load_scalar_model, response_logprobs
+from glassrl.models.shared_prefix import (
+    LayerCost,
+    attention_mask_for,
+    check_shared_prefix,
+    layer_cost,
+    pack_shared,
+    prompt_order,
+)
+from glassrl.models.values import response_values
 from glassrl.workers.local import Passes, micro_batched_logprobs
 
 A, B, C = [5, 17, 42], [7, 61, 2, 30, 11, 9], [88]
@@ -113,3 +126,96 @@ def test_refuses_packed_with_shared_prefix(tiny_lm_path, make_batch):
     ids, mask, _, T = make_batch(PROMPTS, RESPONSES)
     with pytest.raises(ValueError, match="packed and shared_prefix"):
         response_logprobs(model, ids, mask, T, packed=True, shared_prefix=True)
+
+
+def test_layout_hand_table(tiny_lm_path, make_batch):
+    """Prompt A (2 tokens) with responses of 2 and 1 tokens, prompt B (1 token) with one of 2: one row
+    of 8 (a group per chunk beats repeating A in a second chunk), the tree mask and the padded positions."""
+    model = load_causal_lm(tiny_lm_path, device="cpu")
+    ids, mask, P, T = make_batch([[5, 6], [7], [5, 6]], [[10, 11], [20, 21], [12]])
+    rows = pack_shared(ids, mask, T, layer_cost(model.config))
+    assert rows.input_ids.tolist() == [[5, 6, 10, 11, 12, 7, 20, 21]]
+    assert rows.position_ids.tolist() == [[0, 1, 2, 3, 2, 0, 1, 2]]
+    source, valid = rows.response_sources(T)
+    assert torch.where(valid, source, -1).tolist() == [[1, 2], [5, 6], [1, -1]]  # 12 is predicted from 6, as 10 is
+    allowed = rows.attention_mask[0, 0].long().tolist()
+    assert allowed == [
+        [1, 0, 0, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 1, 0, 0, 0],  # response 12 sees prompt A and itself, not 10 11
+        [0, 0, 0, 0, 0, 1, 0, 0],
+        [0, 0, 0, 0, 0, 1, 1, 0],
+        [0, 0, 0, 0, 0, 1, 1, 1],
+    ]
+
+
+def test_narrow_rows_repeat_a_prompt_and_equal_padded(tiny_lm_path, make_batch, monkeypatch):
+    """Chunks no wider than the padded row: groups split into several chunks, the prompt in each; the
+    numbers are still the padded path's."""
+    model = load_causal_lm(tiny_lm_path, device="cpu")
+    ids, mask, P, T = make_batch(PROMPTS, RESPONSES)
+    narrow = pack_shared(ids, mask, T, layer_cost(model.config), width=P + T)
+    assert narrow.input_ids.shape[1] == P + T
+    assert (narrow.input_ids == B[0]).sum() == 2  # prompt B (6 tokens) with responses of 2 and 4: two chunks
+    monkeypatch.setattr(shared_prefix_module, "pack_shared", lambda *a: pack_shared(*a, width=P + T))
+    response = mask[:, P:].bool()
+    with torch.no_grad():
+        (lp, ent), (slp, sent) = _both(
+            lambda shared: response_logprobs(model, ids, mask, T, with_entropy=True, shared_prefix=shared)
+        )
+    torch.testing.assert_close(slp[response], lp[response], rtol=0, atol=1e-5)
+    torch.testing.assert_close(sent[response], ent[response], rtol=0, atol=1e-5)
+
+
+def test_cheapest_width_by_the_estimate(tiny_lm_path, make_batch):
+    """The layout of least estimated cost among the candidate widths; whole groups place each prompt once."""
+    ids, mask, P, T = make_batch(PROMPTS, RESPONSES)
+    real = int(mask.sum())
+    prompt_once = real - 2 * len(A) - len(B)  # A is in 3 rows, B in 2
+    wide = pack_shared(ids, mask, T, LayerCost(per_token=1.0, per_pair=0.0))
+    assert len(wide.index[wide.index >= 0].unique()) == prompt_once  # each prompt placed once
+    # One prompt token, four responses of 4 (P+T = 5): widths 5, 10, 20 give (4, 5), (2, 9), (1, 17):
+    # 20, 18, 17 tokens; R·W² 100, 162, 289.
+    ids, mask, P, T = make_batch([[9]] * 4, [[1, 2, 3, 4]] * 4)
+    shapes = [pack_shared(ids, mask, T, LayerCost(1.0, 0.0), width=w).input_ids.shape for w in (5, 10, 20)]
+    assert shapes == [(4, 5), (2, 9), (1, 17)]
+    assert pack_shared(ids, mask, T, LayerCost(per_token=1.0, per_pair=0.0)).input_ids.shape == (1, 17)
+    assert pack_shared(ids, mask, T, LayerCost(per_token=0.0, per_pair=1.0)).input_ids.shape == (4, 5)
+
+
+@pytest.mark.parametrize("head", ["value-head", "token-classification"])
+def test_values_equal_padded(tiny_lm_path, make_batch, head):
+    critic = load_scalar_model(tiny_lm_path, head=head, device="cpu")
+    ids, mask, P, T = make_batch(PROMPTS, RESPONSES)
+    response = mask[:, P:].bool()
+    with torch.no_grad():
+        values, shared = _both(lambda s: response_values(critic, ids, mask, T, shared_prefix=s))
+    torch.testing.assert_close(shared[response], values[response], rtol=0, atol=1e-5)
+    assert values[response].std() > 0
+
+
+def test_eager_attention_takes_an_additive_mask(tiny_lm_path, make_batch):
+    model = AutoModelForCausalLM.from_pretrained(tiny_lm_path, attn_implementation="eager").eval()
+    ids, mask, P, T = make_batch(PROMPTS, RESPONSES)
+    response = mask[:, P:].bool()
+    check_shared_prefix(model)
+    with torch.no_grad():
+        (lp, _), (slp, _) = _both(lambda shared: response_logprobs(model, ids, mask, T, shared_prefix=shared))
+    torch.testing.assert_close(slp[response], lp[response], rtol=0, atol=1e-5)
+
+
+def test_check_refuses_an_attention_that_drops_the_mask(tiny_lm_path, monkeypatch):
+    model = load_causal_lm(tiny_lm_path, device="cpu")
+    check_shared_prefix(model)  # sdpa honours it
+    monkeypatch.setattr(shared_prefix_module, "attention_mask_for", lambda model, allowed: None)
+    with pytest.raises(GlassrlError, match="model.shared_prefix.*does not keep the responses"):
+        check_shared_prefix(model)
+
+
+def test_attention_without_custom_masks_is_refused(tiny_lm_path):
+    model = load_causal_lm(tiny_lm_path, device="cpu")
+    model.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(GlassrlError, match="model.shared_prefix: llama with attention 'flash_attention_2'"):
+        attention_mask_for(model, torch.ones(1, 1, 2, 2, dtype=torch.bool))

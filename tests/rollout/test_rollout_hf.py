@@ -212,6 +212,16 @@ def test_preallocated_cache_hand_table():
         cache.update(torch.zeros(2, 1, 2, 1), torch.zeros(2, 1, 2, 1), 0)
 
 
+def test_move_rows_fills_ended_slots_from_the_back():
+    """Rows 0 and 2 of 5 ended: rows 3 and 4 move into their slots; rows 1 stays; 3 rows in use."""
+    cache = PreallocatedCache(num_layers=1, capacity=3)
+    cache.update(torch.arange(5.0).view(5, 1, 1, 1), -torch.arange(5.0).view(5, 1, 1, 1), 0)
+    cache.move_rows(torch.tensor([0, 2]), torch.tensor([3, 4]), 3)
+    keys, values = cache.update(torch.tensor([7.0, 8.0, 9.0]).view(3, 1, 1, 1), torch.zeros(3, 1, 1, 1), 0)
+    assert keys[:, 0, :, 0].tolist() == [[3.0, 7.0], [1.0, 8.0], [4.0, 9.0]]
+    assert values[:, 0, 0, 0].tolist() == [-3.0, -1.0, -4.0]
+
+
 def test_prefill_rows_copied_to_samples():
     """A cache for 4 rows prefilled with 2 prompts; take_rows copies each to its samples."""
     cache = PreallocatedCache(num_layers=1, capacity=3, batch=4)

@@ -8,7 +8,7 @@ import yaml
 
 from glassrl.config import load_config, to_dict
 from glassrl.errors import GlassrlError
-from glassrl.trainer.build import saved_in_todays_terms, with_precision
+from glassrl.trainer.build import saved_in_todays_terms, with_precision, with_shared_prefix
 from glassrl.trainer.config import TrainConfig
 from glassrl.trainer.state import RunConfig
 
@@ -28,7 +28,7 @@ def _old_config_yaml(path, drop=("threads", "model.shared_prefix", "ray.rollout"
 
 
 @pytest.mark.parametrize("beside", ["checkpoints", "metrics.jsonl", None])
-def test_a_run_directorys_config_is_judged_by_value(tmp_path, beside):
+def test_a_run_directorys_config_is_judged_by_value(tmp_path, beside, tiny_model_dir):
     _old_config_yaml(tmp_path / "config.yaml")
     if beside == "checkpoints":
         (tmp_path / "checkpoints").mkdir()
@@ -39,7 +39,11 @@ def test_a_run_directorys_config_is_judged_by_value(tmp_path, beside):
             load_config(TrainConfig, tmp_path / "config.yaml")
     else:  # a run's own: every value at its default is not "written"
         cfg = load_config(TrainConfig, tmp_path / "config.yaml")
-        assert cfg.threads == "auto" and cfg.model.shared_prefix is False
+        assert cfg.threads == "auto" and cfg.model.shared_prefix == "auto"
+        # ... which, resuming that run, means what it did then: the padded passes
+        resumed = with_shared_prefix(with_precision(cfg), tiny_model_dir, tmp_path / "config.yaml")
+        assert resumed.model.shared_prefix is False
+        assert with_shared_prefix(with_precision(cfg), tiny_model_dir).model.shared_prefix is True  # a new run
 
 
 @pytest.mark.parametrize(
@@ -52,8 +56,10 @@ def test_a_run_directorys_config_is_judged_by_value(tmp_path, beside):
 def test_old_auto_dtype_is_compared_as_what_it_meant(overrides, then_means):
     cfg = load_config(TrainConfig, None, ["model.device=cpu", *overrides])
     upgrade = saved_in_todays_terms(cfg)
-    assert upgrade({"model.dtype": "auto", "seed": 0}) == {"model.dtype": then_means, "seed": 0}
-    assert upgrade({"model.dtype": "bfloat16"}) == {"model.dtype": "bfloat16"}  # explicit values stand
+    old = {"model.dtype": then_means, "seed": 0, "model.shared_prefix": False}  # before shared_prefix: padded
+    assert upgrade({"model.dtype": "auto", "seed": 0}) == old
+    explicit = {"model.dtype": "bfloat16", "model.shared_prefix": True}
+    assert upgrade(explicit) == explicit  # explicit values stand
 
 
 def test_resume_compares_the_checkpoint_in_todays_terms():
@@ -62,6 +68,8 @@ def test_resume_compares_the_checkpoint_in_todays_terms():
     saved = to_dict(cfg)
     saved["model"]["dtype"] = "auto"
     saved.pop("threads")  # a key added since, at its default now
+    saved["model"].pop("shared_prefix")  # added since, and resumed as it ran then: padded
+    now["model"]["shared_prefix"] = False  # what with_shared_prefix makes of "auto" resuming that run
     run_config = RunConfig(now, ("steps",), to_dict(TrainConfig()), upgrade=saved_in_todays_terms(cfg))
     run_config.load_state_dict({"config": saved})
     assert run_config.changes == {}

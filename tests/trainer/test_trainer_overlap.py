@@ -22,7 +22,8 @@ from glassrl.errors import GlassrlError
 from glassrl.ledger import read_jsonl
 from glassrl.report.metrics_doc import undocumented
 from glassrl.trainer import phases
-from glassrl.workers.local import FrozenActor, Passes
+from glassrl.trainer.build import forward_passes
+from glassrl.workers.local import FrozenActor
 from helpers import preset_trainer
 
 
@@ -51,8 +52,9 @@ def test_batch_sampled_ahead_trains_with_the_sampling_policys_logprobs(fast, mon
     for (exp, logprobs), sampled_by, current in zip(seen[1:], before_update[:2], before_update[1:], strict=True):
         batch = phases.model_batch(exp)
         mask = exp.rollout.response_mask
-        by_sampler = FrozenActor(sampled_by, Passes(micro_batch=4)).compute_logprobs(batch)[0]
-        by_current = FrozenActor(current, Passes(micro_batch=4)).compute_logprobs(batch)[0]
+        passes = forward_passes(trainer.cfg)  # as the run computes (its shared-prefix layout too)
+        by_sampler = FrozenActor(sampled_by, passes).compute_logprobs(batch)[0]
+        by_current = FrozenActor(current, passes).compute_logprobs(batch)[0]
         assert (logprobs - by_sampler)[mask].abs().max() <= 1e-6
         if (by_current - by_sampler)[mask].abs().max() > 1e-4:  # the update in between moved the policy
             assert (logprobs - by_current)[mask].abs().max() > 1e-4

@@ -49,6 +49,7 @@ def local_ray():
 def _argv(fast: list[str], out: Path, policy: str) -> list[str]:
     """3 steps at lr 1e30 (steps 2 and 3 diverge), a checkpoint each step, only the newest kept."""
     run = [f"output_dir={out}", "steps=3", "actor_optim.lr=1e30", f"on_nonfinite={policy}", "logging.report=false"]
+    run.append("model.shared_prefix=false")  # in-process as on Ray: padded passes
     return ["train", "grpo", *fast, *run, "logging.checkpoint_every=1", "logging.keep_checkpoints=1"]
 
 

@@ -1,5 +1,6 @@
-"""model.shared_prefix: two GRPO steps with and without give the same metrics (losses included),
-ledgers (log-probs, advantages) and weights, to float32 summation order; and its refusals."""
+"""model.shared_prefix: two GRPO (and PPO: the critic too) steps with and without give the same metrics
+(losses included), ledgers (log-probs, values, advantages) and weights, to float32 summation order; and
+its refusals."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 from run_helpers import logged_metrics
 
-import glassrl.models.logprobs as logprobs_module
+import glassrl.models.shared_prefix as shared_prefix_module
 from glassrl.errors import GlassrlError
 from glassrl.ledger import read_jsonl
 from helpers import preset_trainer
@@ -28,11 +29,25 @@ def _close(a, b) -> bool:
 @pytest.mark.parametrize(
     "extra",
     [
-        ["algo.entropy_coef=0.01"],  # reference and old log-probs shared; two optimiser steps of 8 rows, micro 4
+        ["algo.entropy_coef=0.01"],
+        # PPO: the critic's value pass and its update share too; one micro-batch per mini-batch, so the
+        # per-micro-batch diagnostics (vf_clip_frac) see the same rows
+        [
+            "preset=ppo",
+            "batch.micro_batch_responses=8",
+        ],  # reference and old log-probs shared; two optimiser steps of 8 rows, micro 4
         ["batch.mini_batch_prompts=4", "batch.micro_batch_responses=2"],  # on-policy; micro-batches of half groups
-        # LoRA: adapters through the shared cache, π_ref = the model with adapters off, shared too; one
-        # micro-batch per mini-batch, so the per-micro-batch diagnostics (approx_kl) see the same rows
-        ["model.lora={r: 4, alpha: 8}", "actor_optim.lr=0.01", "batch.micro_batch_responses=8"],
+        # LoRA: adapters through the shared layout, π_ref = the model with adapters off, shared too; one
+        # micro-batch per mini-batch, so the per-micro-batch diagnostics (approx_kl) see the same rows.
+        # The entropy bonus gives the first step a gradient: without it, at π_θ = π_ref and equal rewards the
+        # padded gradient is exactly 0 and the shared one rounding noise (1e-8; its reference and update
+        # passes pack rows differently), which Adam's first step turns into ±lr: a different run.
+        [
+            "model.lora={r: 4, alpha: 8}",
+            "actor_optim.lr=0.01",
+            "batch.micro_batch_responses=8",
+            "algo.entropy_coef=0.01",
+        ],
         # multi-turn: observations in the responses (in the context, out of the loss)
         [
             "data.train=task:tool-add",
@@ -40,18 +55,21 @@ def _close(a, b) -> bool:
             "reward.sources=[{name: numeric}]",
             "rollout.max_new_tokens=40",
             f"rollout.agent.environment={ENV}:Retry",
+            "algo.entropy_coef=0.01",  # a gradient to compare: the tiny model earns no reward here (see LoRA)
         ],
     ],
 )
 @pytest.mark.slow
 def test_shared_prefix_run_equals_padded_run(extra, fast, tmp_path, monkeypatch):
     calls = []  # the shared path's calls: it must be the one that ran
-    hidden = logprobs_module.shared_prefix_hidden
-    monkeypatch.setattr(logprobs_module, "shared_prefix_hidden", lambda *a: calls.append(1) or hidden(*a))
+    layout = shared_prefix_module.pack_shared
+    monkeypatch.setattr(shared_prefix_module, "pack_shared", lambda *a: calls.append(1) or layout(*a))
     trainers = {}
+    preset = next((e.removeprefix("preset=") for e in extra if e.startswith("preset=")), "grpo")
+    extra = [e for e in extra if not e.startswith("preset=")]
     for name, shared in (("padded", "false"), ("shared", "true")):
         trainer = preset_trainer(
-            "grpo", [*fast, *extra, f"model.shared_prefix={shared}", f"output_dir={tmp_path / name}"]
+            preset, [*fast, *extra, f"model.shared_prefix={shared}", f"output_dir={tmp_path / name}"]
         )
         trainer.train()
         trainers[name] = trainer
@@ -60,7 +78,8 @@ def test_shared_prefix_run_equals_padded_run(extra, fast, tmp_path, monkeypatch)
     assert [r.keys() for r in padded] == [r.keys() for r in shared]
     for a, b in zip(padded, shared):
         assert not {k: (a[k], b[k]) for k in a if not _close(a[k], b[k])}
-    assert "actor/policy_loss" in padded[1] and "actor/kl_loss" in padded[1]
+    trained = {k for row in padded for k in row}
+    assert "actor/policy_loss" in trained and ("actor/kl_loss" in trained or "critic/value_loss" in trained)
     for step in (1, 2):
         name = f"ledgers/step_{step:06d}.jsonl"
         la, lb = read_jsonl(tmp_path / "padded" / name), read_jsonl(tmp_path / "shared" / name)
@@ -68,8 +87,11 @@ def test_shared_prefix_run_equals_padded_run(extra, fast, tmp_path, monkeypatch)
             for ta, tb in zip(ra.tokens, rb.tokens, strict=True):
                 da, db = dataclasses.asdict(ta), dataclasses.asdict(tb)
                 assert all(_close(da[k], db[k]) for k in da), (step, da, db)
-    wa, wb = (trainers[n].workers.actor.model.state_dict() for n in ("padded", "shared"))
-    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) <= TOL
+    for role in ("actor", "critic"):
+        if getattr(trainers["padded"].workers, role) is None:
+            continue
+        wa, wb = (getattr(trainers[n].workers, role).model.state_dict() for n in ("padded", "shared"))
+        assert max((wa[k] - wb[k]).abs().max().item() for k in wa) <= TOL, role
 
 
 @pytest.mark.parametrize(

@@ -197,11 +197,13 @@ def scalar_outputs(
 
     ``position_ids`` default to ``(attention_mask.cumsum(-1) - 1).clamp(min=0)``
     so that left-padded rows get the same positions as unpadded ones. ``attention_mask``
-    None with ``position_ids``: packed sequences (glassrl.models.packing).
+    None with ``position_ids``: packed sequences (glassrl.models.packing); 4D: a layout's own mask,
+    passed as it is (glassrl.models.shared_prefix).
     """
     if position_ids is None:
         position_ids = position_ids_from_mask(attention_mask)
-    attention_mask = attention_mask.long() if attention_mask is not None else None
+    if attention_mask is not None and attention_mask.ndim == 2:
+        attention_mask = attention_mask.long()
     if isinstance(model, CausalLMWithValueHead):
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)  # (B, L)
     else:

@@ -26,8 +26,9 @@ tokens packed side by side in rows (glassrl.models.packing), and the LM head onl
 predict real response tokens; the numbers equal the padded path's on every real response token
 (tests/models/test_models_packing.py) and are 0 on padding.
 
-Shared prefix (``shared_prefix=True``, ``model.shared_prefix``): each distinct prompt of the batch runs
-once and its KV cache serves its samples (glassrl.models.shared_prefix); same numbers as the padded path.
+Shared prefix (``shared_prefix=True``, ``model.shared_prefix``): packed too, each distinct prompt of the
+batch once per chunk, its responses attending it through a tree mask (glassrl.models.shared_prefix); same
+numbers as the padded path.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from glassrl.errors import GlassrlError
-from glassrl.models.packing import pack, unpack
-from glassrl.models.shared_prefix import shared_prefix_hidden
+from glassrl.models.packing import unpack
+from glassrl.models.shared_prefix import packed_rows
 
 # Config fields by which some architectures transform logits after the LM head
 # (Gemma 2 soft-capping, Cohere / Granite scaling); the chunked path applies the
@@ -132,8 +133,8 @@ def response_logprobs(
     mask them with response_mask. Gradients flow to the model when grad mode is on.
 
     ``packed``: padding-free (glassrl.models.packing): the decoder sees the real tokens only,
-    the LM head the positions that predict real response tokens only. ``shared_prefix``: each distinct
-    prompt runs once (glassrl.models.shared_prefix); not with ``packed``.
+    the LM head the positions that predict real response tokens only. ``shared_prefix``: packed, and
+    each distinct prompt once per chunk (glassrl.models.shared_prefix); not with ``packed``.
     """
     for field in _LOGIT_TRANSFORMS:
         if getattr(model.config, field, None) not in (None, 1.0):
@@ -147,10 +148,10 @@ def response_logprobs(
     if packed and shared_prefix:
         raise ValueError("response_logprobs: packed and shared_prefix exclude each other")
     head = dict(temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy, entropy_grad=entropy_grad)
-    if packed:
-        rows = pack(input_ids, attention_mask)
+    if packed or shared_prefix:
+        rows, mask = packed_rows(model, input_ids, attention_mask, response_len, shared_prefix=shared_prefix)
         hidden = model.get_decoder()(
-            input_ids=rows.input_ids, position_ids=rows.position_ids, attention_mask=None, use_cache=False
+            input_ids=rows.input_ids, position_ids=rows.position_ids, attention_mask=mask, use_cache=False
         ).last_hidden_state.flatten(0, 1)  # (R·W, H): the real tokens, and the rows' tails
         source, valid = rows.response_sources(response_len)  # (B, T) each
         targets = input_ids[:, prompt_len:][valid]  # (K,) the real response tokens
@@ -159,9 +160,6 @@ def response_logprobs(
         )  # (1, K) each
         return unpack(logprobs[0], valid), (unpack(entropy[0], valid) if entropy is not None else None)
     targets = input_ids[:, prompt_len:]  # (B, T)
-    if shared_prefix:
-        hidden = shared_prefix_hidden(model, input_ids, attention_mask, response_len)  # (B, T, H)
-        return logprobs_from_hidden(hidden, model.get_output_embeddings(), targets, **head)
     hidden = model.get_decoder()(
         input_ids=input_ids,
         attention_mask=attention_mask.long(),

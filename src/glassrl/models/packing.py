@@ -46,11 +46,18 @@ class Packed:
     input_ids (R, W), position_ids (R, W): restarting at 0 at each sequence's first token.
     index (B, L) long: the position of each padded position in the packed rows, flattened
     (row · W + column); −1 on padding.
+    attention_mask (R, 1, W, W) bool or None: True where a query (row, i) attends a key (row, j);
+    None: the restarting position ids mark the sequences (:func:`pack`). The shared-prefix layout
+    (glassrl.models.shared_prefix) sets it: there a prompt is attended by several responses.
+    real (B, L) bool or None: which placed positions are real tokens (a layout may place a masked
+    hole, to compute its position as the padded path does); None: every placed one.
     """
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
     index: torch.Tensor
+    attention_mask: torch.Tensor | None = None
+    real: torch.Tensor | None = None
 
     def response_sources(self, response_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(source (B, T), valid (B, T) bool) for the last T = ``response_len`` padded positions.
@@ -60,8 +67,8 @@ class Packed:
         and that position are both real tokens: the response tokens the padded path computes too.
         """
         source = self.index[:, -response_len - 1 : -1]  # (B, T): padded position P−1+i
-        valid = (source >= 0) & (self.index[:, -response_len:] >= 0)  # (B, T)
-        return source, valid
+        target = self.real[:, -response_len:] if self.real is not None else self.index[:, -response_len:] >= 0
+        return source, (source >= 0) & target  # (B, T) each
 
 
 def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Packed:

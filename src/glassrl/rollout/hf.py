@@ -11,8 +11,9 @@ costing a forward slot until the last row ends. The loop here:
   tensors it sees have exactly the shapes and values ``generate``'s would;
 - prefills each distinct prompt once and copies its cache rows to its n samples (generate
   computes the same rows n times);
-- drops ended rows from the batch: their cache rows are compacted away in place (at most
-  once per step, and only when a row ended), so a step costs the rows still writing;
+- drops ended rows from the batch: the running rows behind them move into their cache slots
+  in place (at most once per step, and only when a row ended; a copy of as many rows as
+  ended), so a step costs the rows still writing;
 - samples as ``generate`` does, with transformers' own warpers (temperature, top-k, top-p,
   in generate's order), then ``torch.multinomial`` over all B rows of the original batch
   (ended rows get a placeholder distribution). ATen draws ``multinomial(probs, 1)`` as
@@ -62,7 +63,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 from transformers.generation.stopping_criteria import StoppingCriteriaList
 
 from glassrl.data.records import PromptRecord
-from glassrl.models.shared_prefix import distinct_rows
+from glassrl.models.shared_prefix import distinct_rows, full_attention
 from glassrl.rollout.base import RolloutBatch, SamplingParams
 from glassrl.rollout.stops import StopSet, StopStringCriteria, stop_set
 
@@ -164,6 +165,13 @@ class PreallocatedLayer(DynamicLayer):
         self.value_buffer[:k, :, : self.length] = self.value_buffer[index, :, : self.length]
         self.rows = k
 
+    def move_rows(self, to: torch.Tensor, source: torch.Tensor, rows: int) -> None:
+        """Rows ``source`` (m,) long are copied to rows ``to`` (m,) long (disjoint), then the first
+        ``rows`` are in use: dropping ended rows by moving only the running rows behind them."""
+        self.key_buffer[to, :, : self.length] = self.key_buffer[source, :, : self.length]
+        self.value_buffer[to, :, : self.length] = self.value_buffer[source, :, : self.length]
+        self.rows = rows
+
 
 class PreallocatedCache(Cache):
     """A ``PreallocatedLayer`` per attention layer, ``capacity`` positions and ``batch`` rows each."""
@@ -175,6 +183,10 @@ class PreallocatedCache(Cache):
         for layer in self.layers:
             layer.take_rows(index)
 
+    def move_rows(self, to: torch.Tensor, source: torch.Tensor, rows: int) -> None:
+        for layer in self.layers:
+            layer.move_rows(to, source, rows)
+
 
 def decode_supported(model) -> bool:
     """Whether :func:`decode` can run ``model``: a decoder-only model whose cache is full attention
@@ -184,8 +196,7 @@ def decode_supported(model) -> bool:
         return False
     if not {"position_ids", "past_key_values", "logits_to_keep"} <= inspect.signature(model.forward).parameters.keys():
         return False
-    layers = DynamicCache(config=model.config).layers
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+    return full_attention(model.config)
 
 
 def sampled_logprobs(logits: torch.Tensor, chosen: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -300,10 +311,17 @@ def decode(
         length += 1
         positions = positions + 1  # (n, 1)
         if bool(ended.any()):
-            keep = (~ended).nonzero().squeeze(1)  # (k,)
-            rows, chosen, positions = rows[keep], chosen[keep], positions[keep]
-            cache.take_rows(keep)
-            mask[: len(keep), :length] = mask[keep, :length]
+            # The running rows behind the first k move into the slots of rows that ended: a step
+            # copies as many cache rows as rows ended, not every running row. A row's numbers do
+            # not depend on its place in the batch (module docstring), so the order may change.
+            k = int((~ended).sum())
+            to = ended[:k].nonzero().squeeze(1)  # (m,) slots below k that ended
+            source = (~ended[k:]).nonzero().squeeze(1) + k  # (m,) running rows at k and past
+            order = torch.arange(k, device=device)
+            order[to] = source  # (k,) the row now in each slot
+            rows, chosen, positions = rows[order], chosen[order], positions[order]
+            cache.move_rows(to, source, k)
+            mask[to, :length] = mask[source, :length]
         logits = last_logits(chosen[:, None], mask[: len(rows), :length], positions)  # (n, V)
 
 

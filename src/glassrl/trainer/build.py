@@ -68,6 +68,33 @@ def with_precision(cfg: TrainConfig) -> TrainConfig:
     return dataclasses.replace(cfg, model=dataclasses.replace(m, dtype=dtype, compute_dtype=compute))
 
 
+def with_shared_prefix(cfg: TrainConfig, actor: Path, resumed: Path | None = None) -> TrainConfig:
+    """``cfg`` with model.shared_prefix "auto" made concrete (config.yaml and checkpoints record it):
+    on for the in-process backend on CPU without padding_free, when the actor's, the reference's and
+    the critic's checkpoints have full attention in every layer (a sliding window cannot be kept in
+    the layout's own mask: glassrl.models.shared_prefix). Off on a GPU, where it has not been measured
+    since it became one pass, and on Ray, where it is not wired. ``resumed``: the config.yaml of the
+    run being resumed; one written before model.shared_prefix existed ran padded, and goes on so."""
+    import dataclasses
+
+    import yaml
+    from transformers import AutoConfig
+
+    from glassrl.models.loading import resolve_model_path
+    from glassrl.models.shared_prefix import full_attention
+
+    m = cfg.model
+    if m.shared_prefix != "auto":
+        return cfg
+    on = cfg.trainer.backend == "local" and not m.padding_free and not _policy_on_gpu(cfg)
+    if on and resumed is not None and resumed.is_file():
+        on = "shared_prefix" in (yaml.safe_load(resumed.read_text(encoding="utf-8")).get("model") or {})
+    if on:
+        paths = [actor, critic_path(cfg, actor)] + ([resolve_model_path(m.reference)] if m.reference else [])
+        on = all(full_attention(AutoConfig.from_pretrained(p, local_files_only=True)) for p in paths)
+    return dataclasses.replace(cfg, model=dataclasses.replace(m, shared_prefix=on))
+
+
 def _policy_on_gpu(cfg: TrainConfig) -> bool:
     """Whether the policy trains on CUDA: its device, or ``ray.actor.resources`` naming a GPU."""
     from glassrl.models.loading import resolve_device
@@ -81,12 +108,15 @@ def saved_in_todays_terms(cfg: TrainConfig) -> Callable[[dict], dict]:
     """For a checkpoint's config (flat dotted keys) written before :func:`with_precision`: its
     model.dtype "auto" then meant float32 on CPU and bfloat16 on CUDA (glassrl.models.loading),
     which is what it is compared as; a CPU run resumes, a CUDA run of bfloat16 weights is told
-    it differs from today's float32 masters."""
+    it differs from today's float32 masters. One without model.shared_prefix ran the padded passes
+    (False), as :func:`with_shared_prefix` resumes it."""
     on_gpu = _policy_on_gpu(cfg)
 
     def upgrade(flat: dict) -> dict:
         if flat.get("model.dtype") == "auto":
             flat = {**flat, "model.dtype": "bfloat16" if on_gpu else "float32"}
+        if "model.shared_prefix" not in flat:  # before it existed: the padded passes
+            flat = {**flat, "model.shared_prefix": False}
         return flat
 
     return upgrade
@@ -319,7 +349,7 @@ def forward_passes(cfg: TrainConfig):
         temperature=cfg.rollout.temperature,
         compute=compute_dtype(m.compute_dtype),
         packed=m.padding_free,
-        shared_prefix=m.shared_prefix,
+        shared_prefix=m.shared_prefix is True,  # "auto" is made concrete first (with_shared_prefix)
     )
 
 
@@ -332,14 +362,16 @@ def build_local_workers(
     (glassrl.models.precision). model.lora: adapters on the actor (and critic); π_ref is then the
     actor's own model with its adapters off (glassrl.workers.lora), unless model.reference names one.
     model.padding_free: every forward pass on the real tokens only (glassrl.models.packing), once
-    checked on each model (check_packing). model.shared_prefix: the actor's and π_ref's log-prob and
-    training passes compute each distinct prompt once (glassrl.models.shared_prefix). rollout.overlap:
+    checked on each model (check_packing). model.shared_prefix: every forward pass computes each
+    distinct prompt once per chunk (glassrl.models.shared_prefix), once checked on each model
+    (check_shared_prefix). rollout.overlap:
     the rollout worker also samples the next step's batch with a copy of the policy, in a thread
     (glassrl.workers.overlap).
     """
     from glassrl.models import load_causal_lm, load_scalar_model
     from glassrl.models.packing import check_packing
     from glassrl.models.precision import Autocast, check_master_weights
+    from glassrl.models.shared_prefix import check_shared_prefix
     from glassrl.workers.local import LocalActor, LocalCritic, LocalReference, LocalReward, LocalRollout
     from glassrl.workers.lora import LoraReference
     from glassrl.workers.overlap import OverlapRollout
@@ -354,6 +386,8 @@ def build_local_workers(
     check_master_weights(model, compute)
     if packed:
         check_packing(model)
+    if shared:
+        check_shared_prefix(model)
     optimizer, scheduler = make_optimizer(model, cfg.actor_optim, actor_optimizer_steps(cfg, resolved))
     update = partial(
         run_updates,
@@ -397,6 +431,8 @@ def build_local_workers(
         ref_model = load_lm(m.reference or path)
         if packed and m.reference is not None:
             check_packing(ref_model)
+        if shared and m.reference is not None:
+            check_shared_prefix(ref_model)
         reference = LocalReference(ref_model, passes)
     critic = None
     if resolved.uses_critic:
@@ -406,15 +442,18 @@ def build_local_workers(
         check_master_weights(critic_model, compute)
         if packed:
             check_packing(critic_model)
+        if shared:
+            check_shared_prefix(critic_model)
         c_opt, c_sched = make_optimizer(critic_model, cfg.critic_optim, resolved.total_optimizer_steps)
         c_update = partial(
             run_updates,
             micro_batch=micro,
             grad_clip=cfg.critic_optim.grad_clip,
-            forward=Autocast(partial(critic_forward, packed=packed), m.compute_dtype),
+            forward=Autocast(partial(critic_forward, packed=packed, shared_prefix=shared), m.compute_dtype),
             terms=critic_loss(cfg, resolved),
             prefix="critic",
             on_nonfinite=cfg.on_nonfinite,
+            shared_prefix=shared,
         )
         critic = LocalCritic(
             critic_model,

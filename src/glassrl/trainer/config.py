@@ -65,7 +65,9 @@ class ModelConfig:
         None  # LoRA adapters on the actor and the critic (π_ref = the base, adapters off); null = train every weight
     )
     padding_free: bool = False  # log-prob, value and training passes on the real tokens only, packed side by side (glassrl.models.packing); same numbers, less work on padding
-    shared_prefix: bool = False  # the actor's and π_ref's log-prob and training passes compute each distinct prompt once per micro-batch, its KV cache shared by its samples (glassrl.models.shared_prefix); same numbers to float rounding; pays on CPU, costs on a launch-bound GPU (BENCHMARKS.md)
+    shared_prefix: bool | Literal["auto"] = (
+        "auto"  # every forward pass (actor, π_ref, critic) packs each micro-batch without padding and computes each distinct prompt once per chunk, its responses attending it through a tree mask (glassrl.models.shared_prefix); same numbers to float rounding; auto = on for the local backend on CPU without padding_free when every model has full attention in every layer (not yet measured on a GPU)
+    )
 
 
 @dataclass
@@ -856,8 +858,12 @@ def _check_scale_out(cfg: TrainConfig, written: Set[str] | None) -> None:
             fail("model.lora.dropout", m.lora.dropout, "must lie in [0, 1)")
         if not m.lora.target_modules:
             fail("model.lora.target_modules", m.lora.target_modules, "needs module names, or all-linear")
-    if m.shared_prefix and m.padding_free:
-        fail("model.shared_prefix", True, "with model.padding_free: the two layouts are not combined; choose one")
+    if m.shared_prefix is True and m.padding_free:
+        fail(
+            "model.shared_prefix",
+            True,
+            "with model.padding_free: shared_prefix packs without padding already; drop padding_free",
+        )
     if a.rollout_is is not None and not a.rollout_is.cap > 0:
         fail("algo.rollout_is.cap", a.rollout_is.cap, "must be > 0")
     if not 0 < r.vllm.gpu_memory_utilization < 1:
@@ -951,7 +957,7 @@ def _check_ray(cfg: TrainConfig, written: Set[str] | None) -> None:
         fail("rollout.agent", "on", "multi-turn rollouts are not wired into trainer.backend = ray")
     if cfg.model.padding_free:
         fail("model.padding_free", True, "not wired into trainer.backend = ray; use trainer.backend: local")
-    if cfg.model.shared_prefix:
+    if cfg.model.shared_prefix is True:
         fail("model.shared_prefix", True, "not wired into trainer.backend = ray; use trainer.backend: local")
     if cfg.rollout.overlap:
         fail("rollout.overlap", True, "not wired into trainer.backend = ray; use trainer.backend: local")

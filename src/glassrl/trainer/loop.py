@@ -64,6 +64,7 @@ from glassrl.trainer.build import (
     prompt_format,
     saved_in_todays_terms,
     with_precision,
+    with_shared_prefix,
 )
 from glassrl.trainer.build_ray import build_ray_workers
 from glassrl.trainer.checkpoint import CheckpointManager
@@ -120,6 +121,8 @@ class Trainer:
         self.threads = self._set_threads(resume)  # before any torch work
         seed_everything(cfg.seed)
         path = actor_path(cfg, self.console)
+        # model.shared_prefix "auto" made concrete (a resumed run goes on as it began)
+        cfg = self.cfg = with_shared_prefix(cfg, path, self.out / "config.yaml" if resume else None)
         self.tokenizer = load_tokenizer(path)
         # prompt sets, chat template, length rule (an agentic run's prompts with their tools described)
         self.data = build_prompts(cfg, self.tokenizer, path, prompt_format(cfg, self.tokenizer))

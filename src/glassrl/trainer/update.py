@@ -176,7 +176,8 @@ def run_updates(
     what phase 3 would have computed, without a pass of its own.
 
     ``shared_prefix`` (model.shared_prefix): each mini-batch's rows are grouped by prompt before
-    they are cut into micro-batches, so a micro-batch shares its prompts (glassrl.models.shared_prefix).
+    they are cut into micro-batches, so a micro-batch shares its prompts (glassrl.models.shared_prefix),
+    in the order of the whole batch grouped by prompt (that of the log-prob passes).
     The mini-batch's gradient is a sum over its rows, whatever the cut, so the step is the same; only
     the diagnostics, means per micro-batch, may differ when micro_batch < the mini-batch.
     """
@@ -188,13 +189,16 @@ def run_updates(
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
     skipped = 0
+    if shared_prefix:
+        # Each row's place in the batch grouped by prompt, as the log-prob passes group it (glassrl.workers.local):
+        # a mini-batch of the whole batch is then cut into the very micro-batches (and layouts) of those passes,
+        # so at π_θ = π_ref the KL's gradient is exactly 0, as on the padded path, not rounding noise.
+        grouped = prompt_order(batch["input_ids"], batch["attention_mask"], batch["response_mask"].shape[1])  # (B,)
+        place = torch.empty_like(grouped)
+        place[grouped] = torch.arange(len(grouped), device=grouped.device)
     for k, index in enumerate(plan):
         if shared_prefix:
-            rows = index.to(batch["input_ids"].device)
-            order = prompt_order(
-                batch["input_ids"][rows], batch["attention_mask"][rows], batch["response_mask"].shape[1]
-            )
-            index = index[order.to(index.device)]
+            index = index[place[index.to(place.device)].argsort().to(index.device)]  # mini-batch rows in that order
         parts = index.split(micro_batch)
         micros = [select(batch, part) for part in parts]
         totals = {t.name: sum(_units(t.mask(m), t.mode) for m in micros).clamp(min=1) for t in terms}
@@ -296,10 +300,16 @@ def actor_forward(
     return {"logprobs": logprobs} if entropy is None else {"logprobs": logprobs, "entropy": entropy}
 
 
-def critic_forward(model: torch.nn.Module, micro: Batch, *, packed: bool = False) -> Forward:
-    """V(s_i) (B, T), read at the position before token i (DESIGN §1). ``packed``: padding-free."""
+def critic_forward(
+    model: torch.nn.Module, micro: Batch, *, packed: bool = False, shared_prefix: bool = False
+) -> Forward:
+    """V(s_i) (B, T), read at the position before token i (DESIGN §1). ``packed``: padding-free;
+    ``shared_prefix``: each distinct prompt once (model.shared_prefix)."""
     T = micro["response_mask"].shape[1]
-    return {"values": response_values(model, micro["input_ids"], micro["attention_mask"], T, packed=packed)}
+    values = response_values(
+        model, micro["input_ids"], micro["attention_mask"], T, packed=packed, shared_prefix=shared_prefix
+    )
+    return {"values": values}
 
 
 # ---------------------------------------------------------------- actor terms

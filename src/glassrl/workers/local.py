@@ -10,9 +10,9 @@ sampling ``temperature``; ``compute`` is the dtype of the matrix products (``mod
 every forward pass and the sampling under autocast over float32 weights
 (glassrl.models.precision); the training forward is wrapped by the trainer (``Autocast``).
 ``packed``: the forward passes see each micro-batch's real tokens only (``model.padding_free``,
-glassrl.models.packing). ``shared_prefix``: each distinct prompt of a micro-batch runs once
-(``model.shared_prefix``, glassrl.models.shared_prefix); the log-prob passes then take the rows
-grouped by prompt, so a micro-batch holds whole groups where it can, and return them in row order.
+glassrl.models.packing). ``shared_prefix``: each distinct prompt of a micro-batch runs once per chunk
+(``model.shared_prefix``, glassrl.models.shared_prefix); the log-prob and value passes then take the
+rows grouped by prompt, so a micro-batch holds whole groups where it can, and return them in row order.
 """
 
 from __future__ import annotations
@@ -42,8 +42,7 @@ LoadFn = Callable[[Path], nn.Module]
 
 @dataclass(frozen=True)
 class Passes:
-    """How a run's forward passes run (module docstring); a value pass reads ``micro_batch``,
-    ``compute`` and ``packed`` only."""
+    """How a run's forward passes run (module docstring); a value pass reads all but ``temperature``."""
 
     micro_batch: int
     temperature: float = 1.0
@@ -66,17 +65,29 @@ def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def _grouped(batch: Batch, passes: Passes) -> tuple[Batch, torch.Tensor | None]:
+    """``batch`` with the rows of each prompt together when ``passes.shared_prefix`` (so that
+    micro-batches share their prompts), and the order taken (B,) long, or None."""
+    if not passes.shared_prefix:
+        return batch, None
+    order = prompt_order(batch["input_ids"], batch["attention_mask"], batch["response_mask"].shape[1])  # (B,)
+    return {key: value[order] for key, value in batch.items()}, order
+
+
+def _in_row_order(values: torch.Tensor | None, order: torch.Tensor | None) -> torch.Tensor | None:
+    """(B, T) of a batch taken in ``order`` -> (B, T) in the batch's own row order."""
+    if values is None or order is None:
+        return values
+    return torch.empty_like(values).index_copy(0, order, values)
+
+
 @torch.no_grad()
 def micro_batched_logprobs(
     model: nn.Module, batch: Batch, passes: Passes, with_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(a_i|s_i) (B, T) at ``passes.temperature``, and H(π(·|s_i)) (B, T) or None."""
     model.eval()
-    batch = _to(batch, _device(model))
-    order = None
-    if passes.shared_prefix:  # the rows of each prompt together, so that micro-batches share their prompts
-        order = prompt_order(batch["input_ids"], batch["attention_mask"], batch["response_mask"].shape[1])  # (B,)
-        batch = {key: value[order] for key, value in batch.items()}
+    batch, order = _grouped(_to(batch, _device(model)), passes)
     logprobs, entropy = [], []
     for micro in _micro_batches(batch, passes.micro_batch):
         T = micro["response_mask"].shape[1]
@@ -94,22 +105,29 @@ def micro_batched_logprobs(
         logprobs.append(lp)
         entropy.append(ent)
     logprobs, entropy = torch.cat(logprobs), (torch.cat(entropy) if with_entropy else None)  # (B, T) each
-    if order is not None:  # back to the batch's row order
-        logprobs = torch.empty_like(logprobs).index_copy(0, order, logprobs)
-        entropy = torch.empty_like(entropy).index_copy(0, order, entropy) if entropy is not None else None
-    return logprobs, entropy
+    return _in_row_order(logprobs, order), _in_row_order(entropy, order)
 
 
 @torch.no_grad()
 def _values(model: nn.Module, batch: Batch, passes: Passes) -> torch.Tensor:
     """V(s_i) (B, T), read before each token."""
     model.eval()
+    batch, order = _grouped(_to(batch, _device(model)), passes)
     values = []
-    for micro in _micro_batches(_to(batch, _device(model)), passes.micro_batch):
+    for micro in _micro_batches(batch, passes.micro_batch):
         T = micro["response_mask"].shape[1]
         with compute_precision(_device(model), passes.compute):
-            values.append(response_values(model, micro["input_ids"], micro["attention_mask"], T, packed=passes.packed))
-    return torch.cat(values)
+            values.append(
+                response_values(
+                    model,
+                    micro["input_ids"],
+                    micro["attention_mask"],
+                    T,
+                    packed=passes.packed,
+                    shared_prefix=passes.shared_prefix,
+                )
+            )
+    return _in_row_order(torch.cat(values), order)
 
 
 class PretrainedExport:

@@ -61,9 +61,11 @@ def positive_nll_term(logprobs: torch.Tensor, response_mask: torch.Tensor, is_po
 @dataclass
 class ValueLossOutput:
     """loss: (B, T) per-token value loss, 0 on masked positions.
-    diagnostics: "clipped" (B, T) bool, True where the clipped error was the
-    larger one (the gradient then comes from the clipped prediction, which is
-    0 outside the clip band); False on masked positions.
+    diagnostics: "clipped" (B, T) bool, True where the prediction left the clip
+    band (|V − V_old| > ε_v) and the clipped error was the larger one (the
+    gradient then comes from the clipped prediction: 0); False on masked
+    positions. Inside the band both errors are the same number but for
+    rounding (V_old + (V − V_old) need not be V), which must not count.
     """
 
     loss: torch.Tensor
@@ -99,7 +101,10 @@ def value_loss(
     values_clipped = old_values + (values - old_values).clamp(-clip_range, clip_range)
     clipped = (values_clipped - returns) ** 2
     loss = 0.5 * torch.maximum(unclipped, clipped)
-    return ValueLossOutput(zero_masked(loss, response_mask), {"clipped": response_mask & (clipped > unclipped)})
+    outside = (values - old_values).abs() > clip_range
+    return ValueLossOutput(
+        zero_masked(loss, response_mask), {"clipped": response_mask & outside & (clipped > unclipped)}
+    )
 
 
 def pairwise_rm_loss(

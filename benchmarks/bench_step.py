@@ -8,11 +8,12 @@ The setting of issue 14's comparison with TRL: examples/grpo.yaml (the default m
 arith-verify, 16 prompts × 8 responses, 16 new tokens, one optimiser step per batch, k3 KL in the
 loss, β = 0.001), no evaluation, no ledger, no checkpoint. Variants, each adding one option:
 
-- baseline:      phase 3 computes log π_old with its own actor pass (the skip turned off);
+- baseline:      phase 3 computes log π_old with its own actor pass (the skip turned off), padded passes;
 - skip:          the update's forward gives log π_old (one optimiser step: π_old = π_θ);
 - padding-free:  + model.padding_free = true;
 - overlap:       + rollout.overlap = true (the next batch sampled in a thread during the update);
-- shared-prefix: skip + model.shared_prefix = true (each distinct prompt once per micro-batch).
+- shared-prefix: skip + model.shared_prefix = true (packed, each distinct prompt once per chunk; the
+                 default on CPU since it became one pass).
 
 Each run builds a Trainer, runs 2 warm-up steps, then times ``--steps`` steps: wall seconds per
 step (steps/s = 1 / that) and CPU seconds of the process per step (all threads; the work done).
@@ -39,10 +40,10 @@ from glassrl.trainer.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {
-    "baseline": [],
-    "skip": [],
-    "padding-free": ["model.padding_free=true"],
-    "overlap": ["model.padding_free=true", "rollout.overlap=true"],
+    "baseline": ["model.shared_prefix=false"],
+    "skip": ["model.shared_prefix=false"],
+    "padding-free": ["model.padding_free=true", "model.shared_prefix=false"],
+    "overlap": ["model.padding_free=true", "model.shared_prefix=false", "rollout.overlap=true"],
     "shared-prefix": ["model.shared_prefix=true"],
 }
 SETTING = [

@@ -1,14 +1,21 @@
 """glassrl against TRL's GRPOTrainer on the same work, side by side, in one invocation (issue 14).
 
     .venv/bin/python benchmarks/bench_vs_trl.py            # 30 steps, default and large model
+    .venv/bin/python benchmarks/bench_vs_trl.py --models large-random --steps 8
     .venv/bin/python benchmarks/bench_vs_trl.py --quick    # 4 steps, default model (make bench)
 
 What it does:
 
-1. the models: the embedded default model (``glassrl init-model``: 1.09 M parameters, SFT on the
-   bundled tasks) and a larger Llama built here with the same tokenizer and layout, about 10× the
-   parameters (hidden 256, 10 layers, 10.6 M), **randomly initialised**: its throughput is real,
-   its reward curve is not a learning curve (it cannot answer);
+1. the models (``--models``):
+   ``default``: the embedded default model (``glassrl init-model``: 1.09 M parameters, SFT on the
+   bundled tasks);
+   ``large``: about 10× its parameters (hidden 256, 10 layers, 10.6 M), built by the same recipe
+   (glassrl.trainer.default_model: tokenizer, SFT mix, held-out evaluation) at that size, with
+   the SFT settings of LARGE_SPEC; built once (about 7 min on one thread) into ``<out>/large``,
+   rebuilt only when LARGE_SPEC changes; it answers and stops at EOS as the default model does;
+   ``large-random``: the same architecture **randomly initialised** over the default model's
+   tokenizer: it never emits EOS and earns no reward, so every response is max_new_tokens long;
+   its throughput is real, its reward curve is not a learning curve;
 2. the shared prompts: 512 arith-verify train prompts, as JSON lines (prompt, answer, metadata);
 3. TRL in its own virtual environment (``--trl-venv``, created on first use with
    ``pip install torch==2.13.0 trl==1.16.0 transformers==<glassrl's>``): never a glassrl
@@ -41,9 +48,13 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
+from rich.console import Console
+
+from glassrl.models.default_model import DEFAULT_SPEC
 
 HERE = Path(__file__).resolve().parent
 TRL_VERSION, TORCH_VERSION = "1.16.0", "2.13.0"
@@ -64,28 +75,64 @@ SETTINGS = {
 }
 # The larger model: the default model's layout, about 10× its parameters.
 LARGE = {"hidden_size": 256, "num_layers": 10, "num_heads": 4, "intermediate_size": 1024}
+# The trained large model: the default model's recipe (DEFAULT_SPEC: tasks, SFT mix, batch 32,
+# weight decay 0.1) at LARGE's sizes, with 600 SFT steps at lr 1e-3 (warm-up 50, cosine). Measured
+# here (seed 0, one thread, arith-verify held-out exact; the default model: 0.408 after 800 steps
+# at 3e-3, 174 s): 3e-3 is too high at 10x the parameters (400 steps: 0.140, eval loss 0.39 against
+# 0.16 at 1e-3); at 1e-3, 400 steps 0.284 (232 s), 600 steps 0.344 (391 s), 800 steps 0.326 (528 s,
+# train prompts 0.506: it memorises the train operand pairs); 2e-3 for 600 steps 0.326, and weight
+# decay 1.0 0.300. 600 steps at 1e-3 is the best held-out figure and the cheapest near it.
+LARGE_SPEC = replace(DEFAULT_SPEC, **LARGE, sft_steps=600, lr=1e-3, warmup_steps=50)
+MODELS = ("default", "large", "large-random")
 
 
 # ------------------------------------------------------------------ setup
 
 
-def build_large(out: Path, default_dir: Path) -> Path:
+def build_trained_large(out: Path) -> Path:
+    """The default model's recipe at LARGE_SPEC (seed 0) into ``out``, unless it is there already."""
+    from glassrl.trainer.default_model import build_default_model, ensure_built
+
+    console = Console()
+    return ensure_built(
+        out,
+        0,
+        LARGE_SPEC,
+        "bench-large (the default model's recipe at LARGE_SPEC)",
+        lambda tmp: build_default_model(tmp, seed=0, spec=LARGE_SPEC, console=console),
+        False,
+        console,
+    )
+
+
+def build_random_large(out: Path, default_dir: Path) -> Path:
     """A randomly initialised Llama of LARGE's size over the default model's tokenizer (seed 0)."""
     from transformers import AutoTokenizer, LlamaForCausalLM
 
-    from glassrl.models.default_model import DEFAULT_SPEC, llama_config
+    from glassrl.models.default_model import llama_config
 
     marker = out / "bench-large.json"
     if marker.is_file() and json.loads(marker.read_text()) == LARGE:
         return out
     tokenizer = AutoTokenizer.from_pretrained(default_dir)
-    spec = DEFAULT_SPEC.__class__(**{**DEFAULT_SPEC.__dict__, **LARGE})
+    spec = replace(DEFAULT_SPEC, **LARGE)
     torch.manual_seed(0)
     model = LlamaForCausalLM(llama_config(spec, tokenizer))
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     marker.write_text(json.dumps(LARGE))
     return out
+
+
+def built(model_dir: Path) -> str:
+    """A trained model's build record (glassrl.json) in a line: build time, SFT loss, held-out accuracy."""
+    info = json.loads((model_dir / "glassrl.json").read_text(encoding="utf-8"))
+    held, train = info["heldout_arith_verify"], info["train_arith_verify"]
+    return (
+        f"built in {info['build_time_s']:.0f} s, {info['sft_steps']} SFT steps (loss {info['train_loss']:.3f}, "
+        f"eval {info['eval_loss']:.3f}); arith-verify held-out exact/verdict/format "
+        f"{held['exact']:.3f}/{held['verdict']:.3f}/{held['format']:.3f} (train {train['exact']:.3f})"
+    )
 
 
 def write_prompts(path: Path) -> Path:
@@ -174,8 +221,6 @@ def glassrl_worker(spec_path: str, out_path: str) -> None:
         from glassrl.models.threads import set_threads
 
         set_threads()
-    from rich.console import Console
-
     from glassrl import presets
     from glassrl.config import load_config
     from glassrl.trainer.config import TrainConfig
@@ -287,6 +332,7 @@ def summarise(result: dict, responses: int) -> dict:
         **({"peak GPU memory (MiB)": result["peak_cuda_mib"]} if result.get("peak_cuda_mib") else {}),
         "step s (median)": statistics.median(b - a for a, b in zip(ends[1:], ends[2:])),
         "CPU s per step": (result["cpu_ends"][-1] - result["cpu_ends"][1]) / (steps - 1),
+        "response tokens (mean)": sum(generated) / (responses * len(generated)),  # all steps, as the rewards
         "rewards": rewards,
     }
 
@@ -309,6 +355,7 @@ def check_settings(ours: dict, theirs: dict) -> bool:
 
 def table(name: str, params: int, ours: dict, theirs: dict) -> None:
     rows = ["steps/s", "generated tokens/s", "trained tokens/s", "peak RSS (MiB)", "step s (median)", "CPU s per step"]
+    rows.append("response tokens (mean)")
     if "peak GPU memory (MiB)" in ours and "peak GPU memory (MiB)" in theirs:
         rows.insert(4, "peak GPU memory (MiB)")
     print(f"\n{name} model ({params:,} parameters), {ours['steps']} steps, the first left out:")
@@ -323,7 +370,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps on the default model (make bench)")
     p.add_argument("--steps", type=int, help=f"training steps per side (default {FULL_STEPS}; --quick {QUICK_STEPS})")
-    p.add_argument("--models", default=None, help="comma-separated: default,large (default both; --quick: default)")
+    p.add_argument(
+        "--models",
+        default=None,
+        help="comma-separated, of: default (the embedded model), large (10x, trained by the same recipe),\n"
+        "large-random (10x, random weights: max-length responses, no reward)\n(default: default,large; --quick: default)",
+    )
     p.add_argument("--threads", type=int, help="intra-op threads of both sides (default: glassrl's choice)")
     p.add_argument("--pairs", type=int, default=1, help="glassrl/TRL runs per model, alternating; medians reported")
     p.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
@@ -351,6 +403,8 @@ def main() -> None:
 
     steps = args.steps or (QUICK_STEPS if args.quick else FULL_STEPS)
     names = (args.models or ("default" if args.quick else "default,large")).split(",")
+    if unknown := [n for n in names if n not in MODELS]:
+        p.error(f"--models: unknown {', '.join(unknown)} (choose from {', '.join(MODELS)})")
     threads, why = (args.threads, "--threads") if args.threads else choose_threads()
     work = Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
@@ -360,8 +414,14 @@ def main() -> None:
         print(f"glassrl options (same work, other execution): {' '.join(args.glassrl)}")
     default_dir = ensure_default_model()
     models = {"default": default_dir}
+    if "default" in names:
+        print(f"default model: {built(default_dir)}")
     if "large" in names:
-        models["large"] = build_large(work / "large-random", default_dir)
+        start = time.perf_counter()
+        models["large"] = build_trained_large(work / "large")
+        print(f"large model ready in {time.perf_counter() - start:.1f} s: {built(models['large'])}", flush=True)
+    if "large-random" in names:
+        models["large-random"] = build_random_large(work / "large-random", default_dir)
     prompts = write_prompts(work / "prompts.jsonl")
     trl_python = Path(args.trl_python) if args.trl_python else ensure_trl_venv(Path(args.trl_venv))
     responses = SETTINGS["prompts_per_step"] * SETTINGS["samples"]

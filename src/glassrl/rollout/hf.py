@@ -63,7 +63,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 from transformers.generation.stopping_criteria import StoppingCriteriaList
 
 from glassrl.data.records import PromptRecord
-from glassrl.models.shared_prefix import distinct_rows, full_attention
+from glassrl.models.shared_prefix import attention_mask_for, distinct_rows, full_attention
 from glassrl.rollout.base import RolloutBatch, SamplingParams
 from glassrl.rollout.stops import StopSet, StopStringCriteria, stop_set
 
@@ -269,6 +269,10 @@ def decode(
     warpers = _warpers(params)
 
     def last_logits(ids: torch.Tensor, attention: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        if padded and ids.shape[1] == 1:
+            # One query per row: the key padding is its whole mask, (rows, 1, 1, length), the mask
+            # transformers would build at every step (in the attention's own form).
+            attention = attention_mask_for(model, attention.bool()[:, None, None, :])
         logits = model(
             input_ids=ids,
             attention_mask=attention if padded else None,

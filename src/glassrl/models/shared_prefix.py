@@ -22,9 +22,9 @@ shared prompt's keys and values the same way (Kwon et al. 2023, "PagedAttention"
 Rows, and how wide: under sdpa and eager the mask is dense, so a row of W tokens costs W² in
 attention (a key masked out still costs its product), while every chunk costs its prompt once.
 Wide rows (whole groups per chunk) compute each prompt once and spend attention on the masked
-pairs; narrow rows repeat the prompt in several chunks. :func:`pack_shared` tries widths from the
-padded row's length L up (L, 2L, 4L, … until a whole group fits) and keeps the layout with the
-fewest estimated multiply-adds (:func:`layer_cost`: the linear layers per token, attention per
+pairs; narrow rows repeat the prompt in several chunks, and a row's unfilled tail is computed too.
+:func:`pack_shared` tries widths from the padded row's length L up (L, 2L, 4L, … until two whole
+groups fit in a row, or all of them) and keeps the layout with the fewest estimated multiply-adds (:func:`layer_cost`: the linear layers per token, attention per
 query-key pair, from the model's config; backward scales both alike). Chunks go into rows
 first-fit decreasing, as padding-free's sequences do (glassrl.models.packing).
 
@@ -168,9 +168,11 @@ def pack_shared(
     group_len: dict[int, int] = {}  # a distinct prompt's tokens and all its responses'
     for g, p, r in zip(group, prompt_span, response_span):
         group_len[g] = group_len.get(g, p) + r
-    longest = max(group_len.values())
+    # Candidates: from the padded row's width, doubling until whole groups fit two to a row (a row's tail
+    # then shrinks) or everything fits in one.
+    reach = min(2 * max(group_len.values()), sum(group_len.values()))
     widths = [width] if width is not None else [L]
-    while width is None and widths[-1] < longest:
+    while width is None and widths[-1] < reach:
         widths.append(2 * widths[-1])
     layouts = [_layout(group, prompt_span, response_span, w) for w in widths]
     layout = min(layouts, key=lambda candidate: candidate.cost(layer))

@@ -129,37 +129,36 @@ def test_refuses_packed_with_shared_prefix(tiny_lm_path, make_batch):
 
 
 def test_layout_hand_table(tiny_lm_path, make_batch):
-    """Prompt A (2 tokens) with responses of 2 and 1 tokens, prompt B (1 token) with one of 2: one row
-    of 8 (a group per chunk beats repeating A in a second chunk), the tree mask and the padded positions."""
+    """Prompt A (2 tokens) with two responses of 2, prompt B (1 token) with one of 2: one row (a group
+    per chunk beats repeating A), each response's last token left out (it predicts nothing), the tree
+    mask and the padded positions."""
     model = load_causal_lm(tiny_lm_path, device="cpu")
-    ids, mask, P, T = make_batch([[5, 6], [7], [5, 6]], [[10, 11], [20, 21], [12]])
+    ids, mask, P, T = make_batch([[5, 6], [7], [5, 6]], [[10, 11], [20, 21], [12, 13]])
     rows = pack_shared(ids, mask, T, layer_cost(model.config))
-    assert rows.input_ids.tolist() == [[5, 6, 10, 11, 12, 7, 20, 21]]
-    assert rows.position_ids.tolist() == [[0, 1, 2, 3, 2, 0, 1, 2]]
+    assert rows.input_ids.tolist() == [[5, 6, 10, 12, 7, 20]]
+    assert rows.position_ids.tolist() == [[0, 1, 2, 2, 0, 1]]
     source, valid = rows.response_sources(T)
-    assert torch.where(valid, source, -1).tolist() == [[1, 2], [5, 6], [1, -1]]  # 12 is predicted from 6, as 10 is
+    assert torch.where(valid, source, -1).tolist() == [[1, 2], [4, 5], [1, 3]]  # 11 from 10, 13 from 12
     allowed = rows.attention_mask[0, 0].long().tolist()
     assert allowed == [
-        [1, 0, 0, 0, 0, 0, 0, 0],
-        [1, 1, 0, 0, 0, 0, 0, 0],
-        [1, 1, 1, 0, 0, 0, 0, 0],
-        [1, 1, 1, 1, 0, 0, 0, 0],
-        [1, 1, 0, 0, 1, 0, 0, 0],  # response 12 sees prompt A and itself, not 10 11
-        [0, 0, 0, 0, 0, 1, 0, 0],
-        [0, 0, 0, 0, 0, 1, 1, 0],
-        [0, 0, 0, 0, 0, 1, 1, 1],
+        [1, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0],
+        [1, 1, 0, 1, 0, 0],  # response 12 13 sees prompt A and itself, not 10 11
+        [0, 0, 0, 0, 1, 0],
+        [0, 0, 0, 0, 1, 1],
     ]
 
 
 def test_narrow_rows_repeat_a_prompt_and_equal_padded(tiny_lm_path, make_batch, monkeypatch):
-    """Chunks no wider than the padded row: groups split into several chunks, the prompt in each; the
-    numbers are still the padded path's."""
+    """Chunks no wider than 8: groups split into several chunks, the prompt in each; the numbers are
+    still the padded path's."""
     model = load_causal_lm(tiny_lm_path, device="cpu")
     ids, mask, P, T = make_batch(PROMPTS, RESPONSES)
-    narrow = pack_shared(ids, mask, T, layer_cost(model.config), width=P + T)
-    assert narrow.input_ids.shape[1] == P + T
-    assert (narrow.input_ids == B[0]).sum() == 2  # prompt B (6 tokens) with responses of 2 and 4: two chunks
-    monkeypatch.setattr(shared_prefix_module, "pack_shared", lambda *a: pack_shared(*a, width=P + T))
+    narrow = pack_shared(ids, mask, T, layer_cost(model.config), width=8)
+    assert (narrow.input_ids == B[0]).sum() == 2  # prompt B (6 tokens), responses placing 1 and 3: two chunks
+    assert (narrow.input_ids == A[1]).sum() == 2  # prompt A (3), placing 3, 2, 1: 8, then a second chunk
+    monkeypatch.setattr(shared_prefix_module, "pack_shared", lambda *a: pack_shared(*a, width=8))
     response = mask[:, P:].bool()
     with torch.no_grad():
         (lp, ent), (slp, sent) = _both(
@@ -173,16 +172,16 @@ def test_cheapest_width_by_the_estimate(tiny_lm_path, make_batch):
     """The layout of least estimated cost among the candidate widths; whole groups place each prompt once."""
     ids, mask, P, T = make_batch(PROMPTS, RESPONSES)
     real = int(mask.sum())
-    prompt_once = real - 2 * len(A) - len(B)  # A is in 3 rows, B in 2
+    placed = real - 2 * len(A) - len(B) - len(RESPONSES)  # A is in 3 rows, B in 2; no response's last token
     wide = pack_shared(ids, mask, T, LayerCost(per_token=1.0, per_pair=0.0))
-    assert len(wide.index[wide.index >= 0].unique()) == prompt_once  # each prompt placed once
-    # One prompt token, four responses of 4 (P+T = 5): widths 5, 10, 20 give (4, 5), (2, 9), (1, 17):
-    # 20, 18, 17 tokens; R·W² 100, 162, 289.
+    assert len(wide.index[wide.index >= 0].unique()) == placed
+    # One prompt token, four responses of 4, each placing 3 (P+T = 5): widths 5, 10, 20 give (4, 4),
+    # (2, 10), (1, 13): 16, 20, 13 tokens; R·W² 64, 200, 169.
     ids, mask, P, T = make_batch([[9]] * 4, [[1, 2, 3, 4]] * 4)
     shapes = [pack_shared(ids, mask, T, LayerCost(1.0, 0.0), width=w).input_ids.shape for w in (5, 10, 20)]
-    assert shapes == [(4, 5), (2, 9), (1, 17)]
-    assert pack_shared(ids, mask, T, LayerCost(per_token=1.0, per_pair=0.0)).input_ids.shape == (1, 17)
-    assert pack_shared(ids, mask, T, LayerCost(per_token=0.0, per_pair=1.0)).input_ids.shape == (4, 5)
+    assert shapes == [(4, 4), (2, 10), (1, 13)]
+    assert pack_shared(ids, mask, T, LayerCost(per_token=1.0, per_pair=0.0)).input_ids.shape == (1, 13)
+    assert pack_shared(ids, mask, T, LayerCost(per_token=0.0, per_pair=1.0)).input_ids.shape == (4, 4)
 
 
 @pytest.mark.parametrize("head", ["value-head", "token-classification"])

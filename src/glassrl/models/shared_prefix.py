@@ -11,6 +11,9 @@ prompt and its own earlier tokens, nothing else:
     row:       [ prompt A | resp 0 of A | resp 2 of A | prompt B | resp 1 of B | tail ]
     attends:     causal     A + itself    A + itself    causal     B + itself    itself
 
+A response's last token is left out: it predicts nothing and nothing after it attends it, so the
+padded path computes it for nothing (one token per response: ~1/8 of a GRPO micro-batch here).
+
 Position ids are the padded path's (a response continues its prompt's count), so every real
 token sees the keys and positions it sees padded, and the numbers are the padded path's to float
 rounding (tests/models/test_models_shared_prefix.py). In the update a prompt's gradient is the
@@ -161,9 +164,11 @@ def pack_shared(
     _, group = distinct_rows(input_ids[:, :P], mask[:, :P])  # (B,)
     real_cols = torch.where(mask, torch.arange(L, device=device), -1)  # (B, L)
     first_real = torch.where(mask[:, :P], torch.arange(P, device=device), P).amin(-1)  # (B,) P when none
-    # A row's span: its prompt from the first real column, its response to the last real column.
+    # A row's span: its prompt from the first real column, its response to the column before its last
+    # real one: the last response token predicts nothing and no later token attends it, so it is only
+    # a target (its log-prob comes from the position before it), never an input.
     prompt_span = (P - first_real).tolist()
-    response_span = (real_cols[:, P:].amax(-1) - P + 1).clamp(min=0).tolist()
+    response_span = (real_cols[:, P:].amax(-1) - P).clamp(min=0).tolist()
     group = group.tolist()
     group_len: dict[int, int] = {}  # a distinct prompt's tokens and all its responses'
     for g, p, r in zip(group, prompt_span, response_span):

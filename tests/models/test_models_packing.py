@@ -25,18 +25,18 @@ RESPONSES = [[3, 4, 5, 6], [12, 13], [40, 41, 42]]
 def test_pack_table():
     """Three rows of width L = 5: [pad 5 6 | 7 pad], [8 9 | 10 11], [pad pad 12 | pad pad].
 
-    First-fit decreasing: row 1 (4 tokens) opens packed row 0; row 0 (3 tokens) does not fit
-    beside it (4 + 3 > 5) and opens packed row 1; row 2 (1 token) fits in row 0 (4 + 1 <= 5).
-    Packed rows are 5 wide; row 1's tail (2 positions) is a dummy sequence of token 0.
+    Each row's last real token (7, 11, 12) is a target only, never placed. First-fit decreasing:
+    row 1 (3 tokens placed) opens packed row 0; row 0 (2) fits beside it (3 + 2 <= 5); row 2
+    (none) too. One packed row, 5 wide.
     """
     ids = torch.tensor([[0, 5, 6, 7, 0], [0, 8, 9, 10, 11], [0, 0, 12, 0, 0]])
     mask = torch.tensor([[0, 1, 1, 1, 0], [0, 1, 1, 1, 1], [0, 0, 1, 0, 0]])
     packed = pack(ids, mask)
-    assert packed.input_ids.tolist() == [[8, 9, 10, 11, 12], [5, 6, 7, 0, 0]]
-    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 0], [0, 1, 2, 0, 1]]
-    assert packed.index.tolist() == [[-1, 5, 6, 7, -1], [-1, 0, 1, 2, 3], [-1, -1, 4, -1, -1]]
+    assert packed.input_ids.tolist() == [[8, 9, 10, 5, 6]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 0, 1]]
+    assert packed.index.tolist() == [[-1, 3, 4, -1, -1], [-1, 0, 1, 2, -1], [-1, -1, -1, -1, -1]]
     source, valid = packed.response_sources(2)  # response positions 3, 4: predicted from 2, 3
-    assert source.tolist() == [[6, 7], [1, 2], [4, -1]]
+    assert source.tolist() == [[4, -1], [1, 2], [-1, -1]]
     assert valid.tolist() == [[True, False], [True, True], [False, False]]  # row 2 has no response token
     assert unpack(torch.tensor([1.0, 2.0, 3.0]), valid).tolist() == [[1.0, 0.0], [2.0, 3.0], [0.0, 0.0]]
 
@@ -45,11 +45,12 @@ def test_rows_no_wider_than_the_batch():
     """Rows never exceed the padded width, so attention never costs more than padded; short
     sequences share rows."""
     mask = torch.zeros(6, 10, dtype=torch.bool)
-    for b, n in enumerate([10, 9, 5, 5, 1, 1]):
+    for b, n in enumerate([10, 9, 5, 5, 1, 2]):
         mask[b, 10 - n :] = True
     packed = pack(torch.ones(6, 10, dtype=torch.long), mask)
-    assert packed.input_ids.shape == (4, 10)  # 10 | 9 + 1 | 5 + 5 | 1
-    assert sorted(packed.index[mask].tolist()) == sorted(set(packed.index[mask].tolist()))  # one place each
+    assert packed.input_ids.shape == (3, 10)  # placed (the last token of each left out): 9 + 1 | 8 | 4 + 4
+    placed = packed.index[packed.index >= 0].tolist()
+    assert len(placed) == len(set(placed)) == 9 + 8 + 4 + 4 + 0 + 1  # one place each
 
 
 def _both(fn):

@@ -7,7 +7,8 @@ restarting at 0. Given ``attention_mask=None``, transformers reads the restarts 
 boundaries (``transformers.masking_utils.find_packed_sequence_indices``) and lets each token
 attend within its own sequence only: a block-diagonal causal mask under sdpa and eager
 attention, the variable-length kernel under flash-attention-2. TRL's ``padding_free`` and verl's
-``use_remove_padding`` do the same with all tokens in one row.
+``use_remove_padding`` do the same with all tokens in one row. A sequence's last token is left
+out: it predicts nothing and nothing attends it (its log-prob comes from the position before).
 
 Rows, not one row: under sdpa and eager the block-diagonal mask is dense, so a row of n tokens
 costs n² in attention whatever its blocks. One row of a micro-batch's N tokens would cost N²
@@ -45,7 +46,7 @@ class Packed:
 
     input_ids (R, W), position_ids (R, W): restarting at 0 at each sequence's first token.
     index (B, L) long: the position of each padded position in the packed rows, flattened
-    (row · W + column); −1 on padding.
+    (row · W + column); −1 on padding and on a sequence's last token (never an input).
     attention_mask (R, 1, W, W) bool or None: True where a query (row, i) attends a key (row, j);
     None: the restarting position ids mark the sequences (:func:`pack`). The shared-prefix layout
     (glassrl.models.shared_prefix) sets it: there a prompt is attended by several responses.
@@ -73,13 +74,15 @@ class Packed:
 
 def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Packed:
     """``input_ids``, ``attention_mask`` (B, L) -> :class:`Packed`: each row's real tokens, in order,
-    as one sequence of a packed row no wider than L (first-fit decreasing).
+    as one sequence of a packed row no wider than L (first-fit decreasing), but its last: that one
+    predicts nothing and nothing attends it (it is a target only, read through ``real``).
 
     Position ids count each sequence's real tokens from 0, as the padded path's
     (glassrl.models.logprobs.position_ids_from_mask), so both see the same positions.
     """
-    mask = attention_mask.bool()
-    B, L = mask.shape
+    real = attention_mask.bool()
+    B, L = real.shape
+    mask = real & (real.long().flip(-1).cumsum(-1).flip(-1) > 1)  # (B, L): placed, every real token but the last
     lengths = mask.sum(-1).tolist()
     fill: list[int] = []  # tokens placed in each packed row
     row_of, start_of = [0] * B, [0] * B
@@ -89,8 +92,8 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Packed:
             fill.append(0)
         row_of[b], start_of[b] = row, fill[row]
         fill[row] += lengths[b]
-    R, W = len(fill), max(fill)
-    positions = mask.long().cumsum(-1) - 1  # (B, L): position within the sequence
+    R, W = len(fill), max(1, *fill)
+    positions = real.long().cumsum(-1) - 1  # (B, L): position within the sequence
     place = lambda v: torch.tensor(v, device=mask.device).unsqueeze(-1)  # noqa: E731 (B,) -> (B, 1)
     index = torch.where(mask, place(row_of) * W + place(start_of) + positions, -1)  # (B, L)
     # A row's tail: one dummy sequence of token 0 (positions from 0 again), never read.
@@ -99,7 +102,7 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Packed:
     pos = tail.flatten().clamp(min=0)
     ids[index[mask]] = input_ids[mask]
     pos[index[mask]] = positions[mask]
-    return Packed(ids.view(R, W), pos.view(R, W), index)
+    return Packed(ids.view(R, W), pos.view(R, W), index, real=real)
 
 
 def unpack(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,7 @@ says bf16. Figures measured on an H100 are in BENCHMARKS.md ("GPU").
 
 - decoding into the preallocated cache gives ``model.generate``'s tokens on CUDA;
 - the log-probs the rollout engine keeps equal one forward pass over the batch;
-- padding-free (packed) passes equal padded ones;
+- padding-free (packed) and shared-prefix passes equal padded ones;
 - fp32 master weights with bf16 autocast keep a small update that bf16 weights lose;
 - GRPO and PPO runs on CUDA (fp32 and bf16 autocast), resumed from a checkpoint;
 - LoRA on a model of real size (Qwen2-0.5B's shape, randomly initialised: 494 M parameters):
@@ -95,25 +95,28 @@ def test_kept_logprobs_equal_one_forward_pass_on_cuda(engine, compute_dtype):
     assert diff.max() < (1e-4 if compute_dtype == "float32" else 0.25), diff.max()
 
 
-def test_packed_logprobs_and_gradients_equal_padded_on_cuda(tiny_model_dir):
-    """Padding-free passes (glassrl.models.packing) on CUDA: log-probs, entropy and gradients equal
-    the padded batch's (float32)."""
+@pytest.mark.parametrize("layout", ["packed", "shared_prefix"])
+def test_packed_logprobs_and_gradients_equal_padded_on_cuda(tiny_model_dir, layout):
+    """Padding-free passes (glassrl.models.packing) and the shared-prefix layout with its tree mask
+    (glassrl.models.shared_prefix) on CUDA: log-probs, entropy and gradients equal the padded
+    batch's (float32). Rows 0-1 and 2-3 share their prompts."""
     from glassrl.models import load_causal_lm
     from glassrl.models.logprobs import response_logprobs
 
     g = torch.Generator().manual_seed(0)
-    lengths = [(3, 9), (11, 2), (1, 16), (7, 7), (14, 1), (5, 12)]  # (prompt, response) per row
+    lengths = [(3, 9), (3, 2), (7, 16), (7, 7), (14, 1), (5, 12)]  # (prompt, response) per row
     P, T = max(p for p, _ in lengths), max(r for _, r in lengths)
     ids = torch.randint(5, 200, (len(lengths), P + T), generator=g)
+    ids[1, :P], ids[3, :P] = ids[0, :P], ids[2, :P]
     mask = torch.zeros(len(lengths), P + T, dtype=torch.bool)
     for b, (p, r) in enumerate(lengths):
         mask[b, P - p : P + r] = True
     ids, mask = ids.to(CUDA), mask.to(CUDA)
     response = mask[:, P:]
     out = []
-    for packed in (False, True):
+    for on in (False, True):
         model = load_causal_lm(tiny_model_dir, dtype="float32", device=CUDA).train()
-        lp, ent = response_logprobs(model, ids, mask, T, temperature=0.8, with_entropy=True, packed=packed)
+        lp, ent = response_logprobs(model, ids, mask, T, temperature=0.8, with_entropy=True, **{layout: on})
         torch.where(response, lp + 0.1 * ent, 0.0).sum().backward()
         out.append((lp.detach(), ent.detach(), {n: p.grad for n, p in model.named_parameters()}))
     (lp, ent, grads), (plp, pent, pgrads) = out
@@ -172,8 +175,9 @@ def _gpu_trainer(preset: str, model: Path, prompt_files, out: Path, extra: list[
         ("grpo", []),
         ("ppo", []),
         ("grpo", ["model.compute_dtype=bfloat16", "algo.rollout_is={cap: 2.0}"]),
+        ("ppo", ["model.shared_prefix=true"]),  # off by default on CUDA (auto); the layout on a GPU
     ],
-    ids=["grpo-fp32", "ppo-fp32", "grpo-bf16-tis"],
+    ids=["grpo-fp32", "ppo-fp32", "grpo-bf16-tis", "ppo-shared-prefix"],
 )
 def test_training_runs_on_cuda_and_resumes(tiny_model_dir, prompt_files, tmp_path, preset, extra):
     """A 3-step run on CUDA: every logged number finite, the weights trained and on the GPU; a run

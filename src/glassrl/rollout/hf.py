@@ -268,8 +268,11 @@ def decode(
     rows = torch.arange(B, device=device)  # (n,) the original row of each row still writing
     warpers = _warpers(params)
 
+    # sdpa and eager take a 4D mask as it is; another attention gets the 2D mask transformers converts.
+    own_mask = model.config.get_text_config()._attn_implementation in ("sdpa", "eager")
+
     def last_logits(ids: torch.Tensor, attention: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        if padded and ids.shape[1] == 1:
+        if padded and own_mask and ids.shape[1] == 1:
             # One query per row: the key padding is its whole mask, (rows, 1, 1, length), the mask
             # transformers would build at every step (in the attention's own form).
             attention = attention_mask_for(model, attention.bool()[:, None, None, :])

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+from glassrl.ledger import read_jsonl
 
 
 class Killed(Exception):
@@ -47,3 +51,24 @@ def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module, role: str = "act
     assert wa.keys() == wb.keys()
     for key in wa:
         assert torch.equal(wa[key], wb[key]), f"{role} {key} differs"
+
+
+def assert_ledgers_close(a: Path, b: Path, close: Callable[[object, object], bool], steps=(1, 2)) -> list:
+    """Every token row of two runs' ledgers at ``steps``, field by field, ``close``; returns the
+    (ledger of a, ledger of b) pairs for further checks."""
+    pairs = []
+    for step in steps:
+        name = f"ledgers/step_{step:06d}.jsonl"
+        la, lb = read_jsonl(a / name), read_jsonl(b / name)
+        for ra, rb in zip(la.responses, lb.responses, strict=True):
+            for ta, tb in zip(ra.tokens, rb.tokens, strict=True):
+                da, db = dataclasses.asdict(ta), dataclasses.asdict(tb)
+                assert all(close(da[k], db[k]) for k in da), (step, da, db)
+        pairs.append((la, lb))
+    return pairs
+
+
+def largest_weight_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    """max |a − b| over every tensor of the two state dicts."""
+    wa, wb = a.state_dict(), b.state_dict()
+    return max((wa[k] - wb[k]).abs().max().item() for k in wa)

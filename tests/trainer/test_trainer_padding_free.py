@@ -3,15 +3,14 @@ ledgers (log-probs, values, advantages) and weights, to float32 summation order.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
 
 import pytest
+from run_helpers import assert_ledgers_close, largest_weight_difference
 
 from glassrl.errors import GlassrlError
-from glassrl.ledger import read_jsonl
 from helpers import preset_trainer
 
 TOL = 1e-5
@@ -51,19 +50,12 @@ def test_packed_run_equals_padded_run(extra, fast, tmp_path):
     for a, b in zip(padded, packed):
         assert not {k: (a[k], b[k]) for k in a.keys() - ILL_CONDITIONED if not _close(a[k], b[k])}
     assert "actor/policy_loss" in padded[1] and "actor/kl_loss" in padded[1]
-    for step in (1, 2):
-        name = f"ledgers/step_{step:06d}.jsonl"
-        la, lb = read_jsonl(tmp_path / "padded" / name), read_jsonl(tmp_path / "packed" / name)
-        for ra, rb in zip(la.responses, lb.responses, strict=True):
-            for ta, tb in zip(ra.tokens, rb.tokens, strict=True):
-                da, db = dataclasses.asdict(ta), dataclasses.asdict(tb)
-                assert all(_close(da[k], db[k]) for k in da), (step, da, db)
+    assert_ledgers_close(tmp_path / "padded", tmp_path / "packed", _close)
     for role in ("actor", "critic"):
         worker = getattr(trainers["padded"].workers, role)
         if worker is None:
             continue
-        wa, wb = worker.model.state_dict(), getattr(trainers["packed"].workers, role).model.state_dict()
-        assert max((wa[k] - wb[k]).abs().max().item() for k in wa) <= TOL, role
+        assert largest_weight_difference(worker.model, getattr(trainers["packed"].workers, role).model) <= TOL, role
 
 
 def test_padding_free_is_local_only(fast):

@@ -4,15 +4,13 @@ its refusals."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
-from run_helpers import logged_metrics
+from run_helpers import assert_ledgers_close, largest_weight_difference, logged_metrics
 
 import glassrl.models.shared_prefix as shared_prefix_module
 from glassrl.errors import GlassrlError
-from glassrl.ledger import read_jsonl
 from helpers import preset_trainer
 
 TOL = 1e-5
@@ -80,18 +78,12 @@ def test_shared_prefix_run_equals_padded_run(extra, fast, tmp_path, monkeypatch)
         assert not {k: (a[k], b[k]) for k in a if not _close(a[k], b[k])}
     trained = {k for row in padded for k in row}
     assert "actor/policy_loss" in trained and ("actor/kl_loss" in trained or "critic/value_loss" in trained)
-    for step in (1, 2):
-        name = f"ledgers/step_{step:06d}.jsonl"
-        la, lb = read_jsonl(tmp_path / "padded" / name), read_jsonl(tmp_path / "shared" / name)
-        for ra, rb in zip(la.responses, lb.responses, strict=True):
-            for ta, tb in zip(ra.tokens, rb.tokens, strict=True):
-                da, db = dataclasses.asdict(ta), dataclasses.asdict(tb)
-                assert all(_close(da[k], db[k]) for k in da), (step, da, db)
+    assert_ledgers_close(tmp_path / "padded", tmp_path / "shared", _close)
     for role in ("actor", "critic"):
         if getattr(trainers["padded"].workers, role) is None:
             continue
-        wa, wb = (getattr(trainers[n].workers, role).model.state_dict() for n in ("padded", "shared"))
-        assert max((wa[k] - wb[k]).abs().max().item() for k in wa) <= TOL, role
+        models = (getattr(trainers[n].workers, role).model for n in ("padded", "shared"))
+        assert largest_weight_difference(*models) <= TOL, role
 
 
 @pytest.mark.parametrize(

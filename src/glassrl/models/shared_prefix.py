@@ -182,7 +182,7 @@ def pack_shared(
     layouts = [_layout(group, prompt_span, response_span, w) for w in widths]
     layout = min(layouts, key=lambda candidate: candidate.cost(layer))
 
-    R, W = len(layout.fill), max(layout.fill)
+    R, W = len(layout.fill), max(1, *layout.fill)  # at least one column: a batch with nothing to place
     place = lambda v: torch.tensor(v, device=device).unsqueeze(-1)  # noqa: E731 (B,) -> (B, 1)
     chunk = place(layout.chunk_of)  # (B, 1)
     base = place([layout.row_of[c] * W + layout.start_of[c] for c in layout.chunk_of])  # (B, 1)
@@ -241,11 +241,6 @@ def attention_mask_for(model: nn.Module, allowed: torch.Tensor) -> torch.Tensor:
     for sdpa (True = attend), additive for eager (0 or the dtype's lowest); others refuse it."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     attention = config._attn_implementation
-    if not full_attention(model.config):
-        raise GlassrlError(
-            f"model.shared_prefix: {config.model_type} has layers without full attention (a sliding window), "
-            "which the layout's own mask cannot keep; set model.shared_prefix to false"
-        )
     if attention == "sdpa":
         return allowed
     if attention == "eager":
@@ -265,7 +260,13 @@ def check_shared_prefix(model: nn.Module) -> None:
 
     Runs two samples of one prompt padded and in the shared layout (eval mode, no gradient) and
     compares the hidden states before each response token; a decoder that drops the custom mask
-    lets one response attend the other."""
+    lets one response attend the other. A model with layers that are not full attention (a sliding
+    window) is refused outright: the layout's own mask cannot keep the window."""
+    if not full_attention(model.config):
+        raise GlassrlError(
+            f"model.shared_prefix: {model.config.model_type} has layers without full attention (a sliding "
+            "window), which the layout's own mask cannot keep; set model.shared_prefix to false"
+        )
     decoder = getattr(model, "backbone", model).get_decoder()  # a causal LM, or a critic's body (value head)
     param = next(model.parameters())
     vocab = model.config.get_text_config().vocab_size

@@ -364,9 +364,8 @@ def build_local_workers(
     model.padding_free: every forward pass on the real tokens only (glassrl.models.packing), once
     checked on each model (check_packing). model.shared_prefix: every forward pass computes each
     distinct prompt once per chunk (glassrl.models.shared_prefix), once checked on each model
-    (check_shared_prefix). rollout.overlap:
-    the rollout worker also samples the next step's batch with a copy of the policy, in a thread
-    (glassrl.workers.overlap).
+    (check_shared_prefix). rollout.overlap: the rollout worker also samples the next step's batch
+    with a copy of the policy, in a thread (glassrl.workers.overlap).
     """
     from glassrl.models import load_causal_lm, load_scalar_model
     from glassrl.models.packing import check_packing
@@ -380,14 +379,18 @@ def build_local_workers(
     passes = forward_passes(cfg)
     micro, compute, packed, shared = passes.micro_batch, passes.compute, passes.packed, passes.shared_prefix
     lora = lora_settings(cfg)
+
+    def check_layout(model) -> None:  # the packed layouts rely on the model's attention honouring them
+        if packed:
+            check_packing(model)
+        if shared:
+            check_shared_prefix(model)
+
     load_lm = partial(load_causal_lm, dtype=m.dtype, device=m.device)
     # prompt limit + rollout.max_new_tokens fit its positions: glassrl.trainer.prompts
     model, load_actor = with_lora(load_lm(path), lora, path, load_lm)
     check_master_weights(model, compute)
-    if packed:
-        check_packing(model)
-    if shared:
-        check_shared_prefix(model)
+    check_layout(model)
     optimizer, scheduler = make_optimizer(model, cfg.actor_optim, actor_optimizer_steps(cfg, resolved))
     update = partial(
         run_updates,
@@ -429,10 +432,8 @@ def build_local_workers(
         reference = LoraReference(model, passes)
     elif resolved.uses_reference:
         ref_model = load_lm(m.reference or path)
-        if packed and m.reference is not None:
-            check_packing(ref_model)
-        if shared and m.reference is not None:
-            check_shared_prefix(ref_model)
+        if m.reference is not None:  # otherwise the actor's own checkpoint, checked above
+            check_layout(ref_model)
         reference = LocalReference(ref_model, passes)
     critic = None
     if resolved.uses_critic:
@@ -440,10 +441,7 @@ def build_local_workers(
         base = critic_path(cfg, path)
         critic_model, load_critic_part = with_lora(load_critic(base), lora, base, load_critic)
         check_master_weights(critic_model, compute)
-        if packed:
-            check_packing(critic_model)
-        if shared:
-            check_shared_prefix(critic_model)
+        check_layout(critic_model)
         c_opt, c_sched = make_optimizer(critic_model, cfg.critic_optim, resolved.total_optimizer_steps)
         c_update = partial(
             run_updates,

@@ -5,7 +5,8 @@
     .venv/bin/python benchmarks/bench_logprobs.py --backward   # + forward/backward (minutes on 2 cores)
 
 Setting: V = 151,936 (a real large vocabulary), T = 1,024 response tokens,
-H = 256, float32, LM head without bias, chunk_size = 128 (the default).
+H = 256, float32, LM head without bias, chunk_size = 128 (the default at this V and B = 1:
+glassrl.models.logprobs.CHUNK_LOGITS).
 
 - naive:   logits = lm_head(hidden) (B, T, V); log_softmax(logits).gather(targets)
 - chunked: glassrl.models.logprobs.logprobs_from_hidden (gather - logsumexp per chunk)

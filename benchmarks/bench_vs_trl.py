@@ -453,6 +453,8 @@ def main() -> None:
         ok &= check_settings(pairs[0][0]["settings"], pairs[0][1]["settings"])
         summaries = [(summarise(o, responses), summarise(t, responses)) for o, t in pairs]
         table(name, parameters(models[name]), _median(s for s, _ in summaries), _median(t for _, t in summaries))
+        each = "  ".join(f"{s['steps/s'] / t['steps/s']:.2f}" for s, t in summaries)
+        print(f"steps/s glassrl/TRL of each pair, in order: {each}")
     print(f"\nload average at end: {load_average()}")
     if not ok:
         raise SystemExit("the two sides' settings differ (marked above): the figures do not compare the same work")

@@ -8,7 +8,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils.checkpoint import checkpoint
 
+import glassrl.models.logprobs as logprobs_module
 from glassrl.errors import GlassrlError
 from glassrl.models import (
     load_causal_lm,
@@ -83,6 +85,23 @@ def test_chunked_core_matches_naive(b, t, chunk, temperature, seed):
     torch.testing.assert_close(all_lp.exp().sum(0), torch.ones(b, t))
 
 
+def test_positions_per_chunk_from_the_logits_budget():
+    """chunk_size None: CHUNK_LOGITS // (B · V) positions per chunk (at least one), so at Qwen's
+    vocabulary 128 positions of one row, and a small vocabulary's rows in one chunk."""
+    seen = []
+
+    class Head(torch.nn.Linear):
+        def forward(self, x):
+            seen.append(x.shape[:2])
+            return super().forward(x)
+
+    for b, t, v, per_chunk in [(1, 300, 151_936, 128), (2, 300, 151_936, 64), (4, 300, 292, 300)]:
+        seen.clear()
+        with torch.no_grad():
+            logprobs_from_hidden(torch.randn(b, t, 2), Head(2, v, bias=False), torch.zeros(b, t, dtype=torch.long))
+        assert seen[0] == (b, per_chunk) and sum(c for _, c in seen) == t
+
+
 def test_without_entropy_returns_none():
     hidden, head = torch.randn(2, 3, 4), torch.nn.Linear(4, 5)
     _, ent = logprobs_from_hidden(hidden, head, torch.zeros(2, 3, dtype=torch.long))
@@ -132,15 +151,20 @@ def test_padded_rows_equal_unpadded_rows(tiny_lm_path, make_batch):
             torch.testing.assert_close(batched[row, : len(r)], alone[0], rtol=1e-5, atol=1e-5)
 
 
-def test_gradients_match_naive(tiny_lm_path, make_batch):
-    """The checkpointed chunks give the same parameter gradients as the naive route."""
+@pytest.mark.parametrize("chunk_size", [2, None])
+def test_gradients_match_naive(tiny_lm_path, make_batch, chunk_size, monkeypatch):
+    """The chunks give the same parameter gradients as the naive route: checkpointed (chunk_size 2),
+    and one chunk, not checkpointed (None: the tiny vocabulary's logits are within CHUNK_LOGITS)."""
+    checkpointed = []
+    monkeypatch.setattr(logprobs_module, "checkpoint", lambda *a, **k: checkpointed.append(1) or checkpoint(*a, **k))
     ids, mask, P, T = make_batch(PROMPTS, RESPONSES)
     resp_mask = mask[:, P:].bool()  # (B, T)
     grads = []
     for chunked in (True, False):
         model = load_causal_lm(tiny_lm_path, device="cpu").train()
         if chunked:
-            lp, ent = response_logprobs(model, ids, mask, T, temperature=0.8, chunk_size=2, with_entropy=True)
+            lp, ent = response_logprobs(model, ids, mask, T, temperature=0.8, chunk_size=chunk_size, with_entropy=True)
+            assert len(checkpointed) == (0 if chunk_size is None else -(-T // chunk_size))
         else:
             lp, ent = _naive_from_model(model, ids, mask, P, 0.8)
         loss = torch.where(resp_mask, lp + 0.1 * ent, 0.0).sum()

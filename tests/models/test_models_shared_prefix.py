@@ -11,6 +11,8 @@ and the row order that groups prompts.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -24,6 +26,7 @@ from glassrl.models.shared_prefix import (
     check_shared_prefix,
     layer_cost,
     pack_shared,
+    packed_rows,
     prompt_order,
 )
 from glassrl.models.values import response_values
@@ -38,6 +41,12 @@ RESPONSES = [[3, 4, 5, 6], [12, 13], [40, 41, 42], [9], [14, 15, 16, 17], [50, 5
 @pytest.fixture(params=["llama", "default"])
 def model_path(request, tiny_lm_path, tiny_model_dir):
     return tiny_lm_path if request.param == "llama" else tiny_model_dir
+
+
+@pytest.fixture(autouse=True)
+def fresh_layouts(monkeypatch):
+    """Each test packs anew: no layout of an earlier test's equal batch (packed_rows keeps recent ones)."""
+    monkeypatch.setattr(shared_prefix_module, "_RECENT", OrderedDict())
 
 
 def _both(fn):
@@ -218,3 +227,26 @@ def test_attention_without_custom_masks_is_refused(tiny_lm_path):
     model.config._attn_implementation = "flash_attention_2"
     with pytest.raises(GlassrlError, match="model.shared_prefix: llama with attention 'flash_attention_2'"):
         attention_mask_for(model, torch.ones(1, 1, 2, 2, dtype=torch.bool))
+
+
+def test_a_batch_packed_again_takes_its_layout(tiny_lm_path, make_batch, monkeypatch):
+    """The reference pass and the update pack equal micro-batches: the second packing returns the first
+    layout (equal contents, other tensors); a batch differing in one token, or packed for another
+    layout, is packed anew; the kept layouts are bounded in bytes, the newest always kept."""
+    model = load_causal_lm(tiny_lm_path, device="cpu")
+    ids, mask, P, T = make_batch(PROMPTS, RESPONSES)
+    first, _ = packed_rows(model, ids, mask, T, shared_prefix=True)
+    again, again_mask = packed_rows(model, ids.clone(), mask.clone(), T, shared_prefix=True)
+    assert again is first and again_mask is first.attention_mask
+    changed = ids.clone()
+    changed[0, P] += 1
+    other, _ = packed_rows(model, changed, mask, T, shared_prefix=True)
+    fresh = pack_shared(changed, mask, T, layer_cost(model.config))
+    assert other is not first and torch.equal(other.input_ids, fresh.input_ids)
+    assert torch.equal(other.attention_mask, fresh.attention_mask) and torch.equal(other.index, fresh.index)
+    padding_free, none = packed_rows(model, ids, mask, T, shared_prefix=False)
+    assert none is None and padding_free.attention_mask is None
+    assert len(shared_prefix_module._RECENT) == 3
+    monkeypatch.setattr(shared_prefix_module, "_RECENT_BYTES", 1)
+    packed_rows(model, ids, mask, T, shared_prefix=True)
+    assert list(shared_prefix_module._RECENT.values()) == [first]

@@ -12,14 +12,19 @@ positions at a time, and each chunk is reduced at once to
 cross-entropy (Hsu et al. 2024, "Liger Kernel", §3.3), and of verl's
 ``logprobs_from_logits_v2`` (verl/utils/torch_functional.py).
 
+A chunk holds as many positions as keep its float32 logits within :data:`CHUNK_LOGITS` values
+(128 positions at Qwen's V = 151,936; every position of a micro-batch at once for a vocabulary of a
+few hundred, as the default model's), unless ``chunk_size`` fixes the positions.
+
 Autograd: without care, each chunk's backward keeps its float32 logits
 (logsumexp saves its input) and, with entropy, the softmax as well — (B, T, V)
-again in total. So when gradients are on, each chunk runs under
-``torch.utils.checkpoint`` and only its hidden slice (B, C, H) is kept; backward
-recomputes one chunk's logits at a time (one extra LM-head matmul per chunk).
+again in total. So when gradients are on and there are several chunks, each
+runs under ``torch.utils.checkpoint`` and only its hidden slice (B, C, H) is kept;
+backward recomputes one chunk's logits at a time (one extra LM-head matmul per chunk).
 Measured (``benchmarks/bench_logprobs.py --backward``, CPU, V = 151,936,
 T = 1,024, B = 1): forward+backward peak 536 MiB with the checkpoint, 976 MiB
-without, 1,807 MiB naive; forward alone 155 MiB vs 1,211 MiB naive.
+without, 1,807 MiB naive; forward alone 155 MiB vs 1,211 MiB naive. A single chunk is not
+checkpointed: its logits are within the budget anyway, and the recomputation would only cost.
 
 Padding-free (``packed=True``, ``model.padding_free``): the decoder runs on the batch's real
 tokens packed side by side in rows (glassrl.models.packing), and the LM head only on the positions that
@@ -45,6 +50,9 @@ from glassrl.models.shared_prefix import packed_rows
 # (Gemma 2 soft-capping, Cohere / Granite scaling); the chunked path applies the
 # bare head, so it refuses them rather than return wrong numbers.
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+# float32 logits per LM-head chunk (B · positions · V): 128 positions of a 151,936-token vocabulary.
+CHUNK_LOGITS = 128 * 151_936
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -84,7 +92,7 @@ def logprobs_from_hidden(
     targets: torch.Tensor,
     *,
     temperature: float = 1.0,
-    chunk_size: int = 128,
+    chunk_size: int | None = None,
     with_entropy: bool = False,
     entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -92,18 +100,22 @@ def logprobs_from_hidden(
 
     Returns log-probs (B, T) and entropy (B, T) (or None), both float32, of
     ``softmax(lm_head(hidden) / temperature)``, from the same logits of each chunk. Peak extra
-    memory is a few (B, chunk_size, V) float32 tensors, in forward and in backward.
+    memory is a few chunks' float32 logits, in forward and in backward: ``chunk_size`` positions
+    each, or (None) as many as :data:`CHUNK_LOGITS` allows.
     ``entropy_grad=False``: the entropy is a detached metric (no gradient flows through it).
     """
+    B, T = targets.shape
+    vocab = getattr(lm_head, "out_features", None) or lm_head.weight.shape[0]
+    chunk = chunk_size or max(1, CHUNK_LOGITS // (max(B, 1) * vocab))
     grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in lm_head.parameters()))
     logprobs, entropies = [], []
-    for start in range(0, max(hidden.shape[1], 1), chunk_size):  # T = 0 (packed, no real token): empty outputs
-        h = hidden[:, start : start + chunk_size]  # (B, C, H)
-        t = targets[:, start : start + chunk_size]  # (B, C)
-        if grad:
+    for start in range(0, max(T, 1), chunk):  # T = 0 (packed, no real token): empty outputs
+        h = hidden[:, start : start + chunk]  # (B, C, H)
+        t = targets[:, start : start + chunk]  # (B, C)
+        if grad and T > chunk:
             lp, ent = checkpoint(_chunk, lm_head, h, t, temperature, with_entropy, entropy_grad, use_reentrant=False)
         else:
-            lp, ent = _chunk(lm_head, h, t, temperature, with_entropy)
+            lp, ent = _chunk(lm_head, h, t, temperature, with_entropy, entropy_grad)
         logprobs.append(lp)
         entropies.append(ent)
     entropy = torch.cat(entropies, dim=1) if with_entropy else None  # (B, T)
@@ -117,7 +129,7 @@ def response_logprobs(
     response_len: int,
     *,
     temperature: float = 1.0,
-    chunk_size: int = 128,
+    chunk_size: int | None = None,
     with_entropy: bool = False,
     entropy_grad: bool = True,
     packed: bool = False,

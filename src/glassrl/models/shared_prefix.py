@@ -46,6 +46,8 @@ case both ways before a run relies on it.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -221,11 +223,45 @@ def packed_rows(
 ) -> tuple[Packed, torch.Tensor | None]:
     """A padded batch (B, P+T) as packed rows, and the attention mask to run ``model`` on them: the
     shared-prefix layout with its tree mask in ``model``'s form, or padding-free's rows
-    (glassrl.models.packing) and None (the restarting position ids mark the sequences)."""
-    if not shared_prefix:
-        return pack(input_ids, attention_mask), None
-    rows = pack_shared(input_ids, attention_mask, response_len, layer_cost(model.config))
-    return rows, attention_mask_for(model, rows.attention_mask)  # (R, 1, W, W)
+    (glassrl.models.packing) and None (the restarting position ids mark the sequences).
+
+    The reference pass and the update pack the same micro-batches (glassrl.trainer.update orders
+    them so): a layout is built once and taken from :data:`_RECENT` the second time, by the
+    batch's contents (its numbers are a function of them; nothing writes into a Packed)."""
+    cost = layer_cost(model.config) if shared_prefix else None
+    key = (
+        cost,
+        response_len,
+        str(input_ids.device),
+        tuple(input_ids.shape),
+        input_ids.cpu().numpy().tobytes(),
+        attention_mask.bool().cpu().numpy().tobytes(),
+    )
+    with _RECENT_LOCK:  # the overlapping rollout (glassrl.workers.overlap) packs from its own thread
+        rows = _RECENT.pop(key, None)
+    if rows is None:
+        rows = (
+            pack(input_ids, attention_mask)
+            if cost is None
+            else pack_shared(input_ids, attention_mask, response_len, cost)
+        )
+    with _RECENT_LOCK:
+        _RECENT[key] = rows
+        while len(_RECENT) > 1 and sum(_bytes(k, r) for k, r in _RECENT.items()) > _RECENT_BYTES:
+            _RECENT.popitem(last=False)
+    return rows, None if cost is None else attention_mask_for(model, rows.attention_mask)  # (R, 1, W, W)
+
+
+# The layouts last built, most recent last, up to 64 MiB with their keys: a step's micro-batches of
+# the actor, the reference and the critic at the presets' sizes; the newest one always.
+_RECENT_BYTES = 64 * 2**20
+_RECENT: OrderedDict[tuple, Packed] = OrderedDict()
+_RECENT_LOCK = threading.Lock()
+
+
+def _bytes(key: tuple, rows: Packed) -> int:
+    tensors = (rows.input_ids, rows.position_ids, rows.index, rows.attention_mask, rows.real)
+    return len(key[-2]) + len(key[-1]) + sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
 def full_attention(config) -> bool:

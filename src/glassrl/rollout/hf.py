@@ -426,7 +426,8 @@ class HFRolloutEngine:
         response_mask, ended = self.stops.response_mask(response_ids, self.tokenizer.decode)
         response_ids = torch.where(response_mask, response_ids, self.pad_id)  # (B, T)
         T = response_ids.shape[1]
-        texts = [self.text(row[mask].tolist()) for row, mask in zip(response_ids.cpu(), response_mask.cpu())]
+        kept = [[t for t, m in zip(row, mask) if m] for row, mask in zip(response_ids.tolist(), response_mask.tolist())]
+        texts = self.texts(kept)
         return RolloutBatch(
             prompt_ids=prompt_ids,
             prompt_mask=prompt_mask,
@@ -440,6 +441,9 @@ class HFRolloutEngine:
 
     def text(self, tokens: list[int]) -> str:
         """A response's text: its tokens decoded without special tokens, a final stop token left out."""
-        if tokens and tokens[-1] in self.stops.ids:
-            tokens = tokens[:-1]
-        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return self.texts([tokens])[0]
+
+    def texts(self, responses: list[list[int]]) -> list[str]:
+        """:meth:`text` of each response, decoded in one call."""
+        cut = [tokens[:-1] if tokens and tokens[-1] in self.stops.ids else tokens for tokens in responses]
+        return self.tokenizer.batch_decode(cut, skip_special_tokens=True)

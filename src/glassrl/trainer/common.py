@@ -39,6 +39,10 @@ def seed_everything(seed: int) -> None:
     # Needed by cuBLAS for deterministic matmuls (PyTorch "Reproducibility" notes).
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
+    # Deterministic mode also fills every new uninitialised tensor with NaN, a check for code that
+    # reads memory it never wrote: none here does (the KV cache, the largest, is written before it
+    # is read), and the fills cost ~2.5 % of a CPU step of bench_vs_trl's large model (BENCHMARKS.md).
+    torch.utils.deterministic.fill_uninitialized_memory = False
 
 
 def make_optimizer(

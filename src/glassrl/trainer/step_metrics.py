@@ -98,7 +98,10 @@ def response_metrics(exp: Experience) -> dict[str, float]:
     multi-turn batches also the turn, tool and environment-reward metrics (:func:`turn_metrics`)."""
     rollout = exp.rollout
     lengths = rollout.lengths.float()
-    tokens = [row[mask].tolist() for row, mask in zip(rollout.response_ids.cpu(), rollout.response_mask.cpu())]
+    tokens = [
+        [t for t, m in zip(row, mask) if m]
+        for row, mask in zip(rollout.response_ids.tolist(), rollout.response_mask.tolist())
+    ]
     return {
         "response/length/mean": lengths.mean().item(),
         "response/length/max": lengths.max().item(),

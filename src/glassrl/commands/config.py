@@ -170,4 +170,8 @@ How a config is read (`glassrl.config.load_config`):
   machine 1 and 2 threads trained the default model and a 10× one to bit-identical metrics and
   weights, but a sum over 4 M floats or a 512×4096×512 matrix product differs in the last bits
   between them: with larger models the count can change the numbers (BENCHMARKS.md, bench_threads).
+- Memory on CPU: `glassrl train` on the CPU sets glibc's malloc to serve blocks up to 32 MiB from
+  its heap and to keep up to 1 GiB of freed memory, so that each step reuses the pages the last one
+  freed instead of faulting in new ones (`glassrl.models.allocator`; ~4 % of a default-model step).
+  `GLASSRL_MALLOC=default` in the environment leaves malloc as it is.
 """

@@ -39,6 +39,8 @@ from glassrl.algos.masked import masked_mean
 from glassrl.config import flatten, safe_load, to_dict
 from glassrl.errors import GlassrlError
 from glassrl.ledger.compute import from_experience
+from glassrl.models.allocator import keep_freed_memory
+from glassrl.models.loading import resolve_device
 from glassrl.models.threads import set_threads, startup_line
 from glassrl.report.html import write_run_report
 from glassrl.report.run_dir import collect_environment
@@ -119,6 +121,8 @@ class Trainer:
         self.out = Path(cfg.output_dir)
         self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)
         self.threads = self._set_threads(resume)  # before any torch work
+        if resolve_device(cfg.model.device).type == "cpu":
+            keep_freed_memory()  # each step reuses the last step's pages (glassrl.models.allocator)
         seed_everything(cfg.seed)
         path = actor_path(cfg, self.console)
         # model.shared_prefix "auto" made concrete (a resumed run goes on as it began)

@@ -260,8 +260,10 @@ _RECENT_LOCK = threading.Lock()
 
 
 def _bytes(key: tuple, rows: Packed) -> int:
+    """What a kept layout holds: its key's batch contents and its tensors."""
     tensors = (rows.input_ids, rows.position_ids, rows.index, rows.attention_mask, rows.real)
-    return len(key[-2]) + len(key[-1]) + sum(t.numel() * t.element_size() for t in tensors if t is not None)
+    contents = sum(len(part) for part in key if isinstance(part, bytes))
+    return contents + sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
 def full_attention(config) -> bool:

@@ -159,6 +159,12 @@ class RolloutBatch:
         )
 
 
+def masked_token_lists(ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+    """Each row's token ids where ``mask`` is True: ids (B, T) long, mask (B, T) bool -> B lists
+    (two ``tolist`` calls, not a tensor op per row)."""
+    return [[t for t, keep in zip(row, keeps) if keep] for row, keeps in zip(ids.tolist(), mask.tolist())]
+
+
 def concat_rollouts(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
     """One batch of all responses in order; prompts re-padded on the left, responses on the right."""
     P = max(b.prompt_ids.shape[1] for b in batches)

@@ -64,7 +64,7 @@ from transformers.generation.stopping_criteria import StoppingCriteriaList
 
 from glassrl.data.records import PromptRecord
 from glassrl.models.shared_prefix import attention_mask_for, distinct_rows, full_attention
-from glassrl.rollout.base import RolloutBatch, SamplingParams
+from glassrl.rollout.base import RolloutBatch, SamplingParams, masked_token_lists
 from glassrl.rollout.stops import StopSet, StopStringCriteria, stop_set
 
 # Logits processors a checkpoint's generation_config may enable, set to their identity.
@@ -429,8 +429,7 @@ class HFRolloutEngine:
         response_mask, ended = self.stops.response_mask(response_ids, self.tokenizer.decode)
         response_ids = torch.where(response_mask, response_ids, self.pad_id)  # (B, T)
         T = response_ids.shape[1]
-        kept = [[t for t, m in zip(row, mask) if m] for row, mask in zip(response_ids.tolist(), response_mask.tolist())]
-        texts = self.texts(kept)
+        texts = self.texts(masked_token_lists(response_ids, response_mask))
         return RolloutBatch(
             prompt_ids=prompt_ids,
             prompt_mask=prompt_mask,
@@ -442,11 +441,8 @@ class HFRolloutEngine:
             rollout_logprobs=None if logprobs is None else torch.where(response_mask, logprobs[:, :T], 0.0),
         )
 
-    def text(self, tokens: list[int]) -> str:
-        """A response's text: its tokens decoded without special tokens, a final stop token left out."""
-        return self.texts([tokens])[0]
-
     def texts(self, responses: list[list[int]]) -> list[str]:
-        """:meth:`text` of each response, decoded in one call."""
+        """Each response's text, decoded in one call: its tokens without special tokens, a final stop
+        token left out."""
         cut = [tokens[:-1] if tokens and tokens[-1] in self.stops.ids else tokens for tokens in responses]
         return self.tokenizer.batch_decode(cut, skip_special_tokens=True)

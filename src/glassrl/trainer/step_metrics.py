@@ -19,6 +19,7 @@ from glassrl.data.tasks import research
 from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rewards.research import research_rubric
 from glassrl.rewards.verifiers import ArithVerifyVerifier, NumericVerifier
+from glassrl.rollout.base import masked_token_lists
 from glassrl.trainer.experience import Experience
 from glassrl.trainer.metrics import distinct_n, explained_variance, masked_stats
 
@@ -98,10 +99,7 @@ def response_metrics(exp: Experience) -> dict[str, float]:
     multi-turn batches also the turn, tool and environment-reward metrics (:func:`turn_metrics`)."""
     rollout = exp.rollout
     lengths = rollout.lengths.float()
-    tokens = [
-        [t for t, m in zip(row, mask) if m]
-        for row, mask in zip(rollout.response_ids.tolist(), rollout.response_mask.tolist())
-    ]
+    tokens = masked_token_lists(rollout.response_ids, rollout.response_mask)
     return {
         "response/length/mean": lengths.mean().item(),
         "response/length/max": lengths.max().item(),

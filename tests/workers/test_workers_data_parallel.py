@@ -16,13 +16,12 @@ being far above the float tolerance.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from dp_cases import actor_batch, dp_kwargs, in_process_update, optimizer_for, plan_for
+from spawned import spawn_ranks
 
 from glassrl.algos.masked import masked_whiten
 from glassrl.models.loading import load_causal_lm
@@ -97,8 +96,7 @@ def _rank(rank: int, world: int, port: int, model_dir: str, out: str, fsdp: bool
 def _spawn(model_dir, out: Path, fsdp: bool, world: int = 2) -> list[dict]:
     from glassrl.workers.data_parallel import free_port
 
-    os.environ["OMP_NUM_THREADS"] = "1"
-    mp.spawn(_rank, args=(world, free_port(), str(model_dir), str(out), fsdp), nprocs=world, join=True)
+    spawn_ranks(_rank, (world, free_port(), str(model_dir), str(out), fsdp), world, out)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
 
 

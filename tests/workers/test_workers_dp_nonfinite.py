@@ -21,22 +21,19 @@ before any weight changes.
 
 from __future__ import annotations
 
-import os
 import re
-import time
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from dp_cases import actor_batch, dp_kwargs, loss_kwargs, optimizer_for, plan_for
+from spawned import spawn_ranks
 
 from glassrl.models.loading import load_causal_lm
 from glassrl.trainer.update import Term, run_updates
 from glassrl.workers.sharding import shard_plan
 
 POISONS = ("loss", "advantage")
-HANG_S = 300  # a run takes ~20 s on 2 loaded cores
 POLICIES = ("skip", "stop")
 
 
@@ -89,21 +86,12 @@ def _rank(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
     torch.distributed.destroy_process_group()
 
 
-def _spawn(model_dir: Path, out: Path, hang_s: float = HANG_S) -> list[dict]:
-    """Both ranks' results; a failure when they are still running after ``hang_s``: ranks that decide
-    differently wait forever in mismatched collectives."""
+def _spawn(model_dir: Path, out: Path) -> list[dict]:
+    """Both ranks' results (a failure naming where they wait when ranks that decided differently
+    wait in mismatched collectives: tests/workers/spawned.py)."""
     from glassrl.workers.data_parallel import free_port
 
-    os.environ["OMP_NUM_THREADS"] = "1"
-    ranks = mp.spawn(_rank, args=(2, free_port(), str(model_dir), str(out)), nprocs=2, join=False)
-    deadline = time.monotonic() + hang_s
-    while not ranks.join(timeout=1):
-        if time.monotonic() > deadline:
-            for process in ranks.processes:
-                process.kill()
-            pytest.fail(
-                f"the ranks still run after {hang_s:g} s: they wait in a collective, having decided differently"
-            )
+    spawn_ranks(_rank, (2, free_port(), str(model_dir), str(out)), 2, out)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 

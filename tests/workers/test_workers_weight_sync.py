@@ -17,13 +17,12 @@ CPU); "nccl", actor and rollout rank on a GPU each, the sync over NCCL (needs 2 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from spawned import spawn_ranks
 from torch import nn
 
 from glassrl.workers.data_parallel import free_port
@@ -171,9 +170,8 @@ def _rank(rank: int, case: str, ports: tuple[int, int], model_dir: str, out: str
 
 
 def _spawn(case: str, model_dir: Path, out: Path) -> list[dict]:
-    os.environ["OMP_NUM_THREADS"] = "1"
     nprocs = CASES[case][0] + CASES[case][1]
-    mp.spawn(_rank, args=(case, (free_port(), free_port()), str(model_dir), str(out)), nprocs=nprocs, join=True)
+    spawn_ranks(_rank, (case, (free_port(), free_port()), str(model_dir), str(out)), nprocs, out)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(nprocs)]
 
 

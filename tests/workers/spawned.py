@@ -27,6 +27,14 @@ def _stacks_file(out: Path, rank: int) -> Path:
     return Path(out) / f"rank{rank}.stacks"
 
 
+def _stack(out: Path, rank: int, alive: bool) -> str:
+    """What rank ``rank`` wrote on SIGUSR1; a rank still starting has no file yet."""
+    if not alive:
+        return "(finished)"
+    path = _stacks_file(out, rank)
+    return path.read_text() if path.exists() else "(no stack: still starting)"
+
+
 def _armed(rank: int, fn: Callable, out: str, args: tuple) -> None:
     """Rank ``rank``: dump every thread's stack to its file on SIGUSR1, then run ``fn(rank, *args)``."""
     with open(_stacks_file(Path(out), rank), "w") as stacks:
@@ -50,8 +58,5 @@ def spawn_ranks(fn: Callable, args: tuple, nprocs: int, out: Path, hang_s: float
             time.sleep(2)  # faulthandler writes from a signal handler: give it a moment
             for process in ranks.processes:
                 process.kill()
-            stacks = "\n".join(
-                f"--- rank {r} ---\n{_stacks_file(out, r).read_text() if alive else '(finished)'}"
-                for r, alive in enumerate(running)
-            )
+            stacks = "\n".join(f"--- rank {r} ---\n{_stack(out, r, alive)}" for r, alive in enumerate(running))
             pytest.fail(f"the ranks still run after {hang_s:g} s (waiting in a collective?); their stacks:\n{stacks}")

@@ -1,14 +1,20 @@
 # Two commands for a newcomer: `make demo` and `make test`. Both create .venv and
-# install what they need on first use; later runs reuse it.
-#   make test       lint, format check, import contracts, then the whole test suite
-#   make test-fast  the same checks, then every test not marked `slow` (minutes less)
-#   make lint       the checks alone; make format rewrites what ruff can fix
+# install what they need on first use, from the lock; later runs reuse it.
+#   make test        lint, format check, import contracts, then the whole test suite
+#   make test-fast   the same checks, then every test not marked `slow` (minutes less)
+#   make lint        the checks alone; make format rewrites what ruff can fix
+#   make lock        regenerate requirements-lock.txt (after changing a dependency in pyproject.toml)
+#   make test-latest the suite on the newest releases pyproject.toml allows, in .venv-latest (not in CI)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# torch is pinned so that pip takes the CPU build from local disk instead of a
-# multi-GB CUDA build; override on a GPU machine: make test TORCH_SPEC=torch==2.13.0
+# torch is pinned so that pip takes the CPU build from local disk instead of a multi-GB CUDA
+# build, and installed before the lock (which leaves it out, so that it may be another build):
+# on a GPU machine, e.g. make install TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
 TORCH_SPEC ?= torch==2.13.0
+# Every other dependency, exact and with hashes (uv pip compile; `make lock` writes it).
+LOCK   := requirements-lock.txt
+EXTRAS := test,ray,lora,wandb,mlflow
 # The preset `make demo` trains: examples/$(ALGO).yaml, e.g. make demo ALGO=ppo; or a whole
 # pipeline instead: make demo PIPELINE=rlhf (SFT policy → reward model → PPO, examples/rlhf/);
 # or an agentic task's demo: make demo TASK=tool-add (calculator calls, examples/tool_add.yaml)
@@ -17,14 +23,18 @@ PIPELINE ?=
 TASK   ?=
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint format install bench clean
+.PHONY: demo test test-fast test-latest lint format install lock bench clean
 
 # The [test] extra brings pytest, hypothesis, playwright, ruff and import-linter; ray, lora (peft),
-# wandb and mlflow are installed too so that their tests run rather than skip.
-$(STAMP): pyproject.toml Makefile
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[test,ray,lora,wandb,mlflow]"
+# wandb and mlflow are installed too so that their tests run rather than skip. The environment is
+# made anew from the lock whenever the lock changes: exactly what CI tested, nothing left over.
+# --no-deps: the lock is the whole set; pip check then proves it consistent with torch.
+$(STAMP): pyproject.toml $(LOCK) Makefile
+	$(PYTHON) -m venv --clear $(VENV)
+	$(BIN)/pip install --quiet $(TORCH_SPEC)
+	$(BIN)/pip install --quiet --no-deps --require-hashes -r $(LOCK)
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/pip check
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -55,5 +65,39 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_advantages.py
 	$(BIN)/python benchmarks/bench_vs_trl.py --quick
 
+# The lock: every dependency of glassrl and its extras but torch, resolved for Python >= 3.11 on
+# every platform (--universal), pinned with hashes. uv is pinned too, in its own small venv. torch is
+# resolved as the CPU build on local disk (TORCH_WHEELS, a directory of wheels) so that the lock holds
+# torch's own dependencies without CUDA's. Regenerate after changing pyproject.toml's dependencies,
+# then run make test: a new lock is a new set of versions to test.
+UV_SPEC      ?= uv==0.13.9
+TORCH_WHEELS ?= /opt/wheels
+LOCK_TORCH   ?= torch==2.13.0+cpu
+LOCK_VENV    := .venv-lock
+lock:
+	test -x $(LOCK_VENV)/bin/uv || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet "$(UV_SPEC)"; }
+	echo "$(LOCK_TORCH)" > $(LOCK_VENV)/torch.txt
+	$(LOCK_VENV)/bin/uv pip compile pyproject.toml $(patsubst %,--extra %,$(subst $(comma), ,$(EXTRAS))) \
+	  --universal --python-version 3.11 --generate-hashes --upgrade \
+	  --find-links $(TORCH_WHEELS) --constraint $(LOCK_VENV)/torch.txt --no-emit-package torch \
+	  --custom-compile-command "make lock" --output-file $(LOCK)
+
+# Drift check (not in CI): a separate environment with the newest release of every dependency
+# that pyproject.toml allows (torch stays TORCH_SPEC: the newest is a multi-GB CUDA build here;
+# LATEST_TORCH_SPEC overrides), then the import contracts and the whole suite, so that a release
+# that breaks glassrl is seen here before a user installs it. Where it fails: fix glassrl for both
+# versions, or add an upper bound in pyproject.toml; then make lock.
+LATEST_VENV       ?= .venv-latest
+LATEST_TORCH_SPEC ?= $(TORCH_SPEC)
+test-latest:
+	$(PYTHON) -m venv --clear $(LATEST_VENV)
+	$(LATEST_VENV)/bin/pip install --quiet $(LATEST_TORCH_SPEC)
+	$(LATEST_VENV)/bin/pip install --quiet --upgrade --upgrade-strategy eager -e ".[$(EXTRAS)]"
+	$(LATEST_VENV)/bin/python tools/lock_drift.py $(LOCK)
+	$(LATEST_VENV)/bin/lint-imports
+	$(LATEST_VENV)/bin/python -m pytest -q
+
+comma := ,
+
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(LATEST_VENV) $(LOCK_VENV) build src/*.egg-info .pytest_cache

@@ -10,11 +10,12 @@ from glassrl.rollout.base import RolloutBatch, SamplingParams, concat_rollouts
 from glassrl.rollout.hf import (
     HFRolloutEngine,
     PreallocatedCache,
+    cache_argument,
     decode,
-    decode_supported,
     distinct_rows,
     generate_with_hf,
     left_pad,
+    why_not_decode,
 )
 
 PROMPTS = ["请问1+1=2？", "Is 12+34=47?", "请问30+5=35？"]
@@ -177,10 +178,70 @@ def test_decode_without_padding_and_at_length(engine):
     assert fast.shape[1] == 3
 
 
+class _CacheNamed(torch.nn.Module):
+    """A causal LM whose forward takes its KV cache under ``name``, as one transformers release or
+    another writes it (``past_key_values`` before 5.24, ``cache`` since), passing it on to the real
+    model under the name the installed release uses."""
+
+    def __init__(self, model, name: str) -> None:
+        super().__init__()
+        self.model, self.config, self.name = model, model.config, name
+
+    def forward(
+        self, input_ids=None, attention_mask=None, position_ids=None, use_cache=None, logits_to_keep=0, **cache
+    ):
+        (given,) = cache.values()
+        assert list(cache) == [self.name]  # decode passed the cache under the name this forward declares
+        kwargs = dict(attention_mask=attention_mask, position_ids=position_ids, use_cache=use_cache)
+        return self.model(
+            input_ids=input_ids, logits_to_keep=logits_to_keep, **kwargs, **{cache_argument(self.model): given}
+        )
+
+
+class _PastKeyValues(_CacheNamed):
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None, logits_to_keep=0):  # fmt: skip
+        return super().forward(input_ids, attention_mask, position_ids, use_cache, logits_to_keep, past_key_values=past_key_values)  # fmt: skip
+
+
+class _Cache(_CacheNamed):
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, use_cache=None, logits_to_keep=0):  # fmt: skip
+        return super().forward(input_ids, attention_mask, position_ids, use_cache, logits_to_keep, cache=cache)
+
+
+@pytest.mark.parametrize("wrapper, name", [(_PastKeyValues, "past_key_values"), (_Cache, "cache")])
+def test_decode_takes_either_name_of_the_cache(engine, wrapper, name):
+    """transformers 5.24 renamed forward's ``past_key_values`` to ``cache``; the decoding loop runs
+    under both names (the locked release and the newest one may differ) with the same tokens."""
+    named = wrapper(engine.model, name).eval()
+    assert cache_argument(named) == name and why_not_decode(named) is None
+    ids, mask = left_pad(_ids(engine), engine.pad_id)
+    ids, mask = ids.repeat_interleave(4, 0), mask.repeat_interleave(4, 0)
+    out = []
+    for model in (engine.model, named):
+        g = torch.Generator().manual_seed(3)
+        params = SamplingParams(max_new_tokens=16)
+        out.append(
+            (decode(model, ids, mask, params, stops=engine.stops, pad_id=engine.pad_id, generator=g), g.get_state())
+        )
+    (plain, g_plain), (renamed, g_renamed) = out
+    assert torch.equal(plain, renamed) and torch.equal(g_plain, g_renamed)
+
+
+def test_why_not_decode_names_what_is_missing(engine):
+    class NoPositions(torch.nn.Module):
+        config = engine.model.config
+
+        def forward(self, input_ids=None, past_key_values=None, logits_to_keep=0):
+            raise AssertionError
+
+    assert why_not_decode(NoPositions()) == "NoPositions.forward takes no position_ids"
+
+
 def test_engine_uses_decode_and_falls_back_to_generate(engine):
     from transformers import MistralConfig, MistralForCausalLM
 
-    assert decode_supported(engine.model) and engine.sample is decode
+    assert why_not_decode(engine.model) is None and engine.sample is decode
+    assert engine.path.startswith("glassrl's decoding loop")
     sliding = MistralForCausalLM(
         MistralConfig(
             vocab_size=32,
@@ -192,8 +253,9 @@ def test_engine_uses_decode_and_falls_back_to_generate(engine):
             sliding_window=4,
         )
     )
-    assert not decode_supported(sliding)  # a sliding-window cache: model.generate's own
-    assert HFRolloutEngine(sliding, engine.tokenizer).sample is generate_with_hf
+    assert "sliding window" in why_not_decode(sliding)  # a sliding-window cache: model.generate's own
+    fallback = HFRolloutEngine(sliding, engine.tokenizer)
+    assert fallback.sample is generate_with_hf and "cannot run this model: its attention" in fallback.path
 
 
 def test_preallocated_cache_hand_table():

@@ -5,6 +5,8 @@ the mask True on the stop and False after, on both sampling paths and in the age
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 from transformers import GenerationConfig, LlamaForCausalLM
@@ -146,28 +148,15 @@ class ScriptedLlama(LlamaForCausalLM):
         super().__init__(config)
         self.script, self.first = script, first
 
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        position_ids=None,
-        past_key_values=None,
-        use_cache=None,
-        logits_to_keep=0,
-        **kwargs,
-    ):
-        out = super().forward(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            use_cache=use_cache,
-            logits_to_keep=logits_to_keep,
-            **kwargs,
-        )
+    def forward(self, input_ids=None, **kwargs):
+        out = super().forward(input_ids=input_ids, **kwargs)
         forced = [self.script.get(int(t), self.first) for t in input_ids[:, -1]]
         out.logits[torch.arange(len(forced)), -1, forced] += 1e4
         return out
+
+    # The installed release's parameters (its cache is `cache` or `past_key_values`), as the decoding
+    # loop reads them (glassrl.rollout.hf.cache_argument).
+    forward.__signature__ = inspect.signature(LlamaForCausalLM.forward)
 
 
 @pytest.fixture(scope="module")

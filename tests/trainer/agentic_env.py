@@ -46,6 +46,7 @@ class ScriptedSampler:
     choices draw from the trainer's generator, so a run is reproducible."""
 
     device = torch.device("cpu")
+    path = "a script"
 
     def __init__(self, model, tokenizer, stops) -> None:
         self.tokenizer, self.stops = tokenizer, stops  # the run's stop set, as HFTurnSampler gets it

@@ -41,9 +41,9 @@ def test_a_run_directorys_config_is_judged_by_value(tmp_path, beside, tiny_model
         cfg = load_config(TrainConfig, tmp_path / "config.yaml")
         assert cfg.threads == "auto" and cfg.model.shared_prefix == "auto"
         # ... which, resuming that run, means what it did then: the padded passes
-        resumed = with_shared_prefix(with_precision(cfg), tiny_model_dir, tmp_path / "config.yaml")
-        assert resumed.model.shared_prefix is False
-        assert with_shared_prefix(with_precision(cfg), tiny_model_dir).model.shared_prefix is True  # a new run
+        resumed, why = with_shared_prefix(with_precision(cfg), tiny_model_dir, tmp_path / "config.yaml")
+        assert resumed.model.shared_prefix is False and "began before model.shared_prefix existed" in why
+        assert with_shared_prefix(with_precision(cfg), tiny_model_dir)[0].model.shared_prefix is True  # a new run
 
 
 @pytest.mark.parametrize(

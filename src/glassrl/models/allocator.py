@@ -13,7 +13,7 @@ guide gets by preloading jemalloc or tcmalloc, without another library.
 
 The cost: memory the process freed stays with it, up to 1 GiB beyond what it uses (the peak RSS
 is the peak either way). Linux with glibc only; elsewhere, or with ``GLASSRL_MALLOC=default`` in
-the environment, malloc is left as it is.
+the environment, malloc is left as it is, and the run's start-up lines say so.
 """
 
 from __future__ import annotations
@@ -28,13 +28,25 @@ HEAP_BLOCKS_UP_TO = 32 * 2**20  # glibc's largest M_MMAP_THRESHOLD on 64-bit (HE
 KEEP_FREED = 2**30
 
 
-def keep_freed_memory() -> bool:
-    """Set glibc's malloc as the module docstring says; whether it was set."""
-    if os.environ.get("GLASSRL_MALLOC") == "default" or os.uname().sysname != "Linux":
-        return False
+def keep_freed_memory() -> str | None:
+    """Set glibc's malloc as the module docstring says; None when it was set, else why not (the
+    run's start-up lines say which)."""
+    if os.environ.get("GLASSRL_MALLOC") == "default":
+        return "GLASSRL_MALLOC=default"
+    if os.uname().sysname != "Linux":
+        return f"{os.uname().sysname}: glibc's mallopt is Linux only"
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
-        return False
-    return bool(mallopt(M_MMAP_THRESHOLD, HEAP_BLOCKS_UP_TO)) and bool(mallopt(M_TRIM_THRESHOLD, KEEP_FREED))
+        return "the C library is not glibc (no mallopt)"
+    if not (mallopt(M_MMAP_THRESHOLD, HEAP_BLOCKS_UP_TO) and mallopt(M_TRIM_THRESHOLD, KEEP_FREED)):
+        return "glibc's mallopt refused the settings"
+    return None
+
+
+def memory_path(refused: str | None) -> str:
+    """The start-up line's account of :func:`keep_freed_memory`'s answer ``refused``."""
+    if refused is None:
+        return "glibc keeps freed memory for reuse (GLASSRL_MALLOC=default turns this off)"
+    return f"malloc left as it is: {refused}"

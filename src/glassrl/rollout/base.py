@@ -204,8 +204,11 @@ class RolloutEngine(Protocol):
     state: the engine draws from it and leaves it advanced, so that a caller
     who saves and restores it reproduces the same samples. ``records`` are the prompts' rows
     (PromptRecord, in the order of ``prompts``): a multi-turn engine resets each episode's
-    environment with its record; a single-turn engine ignores them.
+    environment with its record; a single-turn engine ignores them. ``path`` says how it samples
+    (the decoding loop or ``model.generate``, and why), for the run's start-up lines.
     """
+
+    path: str
 
     def generate(
         self,

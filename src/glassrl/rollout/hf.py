@@ -191,15 +191,29 @@ class PreallocatedCache(Cache):
             layer.move_rows(to, source, rows)
 
 
-def decode_supported(model) -> bool:
-    """Whether :func:`decode` can run ``model``: a decoder-only model whose cache is full attention
-    in every layer (transformers' ``DynamicLayer``) and whose forward takes ``position_ids`` and
+def cache_argument(model) -> str | None:
+    """The name under which ``model.forward`` takes a KV cache: ``cache`` (transformers ≥ 5.24) or
+    ``past_key_values`` (earlier releases; deprecated in 5.24, to be removed in 5.40); None when it
+    takes neither."""
+    parameters = inspect.signature(model.forward).parameters
+    return next((name for name in ("cache", "past_key_values") if name in parameters), None)
+
+
+def why_not_decode(model) -> str | None:
+    """Why :func:`decode` cannot run ``model`` (None when it can): it runs a decoder-only model whose
+    cache is full attention in every layer (transformers' ``DynamicLayer``) and whose forward takes
+    a cache (under either of transformers' names, :func:`cache_argument`), ``position_ids`` and
     ``logits_to_keep``, as ``generate`` would pass them."""
     if model.config.is_encoder_decoder:
-        return False
-    if not {"position_ids", "past_key_values", "logits_to_keep"} <= inspect.signature(model.forward).parameters.keys():
-        return False
-    return full_attention(model.config)
+        return "an encoder-decoder model"
+    missing = {"position_ids", "logits_to_keep"} - inspect.signature(model.forward).parameters.keys()
+    if cache_argument(model) is None:
+        missing.add("cache (or past_key_values)")
+    if missing:
+        return f"{type(model).__name__}.forward takes no {', '.join(sorted(missing))}"
+    if not full_attention(model.config):
+        return "its attention is not full attention in every layer (a sliding window or linear attention)"
+    return None
 
 
 def sampled_logprobs(logits: torch.Tensor, chosen: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -247,7 +261,7 @@ def decode(
     leaves it.
 
     prompt_ids (B, P) long, left-padded; prompt_mask (B, P) bool. ``model`` in eval mode,
-    ``decode_supported(model)``. ``logprobs_out`` (B, max_new_tokens) float32, when given,
+    ``why_not_decode(model)`` is None. ``logprobs_out`` (B, max_new_tokens) float32, when given,
     receives :func:`sampled_logprobs` of each token written (untouched after a row's stop).
     ``decode_text``: token-id lists -> texts, special tokens kept (the tokenizer's
     ``batch_decode``); needed when ``stops`` has strings.
@@ -260,6 +274,7 @@ def decode(
     if stops.strings and decode_text is None:
         raise ValueError("decode: stop strings need decode_text")
     stop_ids = torch.tensor(stops.ids, dtype=torch.long, device=device)
+    cache_name = cache_argument(model)  # transformers renamed past_key_values to cache in 5.24
     cache = PreallocatedCache(len(DynamicCache(config=model.config).layers), P + steps, B)
     # generate drops an all-ones mask (no padding), which lets attention skip it; so do we.
     padded = not bool(prompt_mask.all())
@@ -283,9 +298,9 @@ def decode(
             input_ids=ids,
             attention_mask=attention if padded else None,
             position_ids=position_ids,
-            past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
+            **{cache_name: cache},
         ).logits
         return logits[:, -1].to(dtype=torch.float32, copy=True)  # (rows, V)
 
@@ -348,7 +363,7 @@ def generate_with_hf(
     decode_text: Callable[[list[list[int]]], list[str]] | None = None,
 ) -> torch.Tensor:
     """:func:`decode`'s result by ``model.generate`` (the reference, and the path for models that
-    :func:`decode_supported` refuses): the tokens after the prompts, (B, T) long; ``logprobs_out``
+    :func:`why_not_decode` refuses): the tokens after the prompts, (B, T) long; ``logprobs_out``
     as :func:`decode` fills it (from ``generate``'s raw logits). Stop strings are checked by
     :class:`~glassrl.rollout.stops.StopStringCriteria`, as :func:`decode` checks them. With no stop
     id, ``generate`` falls back to the model's ``generation_config`` EOS."""
@@ -374,6 +389,16 @@ def generate_with_hf(
     return tokens
 
 
+def sampler_for(model) -> tuple[Callable[..., torch.Tensor], str]:
+    """The function that samples from ``model`` (:func:`decode`, else :func:`generate_with_hf`, the
+    two taking the same arguments) and, for the run's start-up lines, which one it is and why: no
+    faster path turns off silently."""
+    refused = why_not_decode(model)
+    if refused is None:
+        return decode, f"glassrl's decoding loop (preallocated KV cache, passed as `{cache_argument(model)}`)"
+    return generate_with_hf, f"model.generate; the decoding loop cannot run this model: {refused}"
+
+
 class HFRolloutEngine:
     """Samples with :func:`decode` (or ``model.generate`` where it cannot); see the module docstring.
 
@@ -390,7 +415,7 @@ class HFRolloutEngine:
         self.sampling_logprobs = sampling_logprobs
         self.stops = stops if stops is not None else stop_set(tokenizer, getattr(model, "generation_config", None))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.sample = decode if decode_supported(model) else generate_with_hf
+        self.sample, self.path = sampler_for(model)
 
     @torch.no_grad()
     def generate(

@@ -97,6 +97,7 @@ class VLLMRolloutEngine:
         self.stops = stops if stops is not None else stop_set(tokenizer, getattr(source, "generation_config", None))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self._synced: tuple[int, ...] | None = None  # the source's parameter versions at the last sync
+        self.path = "vLLM (its own KV cache; weights copied from the actor when they change)"
         if sleep:
             llm.sleep(level=1)
 

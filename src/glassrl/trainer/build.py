@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,8 +19,16 @@ import torch
 
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
-from glassrl.trainer.common import make_optimizer
-from glassrl.trainer.config import AgentConfig, Resolved, TrainConfig, agent_config, agentic_tasks, loss_params
+from glassrl.trainer.common import make_optimizer, optimizer_path
+from glassrl.trainer.config import (
+    AgentConfig,
+    ModelConfig,
+    Resolved,
+    TrainConfig,
+    agent_config,
+    agentic_tasks,
+    loss_params,
+)
 from glassrl.trainer.ptx import PtxLoss, load_ptx_examples
 from glassrl.trainer.update import actor_forward, actor_terms, critic_forward, critic_terms, run_updates
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
@@ -40,6 +48,8 @@ class Workers:
     reference: ReferenceWorker | None
     critic: CriticWorker | None
     stop: Callable[[], None] | None = None  # releases what the workers hold elsewhere (the Ray backend's processes)
+    # the faster paths taken or refused, for the start-up lines ("rollout", "optimiser": an account of each)
+    paths: dict[str, str] = field(default_factory=dict)
 
     def close(self) -> None:
         """Release the workers' resources (idempotent); in-process workers hold none."""
@@ -68,13 +78,14 @@ def with_precision(cfg: TrainConfig) -> TrainConfig:
     return dataclasses.replace(cfg, model=dataclasses.replace(m, dtype=dtype, compute_dtype=compute))
 
 
-def with_shared_prefix(cfg: TrainConfig, actor: Path, resumed: Path | None = None) -> TrainConfig:
-    """``cfg`` with model.shared_prefix "auto" made concrete (config.yaml and checkpoints record it):
-    on for the in-process backend on CPU without padding_free, when the actor's, the reference's and
-    the critic's checkpoints have full attention in every layer (a sliding window cannot be kept in
-    the layout's own mask: glassrl.models.shared_prefix). Off on a GPU, where it has not been measured
-    since it became one pass, and on Ray, where it is not wired. ``resumed``: the config.yaml of the
-    run being resumed; one written before model.shared_prefix existed ran padded, and goes on so."""
+def with_shared_prefix(cfg: TrainConfig, actor: Path, resumed: Path | None = None) -> tuple[TrainConfig, str]:
+    """``cfg`` with model.shared_prefix "auto" made concrete (config.yaml and checkpoints record it),
+    and why, for the start-up lines (:func:`layout_path`): on for the in-process backend on CPU
+    without padding_free, when the actor's, the reference's and the critic's checkpoints have full
+    attention in every layer (a sliding window cannot be kept in the layout's own mask:
+    glassrl.models.shared_prefix). Off on a GPU, where it has not been measured since it became one
+    pass, and on Ray, where it is not wired. ``resumed``: the config.yaml of the run being resumed;
+    one written before model.shared_prefix existed ran padded, and goes on so."""
     import dataclasses
 
     import yaml
@@ -85,14 +96,33 @@ def with_shared_prefix(cfg: TrainConfig, actor: Path, resumed: Path | None = Non
 
     m = cfg.model
     if m.shared_prefix != "auto":
-        return cfg
-    on = cfg.trainer.backend == "local" and not m.padding_free and not _policy_on_gpu(cfg)
-    if on and resumed is not None and resumed.is_file():
-        on = "shared_prefix" in (yaml.safe_load(resumed.read_text(encoding="utf-8")).get("model") or {})
-    if on:
+        return cfg, f"set to {str(m.shared_prefix).lower()}"
+    off = None
+    if cfg.trainer.backend != "local":
+        off = f"trainer.backend is {cfg.trainer.backend}, where it is not wired"
+    elif m.padding_free:
+        off = "model.padding_free packs without padding already"
+    elif _policy_on_gpu(cfg):
+        off = "the policy is on a GPU, where the layout has not been measured yet"
+    elif resumed is not None and resumed.is_file():
+        if "shared_prefix" not in (yaml.safe_load(resumed.read_text(encoding="utf-8")).get("model") or {}):
+            off = "the run being resumed began before model.shared_prefix existed, padded"
+    if off is None:
         paths = [actor, critic_path(cfg, actor)] + ([resolve_model_path(m.reference)] if m.reference else [])
-        on = all(full_attention(AutoConfig.from_pretrained(p, local_files_only=True)) for p in paths)
-    return dataclasses.replace(cfg, model=dataclasses.replace(m, shared_prefix=on))
+        windowed = [p for p in paths if not full_attention(AutoConfig.from_pretrained(p, local_files_only=True))]
+        if windowed:
+            off = f"{windowed[0]} has layers that are not full attention"
+    why = "auto: in-process on CPU, full attention in every model" if off is None else f"auto, off: {off}"
+    return dataclasses.replace(cfg, model=dataclasses.replace(m, shared_prefix=off is None)), why
+
+
+def layout_path(model: ModelConfig, why: str) -> str:
+    """The start-up line's account of the forward passes' layout; ``why``: :func:`with_shared_prefix`'s."""
+    if model.padding_free:
+        return "packed without padding (model.padding_free)"
+    if model.shared_prefix is True:
+        return f"packed, each distinct prompt once per chunk (model.shared_prefix {why})"
+    return f"padded (model.shared_prefix {why})"
 
 
 def _policy_on_gpu(cfg: TrainConfig) -> bool:
@@ -417,7 +447,9 @@ def build_local_workers(
     )
     device = next(model.parameters()).device
     generator = torch.Generator(device).manual_seed(cfg.seed + 1)
-    rollout = LocalRollout(rollout_engine(cfg, model, tokenizer), generator, compute)
+    engine = rollout_engine(cfg, model, tokenizer)
+    rollout = LocalRollout(engine, generator, compute)
+    paths = {"rollout": engine.path, "optimiser": optimizer_path(optimizer)}
     stop = None
     if r.overlap:  # a copy of the policy samples the next batch in a thread (glassrl.workers.overlap)
         rollout = OverlapRollout(
@@ -462,7 +494,7 @@ def build_local_workers(
             update=c_update,
             load=load_critic_part,
         )
-    return Workers(actor, rollout, LocalReward(build_reward(cfg)), reference, critic, stop)
+    return Workers(actor, rollout, LocalReward(build_reward(cfg)), reference, critic, stop, paths)
 
 
 def _engine_on(cfg: TrainConfig, tokenizer, model):

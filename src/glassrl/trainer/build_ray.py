@@ -51,7 +51,7 @@ from glassrl.trainer.build import (
     rollout_engine,
     with_lora,
 )
-from glassrl.trainer.common import make_optimizer, seed_everything
+from glassrl.trainer.common import make_optimizer, optimizer_path, seed_everything
 from glassrl.trainer.config import RayRoleConfig, RayRolloutConfig, Resolved, TrainConfig
 from glassrl.trainer.nonfinite import check_weights, on_bad_step
 from glassrl.trainer.ptx import PtxLoss
@@ -103,6 +103,7 @@ def build_ray_workers(
             # NCCL when both sides hold a GPU, else gloo (a GPU actor's buckets staged through the CPU).
             device = "cuda" if _device(ray.actor) == _device(ray.rollout) == "cuda" else "cpu"
             sync, rollout = RayWeightSync(actors, rollouts, device), RayRollout(rollouts, pad_id)
+        paths = _rank0(actors, "paths") | (_rank0(cluster["rollout"], "paths") if apart else {})
         return Workers(
             actor=RayActor(actors, weight_sync=sync),
             rollout=rollout,
@@ -110,10 +111,16 @@ def build_ray_workers(
             reference=reference,
             critic=RayCritic(cluster["critic"]) if resolved.uses_critic else None,
             stop=cluster.shutdown,
+            paths=paths,
         )
     except BaseException:
         cluster.shutdown()
         raise
+
+
+def _rank0(group, name: str) -> dict[str, str]:
+    """Rank 0's object ``name`` of ``group``, a dict (the ranks' "paths": what each built chose)."""
+    return group.get([group.hosts[0].call.remote(name, "copy")], ranks=[0])[0]
 
 
 def _device(group: RayRoleConfig | RayRolloutConfig) -> str:
@@ -168,12 +175,15 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ctx) -> dict:
             dp, tokenizer, optimizer, scheduler, micro_batch=micro, update=update, forward=forward
         )
     }
+    objects["paths"] = {"optimiser": optimizer_path(optimizer)}  # read by the driver's start-up lines
     samplers = cfg.ray.rollout_ranks if cfg.ray.rollout_ranks is not None else ctx.world_size
     if cfg.ray.rollout.placement == "apart":
         objects["weights"] = WeightSender(dp.module, ctx.is_main, int(cfg.ray.rollout.sync_bucket_mb * 2**20))
     elif ctx.rank < samplers:
         generator = torch.Generator(ctx.device).manual_seed(cfg.seed + 1 + ctx.rank)
-        objects["rollout"] = LocalRollout(rollout_engine(cfg, dp.module, tokenizer), generator, compute)
+        engine = rollout_engine(cfg, dp.module, tokenizer)
+        objects["rollout"] = LocalRollout(engine, generator, compute)
+        objects["paths"]["rollout"] = engine.path
     if m.lora is not None and m.reference is None and a.kl.placement != "none":
         objects["reference"] = LoraReference(dp.module, forward_passes(cfg))
     return objects
@@ -195,8 +205,9 @@ def rollout_rank(cfg: TrainConfig, path: str, ctx) -> dict:
     generator = torch.Generator(ctx.device).manual_seed(cfg.seed + 1 + ctx.rank)
     # A vLLM engine samples from its own weights, reloaded from this model when its parameters
     # change (glassrl.rollout.vllm): the sync writes into this model in place.
-    rollout = LocalRollout(rollout_engine(cfg, model, tokenizer), generator, compute_dtype(m.compute_dtype))
-    return {"rollout": rollout, "weights": WeightReceiver(ModuleSink(model))}
+    engine = rollout_engine(cfg, model, tokenizer)
+    rollout = LocalRollout(engine, generator, compute_dtype(m.compute_dtype))
+    return {"rollout": rollout, "weights": WeightReceiver(ModuleSink(model)), "paths": {"rollout": engine.path}}
 
 
 def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:

@@ -60,11 +60,24 @@ def make_optimizer(
         {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
     ]
     # On CUDA the fused kernel updates every tensor in a few launches (transformers' default optimiser
-    # there, "adamw_torch_fused"); on CPU the default foreach path, whose figures the README gives.
+    # there, "adamw_torch_fused"); on CPU torch's default, one tensor at a time, whose figures the
+    # README gives (foreach measured slower there, fused changes the last bits: BENCHMARKS.md).
     fused = bool(params) and all(type(p) is torch.nn.Parameter and p.is_cuda for p in params)
     optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=(0.9, 0.95), fused=fused or None)
     schedule = lr_lambda(optim.decay, optim.warmup_steps, total_steps)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+
+
+def optimizer_path(optimizer: torch.optim.Optimizer) -> str:
+    """Which AdamW kernel :func:`make_optimizer`'s ``optimizer`` runs, for the start-up lines: the
+    fused one on CUDA, or why not."""
+    if optimizer.defaults.get("fused"):
+        return "AdamW, fused kernel (CUDA)"
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if any(p.is_cuda for p in params):
+        kinds = sorted({type(p).__name__ for p in params if type(p) is not torch.nn.Parameter or not p.is_cuda})
+        return f"AdamW, torch's default kernel; the fused one needs plain CUDA parameters, these are also {', '.join(kinds)}"
+    return "AdamW, one tensor at a time (torch's default on CPU)"
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:

@@ -39,7 +39,7 @@ from glassrl.algos.masked import masked_mean
 from glassrl.config import flatten, safe_load, to_dict
 from glassrl.errors import GlassrlError
 from glassrl.ledger.compute import from_experience
-from glassrl.models.allocator import keep_freed_memory
+from glassrl.models.allocator import keep_freed_memory, memory_path
 from glassrl.models.loading import resolve_device
 from glassrl.models.threads import set_threads, startup_line
 from glassrl.report.html import write_run_report
@@ -63,6 +63,7 @@ from glassrl.trainer.build import (
     build_gold,
     build_local_workers,
     build_ptx,
+    layout_path,
     prompt_format,
     saved_in_todays_terms,
     with_precision,
@@ -121,12 +122,15 @@ class Trainer:
         self.out = Path(cfg.output_dir)
         self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)
         self.threads = self._set_threads(resume)  # before any torch work
+        memory = "malloc left as it is: the policy is not on the CPU"
         if resolve_device(cfg.model.device).type == "cpu":
-            keep_freed_memory()  # each step reuses the last step's pages (glassrl.models.allocator)
+            # each step reuses the last step's pages (glassrl.models.allocator)
+            memory = memory_path(keep_freed_memory())
         seed_everything(cfg.seed)
         path = actor_path(cfg, self.console)
         # model.shared_prefix "auto" made concrete (a resumed run goes on as it began)
-        cfg = self.cfg = with_shared_prefix(cfg, path, self.out / "config.yaml" if resume else None)
+        cfg, layout_why = with_shared_prefix(cfg, path, self.out / "config.yaml" if resume else None)
+        self.cfg = cfg
         self.tokenizer = load_tokenizer(path)
         # prompt sets, chat template, length rule (an agentic run's prompts with their tools described)
         self.data = build_prompts(cfg, self.tokenizer, path, prompt_format(cfg, self.tokenizer))
@@ -138,6 +142,10 @@ class Trainer:
         self.ptx = build_ptx(cfg, self.resolved, self.tokenizer, max_length)  # PPO-ptx's supervised batches, or None
         build_workers = build_ray_workers if cfg.trainer.backend == "ray" else build_local_workers
         self.workers = build_workers(cfg, self.resolved, path, self.tokenizer, self.ptx)
+        # Which faster paths run, and why not where one cannot (no faster path turns off silently).
+        self.paths = {**self.workers.paths, "forward passes": layout_path(cfg.model, layout_why), "memory": memory}
+        for what in ("rollout", "forward passes", "optimiser", "memory"):
+            self.console.print(f"{what}: {self.paths[what]}", markup=False, soft_wrap=True)
         self.gold = build_gold(cfg)  # reward.gold: scored for reward/gold, never trained on
         kl = cfg.algo.kl
         self.kl = (
@@ -272,7 +280,12 @@ class Trainer:
 
     def _train_steps(self) -> None:
         write_text(self.out / "config.yaml", yaml.safe_dump(to_dict(self.cfg), sort_keys=False, allow_unicode=True))
-        environment = {**collect_environment(), "threads": self.threads.count, "threads_why": self.threads.why}
+        environment = {
+            **collect_environment(),
+            "threads": self.threads.count,
+            "threads_why": self.threads.why,
+            "paths": self.paths,
+        }
         write_text(self.out / "environment.json", json.dumps(environment, indent=2, ensure_ascii=False))
         if self.counters.step == 0 and self.test_records:
             initial = self.evaluate()

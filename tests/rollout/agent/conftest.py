@@ -104,6 +104,7 @@ class ScriptedSampler:
     """
 
     device = torch.device("cpu")
+    path = "a script"
 
     def __init__(self, tokenizer, script: Callable[[str], str]) -> None:
         self.tokenizer = tokenizer

@@ -29,21 +29,21 @@ same generator state and the same (deterministic) tools give the same batch.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 import torch
-from transformers.generation.stopping_criteria import StoppingCriteriaList
 
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.rollout.agent.environment import Environment, StepResult
 from glassrl.rollout.agent.formats import CallFormat, build_call_format
 from glassrl.rollout.base import ROLE_GENERATED, ROLE_OBSERVATION, ROLE_PAD, RolloutBatch, SamplingParams, Turn
-from glassrl.rollout.hf import generation_kwargs, left_pad, sampling_rng
-from glassrl.rollout.stops import STRING, TOKEN, StopSet, StopStringCriteria, stop_set
+from glassrl.rollout.hf import left_pad, sampler_for
+from glassrl.rollout.stops import STRING, TOKEN, StopSet, stop_set
 
 Ended = Literal["eos", "stop", "length"]
 
@@ -63,6 +63,7 @@ class TurnSampler(Protocol):
     """Samples one turn for each context (token ids, unpadded); Hugging Face today, vLLM later."""
 
     device: torch.device
+    path: str  # how it samples, for the run's start-up lines
 
     def sample(
         self,
@@ -91,7 +92,8 @@ def trim_turn(
 
 
 class HFTurnSampler:
-    """One turn per context with ``model.generate`` (KV cache), sampling as :mod:`glassrl.rollout.hf`.
+    """One turn per context, sampled as :mod:`glassrl.rollout.hf` samples (its decoding loop, or
+    ``model.generate`` for a model the loop cannot run: the same tokens either way).
     ``stops``: the stop tokens and ``rollout.stop`` strings (glassrl.rollout.stops; default: the
     tokenizer's and the model's stop tokens); each call adds the call format's stop strings."""
 
@@ -101,6 +103,7 @@ class HFTurnSampler:
         self.stops = stops if stops is not None else stop_set(tokenizer, getattr(model, "generation_config", None))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.device = next(model.parameters()).device
+        self.sample_tokens, self.path = sampler_for(model)  # the decoding loop, else model.generate
 
     @torch.no_grad()
     def sample(
@@ -113,31 +116,28 @@ class HFTurnSampler:
         with_logprobs: bool,
     ) -> list[SampledTurn]:
         ids, mask = left_pad(contexts, self.pad_id)
-        ids, mask = ids.to(self.device), mask.to(self.device)  # (b, L)
+        ids, mask = ids.to(self.device), mask.bool().to(self.device)  # (b, L)
         stops = self.stops.with_strings(stop_strings)
-        criteria = [StopStringCriteria(stops, self.tokenizer.batch_decode, ids.shape[1])] if stops.strings else []
+        steps = max(max_new_tokens)
+        logprobs = torch.zeros((len(contexts), steps), device=self.device) if with_logprobs else None
         was_training = self.model.training
         self.model.eval()
-        with sampling_rng(generator):
-            out = self.model.generate(
-                input_ids=ids,
-                attention_mask=mask.long(),
-                max_new_tokens=max(max_new_tokens),
-                eos_token_id=list(stops.ids) or None,
-                pad_token_id=self.pad_id,
-                stopping_criteria=StoppingCriteriaList(criteria),
-                use_cache=True,
-                return_dict_in_generate=True,
-                output_logits=with_logprobs,
-                **generation_kwargs(params),
-            )
-        self.model.train(was_training)
-        new = out.sequences[:, ids.shape[1] :].tolist()  # (b, steps)
+        try:
+            new = self.sample_tokens(
+                self.model,
+                ids,
+                mask,
+                dataclasses.replace(params, max_new_tokens=steps),
+                stops=stops,
+                pad_id=self.pad_id,
+                generator=generator,
+                logprobs_out=logprobs,
+                decode_text=self.tokenizer.batch_decode,
+            ).tolist()  # (b, steps)
+        finally:
+            self.model.train(was_training)
         if with_logprobs:
-            temperature = 1.0 if params.greedy else params.temperature
-            steps = torch.stack(out.logits, dim=1).float() / temperature  # (b, steps, V)
-            chosen = out.sequences[:, ids.shape[1] :].unsqueeze(-1)  # (b, steps, 1)
-            logprobs = (steps.gather(-1, chosen).squeeze(-1) - torch.logsumexp(steps, dim=-1)).tolist()
+            logprobs = logprobs.tolist()
         turns = []
         for b, row in enumerate(new):
             tokens, ended = trim_turn(row, max_new_tokens[b], stops, self.tokenizer.decode)
@@ -199,6 +199,7 @@ class AgentRolloutEngine:
         self.tool_workers = tool_workers
         self.sampling_logprobs = sampling_logprobs
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.path = f"multi-turn agent loop ({self.format.name} calls), each turn by {sampler.path}"
 
     def format_prompts(self, records: Sequence[PromptRecord]) -> list[list[int]]:
         """Token ids of each record's prompt with its environment's tools rendered in (the call format's way)."""

@@ -92,7 +92,7 @@ LATEST_TORCH_SPEC ?= $(TORCH_SPEC)
 test-latest:
 	$(PYTHON) -m venv --clear $(LATEST_VENV)
 	$(LATEST_VENV)/bin/pip install --quiet $(LATEST_TORCH_SPEC)
-	$(LATEST_VENV)/bin/pip install --quiet --upgrade --upgrade-strategy eager -e ".[$(EXTRAS)]"
+	$(LATEST_VENV)/bin/pip install --quiet --upgrade --upgrade-strategy eager -e ".[$(EXTRAS)]" $(LATEST_TORCH_SPEC)
 	$(LATEST_VENV)/bin/python tools/lock_drift.py $(LOCK)
 	$(LATEST_VENV)/bin/lint-imports
 	$(LATEST_VENV)/bin/python -m pytest -q

@@ -162,6 +162,20 @@ def ensure_trl_venv(venv: Path) -> Path:
     return python
 
 
+def versions(python) -> str:
+    """The versions of the libraries that decide the speed, as ``python``'s environment has them."""
+    probe = (
+        "import importlib.metadata as m\n"
+        "names = ('glassrl', 'trl', 'torch', 'transformers', 'tokenizers', 'accelerate')\n"
+        "found = []\n"
+        "for n in names:\n"
+        "    try: found.append(f'{n} {m.version(n)}')\n"
+        "    except m.PackageNotFoundError: pass\n"
+        "print(', '.join(found))"
+    )
+    return subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def parameters(model_dir: Path) -> int:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -424,6 +438,7 @@ def main() -> None:
         models["large-random"] = build_random_large(work / "large-random", default_dir)
     prompts = write_prompts(work / "prompts.jsonl")
     trl_python = Path(args.trl_python) if args.trl_python else ensure_trl_venv(Path(args.trl_venv))
+    print(f"versions: glassrl side {versions(sys.executable)}; TRL side {versions(trl_python)}")
     responses = SETTINGS["prompts_per_step"] * SETTINGS["samples"]
     ok = True
     for name in names:
@@ -453,8 +468,9 @@ def main() -> None:
         ok &= check_settings(pairs[0][0]["settings"], pairs[0][1]["settings"])
         summaries = [(summarise(o, responses), summarise(t, responses)) for o, t in pairs]
         table(name, parameters(models[name]), _median(s for s, _ in summaries), _median(t for _, t in summaries))
-        each = "  ".join(f"{s['steps/s'] / t['steps/s']:.2f}" for s, t in summaries)
-        print(f"steps/s glassrl/TRL of each pair, in order: {each}")
+        ratios = [s["steps/s"] / t["steps/s"] for s, t in summaries]
+        each = "  ".join(f"{r:.2f}" for r in ratios)
+        print(f"steps/s glassrl/TRL of each pair, in order: {each}; median {statistics.median(ratios):.2f}")
     print(f"\nload average at end: {load_average()}")
     if not ok:
         raise SystemExit("the two sides' settings differ (marked above): the figures do not compare the same work")

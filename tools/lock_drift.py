@@ -13,15 +13,18 @@ import sys
 from importlib.metadata import distributions
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
 
 def locked(lock: Path) -> dict[str, str]:
-    """name -> version of each ``name==version`` line (environment markers ignored: where the lock
-    holds two versions for two Pythons, the last one read)."""
+    """name -> version of each ``name==version ; marker`` line whose marker holds here (a universal
+    lock may hold two versions of a package, for two Pythons)."""
     pins = {}
     for line in lock.read_text(encoding="utf-8").splitlines():
-        match = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;\\]+)", line)
-        if match:
-            pins[_norm(match.group(1))] = match.group(2)
+        if re.match(r"^[A-Za-z0-9]", line):
+            requirement = Requirement(line.rstrip(" \\"))
+            if requirement.marker is None or requirement.marker.evaluate():
+                pins[_norm(requirement.name)] = str(requirement.specifier).removeprefix("==")
     return pins
 
 
@@ -33,8 +36,9 @@ def main(lock: Path) -> None:
     pins = locked(lock)
     installed = {_norm(d.metadata["Name"]): d.version for d in distributions()}
     changed = [f"  {n} {pins[n]} -> {v}" for n, v in sorted(installed.items()) if n in pins and pins[n] != v]
-    extra = [f"  {n} {v} (not in the lock)" for n, v in sorted(installed.items()) if n not in pins]
-    print(f"test-latest: {len(changed)} packages newer or older than {lock.name}" + (":" if changed else ""))
+    outside = ("glassrl", "pip", "torch")  # installed beside the lock: the project, the installer, TORCH_SPEC
+    extra = [f"  {n} {v} (not in the lock)" for n, v in sorted(installed.items()) if n not in pins and n not in outside]
+    print(f"test-latest: torch {installed.get('torch')}; {len(changed)} packages newer or older than {lock.name}")
     print("\n".join(changed + extra))
 
 

@@ -32,13 +32,13 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
+from glassrl.builtin.default_model import ensure_default_model
 from glassrl.data.formatting import format_prompt
 from glassrl.data.tasks import load_task
 from glassrl.models import load_tokenizer
 from glassrl.rollout.base import SamplingParams
 from glassrl.rollout.hf import decode, generate_with_hf, left_pad
 from glassrl.rollout.stops import StopSet, stop_set
-from glassrl.trainer.default_model import ensure_default_model
 
 
 def timed(sample, model, ids, mask, params, stops, pad_id, seed, repeats):

@@ -11,7 +11,7 @@ each padded (``packed=False``) and packed (``packed=True``):
 
 - logprobs: phase 3's actor pass, log-probs and entropy, no gradient (glassrl.models.response_logprobs);
 - values:   the critic's pass, no gradient (glassrl.models.response_values, value head);
-- train:    the update's forward and backward (glassrl.trainer.update.actor_forward, a summed
+- train:    the update's forward and backward (glassrl.rl.update.actor_forward, a summed
             log-prob loss), gradients on.
 
 Two sizes, Llama architecture, random weights, float32: "default" is the default model's
@@ -38,7 +38,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from glassrl.models import CausalLMWithValueHead, response_logprobs, response_values
-from glassrl.trainer.update import actor_forward
+from glassrl.rl.update import actor_forward
 
 SIZES = {
     # name: (hidden, layers, heads, intermediate, vocab, positions, prompt range, max response)

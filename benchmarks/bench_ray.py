@@ -31,16 +31,16 @@ import time
 from pathlib import Path
 
 from bench_vs_trl import load_average
+from glassrl.builtin.default_model import ensure_default_model
 from glassrl.config import load_config
-from glassrl.trainer.config import TrainConfig
-from glassrl.trainer.default_model import ensure_default_model
+from glassrl.rl.config import TrainConfig
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def run(name: str, overrides: list[str], out: Path) -> dict:
     """Train; {name, build_s, median_step_s, responses_per_s} from the run's metrics.jsonl."""
-    from glassrl.trainer.loop import Trainer
+    from glassrl.rl.loop import Trainer
 
     start = time.perf_counter()
     trainer = Trainer(

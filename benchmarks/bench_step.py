@@ -35,8 +35,8 @@ import torch
 from rich.console import Console
 
 from glassrl.config import load_config
-from glassrl.trainer.config import TrainConfig
-from glassrl.trainer.loop import Trainer
+from glassrl.rl.config import TrainConfig
+from glassrl.rl.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {

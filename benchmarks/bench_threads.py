@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from glassrl.trainer.default_model import ensure_default_model
+from glassrl.builtin.default_model import ensure_default_model
 
 SETTINGS = ("2", "auto")
 OVERRIDES = ["data.eval_size=0", "logging.ledger_every=0", "logging.report=false", "logging.checkpoint_every=0"]

@@ -10,7 +10,7 @@ What it does:
    ``default``: the embedded default model (``glassrl init-model``: 1.09 M parameters, SFT on the
    bundled tasks);
    ``large``: about 10× its parameters (hidden 256, 10 layers, 10.6 M), built by the same recipe
-   (glassrl.trainer.default_model: tokenizer, SFT mix, held-out evaluation) at that size, with
+   (glassrl.builtin.default_model: tokenizer, SFT mix, held-out evaluation) at that size, with
    the SFT settings of LARGE_SPEC; built once (about 7 min on one thread) into ``<out>/large``,
    rebuilt only when LARGE_SPEC changes; it answers and stops at EOS as the default model does;
    ``large-random``: the same architecture **randomly initialised** over the default model's
@@ -91,7 +91,7 @@ MODELS = ("default", "large", "large-random")
 
 def build_trained_large(out: Path) -> Path:
     """The default model's recipe at LARGE_SPEC (seed 0) into ``out``, unless it is there already."""
-    from glassrl.trainer.default_model import build_default_model, ensure_built
+    from glassrl.builtin.default_model import build_default_model, ensure_built
 
     console = Console()
     return ensure_built(
@@ -237,8 +237,8 @@ def glassrl_worker(spec_path: str, out_path: str) -> None:
         set_threads()
     from glassrl import presets
     from glassrl.config import load_config
-    from glassrl.trainer.config import TrainConfig
-    from glassrl.trainer.loop import Trainer
+    from glassrl.rl.config import TrainConfig
+    from glassrl.rl.loop import Trainer
 
     shutil.rmtree(spec["out_dir"], ignore_errors=True)
     overrides = glassrl_overrides(spec)
@@ -412,8 +412,8 @@ def main() -> None:
     if args.worker:
         return glassrl_worker(*args.worker)
 
+    from glassrl.builtin.default_model import ensure_default_model
     from glassrl.models.threads import choose_threads
-    from glassrl.trainer.default_model import ensure_default_model
 
     steps = args.steps or (QUICK_STEPS if args.quick else FULL_STEPS)
     names = (args.models or ("default" if args.quick else "default,large")).split(",")

@@ -1,7 +1,7 @@
 """Fixtures for every test directory: a tiny model in the default model's format (never
 downloaded) and small arith-verify prompt files.
 
-Built with :func:`glassrl.trainer.default_model.build_default_model` and a tiny spec
+Built with :func:`glassrl.builtin.default_model.build_default_model` and a tiny spec
 (30k parameters, 150 SFT steps): the same tokenizer, chat/plain prompt format and
 answer format as the real default model, so the answers are well-formed
 ("是的，等于12！") while the arithmetic is mostly wrong.
@@ -59,8 +59,8 @@ def _build_key(build_module: str) -> str:
 @pytest.fixture(scope="session")
 def tiny_model_dir(request) -> Path:
     """Directory of the tiny default-format model (config.json, safetensors, tokenizer, glassrl.json)."""
+    from glassrl.builtin.default_model import build_default_model
     from glassrl.models.default_model import MARKER, DefaultModelSpec
-    from glassrl.trainer.default_model import build_default_model
 
     out = Path(request.config.cache.mkdir("glassrl-tiny-default-model")) / _build_key(build_default_model.__module__)
     if not (out / MARKER).is_file():

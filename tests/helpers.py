@@ -57,8 +57,8 @@ def preset_trainer(preset: str, overrides: Sequence[str], **trainer_kwargs):
     # imported here: the tests that import this module for a model config or a stub source
     # do not load the trainer
     from glassrl.config import load_config
-    from glassrl.trainer.config import TrainConfig
-    from glassrl.trainer.loop import Trainer
+    from glassrl.rl.config import TrainConfig
+    from glassrl.rl.loop import Trainer
 
     return Trainer(
         load_config(TrainConfig, EXAMPLES / f"{preset}.yaml", list(overrides)), progress=False, **trainer_kwargs

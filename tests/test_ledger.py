@@ -57,8 +57,8 @@ def _experience(values: bool, kl_in_reward: bool):
     """A hand-made Experience of 3 responses (the attributes glassrl.ledger.compute reads)."""
     from types import SimpleNamespace
 
+    from glassrl.rl.experience import Experience
     from glassrl.rollout.base import RolloutBatch
-    from glassrl.trainer.experience import Experience
 
     B, T = 3, 2
     mask = torch.tensor([[True, True], [True, False], [True, True]])

@@ -44,7 +44,7 @@ import types
 import typing
 from collections.abc import Set
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import yaml
 
@@ -451,3 +451,37 @@ def _coerce(hint: Any, value: Any, key: str, origin: _Origin) -> Any:
             raise GlassrlError(f"{source}: {key} must be a string, got {value!r}")
         return str(value)
     return value
+
+
+# ---------------------------------------------------------------- checks and tables shared by every trainer's config
+
+
+def fail(key: str, value: Any, rule: str) -> NoReturn:
+    raise GlassrlError(f"{key} = {value!r}: {rule}")
+
+
+def at_least(minimum: int, values: dict[str, float | int | None]) -> None:
+    """Each ``key: value`` (None skipped) must be >= ``minimum``."""
+    for key, value in values.items():
+        if value is not None and value < minimum:
+            fail(key, value, f"must be >= {minimum}")
+
+
+def check_threads(value: Any) -> None:
+    """The top-level ``threads`` of every trainer's config: auto, or a whole number >= 1."""
+    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        fail("threads", value, "must be auto or a whole number of threads >= 1")
+
+
+def print_resolved(resolved, console) -> None:
+    """The resolved table (rich) of a :class:`Resolved`, SFTConfig or RMConfig: its ``title``,
+    then one row per quantity with its value and unit (``rows()``)."""
+    from rich.table import Table
+
+    table = Table(title=resolved.title, title_justify="left")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_column("unit")
+    for row in resolved.rows():
+        table.add_row(*row)
+    console.print(table)

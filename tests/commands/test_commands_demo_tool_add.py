@@ -1,4 +1,4 @@
-"""`glassrl demo --task tool-add` and the tool-using agent model it trains (glassrl.trainer.agent_model).
+"""`glassrl demo --task tool-add` and the tool-using agent model it trains (glassrl.builtin.agent_model).
 
 The real agent model takes minutes to build; these tests build a tiny one (``TINY``) with the same
 recipe: transcripts from the real environment, the tokenizer with the call tags as whole tokens,
@@ -19,16 +19,16 @@ from rich.console import Console
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from glassrl import presets
+from glassrl.builtin import agent_model
 from glassrl.cli import main
 from glassrl.commands import demo
 from glassrl.config import load_config
+from glassrl.data.collate import encode_responses
 from glassrl.data.formatting import format_prompts
 from glassrl.data.tasks import load_task
 from glassrl.models.default_model import AGENT_SPEC, MARKER, AgentModelSpec, spec_json
+from glassrl.rl.config import TrainConfig, agent_config, resolve
 from glassrl.rollout.agent import TaggedFormat, task_environment
-from glassrl.trainer import agent_model
-from glassrl.trainer.common import encode_responses
-from glassrl.trainer.config import TrainConfig, agent_config, resolve
 
 TINY = AgentModelSpec(
     hidden_size=32,

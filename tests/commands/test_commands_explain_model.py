@@ -1,6 +1,6 @@
 """`glassrl explain --model`: the numbers are the models' and the trainer's, and bad input names its flag.
 
-Two one-step runs of the tiny default-format model (tests/trainer/conftest.py): PPO (critic, KL in
+Two one-step runs of the tiny default-format model (tests/rl/conftest.py): PPO (critic, KL in
 the reward, adaptive β) and GRPO (group advantages, KL in the loss). Each explained number is
 recomputed here directly with glassrl.models and glassrl.algos.
 """
@@ -24,8 +24,8 @@ PROMPT, RESPONSE = "请问1+1=2？", "是的，等于2！"
 
 def _train(preset: str, out: Path, model: Path, prompts: tuple[Path, Path]) -> Path:
     from glassrl.config import load_config
-    from glassrl.trainer.config import TrainConfig
-    from glassrl.trainer.loop import Trainer
+    from glassrl.rl.config import TrainConfig
+    from glassrl.rl.loop import Trainer
 
     train, test = prompts
     overrides = [

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from glassrl.cli import main
 from glassrl.models.loading import load_causal_lm
 from glassrl.models.lora import LoraSettings, apply_lora, merge
-from glassrl.trainer.checkpoint import CheckpointManager, Part
+from glassrl.run.checkpoint import CheckpointManager, Part
 
 
 class _Policy:

@@ -24,9 +24,9 @@ import glassrl
 from glassrl import presets
 from glassrl.cli import main
 from glassrl.config import load_config
-from glassrl.trainer.config import TrainConfig, resolve
-from glassrl.trainer.rm import RMConfig
-from glassrl.trainer.sft import SFTConfig
+from glassrl.rl.config import TrainConfig, resolve
+from glassrl.supervised.rm import RMConfig
+from glassrl.supervised.sft import SFTConfig
 
 for name in presets.rl_names():
     resolve(load_config(TrainConfig, presets.path(name)))

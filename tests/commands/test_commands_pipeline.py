@@ -38,7 +38,7 @@ def pipeline(tiny_model_dir, prompt_files, tmp_path_factory):
 @pytest.mark.slow
 def test_every_stage_loads_back_and_ppo_reads_the_trained_reward_model(pipeline, tiny_model_dir):
     from glassrl.models import load_causal_lm, load_scalar_model
-    from glassrl.trainer.checkpoint import CheckpointManager, read_manifest
+    from glassrl.run.checkpoint import CheckpointManager, read_manifest
 
     out, result, _ = pipeline
     assert result.sft == tiny_model_dir and result.rm == out / "rm" and result.ppo == out / "ppo"

@@ -10,7 +10,7 @@ import pytest
 
 from glassrl.config import load_config
 from glassrl.data.datasets import load_prompts
-from glassrl.trainer.config import TrainConfig
+from glassrl.rl.config import TrainConfig
 from helpers import ROOT
 
 PAGE = (ROOT / "docs" / "data.md").read_text(encoding="utf-8")

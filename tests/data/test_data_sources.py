@@ -52,7 +52,7 @@ def test_bad_entries_name_the_entry_and_key(value, message):
 
 def test_the_config_check_rejects_a_bad_mixture():
     from glassrl.config import load_config
-    from glassrl.trainer.config import TrainConfig
+    from glassrl.rl.config import TrainConfig
 
     with pytest.raises(GlassrlError, match=r"data.train\[1\].weight = -1: must be a number > 0"):
         load_config(TrainConfig, None, ["data.train=[{path: a.jsonl}, {path: b.jsonl, weight: -1}]"])

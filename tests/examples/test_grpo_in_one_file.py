@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from glassrl.config import load_config
 from glassrl.data.tasks import arith_verify
 from glassrl.ledger import read_jsonl
-from glassrl.trainer.config import TrainConfig
+from glassrl.rl.config import TrainConfig
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "grpo_in_one_file.py"
 
@@ -77,7 +77,7 @@ logging: {{ledger_every: 1, ledger_samples: 32, report: false}}
 
 
 def test_one_step_agrees_with_the_trainer(ex, tiny_model_dir, prompt_files, tmp_path):
-    from glassrl.trainer.loop import Trainer
+    from glassrl.rl.loop import Trainer
 
     reference = perturbed_copy(tiny_model_dir, tmp_path / "reference")
     run = tmp_path / "run"

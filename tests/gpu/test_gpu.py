@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from helpers import preset_trainer, tiny_run_overrides
-from trainer.run_helpers import KillAt, Killed, logged_metrics  # tests/trainer/run_helpers.py
+from run_helpers import KillAt, Killed, logged_metrics  # tests/run_helpers.py
 
 pytestmark = [
     pytest.mark.gpu,
@@ -182,7 +182,7 @@ def _gpu_trainer(preset: str, model: Path, prompt_files, out: Path, extra: list[
 def test_training_runs_on_cuda_and_resumes(tiny_model_dir, prompt_files, tmp_path, preset, extra):
     """A 3-step run on CUDA: every logged number finite, the weights trained and on the GPU; a run
     killed after step 2 and resumed logs step 3 as the uninterrupted run did (to 1e-5: cuBLAS may
-    pick other kernels in a new run; bit-identity is the CPU guarantee, tests/trainer/test_trainer_resume.py)."""
+    pick other kernels in a new run; bit-identity is the CPU guarantee, tests/rl/test_rl_resume.py)."""
     from glassrl.models import load_causal_lm
 
     straight = _gpu_trainer(preset, tiny_model_dir, prompt_files, tmp_path / "straight", extra)

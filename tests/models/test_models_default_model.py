@@ -1,6 +1,6 @@
 """The embedded default model: its tokenizer, architecture, cache directory and build marker.
 
-The build recipe is tested in tests/trainer/test_trainer_default_model.py.
+The build recipe is tested in tests/builtin/test_builtin_default_model.py.
 """
 
 from __future__ import annotations

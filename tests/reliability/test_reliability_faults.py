@@ -19,14 +19,15 @@ from harness import assert_one_error_line, checkpoint_contents, run_cli, strict_
 
 from glassrl.config import load_config
 from glassrl.errors import GlassrlError
-from glassrl.trainer.checkpoint import read_manifest
-from glassrl.trainer.config import OptimConfig, TrainConfig
-from glassrl.trainer.rm import RMConfig, train_rm
-from glassrl.trainer.sft import SFTConfig, train_sft
+from glassrl.optim import OptimConfig
+from glassrl.rl.config import TrainConfig
+from glassrl.run.checkpoint import read_manifest
+from glassrl.supervised.rm import RMConfig, train_rm
+from glassrl.supervised.sft import SFTConfig, train_sft
 from helpers import tiny_run_overrides
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-REWARD_FNS = Path(__file__).resolve().parents[1] / "trainer" / "trainer_reward_fns.py"
+REWARD_FNS = Path(__file__).resolve().parents[1] / "rl" / "trainer_reward_fns.py"
 DATA = Path(__file__).resolve().parent / "data"
 PAIRS, PREFS = DATA / "sft_pairs.jsonl", DATA / "preferences.jsonl"  # 8 short examples each
 LATIN1 = "réponse".encode("latin-1")  # b"r\xe9ponse": not UTF-8
@@ -112,7 +113,7 @@ def test_sft_max_length_beyond_the_models_positions(capsys, tmp_path, tiny_model
 
 
 def _trainer(preset: str, overrides: list[str], **kwargs):
-    from glassrl.trainer.loop import Trainer
+    from glassrl.rl.loop import Trainer
 
     return Trainer(load_config(TrainConfig, EXAMPLES / f"{preset}.yaml", overrides), progress=False, **kwargs)
 
@@ -199,7 +200,7 @@ def test_two_runs_into_one_directory_are_refused(capsys, tmp_path, tiny_model_di
     with pytest.raises(GlassrlError, match=r"output_dir = .*/run is in use by another glassrl run \(pid \d+"):
         _trainer("grpo", run)
     assert_one_error_line(capsys, ["train", "grpo", *run], r"is in use by another glassrl run")
-    from glassrl.trainer.run_lock import RunLock, sibling_lock_path
+    from glassrl.run.lock import RunLock, sibling_lock_path
 
     with RunLock(sibling_lock_path(tmp_path / "sft"), "test"):  # sft, rm, init-model: the sibling lock
         assert_one_error_line(
@@ -231,7 +232,7 @@ def test_a_full_disk_is_one_line(capsys, monkeypatch, tmp_path, tiny_model_dir, 
     """ENOSPC from a checkpoint write, a metrics write and an sft output write: one line each,
     and what was there before stays whole."""
     import glassrl.report.sinks as sinks
-    import glassrl.trainer.checkpoint as checkpoint
+    import glassrl.run.checkpoint as checkpoint
 
     run = tiny_run_overrides(tiny_model_dir, prompt_files, tmp_path / "run")
     with monkeypatch.context() as m:
@@ -323,7 +324,7 @@ def test_resume_hygiene(capsys, tmp_path, tiny_model_dir, prompt_files):
 
 
 def test_the_resumed_config_is_judged_against_the_checkpoints_copy():
-    from glassrl.trainer.state import RunConfig
+    from glassrl.run.state import RunConfig
 
     defaults = {"steps": 10, "lr": 0.1, "logging": {"every": 1}, "new_knob": "off"}
     saved = {"steps": 10, "lr": 0.1, "logging": {"every": 1}}  # written before new_knob existed
@@ -361,10 +362,10 @@ def _odd_values():
 def test_the_sample_buffer_reads_back_with_values_json_lacks(tmp_path):
     from glassrl.data.records import PromptRecord
     from glassrl.rewards.base import RewardResult
+    from glassrl.rl.sampling import DynamicSampler, _Group
     from glassrl.rollout.base import RolloutBatch
-    from glassrl.trainer.checkpoint import CheckpointManager, Part
-    from glassrl.trainer.codec import same
-    from glassrl.trainer.dynamic_sampling import DynamicSampler, _Group
+    from glassrl.run.checkpoint import CheckpointManager, Part
+    from glassrl.run.codec import same
 
     odd = _odd_values()
     rollout = RolloutBatch(
@@ -400,7 +401,7 @@ def test_a_run_with_parquet_timestamps_in_the_buffer_resumes(tmp_path, tiny_mode
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from trainer.run_helpers import KillAt, Killed
+    from run_helpers import KillAt, Killed
 
     rows = [json.loads(line) for line in prompt_files[0].read_text().splitlines()]
     table = pa.Table.from_pylist(rows).append_column(

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from glassrl.config import load_config
 from glassrl.errors import GlassrlError
-from glassrl.trainer.config import TrainConfig
-from glassrl.trainer.rm import RMConfig
-from glassrl.trainer.sft import SFTConfig
+from glassrl.rl.config import TrainConfig
+from glassrl.supervised.rm import RMConfig
+from glassrl.supervised.sft import SFTConfig
 
 ARGPARSE_NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")  # what argparse takes for a negative number
 CONFIG_INPUTS = 200  # examples per config test

@@ -49,10 +49,10 @@ OVERRIDES = [
 
 def _life(overrides: list[str], resume: bool, kill_at_fsync: int | None) -> None:
     """One life of the run (in a child process); SIGKILLs itself at the given checkpoint fsync."""
-    import glassrl.trainer.checkpoint as checkpoint
+    import glassrl.run.checkpoint as checkpoint
     from glassrl.config import load_config
-    from glassrl.trainer.config import TrainConfig
-    from glassrl.trainer.loop import Trainer
+    from glassrl.rl.config import TrainConfig
+    from glassrl.rl.loop import Trainer
 
     if kill_at_fsync is not None:
         real, calls = checkpoint.fsync, [0]
@@ -75,7 +75,7 @@ def _has_checkpoint(run: Path) -> bool:
 @pytest.mark.slow
 def test_random_kills_end_as_the_run_that_never_stopped(tmp_path, tiny_model_dir, prompt_files):
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["glassrl.trainer.loop", "glassrl.trainer.checkpoint", "harness"])
+    ctx.set_forkserver_preload(["glassrl.rl.loop", "glassrl.run.checkpoint", "harness"])
     straight, run = tmp_path / "straight", tmp_path / "killed"
 
     def start(out: Path, resume: bool, kill_at_fsync: int | None = None):

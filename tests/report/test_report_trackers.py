@@ -231,7 +231,7 @@ def test_a_run_logs_to_both_trackers_and_refreshes_its_report(
     pytest.importorskip("wandb", reason="the wandb extra: pip install -e '.[wandb]'")
     from mlflow import MlflowClient
 
-    import glassrl.trainer.loop as loop
+    import glassrl.rl.loop as loop
     from glassrl.report.run_dir import read_metrics
     from helpers import preset_trainer, tiny_run_overrides
 

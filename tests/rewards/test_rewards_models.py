@@ -6,13 +6,13 @@ import pytest
 import torch
 from transformers import AutoModelForTokenClassification, LlamaForCausalLM
 
+from glassrl.data.collate import encode_response
 from glassrl.data.formatting import format_prompt
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.models import load_scalar_model, load_tokenizer, sequence_scores
 from glassrl.models.default_tokenizer import build_tokenizer
 from glassrl.rewards import JudgeSource, RewardModelSource, RewardRequest
-from glassrl.trainer.common import encode_response
 from helpers import tiny_llama_config
 
 TEXTS = ["请问1+1=2？是的，等于2！", "Is 3+4=8? No, it equals 7!", "Rate the answer from 0 to 10. Score: 7"]
@@ -76,7 +76,7 @@ def test_reward_model_scores_match_one_at_a_time_reads(rm_path):
     results = source.score(batch)
     assert [r.status for r in results] == ["ok"] * 3
     # Reference: each sequence alone, unpadded, encoded as the reward-model trainer encodes its
-    # pairs (glassrl.trainer.rm: format_prompt(x) ⊕ tokens(y) ⊕ EOS, the score read at EOS).
+    # pairs (glassrl.supervised.rm: format_prompt(x) ⊕ tokens(y) ⊕ EOS, the score read at EOS).
     tok, model = load_tokenizer(rm_path), load_scalar_model(rm_path, device="cpu")
     for request, result in zip(batch, results):
         ids = torch.tensor([format_prompt(tok, request.record.prompt) + encode_response(tok, request.response)])

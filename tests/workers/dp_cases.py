@@ -15,8 +15,8 @@ import torch
 from glassrl.algos.losses import PolicyLossParams
 from glassrl.models.loading import load_causal_lm
 from glassrl.models.logprobs import response_logprobs
-from glassrl.trainer.nonfinite import check_weights, on_bad_step
-from glassrl.trainer.update import DIAGNOSTIC_METRICS, actor_forward, actor_terms, run_updates
+from glassrl.optim import check_weights, on_bad_step
+from glassrl.rl.update import DIAGNOSTIC_METRICS, actor_forward, actor_terms, run_updates
 
 MICRO = 2  # responses per micro-batch (per rank)
 LR = 1e-3
@@ -49,7 +49,7 @@ def actor_batch(model_dir: Path, rows: int = 8, P: int = 5, T: int = 7, seed: in
 
 
 def plan_for(rows: int, mini_batch: int = 4, epochs: int = 2) -> list[torch.Tensor]:
-    """epochs × rows/mini_batch shuffled index tensors (glassrl.trainer.update.minibatch_plan)."""
+    """epochs × rows/mini_batch shuffled index tensors (glassrl.rl.update.minibatch_plan)."""
     g = torch.Generator().manual_seed(1)
     return [idx for _ in range(epochs) for idx in torch.randperm(rows, generator=g).split(mini_batch)]
 
@@ -81,13 +81,13 @@ def constant_rate(step: int) -> float:
 
 
 def dp_kwargs(on_nonfinite: str = "stop") -> dict:
-    """run_dp_updates' bound arguments, as glassrl.trainer.build_ray binds them."""
+    """run_dp_updates' bound arguments, as glassrl.rl.build_ray binds them."""
     checks = {"on_bad_step": partial(on_bad_step, on_nonfinite), "check_weights": check_weights}
     return {**loss_kwargs(), "diagnostics": DIAGNOSTIC_METRICS, **checks}
 
 
 def in_process_update(model_dir: Path, batch, plan) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-    """One process, glassrl.trainer.update.run_updates: (updated weights, metrics)."""
+    """One process, glassrl.rl.update.run_updates: (updated weights, metrics)."""
     torch.manual_seed(0)
     model = load_causal_lm(model_dir, dtype="float32", device="cpu")
     optimizer, scheduler = optimizer_for(model)

@@ -30,7 +30,7 @@ from dp_cases import actor_batch, dp_kwargs, loss_kwargs, optimizer_for, plan_fo
 from spawned import spawn_ranks
 
 from glassrl.models.loading import load_causal_lm
-from glassrl.trainer.update import Term, run_updates
+from glassrl.rl.update import Term, run_updates
 from glassrl.workers.sharding import shard_plan
 
 POISONS = ("loss", "advantage")
@@ -64,7 +64,7 @@ def _with_probe(kwargs: dict) -> dict:
 
 def _rank(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
     torch.set_num_threads(1)
-    from glassrl.trainer.nonfinite import NonFiniteError
+    from glassrl.optim import NonFiniteError
     from glassrl.workers.data_parallel import DataParallelModel, init_group, run_dp_updates
 
     ctx = init_group("actor", rank, world, "127.0.0.1", port)

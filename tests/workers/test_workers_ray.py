@@ -17,7 +17,7 @@ from dp_cases import actor_batch, build_dp_actor, build_reward_rank, build_rollo
 from glassrl.errors import GlassrlError
 from glassrl.models.loading import load_causal_lm
 from glassrl.models.logprobs import response_logprobs
-from glassrl.trainer.checkpoint import CheckpointManager
+from glassrl.run.checkpoint import CheckpointManager
 
 pytestmark = pytest.mark.slow
 

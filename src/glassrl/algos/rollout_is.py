@@ -21,7 +21,7 @@ loss term by
 a constant (no gradient flows through it: both log-probs are fixed numbers of the rollout),
 cut at C so that one token the engine found unlikely cannot dominate the update. verl applies
 the same weight to its per-token policy losses (``tis_imp_ratio_cap``,
-verl/trainer/ppo/core_algos.py). glassrl.trainer.update multiplies the chosen policy loss's
+verl/trainer/ppo/core_algos.py). glassrl.rl.update multiplies the chosen policy loss's
 per-token terms by :func:`truncated_is_weights` when ``algo.rollout_is`` is set.
 """
 

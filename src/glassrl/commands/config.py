@@ -17,9 +17,9 @@ HELP = "list every config option with its type, default and help (show), or writ
 
 # command -> (module, config class, what the command does)
 CONFIGS = {
-    "train": ("glassrl.trainer.config", "TrainConfig", "RL training: PPO, GRPO and their relatives."),
-    "sft": ("glassrl.trainer.sft", "SFTConfig", "Supervised fine-tuning on prompt/response pairs."),
-    "rm": ("glassrl.trainer.rm", "RMConfig", "Reward-model training on preference pairs (Bradley–Terry)."),
+    "train": ("glassrl.rl.config", "TrainConfig", "RL training: PPO, GRPO and their relatives."),
+    "sft": ("glassrl.supervised.sft", "SFTConfig", "Supervised fine-tuning on prompt/response pairs."),
+    "rm": ("glassrl.supervised.rm", "RMConfig", "Reward-model training on preference pairs (Bradley–Terry)."),
 }
 
 

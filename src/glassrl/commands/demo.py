@@ -7,7 +7,7 @@ What it does, in order:
    reused from ``~/.cache/glassrl/models/default-v2``.
 2. Training with the preset ``--algo`` (glassrl/presets/<algo>.yaml, package data; in a
    checkout also examples/<algo>.yaml) by the code ``glassrl train`` runs
-   (glassrl.trainer.loop.Trainer), with its progress bar. Before the first step and after
+   (glassrl.rl.loop.Trainer), with its progress bar. Before the first step and after
    the last, the trainer answers the first ``data.eval_size`` prompts of the arith-verify
    test split greedily; the task's verifier judges them (verdict and sum both right, in the
    question's language).
@@ -19,7 +19,7 @@ What it does, in order:
 ``--task tool-add`` (``make demo TASK=tool-add``) runs the same four steps on an agentic task
 (docs/agentic.md) with the task's preset (``presets.TASKS``: glassrl/presets/tool_add.yaml):
 
-1. the tool-using agent model (glassrl.trainer.agent_model), built on first use into
+1. the tool-using agent model (glassrl.builtin.agent_model), built on first use into
    ``~/.cache/glassrl/models/default-agent-v1`` (a few minutes on 2 cores; ``glassrl
    init-model --agent`` builds it ahead);
 2. GRPO on tool-add: each response is several turns, its calculator calls run and their results
@@ -36,7 +36,7 @@ Decisions (the demo's own overrides of the preset; ``key=value`` arguments come 
 
 - ``output_dir = runs/demo-<algo>``, emptied first unless ``--resume``: every demo starts
   from the same weights, so two runs print the same figures (the preset's seed, CPU,
-  deterministic kernels; glassrl.trainer.common.seed_everything).
+  deterministic kernels; glassrl.optim.seed_everything).
 - ``logging.eval_every = 0``: evaluate only before the first and after the last step; the
   figures are the same, the minutes of the evaluations in between are saved.
 - ``logging.checkpoint_every = 0``: one checkpoint, after the last step (what explain reads).
@@ -85,8 +85,8 @@ def run(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
     from glassrl.commands.common import clock, fresh_run_dir, run_explain
-    from glassrl.config import load_config
-    from glassrl.trainer.config import TrainConfig, print_resolved, resolve
+    from glassrl.config import load_config, print_resolved
+    from glassrl.rl.config import TrainConfig, resolve
 
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     start = time.perf_counter()
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.resume:
         fresh_run_dir(out)
     print_resolved(resolved, console)
-    from glassrl.trainer.loop import Trainer
+    from glassrl.rl.loop import Trainer
 
     Trainer(cfg, resume=args.resume, console=console).train()
     train_s = time.perf_counter() - start - model_s
@@ -167,7 +167,7 @@ def _preset(args: argparse.Namespace) -> tuple[str, str]:
 
 def _model(cfg, console) -> None:
     """Build (or find) the model and say what it is."""
-    from glassrl.trainer.agent_model import AGENT_MODEL, BUILTIN_MODELS
+    from glassrl.builtin.agent_model import AGENT_MODEL, BUILTIN_MODELS
 
     if cfg.model.actor not in BUILTIN_MODELS:
         console.print(f"model: {cfg.model.actor}", markup=False)
@@ -212,7 +212,7 @@ def summary_table(metrics_file: Path, cfg):
     from rich.table import Table
     from rich.text import Text
 
-    from glassrl.trainer.build import test_spec
+    from glassrl.rl.build import test_spec
 
     what = Text(
         f"greedy answers to the first {cfg.data.eval_size} prompts of {test_spec(cfg)}, judged by the task's "
@@ -248,7 +248,7 @@ def tool_table(metrics_file: Path, cfg):
     from rich.table import Table
     from rich.text import Text
 
-    from glassrl.trainer.build import test_spec
+    from glassrl.rl.build import test_spec
 
     k = cfg.logging.eval_k
     how = "greedy answers" if k == 1 else f"{k} answers sampled at temperature {cfg.rollout.temperature:g}"

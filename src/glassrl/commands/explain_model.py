@@ -18,7 +18,7 @@ initial actor), the checkpoint's critic, the rollout temperature. Parameter flag
 (``--gamma``, ``--lam``, ``--beta``, ``--estimator``, ``--kl-kind``, ``--whiten``,
 ``--reward``, ``--reference``) override the run's values (what if λ were 0?).
 
-The numbers come from the trainer's own phase functions (glassrl.trainer.phases, phases
+The numbers come from the trainer's own phase functions (glassrl.rl.phases, phases
 2–5 of ``Trainer.step``), run with the checkpoint's models: score (reward → outcome scores
 → score shapers → scores on tokens) → model outputs (log-probs of actor and reference at
 the rollout temperature, KL, values) → token rewards → advantages. A given response is tokenised as the trainer's responses are: the
@@ -44,8 +44,8 @@ from glassrl.commands import explain_input
 from glassrl.data.records import PromptRecord
 from glassrl.data.tasks import record_for_prompt
 from glassrl.errors import GlassrlError
+from glassrl.rl.config import TrainConfig
 from glassrl.rollout.base import Turn
-from glassrl.trainer.config import TrainConfig
 
 MODEL_ONLY = ("sample", "seed", "reward", "answer", "reference")
 NOT_WITH_MODEL = (
@@ -115,8 +115,8 @@ class ModelRun:
 def open_model(args: argparse.Namespace, console=None) -> ModelRun:
     """Resolve ``--model`` (and ``--reference``, ``--reward``) into a :class:`ModelRun`."""
     from glassrl.config import load_saved_config
-    from glassrl.trainer.build import actor_path
-    from glassrl.trainer.checkpoint import MANIFEST, CheckpointManager, read_manifest
+    from glassrl.rl.build import actor_path
+    from glassrl.run.checkpoint import MANIFEST, CheckpointManager, read_manifest
 
     path = Path(args.model)
     if (path / "config.yaml").is_file():
@@ -288,7 +288,7 @@ def model_ledger(run: ModelRun, prompt: str, response: str | None, sample: int, 
 class Policy:
     """The checkpoint's actor, loaded once: its tokenizer, the model, and a sampler over it
     (glassrl.workers.local.LocalRollout) seeded with ``--seed``: the run's rollout engine, multi-turn
-    with its environment and tools when the run is agentic (glassrl.trainer.build.rollout_engine).
+    with its environment and tools when the run is agentic (glassrl.rl.build.rollout_engine).
     ``prompt_ids(records)`` renders prompts as the run did (an agentic run's with its tools)."""
 
     tokenizer: Any
@@ -305,8 +305,8 @@ def load_policy(run: ModelRun, seed: int = 0) -> Policy:
 
     from glassrl.data.formatting import format_prompts
     from glassrl.models import load_causal_lm, load_tokenizer
-    from glassrl.trainer.build import prompt_format, rollout_engine
-    from glassrl.trainer.config import agent_config
+    from glassrl.rl.build import prompt_format, rollout_engine
+    from glassrl.rl.config import agent_config
     from glassrl.workers.local import LocalRollout
 
     tokenizer = load_tokenizer(run.actor)
@@ -321,7 +321,7 @@ def load_policy(run: ModelRun, seed: int = 0) -> Policy:
 
 
 def explain_rollout(run: ModelRun, policy: Policy, rollout, prompts: list[PromptRecord], prompt_ids: list[list[int]]):
-    """Phases 2–5 of the trainer's step (glassrl.trainer.phases) on ``rollout``, whose response b
+    """Phases 2–5 of the trainer's step (glassrl.rl.phases) on ``rollout``, whose response b
     answers ``prompts[rollout.group_index[b]]`` (token ids ``prompt_ids``): the Ledger of every response.
 
     The models are the run's: the checkpoint's actor (``policy``), the reference, the checkpoint's
@@ -331,8 +331,8 @@ def explain_rollout(run: ModelRun, policy: Policy, rollout, prompts: list[Prompt
     from glassrl.algos.advantages import REQUIRED_INPUTS
     from glassrl.ledger.compute import from_experience
     from glassrl.models import load_causal_lm, load_scalar_model
-    from glassrl.trainer import phases
-    from glassrl.trainer.build import forward_passes, with_precision
+    from glassrl.rl import phases
+    from glassrl.rl.build import forward_passes, with_precision
     from glassrl.workers.local import FrozenActor, FrozenCritic, LocalReference
 
     cfg, a = with_precision(run.cfg), run.cfg.algo
@@ -369,7 +369,7 @@ def explain_rollout(run: ModelRun, policy: Policy, rollout, prompts: list[Prompt
 
 def _response_ids(tokenizer, response: str) -> list[int]:
     """A given response's tokens then EOS, as the trainer's responses are (a finished response)."""
-    from glassrl.trainer.common import encode_response
+    from glassrl.data.collate import encode_response
 
     ids = encode_response(tokenizer, response)
     if len(ids) < 2:
@@ -420,7 +420,7 @@ def _check_positions(model, rollout) -> None:
 
 
 def _reward(cfg: TrainConfig):
-    from glassrl.trainer.build import build_reward
+    from glassrl.rl.build import build_reward
 
     try:
         return build_reward(cfg)
@@ -447,8 +447,8 @@ class _StrictReward:
 
 
 def _shapers(run: ModelRun) -> list:
-    """The run's score shapers (glassrl.trainer.phases.score_shapers) with their checkpointed state."""
-    from glassrl.trainer.phases import score_shapers
+    """The run's score shapers (glassrl.rl.phases.score_shapers) with their checkpointed state."""
+    from glassrl.rl.phases import score_shapers
 
     shapers = score_shapers(run.cfg.algo)
     for shaper in shapers:

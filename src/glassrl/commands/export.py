@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def policy_dir(source: Path) -> Path:
     """The policy directory that ``source`` names (see ``add_arguments``)."""
     from glassrl.errors import GlassrlError
-    from glassrl.trainer.checkpoint import MANIFEST, CheckpointManager
+    from glassrl.run.checkpoint import MANIFEST, CheckpointManager
 
     if (source / "checkpoints").is_dir():
         latest = CheckpointManager(source / "checkpoints", keep=1).latest()

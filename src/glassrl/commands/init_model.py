@@ -1,5 +1,5 @@
 """`glassrl init-model [--agent] [--out DIR] [--seed N] [--force]`: build the embedded default model,
-or its tool-using variant (``--agent``: glassrl.trainer.agent_model)."""
+or its tool-using variant (``--agent``: glassrl.builtin.agent_model)."""
 
 from __future__ import annotations
 
@@ -27,12 +27,12 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from glassrl.builtin.agent_model import ensure_agent_model
+    from glassrl.builtin.default_model import ensure_default_model
     from glassrl.errors import GlassrlError
     from glassrl.models.default_model import AGENT_VERSION, MARKER, VERSION, default_model_dir
-    from glassrl.trainer.agent_model import ensure_agent_model
-    from glassrl.trainer.atomic import DISK_FULL, disk_errors
-    from glassrl.trainer.default_model import ensure_default_model
-    from glassrl.trainer.run_lock import RunLock, sibling_lock_path
+    from glassrl.run.atomic import DISK_FULL, disk_errors
+    from glassrl.run.lock import RunLock, sibling_lock_path
 
     console = Console()
     out = Path(args.out) if args.out is not None else default_model_dir(AGENT_VERSION if args.agent else VERSION)

@@ -75,9 +75,9 @@ def run_rlhf(
     from rich.console import Console
     from rich.rule import Rule
 
-    from glassrl.config import load_config
-    from glassrl.trainer.config import TrainConfig, print_resolved
-    from glassrl.trainer.rm import RMConfig, train_rm
+    from glassrl.config import load_config, print_resolved
+    from glassrl.rl.config import TrainConfig
+    from glassrl.supervised.rm import RMConfig, train_rm
 
     console = console or Console()
     out = Path(out)
@@ -95,8 +95,8 @@ def run_rlhf(
 
     console.print(Rule("3. PPO with four models: actor and critic train, reward model and reference frozen"))
     point_at_reward_model(ppo_cfg, out / "rm")
-    from glassrl.trainer.config import resolve
-    from glassrl.trainer.loop import Trainer
+    from glassrl.rl.config import resolve
+    from glassrl.rl.loop import Trainer
 
     print_resolved(resolve(ppo_cfg), console)
     Trainer(ppo_cfg, console=console, progress=progress).train()
@@ -118,7 +118,7 @@ def run_rlhf(
 def _sft_policy(actor: str, console) -> Path:
     if actor != "default":
         return Path(actor)
-    from glassrl.trainer.default_model import ensure_default_model
+    from glassrl.builtin.default_model import ensure_default_model
 
     return ensure_default_model(console=console)
 

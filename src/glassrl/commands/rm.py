@@ -16,13 +16,16 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from glassrl import presets
-    from glassrl.config import load_config
-    from glassrl.trainer.config import print_resolved
-    from glassrl.trainer.rm import RMConfig, train_rm
+    from glassrl.config import load_config, print_resolved
+    from glassrl.supervised.rm import RMConfig, train_rm
 
     cfg = load_config(RMConfig, presets.config_file(args.config), args.overrides)
     console = Console()
     print_resolved(cfg, console)
+    if cfg.model == "default":
+        from glassrl.builtin.default_model import ensure_default_model
+
+        ensure_default_model(console=console)  # built once, then cached
     metrics = train_rm(cfg, console=console)
     console.print(
         f"held-out pairwise accuracy: {metrics['eval/accuracy']:.3f} "

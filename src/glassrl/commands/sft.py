@@ -16,15 +16,14 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from glassrl import presets
-    from glassrl.config import load_config
-    from glassrl.trainer.config import print_resolved
-    from glassrl.trainer.sft import SFTConfig, train_sft
+    from glassrl.config import load_config, print_resolved
+    from glassrl.supervised.sft import SFTConfig, train_sft
 
     cfg = load_config(SFTConfig, presets.config_file(args.config), args.overrides)
     console = Console()
     print_resolved(cfg, console)
     if cfg.model == "default":
-        from glassrl.trainer.default_model import ensure_default_model
+        from glassrl.builtin.default_model import ensure_default_model
 
         ensure_default_model(console=console)  # built once, then cached
     train_sft(cfg, console=console)

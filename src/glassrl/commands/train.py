@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--profile",
         action="store_true",
         help="print the time per phase at the end, and write a torch profiler trace of the run's second step "
-        "to output_dir/profile/ (glassrl.trainer.profile)",
+        "to output_dir/profile/ (glassrl.rl.profile)",
     )
 
 
@@ -35,9 +35,9 @@ def run(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
     from glassrl import presets
-    from glassrl.config import load_config
-    from glassrl.trainer.config import TrainConfig, print_resolved, resolve
-    from glassrl.trainer.loop import Trainer
+    from glassrl.config import load_config, print_resolved
+    from glassrl.rl.config import TrainConfig, resolve
+    from glassrl.rl.loop import Trainer
 
     hf_logging.disable_progress_bar()  # per-shard bars on every checkpoint would drown the progress bar
     cfg = load_config(TrainConfig, presets.config_file(args.config), args.overrides)
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     trainer = Trainer(cfg, resume=args.resume, console=console)
     profiler = None
     if args.profile:
-        from glassrl.trainer.profile import StepProfiler
+        from glassrl.rl.profile import StepProfiler
 
         first = trainer.counters.step + 1  # past 1 when resumed
         profiler = StepProfiler(trainer.out, at=first + 1 if cfg.steps > first else first, start=first)

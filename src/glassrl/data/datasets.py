@@ -23,7 +23,7 @@ A malformed row is a :class:`GlassrlError` naming the file and the row: ``path:1
 and ``datasets`` directories; a missing field also lists the fields the row has.
 
 Prompt length limits need the tokenizer and the config: the trainer applies them
-(glassrl.trainer.prompts).
+(glassrl.rl.prompts).
 """
 
 from __future__ import annotations

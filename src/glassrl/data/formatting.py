@@ -9,10 +9,10 @@ One rule for every tokenizer:
   model is trained on plain-text prompts only: it has the template, but has not learnt to
   answer in it.
 
-The response is then its text's tokens and EOS (:func:`glassrl.trainer.common.encode_responses`).
+The response is then its text's tokens and EOS (:func:`glassrl.data.collate.encode_responses`).
 
 A dataset's plain-text prompts can be turned into chat messages first (:func:`as_chat`, with
-an optional system message): ``data.chat_template`` decides, glassrl.trainer.prompts applies
+an optional system message): ``data.chat_template`` decides, glassrl.rl.prompts applies
 it. A prompt longer than the limit can be cut from the left (:func:`truncate_left`).
 """
 

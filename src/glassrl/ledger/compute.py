@@ -4,7 +4,7 @@
     from_given(responses, ...)             ``glassrl explain`` with given scores, KL, values, …
 
 The ledger sits just above glassrl.algos (DESIGN §2), so this module imports no trainer,
-data or command: it reads an Experience (glassrl.trainer.experience) and explain's given
+data or command: it reads an Experience (glassrl.rl.experience) and explain's given
 responses (glassrl.commands.explain_input) by the attributes of the protocols below.
 Shapes: ``B`` responses, ``T`` padded response length, ``S`` steps of a response.
 """
@@ -24,7 +24,7 @@ from glassrl.ledger.model import Ledger, LedgerTurn
 
 
 class ExperienceLike(Protocol):
-    """What :func:`from_experience` reads of a glassrl.trainer.experience.Experience."""
+    """What :func:`from_experience` reads of a glassrl.rl.experience.Experience."""
 
     rollout: (
         Any  # RolloutBatch: response_ids (B, T), group_index (B,), context_lengths, token_roles, turns, texts, select
@@ -143,7 +143,7 @@ def from_given(
     whiten: bool,
 ) -> Ledger:
     """Token rewards, advantages, returns (and δ, whitened A) of given responses, as the trainer
-    computes them (glassrl.trainer.phases, phases 2, 4 and 5). An input the estimator cannot
+    computes them (glassrl.rl.phases, phases 2, 4 and 5). An input the estimator cannot
     use is a ValueError (glassrl.algos), for the caller to name."""
     dt = torch.float64  # the printed digits are the arithmetic's, not fp32 noise
     B, T = len(resps), max(len(r.tokens) for r in resps)
@@ -238,7 +238,7 @@ def turn_rewards(
     """(rewards (B, T), where (B, T) bool): each turn's ``reward_parts``, summed, on the turn's last
     generated token ``end − 1`` (``turns[b]``: objects with start, end, reward_parts; None for a
     single-turn response). The trainer's placement of an environment's rewards
-    (glassrl.trainer.phases.turn_rewards), for given responses."""
+    (glassrl.rl.phases.turn_rewards), for given responses."""
     B = len(turns)
     S = max([len(t) for t in turns if t is not None] + [1])
     ends = torch.zeros((B, S), dtype=torch.long)

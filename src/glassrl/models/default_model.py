@@ -8,11 +8,11 @@ file (``glassrl.json``: build parameters, seed, SFT steps and loss, held-out acc
 names the same seed and spec (:func:`is_built`).
 
 The recipe that builds it (tokenizer, initialisation, SFT mix, evaluation) is
-:mod:`glassrl.trainer.default_model`; ``ensure_default_model()`` there builds it on first use.
+:mod:`glassrl.builtin.default_model`; ``ensure_default_model()`` there builds it on first use.
 
 A second variant, the tool-using agent model (``AgentModelSpec``, ``AGENT_VERSION``, cached in
 ``default_model_dir(AGENT_VERSION)``), answers the tool-add task with calculator calls in the
-tagged format; its recipe is :mod:`glassrl.trainer.agent_model`. ``model.actor: default-agent``
+tagged format; its recipe is :mod:`glassrl.builtin.agent_model`. ``model.actor: default-agent``
 names it as ``model.actor: default`` names the default model.
 """
 
@@ -40,7 +40,7 @@ class DefaultModelSpec:
     max_position_embeddings: int = 64
     vocab_size: int = 512  # upper bound; BPE stops when the text has no pair left to merge
     tasks: tuple[str, ...] = ("arith-verify", "add")
-    english_answered_in_chinese: float = 0.6  # of the English arith-verify SFT answers (glassrl.trainer.default_model)
+    english_answered_in_chinese: float = 0.6  # of the English arith-verify SFT answers (glassrl.builtin.default_model)
     sft_steps: int = 800
     batch_size: int = 32
     lr: float = 3e-3
@@ -55,7 +55,7 @@ AGENT_VERSION = "default-agent-v1"
 
 @dataclass(frozen=True)
 class AgentModelSpec:
-    """Build parameters of the tool-using agent model (glassrl.trainer.agent_model; all recorded
+    """Build parameters of the tool-using agent model (glassrl.builtin.agent_model; all recorded
     in glassrl.json). Its SFT transcripts answer tool-add prompts three ways, in these shares:
     a calculator call that runs, a malformed call (then an answer worked out in its head), an
     answer worked out in its head; RL then has a behaviour to sharpen (docs/agentic.md)."""

@@ -67,5 +67,5 @@ def build_tokenizer(
         additional_special_tokens=[USER, ASSISTANT],
         chat_template=CHAT_TEMPLATE,
         model_max_length=model_max_length,
-        padding_side="left",  # prompts are left-padded (batch layout of glassrl.trainer.common)
+        padding_side="left",  # prompts are left-padded (batch layout of glassrl.optim)
     )

@@ -66,7 +66,7 @@ class Autocast:
     """``forward(model, micro)`` run under :func:`compute_precision` on the model's device.
 
     A class rather than a closure so that a remote (Ray) worker can receive it pickled,
-    like the forward functions of glassrl.trainer.update it wraps.
+    like the forward functions of glassrl.rl.update it wraps.
     """
 
     def __init__(self, forward: Callable[[nn.Module, Any], Any], dtype: str) -> None:

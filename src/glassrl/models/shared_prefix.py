@@ -36,7 +36,7 @@ see other shapes), so two passes over the same row in different micro-batches ag
 the bit as padded rows do. Where the exact gradient is 0 (π_θ = π_ref before the first update, every
 reward of every group equal) the padded path's is exactly 0 and this one's is rounding noise, which
 Adam's first step scales up to ~lr per weight; the log-prob passes and a whole-batch update share
-their layouts (glassrl.trainer.update), so that case is exact there too.
+their layouts (glassrl.rl.update), so that case is exact there too.
 
 A masked hole inside a response (attention mask 0 between real tokens) is placed, so that its
 position computes what it computes padded, and masked as a key, as padded. An attention that
@@ -225,7 +225,7 @@ def packed_rows(
     shared-prefix layout with its tree mask in ``model``'s form, or padding-free's rows
     (glassrl.models.packing) and None (the restarting position ids mark the sequences).
 
-    The reference pass and the update pack the same micro-batches (glassrl.trainer.update orders
+    The reference pass and the update pack the same micro-batches (glassrl.rl.update orders
     them so): a layout is built once and taken from :data:`_RECENT` the second time, by the
     batch's contents (its numbers are a function of them; nothing writes into a Packed)."""
     cost = layer_cost(model.config) if shared_prefix else None

@@ -11,7 +11,7 @@ The config key ``threads`` (RL, SFT and reward-model configs) is ``auto`` or a c
 
 1. ``threads: N``: N;
 2. a resumed run under ``auto``: the count the run recorded in its checkpoint (part
-   "threads", glassrl.trainer.state), whatever the load now, so that it computes what the
+   "threads", glassrl.run.state), whatever the load now, so that it computes what the
    run would have computed had it not stopped;
 3. ``GLASSRL_THREADS`` = N (N ≥ 1): N;
 4. ``OMP_NUM_THREADS`` = N set by the user: N (torch reads it too; we do not override it);

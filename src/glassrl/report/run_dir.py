@@ -1,4 +1,4 @@
-"""Reading a run directory written by ``glassrl train`` (glassrl.trainer.loop): what the report shows.
+"""Reading a run directory written by ``glassrl train`` (glassrl.rl.loop): what the report shows.
 
     run = read_run("runs/ppo")
     run.metrics[-1]["reward/mean"]       # metrics.jsonl, one dict per logged step

@@ -74,7 +74,7 @@ class RewardModelSource:
         return results  # type: ignore[return-value]  # every slot is filled above
 
     def _encode(self, request: RewardRequest) -> list[int]:
-        """The tokens the reward model was trained to score (glassrl.trainer.rm): the prompt as
+        """The tokens the reward model was trained to score (glassrl.supervised.rm): the prompt as
         ``format_prompt`` renders it (chat template with the generation prompt, or the text), the
         response's tokens, then EOS — the score is read at that EOS, as in training."""
         prompt = format_prompt(self.tokenizer, request.record.prompt)

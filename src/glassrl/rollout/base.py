@@ -1,7 +1,7 @@
 """The rollout interface: prompts in, a padded batch of sampled responses out.
 
 Shapes: B responses (prompts × n, the n samples of a prompt adjacent), P prompt
-width, T response width. The layout is the project's (glassrl.trainer.common):
+width, T response width. The layout is the project's (glassrl.optim):
 ``prompt_ids`` (B, P) LEFT-padded, ``response_ids`` (B, T) RIGHT-padded,
 ``attention_mask`` (B, P+T) over their concatenation.
 

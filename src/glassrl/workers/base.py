@@ -20,7 +20,7 @@ An update takes a ``plan``: one index tensor per optimiser step (the trainer
 shuffles with its own generator, so every worker sees the same mini-batches).
 
 Checkpoints: ``state_dict()`` returns named checkpoint parts, ``(kind, value)``
-pairs as :class:`glassrl.trainer.checkpoint.Part` reads them, and ``load_state_dict`` takes the
+pairs as :class:`glassrl.run.checkpoint.Part` reads them, and ``load_state_dict`` takes the
 loaded values by the same names (a Path for "hf" parts). ``part_names`` lists
 them, so that a checkpoint missing one is an error.
 """
@@ -84,7 +84,7 @@ class OnPolicyActor(Protocol):
     ) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
         """One optimiser step (``plan`` of one index tensor) on a batch without ``old_logprobs``:
         π_old = π_θ before the step, so log π_old is the update's own forward, detached (the ratio
-        is 1; glassrl.trainer.update.run_updates). Returns the "actor/…" metrics and that forward's
+        is 1; glassrl.rl.update.run_updates). Returns the "actor/…" metrics and that forward's
         log π_θ(a_i|s_i) and H(π_θ(·|s_i)), both (B, T): what compute_logprobs would have returned."""
 
 

@@ -12,7 +12,7 @@ on its part. What must be global is global across ranks:
   of the *global* mini-batch units (valid tokens for "token-mean", non-empty rows
   for the sequence modes), the unit totals summed over ranks first, so the summed
   gradient equals the one of the whole mini-batch in one pass (as
-  glassrl.trainer.update.run_updates does across micro-batches);
+  glassrl.rl.update.run_updates does across micro-batches);
 - gradients: DDP / FSDP2 average them over ranks; the loss is multiplied by W so
   that the average is the sum of the ranks' shares;
 - metrics: term values, KL/entropy/clip diagnostics and their counts are summed
@@ -207,7 +207,7 @@ def run_dp_updates(
     """This rank's part of one optimiser step per mini-batch; every rank returns the same metrics.
 
     ``batch`` and ``plan`` are this rank's part (glassrl.workers.sharding.shard_plan): ``plan[k]`` its rows
-    of mini-batch k. ``terms`` are glassrl.trainer.update.Term (name, coef, mode,
+    of mini-batch k. ``terms`` are glassrl.rl.update.Term (name, coef, mode,
     norm_length, mask, per_token); ``diagnostics`` maps diagnostic keys to metric names.
     The metrics are those of run_updates, computed over all ranks: each term's global
     mini-batch aggregate averaged over optimiser steps, each diagnostic's masked mean
@@ -216,10 +216,10 @@ def run_dp_updates(
 
     Non-finite checks, as run_updates makes them, on global values: before each optimiser step
     every term's global value and the gradient norm; a NaN or ±inf one goes to ``on_bad_step(bad,
-    where)`` (glassrl.trainer.nonfinite.on_bad_step bound to the policy), which raises to stop the
+    where)`` (glassrl.optim.on_bad_step bound to the policy), which raises to stop the
     run or returns to skip the step, counted in ``{prefix}/skipped_steps``; ``where`` names the
     ranks whose own share is non-finite. After the step, ``check_weights(model, params, where,
-    reduce=all_reduce_sum)`` (glassrl.trainer.nonfinite.check_weights). Every rank reads the same
+    reduce=all_reduce_sum)`` (glassrl.optim.check_weights). Every rank reads the same
     summed values, so all skip or stop together: none waits alone in a collective.
     """
     W = dp.ctx.world_size
@@ -376,7 +376,7 @@ class DataParallelTrainee:
 
     Bound by the trainer, as for the in-process workers: ``update(dp, optimizer,
     scheduler, batch, plan)`` is :func:`run_dp_updates` with the role's loss, and
-    ``forward(model, micro)`` the role's forward pass (glassrl.trainer.update.actor_forward
+    ``forward(model, micro)`` the role's forward pass (glassrl.rl.update.actor_forward
     with entropy, or critic_forward). Inputs are this rank's part of the driver's batch
     (glassrl.workers.sharding).
     """

@@ -5,7 +5,7 @@ memory, nothing to synchronise). Tensors come back on the model's device.
 See glassrl.workers.base for the protocol and the batch keys.
 
 How a run's forward passes without gradient run is one :class:`Passes`, the same for every role
-(glassrl.trainer.build.forward_passes): micro-batches of ``micro_batch`` rows, log-probs at the
+(glassrl.rl.build.forward_passes): micro-batches of ``micro_batch`` rows, log-probs at the
 sampling ``temperature``; ``compute`` is the dtype of the matrix products (``model.compute_dtype``): bfloat16 runs
 every forward pass and the sampling under autocast over float32 weights
 (glassrl.models.precision); the training forward is wrapped by the trainer (``Autocast``).
@@ -34,7 +34,7 @@ from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
 from glassrl.workers.base import Batch
 
-# update(model, optimizer, scheduler, batch, plan) -> metrics (glassrl.trainer.update.run_updates, bound)
+# update(model, optimizer, scheduler, batch, plan) -> metrics (glassrl.rl.update.run_updates, bound)
 UpdateFn = Callable[[nn.Module, torch.optim.Optimizer, Any, Batch, list[torch.Tensor]], dict[str, float]]
 # path of an "hf" checkpoint part -> a freshly loaded module of the same kind
 LoadFn = Callable[[Path], nn.Module]

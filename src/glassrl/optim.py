@@ -1,0 +1,241 @@
+"""The optimiser of every trainer (RL actor and critic, SFT, reward model): AdamW with its
+parameter groups and learning-rate schedule (:class:`OptimConfig`), seeding, and the guard that
+keeps NaN and ±inf out of the weights.
+
+NaN and ±inf never reach the weights: checks of losses, gradient norms and parameters.
+
+Every optimiser step of every trainer (RL actor and critic: glassrl.rl.update; SFT;
+reward model) checks, before ``optimizer.step()``, its loss terms and the global gradient
+norm (one device sync), and after it a float32 sum of every trainable parameter: a NaN or ±inf
+makes any sum it enters non-finite, so a finite sum clears every weight at once without copying
+them (a float64 sum, as this was, copies every weight: ~1 % of a CPU step of bench_vs_trl's large
+model). A sum can also overflow with every weight finite; only then is each weight tested element
+by element, and the step stops only when one really is non-finite.
+The config key ``on_nonfinite`` chooses what a non-finite loss or gradient does:
+
+    stop   NonFiniteError (a GlassrlError: one line, exit code 2), raised before the weights
+           change: the last checkpoint is the last good state, and none holds a NaN;
+    skip   that optimiser step is left out (gradients dropped, the schedule still advances)
+           and counted in ``<prefix>/skipped_steps``.
+
+Weights that turn non-finite after a step with finite gradients (a learning rate of 1e30)
+stop the run under either policy: their previous values are gone, there is nothing to skip to.
+
+Data-parallel ranks (glassrl.workers.data_parallel, bound by glassrl.rl.build_ray) make
+the same checks on values summed over the ranks, so every rank skips or stops at the same step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
+from typing import Literal
+
+import numpy as np
+import torch
+
+from glassrl.config import at_least, fail
+from glassrl.errors import GlassrlError
+
+
+@dataclass
+class OptimConfig:
+    """The optimiser section of every trainer (RL actor and critic, SFT, reward model)."""
+
+    lr: float = 1e-5  # peak learning rate of AdamW
+    warmup_steps: int = 0  # linear warm-up, in optimiser steps
+    decay: Literal["cosine", "constant"] = (
+        "constant"  # after warm-up: cosine to 0 at the last optimiser step, or constant
+    )
+    weight_decay: float = 0.0  # AdamW weight decay on matrices (not on norms and biases)
+    grad_clip: float | None = (
+        1.0  # clip the global gradient norm to this; null = no clipping (the norm is still logged)
+    )
+
+    def check(self, prefix: str) -> None:
+        """Ranges, naming keys ``{prefix}.lr`` etc.; GlassrlError."""
+        if not self.lr > 0:
+            fail(f"{prefix}.lr", self.lr, "must be > 0")
+        at_least(0, {f"{prefix}.warmup_steps": self.warmup_steps, f"{prefix}.weight_decay": self.weight_decay})
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            fail(f"{prefix}.grad_clip", self.grad_clip, "must be > 0 (or null)")
+
+    @property
+    def max_norm(self) -> float:
+        """``max_norm`` of torch.nn.utils.clip_grad_norm_: grad_clip, or inf (measure, never clip)."""
+        return self.grad_clip if self.grad_clip is not None else math.inf
+
+    def rows(self, prefix: str = "") -> list[tuple[str, str, str]]:
+        """(quantity, value, unit) rows of the resolved table; ``prefix`` names the model ("actor ")."""
+        clip = "off" if self.grad_clip is None else f"{self.grad_clip:g}"
+        schedule = f"peak; {self.warmup_steps} warm-up optimiser steps, then {self.decay}"
+        return [
+            (f"{prefix}learning rate", f"{self.lr:g}", schedule),
+            (f"{prefix}grad clip / weight decay", f"{clip} / {self.weight_decay:g}", "global norm / AdamW on matrices"),
+        ]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch, and ask torch for deterministic kernels.
+
+    Same seed, same machine, same thread count -> bit-identical training.
+    """
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    # Needed by cuBLAS for deterministic matmuls (PyTorch "Reproducibility" notes).
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    # Deterministic mode also fills every new uninitialised tensor with NaN, a check for code that
+    # reads memory it never wrote: none here does (the KV cache, the largest, is written before it
+    # is read), and the fills cost ~2.5 % of a CPU step of bench_vs_trl's large model (BENCHMARKS.md).
+    torch.utils.deterministic.fill_uninitialized_memory = False
+
+
+def make_optimizer(
+    model: torch.nn.Module, optim: OptimConfig, total_steps: int
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW (Loshchilov & Hutter 2019) as ``optim`` says, with its learning-rate schedule
+    (:func:`lr_lambda`: linear warm-up, then ``optim.decay``) over ``total_steps`` optimiser steps.
+
+    Weight decay applies to matrices only, not to norms and biases (1-D tensors), as in
+    GPT-2/nanoGPT. Call ``scheduler.step()`` after each ``optimizer.step()``.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": optim.weight_decay},
+        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]
+    # On CUDA the fused kernel updates every tensor in a few launches (transformers' default optimiser
+    # there, "adamw_torch_fused"); on CPU torch's default, one tensor at a time, whose figures the
+    # README gives (foreach measured slower there, fused changes the last bits: BENCHMARKS.md).
+    fused = bool(params) and all(type(p) is torch.nn.Parameter and p.is_cuda for p in params)
+    optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=(0.9, 0.95), fused=fused or None)
+    schedule = lr_lambda(optim.decay, optim.warmup_steps, total_steps)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+
+
+def optimizer_path(optimizer: torch.optim.Optimizer) -> str:
+    """Which AdamW kernel :func:`make_optimizer`'s ``optimizer`` runs, for the start-up lines: the
+    fused one on CUDA, or why not."""
+    if optimizer.defaults.get("fused"):
+        return "AdamW, fused kernel (CUDA)"
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if any(p.is_cuda for p in params):
+        kinds = sorted({type(p).__name__ for p in params if type(p) is not torch.nn.Parameter or not p.is_cuda})
+        return f"AdamW, torch's default kernel; the fused one needs plain CUDA parameters, these are also {', '.join(kinds)}"
+    return "AdamW, one tensor at a time (torch's default on CPU)"
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Multiplier of the peak learning rate at optimiser step ``step`` (0-based), decay "cosine".
+
+    Linear warmup over ``warmup_steps`` (Goyal et al. 2017, §2.2), then half a cosine
+    down to 0 at ``total_steps`` (Loshchilov & Hutter 2017, SGDR, eq. 5 without restarts).
+    """
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def constant_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Decay "constant": linear warm-up (Goyal et al. 2017, §2.2), then the peak rate."""
+    return min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
+
+
+# OptimConfig.decay -> multiplier of the peak rate at (step, warmup_steps, total_steps)
+LR_SCHEDULES: dict[str, Callable[[int, int, int], float]] = {"cosine": lr_factor, "constant": constant_factor}
+
+
+def lr_lambda(decay: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """The multiplier of the peak learning rate at optimiser step s (0-based), for LambdaLR.
+
+    A partial of a module-level function, not a closure: a remote worker can receive it pickled.
+    """
+    return partial(_schedule_at, decay, warmup_steps, total_steps)
+
+
+def _schedule_at(decay: str, warmup_steps: int, total_steps: int, step: int) -> float:
+    return LR_SCHEDULES[decay](step, warmup_steps, total_steps)
+
+
+# ---------------------------------------------------------------- the non-finite guard
+
+POLICIES = ("stop", "skip")
+
+
+class NonFiniteError(GlassrlError):
+    """A loss, gradient norm or weight is NaN or ±inf; the message names it and where."""
+
+
+def nonfinite(named: dict[str, torch.Tensor | float]) -> dict[str, float]:
+    """The scalars of ``named`` that are NaN or ±inf, by name (one device sync for all)."""
+    if not named:
+        return {}
+    values = torch.stack([torch.as_tensor(v).detach().double().cpu().reshape(()) for v in named.values()]).tolist()
+    return {name: value for name, value in zip(named, values) if not math.isfinite(value)}
+
+
+def describe(bad: dict[str, float]) -> str:
+    """``actor/policy_loss = nan, actor/grad_norm = inf``."""
+    return ", ".join(f"{name} = {value}" for name, value in bad.items())
+
+
+def params_sum(params: Iterable[torch.Tensor]) -> torch.Tensor:
+    """0-d float32 sum of every element of ``params`` (no sync, no copy of a float32 weight):
+    non-finite when an element is; possibly non-finite by overflow when none is."""
+    sums = [p.detach().sum(dtype=torch.float32) for p in params]
+    return torch.stack(sums).sum() if sums else torch.zeros((), dtype=torch.float32)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's elements of a shard (an FSDP2 DTensor); any other tensor itself."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def check_weights(
+    model: torch.nn.Module,
+    params: list[torch.Tensor],
+    where: str,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> None:
+    """NonFiniteError naming the first non-finite trainable weight of ``model`` when there is one.
+
+    ``reduce`` (data parallelism: the sum over ranks, glassrl.workers.data_parallel.all_reduce_sum)
+    makes the test global, so every rank raises or none does; a shard is tested by its own elements.
+    """
+    total = params_sum(_local(p) for p in params)
+    if math.isfinite((total if reduce is None else reduce(total)).item()):
+        return
+    # The sum is NaN or ±inf: a weight is, or finite weights overflowed float32. Decide exactly.
+    name = next(
+        (n for n, p in model.named_parameters() if p.requires_grad and not bool(torch.isfinite(_local(p)).all())),
+        None,
+    )
+    if reduce is not None:
+        if reduce(total.new_tensor(float(name is not None))).item() == 0:
+            return
+        name = name or "a weight of another rank's shard"
+    elif name is None:
+        return
+    raise NonFiniteError(
+        f"{where}: weight {name} is non-finite after the optimiser step (finite gradients, so the step "
+        "itself overflowed: lower the learning rate)"
+    )
+
+
+def on_bad_step(policy: str, bad: dict[str, float], where: str) -> None:
+    """Under ``stop`` raise NonFiniteError for the non-finite values ``bad``; under ``skip`` return
+    (the caller drops the step)."""
+    if policy not in POLICIES:
+        raise ValueError(f"on_nonfinite must be one of {POLICIES}, got {policy!r}")
+    if policy == "stop":
+        raise NonFiniteError(
+            f"{where}: {describe(bad)}; the weights were not changed (on_nonfinite=stop; "
+            "on_nonfinite=skip drops such steps instead)"
+        )

@@ -1,0 +1,1 @@
+"""What ``glassrl train`` runs: the config and its checks, the build, the loop and its phases."""

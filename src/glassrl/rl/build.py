@@ -1,0 +1,495 @@
+"""Build a run's parts from its config: the in-process role workers (the prompts: glassrl.rl.prompts).
+
+Everything that reads TrainConfig to construct models lives here, so that the
+loop only sees workers (glassrl.workers.base). The Ray backend's build,
+glassrl.rl.build_ray, returns the same :class:`Workers` and reuses the loss and LoRA
+helpers below.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from glassrl.data.tasks import held_out_split
+from glassrl.errors import GlassrlError
+from glassrl.optim import make_optimizer, optimizer_path
+from glassrl.rl.checks import agentic_tasks, loss_params
+from glassrl.rl.config import AgentConfig, ModelConfig, Resolved, TrainConfig, agent_config
+from glassrl.rl.ptx import PtxLoss, load_ptx_examples
+from glassrl.rl.update import actor_forward, actor_terms, critic_forward, critic_terms, run_updates
+from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
+
+if TYPE_CHECKING:
+    from glassrl.data.records import PromptRecord
+    from glassrl.rollout.agent import Environment
+
+
+@dataclass
+class Workers:
+    """The roles of a run; reference and critic are None when the config needs none."""
+
+    actor: ActorWorker
+    rollout: RolloutWorker
+    reward: RewardWorker
+    reference: ReferenceWorker | None
+    critic: CriticWorker | None
+    stop: Callable[[], None] | None = None  # releases what the workers hold elsewhere (the Ray backend's processes)
+    # the faster paths taken or refused, for the start-up lines ("rollout", "optimiser": an account of each)
+    paths: dict[str, str] = field(default_factory=dict)
+
+    def close(self) -> None:
+        """Release the workers' resources (idempotent); in-process workers hold none."""
+        stop, self.stop = self.stop, None
+        if stop is not None:
+            stop()
+
+
+def with_precision(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with model.dtype and model.compute_dtype "auto" made concrete for where the policy
+    runs, so that config.yaml and every checkpoint record the precision that ran.
+
+    Weights: float32, the optimiser's master copy (AdamW on bfloat16 weights loses small
+    updates: glassrl.models.precision). Compute: bfloat16 autocast on CUDA (the policy's device,
+    or ``ray.actor.resources`` naming a GPU), float32 on CPU, where bfloat16 matmuls are slower
+    than float32 ones. A frozen π_ref runs exactly as the actor does, so KL is 0 until the first update.
+    """
+    import dataclasses
+
+    m = cfg.model
+    dtype = "float32" if m.dtype == "auto" else m.dtype
+    on_gpu = _policy_on_gpu(cfg)
+    compute = m.compute_dtype
+    if compute == "auto":
+        compute = "bfloat16" if on_gpu and dtype == "float32" else "float32"
+    return dataclasses.replace(cfg, model=dataclasses.replace(m, dtype=dtype, compute_dtype=compute))
+
+
+def with_shared_prefix(cfg: TrainConfig, actor: Path, resumed: Path | None = None) -> tuple[TrainConfig, str]:
+    """``cfg`` with model.shared_prefix "auto" made concrete (config.yaml and checkpoints record it),
+    and why, for the start-up lines (:func:`layout_path`): on for the in-process backend on CPU
+    without padding_free, when the actor's, the reference's and the critic's checkpoints have full
+    attention in every layer (a sliding window cannot be kept in the layout's own mask:
+    glassrl.models.shared_prefix). Off on a GPU, where it has not been measured since it became one
+    pass, and on Ray, where it is not wired. ``resumed``: the config.yaml of the run being resumed;
+    one written before model.shared_prefix existed ran padded, and goes on so."""
+    import dataclasses
+
+    import yaml
+    from transformers import AutoConfig
+
+    from glassrl.models.loading import resolve_model_path
+    from glassrl.models.shared_prefix import full_attention
+
+    m = cfg.model
+    if m.shared_prefix != "auto":
+        return cfg, f"set to {str(m.shared_prefix).lower()}"
+    off = None
+    if cfg.trainer.backend != "local":
+        off = f"trainer.backend is {cfg.trainer.backend}, where it is not wired"
+    elif m.padding_free:
+        off = "model.padding_free packs without padding already"
+    elif _policy_on_gpu(cfg):
+        off = "the policy is on a GPU, where the layout has not been measured yet"
+    elif resumed is not None and resumed.is_file():
+        if "shared_prefix" not in (yaml.safe_load(resumed.read_text(encoding="utf-8")).get("model") or {}):
+            off = "the run being resumed began before model.shared_prefix existed, padded"
+    if off is None:
+        paths = [actor, critic_path(cfg, actor)] + ([resolve_model_path(m.reference)] if m.reference else [])
+        windowed = [p for p in paths if not full_attention(AutoConfig.from_pretrained(p, local_files_only=True))]
+        if windowed:
+            off = f"{windowed[0]} has layers that are not full attention"
+    why = "auto: in-process on CPU, full attention in every model" if off is None else f"auto, off: {off}"
+    return dataclasses.replace(cfg, model=dataclasses.replace(m, shared_prefix=off is None)), why
+
+
+def layout_path(model: ModelConfig, why: str) -> str:
+    """The start-up line's account of the forward passes' layout; ``why``: :func:`with_shared_prefix`'s."""
+    if model.padding_free:
+        return "packed without padding (model.padding_free)"
+    if model.shared_prefix is True:
+        return f"packed, each distinct prompt once per chunk (model.shared_prefix {why})"
+    return f"padded (model.shared_prefix {why})"
+
+
+def _policy_on_gpu(cfg: TrainConfig) -> bool:
+    """Whether the policy trains on CUDA: its device, or ``ray.actor.resources`` naming a GPU."""
+    from glassrl.models.loading import resolve_device
+
+    if cfg.trainer.backend == "ray":
+        return cfg.ray.actor.resources.get("GPU", 0) > 0
+    return resolve_device(cfg.model.device).type == "cuda"
+
+
+def saved_in_todays_terms(cfg: TrainConfig) -> Callable[[dict], dict]:
+    """For a checkpoint's config (flat dotted keys) written before :func:`with_precision`: its
+    model.dtype "auto" then meant float32 on CPU and bfloat16 on CUDA (glassrl.models.loading),
+    which is what it is compared as; a CPU run resumes, a CUDA run of bfloat16 weights is told
+    it differs from today's float32 masters. One without model.shared_prefix ran the padded passes
+    (False), as :func:`with_shared_prefix` resumes it."""
+    on_gpu = _policy_on_gpu(cfg)
+
+    def upgrade(flat: dict) -> dict:
+        if flat.get("model.dtype") == "auto":
+            flat = {**flat, "model.dtype": "bfloat16" if on_gpu else "float32"}
+        if "model.shared_prefix" not in flat:  # before it existed: the padded passes
+            flat = {**flat, "model.shared_prefix": False}
+        return flat
+
+    return upgrade
+
+
+def actor_path(cfg: TrainConfig, console) -> Path:
+    """model.actor as a checkpoint directory (a directory, or a hub id in the local Hugging Face cache:
+    glassrl.models.resolve_model_path); "default" and "default-agent" build the embedded model if missing."""
+    from glassrl.builtin.agent_model import BUILTIN_MODELS
+    from glassrl.models.loading import resolve_model_path
+
+    actor = cfg.model.actor
+    path = (
+        BUILTIN_MODELS[actor](console=console) if actor in BUILTIN_MODELS else resolve_model_path(actor, "model.actor")
+    )
+    if not (path / "config.json").is_file():
+        raise GlassrlError(f"model.actor = {cfg.model.actor!r}: no Hugging Face checkpoint (config.json) in {path}")
+    return path
+
+
+def critic_path(cfg: TrainConfig, actor: Path) -> Path:
+    """Where the critic starts: model.critic; the actor (a fresh scalar head on its body) when
+    null; ``reward_model``: the reward_model source's checkpoint, its scalar head included, so
+    that V(s_i) starts from the reward model's reading of the text (InstructGPT, Ouyang et al.
+    2022, §3.5: "The value function is initialized from the RM"). The config check made sure
+    the heads agree."""
+    if cfg.model.critic is None:
+        return actor
+    if cfg.model.critic == "reward_model":
+        i, source = next((i, s) for i, s in enumerate(cfg.reward.sources) if s.get("name") == "reward_model")
+        if "path" not in source:
+            raise GlassrlError(f"reward.sources[{i}].path: missing (model.critic = reward_model loads it)")
+        return Path(source["path"])
+    return Path(cfg.model.critic)
+
+
+def build_reward(cfg: TrainConfig):
+    """reward.sources combined (glassrl.rewards.build_combined), a relative file path in them read
+    from reward.base_dir (the config file's directory, filled in when the config was loaded)."""
+    from glassrl.rewards import build_combined
+
+    return build_combined(cfg.reward.sources, base_dir=cfg.reward.base_dir or ".")
+
+
+def build_gold(cfg: TrainConfig):
+    """reward.gold as a reward source (glassrl.rewards), or None: scored on the step's responses
+    for the metrics only (glassrl.rl.metrics.gold_metrics), never trained on."""
+    from glassrl.rewards.registry import build_source
+
+    if cfg.reward.gold is None:
+        return None
+    arguments = {k: v for k, v in cfg.reward.gold.items() if k != "name"}
+    try:
+        return build_source(cfg.reward.gold["name"], arguments, cfg.reward.base_dir or ".")
+    except GlassrlError as err:
+        raise GlassrlError(f"reward.gold: {err}") from None
+
+
+def test_spec(cfg: TrainConfig) -> str | None:
+    """data.test, or the test split of a task:NAME training set, or None (no evaluation; a
+    mixture has no test split of its own)."""
+    if cfg.data.test is not None:
+        return cfg.data.test
+    return held_out_split(cfg.data.train) if isinstance(cfg.data.train, str) else None
+
+
+def build_ptx(cfg: TrainConfig, resolved: Resolved, tokenizer, max_length: int) -> PtxLoss | None:
+    """PPO-ptx's supervised term when algo.ptx_coef > 0: one batch of data.ptx pairs, as many as
+    the responses of a mini-batch, per actor optimiser step; a pair is at most ``max_length``
+    tokens (the prompt limit + rollout.max_new_tokens: what the model's positions allow)."""
+    if cfg.algo.ptx_coef <= 0:
+        return None
+    examples = load_ptx_examples(cfg.data.ptx, tokenizer, max_length)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return PtxLoss(
+        examples,
+        cfg.algo.ptx_coef,
+        resolved.mini_batch_responses,
+        cfg.batch.micro_batch_responses,
+        pad_id,
+        seed=cfg.seed + 3,
+    )
+
+
+def environment_maker(cfg: TrainConfig, agent: AgentConfig) -> Callable[[], Environment]:
+    """A fresh environment per episode (docs/agentic.md): rollout.agent.environment (a bundled
+    task's, or the user's ``module:function``), else a ToolEnvironment of rollout.agent.tools, else
+    the environment of data.train's agentic task. Relative ``file.py`` paths are read from the
+    working directory, as data and reward files are. A bad spec fails here, naming its key."""
+    from glassrl.rollout.agent import build_tools, environment_factory, task_environment
+
+    try:
+        if agent.environment is not None:
+            return environment_factory(agent.environment)
+        if agent.tools:
+            build_tools(agent.tools)  # every spec checked now, not in the middle of a rollout
+            return partial(
+                _tool_environment,
+                agent.tools,
+                call_timeout_s=agent.call_timeout_s,
+                max_calls=agent.max_calls,
+                max_result_chars=agent.max_result_chars,
+                valid_call_reward=agent.valid_call_reward,
+            )
+    except GlassrlError as err:
+        key = "rollout.agent.environment" if agent.environment is not None else "rollout.agent.tools"
+        raise GlassrlError(f"{key}: {err}") from None
+    return task_environment(agentic_tasks(cfg)[0])
+
+
+def _tool_environment(specs: list[str], **settings) -> Environment:
+    from glassrl.rollout.agent import ToolEnvironment, build_tools
+
+    return ToolEnvironment(build_tools(specs), **settings)
+
+
+def rollout_engine(cfg: TrainConfig, model, tokenizer):
+    """The RolloutEngine sampling with ``model``: multi-turn with tools when the run is agentic
+    (:func:`glassrl.rl.config.agent_config`), else Hugging Face decoding, or vLLM with
+    ``rollout.engine: vllm`` (its weights synchronised from ``model`` before each rollout).
+    Responses stop at the tokenizer's, the model's and the chat template's stop tokens and at
+    ``rollout.stop`` (glassrl.rollout.stops)."""
+    from glassrl.rollout.agent import AgentRolloutEngine, HFTurnSampler
+    from glassrl.rollout.hf import HFRolloutEngine
+    from glassrl.rollout.stops import stop_set
+
+    agent = agent_config(cfg)
+    stops = stop_set(tokenizer, getattr(model, "generation_config", None), cfg.rollout.stop)
+    if agent is None and cfg.rollout.engine == "vllm":
+        from glassrl.rollout.vllm import VLLMRolloutEngine
+
+        v = cfg.rollout.vllm
+        return VLLMRolloutEngine.colocated(
+            model,
+            tokenizer,
+            gpu_memory_utilization=v.gpu_memory_utilization,
+            sleep=v.sleep,
+            seed=cfg.seed,
+            stops=stops,
+        )
+    if agent is None:  # the engine's log-probs: rollout/logprob_diff_* and TIS (algo.rollout_is)
+        return HFRolloutEngine(model, tokenizer, sampling_logprobs=cfg.algo.rollout_is is not None, stops=stops)
+    return AgentRolloutEngine(
+        HFTurnSampler(model, tokenizer, stops),
+        tokenizer,
+        environment_maker(cfg, agent),
+        call_format=agent.call_format,
+        describe_tools=agent.describe_tools,
+        max_turns=agent.max_turns,
+        tool_workers=agent.tool_workers,
+        sampling_logprobs=cfg.algo.rollout_is is not None,  # TIS weighs by π_old/π_rollout per token
+    )
+
+
+def prompt_format(cfg: TrainConfig, tokenizer) -> Callable[[Sequence[PromptRecord]], list[list[int]]] | None:
+    """How the run's prompts become token ids when the run is agentic: with the environment's tools
+    rendered in, as the call format writes them (glassrl.rollout.agent.agent_prompt_ids); None for
+    a single-turn run (the prompt alone, glassrl.data.formatting.format_prompts)."""
+    from glassrl.rollout.agent import agent_prompt_ids, build_call_format
+
+    agent = agent_config(cfg)
+    if agent is None:
+        return None
+    call_format = build_call_format(tokenizer, agent.call_format, describe_tools=agent.describe_tools)
+    return partial(agent_prompt_ids, call_format, environment_maker(cfg, agent))
+
+
+def lora_settings(cfg: TrainConfig):
+    """model.lora as glassrl.models.lora.LoraSettings, or None (every weight trains)."""
+    from glassrl.models.lora import LoraSettings
+
+    lora = cfg.model.lora
+    if lora is None:
+        return None
+    targets = lora.target_modules if isinstance(lora.target_modules, str) else tuple(lora.target_modules)
+    return LoraSettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout, target_modules=targets)
+
+
+def with_lora(model, settings, base: Path, load_base: Callable[[Path], torch.nn.Module]):
+    """(``model`` with LoRA adapters, the ``load`` of its checkpoint part: the saved adapters on a
+    fresh base); without ``settings``, ``model`` and ``load_base`` unchanged."""
+    from glassrl.models.lora import apply_lora, load_lora_model
+
+    if settings is None:
+        return model, load_base
+    try:
+        adapted = apply_lora(model, settings, base)
+    except GlassrlError as err:  # "lora.target_modules = ..." -> the config's key
+        raise GlassrlError(f"model.{err}") from None
+    return adapted, partial(load_lora_model, settings=settings, load_base=load_base)
+
+
+def actor_loss(cfg: TrainConfig, resolved: Resolved) -> list:
+    """The actor's loss terms (glassrl.rl.update.actor_terms) as the config chooses them."""
+    a = cfg.algo
+    return actor_terms(
+        policy_loss=a.policy_loss,
+        params=loss_params(a),
+        loss_agg=a.loss_agg,
+        norm_length=resolved.norm_length,
+        kl_in_loss=a.kl.kind if a.kl.placement == "loss" else None,
+        kl_coef=a.kl.coef,
+        entropy_coef=a.entropy_coef,
+        positive_nll_coef=a.positive_nll_coef,
+        rollout_is_cap=a.rollout_is.cap if a.rollout_is is not None else None,
+    )
+
+
+def critic_loss(cfg: TrainConfig, resolved: Resolved) -> list:
+    """The critic's loss terms (glassrl.rl.update.critic_terms)."""
+    a = cfg.algo
+    return critic_terms(value_clip=a.value_clip, loss_agg=a.loss_agg, norm_length=resolved.norm_length)
+
+
+def actor_optimizer_steps(cfg: TrainConfig, resolved: Resolved) -> int:
+    """Optimiser steps the actor takes in the run (none in the value warm-up steps): its schedule's length."""
+    return (cfg.steps - cfg.algo.value_warmup_steps) * resolved.optimizer_steps_per_step
+
+
+def forward_passes(cfg: TrainConfig):
+    """The run's :class:`~glassrl.workers.local.Passes`: every role's forward passes without gradient
+    (micro-batch, sampling temperature, model.compute_dtype, padding_free, shared_prefix); also what
+    ``glassrl explain --model`` recomputes with."""
+    from glassrl.models.precision import compute_dtype
+    from glassrl.workers.local import Passes
+
+    m = cfg.model
+    return Passes(
+        micro_batch=cfg.batch.micro_batch_responses,
+        temperature=cfg.rollout.temperature,
+        compute=compute_dtype(m.compute_dtype),
+        packed=m.padding_free,
+        shared_prefix=m.shared_prefix is True,  # "auto" is made concrete first (with_shared_prefix)
+    )
+
+
+def build_local_workers(
+    cfg: TrainConfig, resolved: Resolved, path: Path, tokenizer, ptx: PtxLoss | None = None
+) -> Workers:
+    """In-process workers; the rollout samples with the actor's own model; ``ptx`` joins the actor's updates.
+
+    model.compute_dtype: forward passes under autocast over float32 master weights
+    (glassrl.models.precision). model.lora: adapters on the actor (and critic); π_ref is then the
+    actor's own model with its adapters off (glassrl.workers.lora), unless model.reference names one.
+    model.padding_free: every forward pass on the real tokens only (glassrl.models.packing), once
+    checked on each model (check_packing). model.shared_prefix: every forward pass computes each
+    distinct prompt once per chunk (glassrl.models.shared_prefix), once checked on each model
+    (check_shared_prefix). rollout.overlap: the rollout worker also samples the next step's batch
+    with a copy of the policy, in a thread (glassrl.workers.overlap).
+    """
+    from glassrl.models import load_causal_lm, load_scalar_model
+    from glassrl.models.packing import check_packing
+    from glassrl.models.precision import Autocast, check_master_weights
+    from glassrl.models.shared_prefix import check_shared_prefix
+    from glassrl.workers.local import LocalActor, LocalCritic, LocalReference, LocalReward, LocalRollout
+    from glassrl.workers.lora import LoraReference
+    from glassrl.workers.overlap import OverlapRollout
+
+    m, a, r = cfg.model, cfg.algo, cfg.rollout
+    passes = forward_passes(cfg)
+    micro, compute, packed, shared = passes.micro_batch, passes.compute, passes.packed, passes.shared_prefix
+    lora = lora_settings(cfg)
+
+    def check_layout(model) -> None:  # the packed layouts rely on the model's attention honouring them
+        if packed:
+            check_packing(model)
+        if shared:
+            check_shared_prefix(model)
+
+    load_lm = partial(load_causal_lm, dtype=m.dtype, device=m.device)
+    # prompt limit + rollout.max_new_tokens fit its positions: glassrl.rl.prompts
+    model, load_actor = with_lora(load_lm(path), lora, path, load_lm)
+    check_master_weights(model, compute)
+    check_layout(model)
+    optimizer, scheduler = make_optimizer(model, cfg.actor_optim, actor_optimizer_steps(cfg, resolved))
+    update = partial(
+        run_updates,
+        micro_batch=micro,
+        grad_clip=cfg.actor_optim.grad_clip,
+        forward=Autocast(
+            partial(actor_forward, r.temperature, a.entropy_coef > 0, packed=packed, shared_prefix=shared),
+            m.compute_dtype,
+        ),
+        terms=actor_loss(cfg, resolved),
+        prefix="actor",
+        ptx=ptx,
+        on_nonfinite=cfg.on_nonfinite,
+        shared_prefix=shared,
+    )
+    actor = LocalActor(
+        model,
+        tokenizer,
+        optimizer,
+        scheduler,
+        passes=passes,
+        update=update,
+        load=load_actor,
+    )
+    device = next(model.parameters()).device
+    generator = torch.Generator(device).manual_seed(cfg.seed + 1)
+    engine = rollout_engine(cfg, model, tokenizer)
+    rollout = LocalRollout(engine, generator, compute)
+    paths = {"rollout": engine.path, "optimiser": optimizer_path(optimizer)}
+    stop = None
+    if r.overlap:  # a copy of the policy samples the next batch in a thread (glassrl.workers.overlap)
+        rollout = OverlapRollout(
+            rollout,
+            model,
+            partial(_engine_on, cfg, copy.deepcopy(tokenizer)),  # its own tokenizer: no sharing across threads
+            passes,
+        )
+        stop = rollout.close
+    reference = None
+    if resolved.uses_reference and lora is not None and m.reference is None:
+        reference = LoraReference(model, passes)
+    elif resolved.uses_reference:
+        ref_model = load_lm(m.reference or path)
+        if m.reference is not None:  # otherwise the actor's own checkpoint, checked above
+            check_layout(ref_model)
+        reference = LocalReference(ref_model, passes)
+    critic = None
+    if resolved.uses_critic:
+        load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=m.device)
+        base = critic_path(cfg, path)
+        critic_model, load_critic_part = with_lora(load_critic(base), lora, base, load_critic)
+        check_master_weights(critic_model, compute)
+        check_layout(critic_model)
+        c_opt, c_sched = make_optimizer(critic_model, cfg.critic_optim, resolved.total_optimizer_steps)
+        c_update = partial(
+            run_updates,
+            micro_batch=micro,
+            grad_clip=cfg.critic_optim.grad_clip,
+            forward=Autocast(partial(critic_forward, packed=packed, shared_prefix=shared), m.compute_dtype),
+            terms=critic_loss(cfg, resolved),
+            prefix="critic",
+            on_nonfinite=cfg.on_nonfinite,
+            shared_prefix=shared,
+        )
+        critic = LocalCritic(
+            critic_model,
+            tokenizer,
+            c_opt,
+            c_sched,
+            passes=passes,
+            update=c_update,
+            load=load_critic_part,
+        )
+    return Workers(actor, rollout, LocalReward(build_reward(cfg)), reference, critic, stop, paths)
+
+
+def _engine_on(cfg: TrainConfig, tokenizer, model):
+    """:func:`rollout_engine` with the model last (what OverlapRollout's ``make_engine`` takes)."""
+    return rollout_engine(cfg, model, tokenizer)

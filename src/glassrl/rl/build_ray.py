@@ -1,0 +1,259 @@
+"""Build a run's workers on a Ray cluster (``trainer.backend: ray``, docs/scale-out.md).
+
+The driver stays the single controller: it connects to the cluster (``ray.address``, or a
+local cluster started here), places one group of Ray actors per role (glassrl.workers.ray:
+colocated or separate placement groups) and hands the loop the same :class:`Workers` as
+the in-process build (glassrl.rl.build), so the training loop does not change.
+
+What each rank of a group holds is built in its own process by the ``*_rank`` functions
+below (module-level, so Ray pickles them by reference), from the same config:
+
+- actor ranks: a DDP replica (or FSDP2 shard) of π_θ (glassrl.workers.data_parallel.DataParallelActor)
+  with its optimiser, the rollout sampling with that replica (``ray.rollout.placement:
+  with_actor``: the first ``ray.rollout_ranks`` ranks, rank r from the seed ``seed + 1 + r``:
+  rank 0 samples as the in-process rollout does) or the sending side of the weight sync
+  (``apart``), and under LoRA π_ref (the same model, adapters off);
+- rollout ranks (``ray.rollout.placement: apart``): a copy of π_θ loaded from the same checkpoint
+  (LoRA: the same adapters on it), sampling from the seed ``seed + 1 + r`` as actor rank r would,
+  and the receiving side of the weight sync (glassrl.workers.weight_sync), which actor rank 0
+  runs after every actor update and load (glassrl.workers.ray.RayWeightSync); so the apart run
+  with k rollout ranks samples what the with_actor run with ``ray.rollout_ranks: k`` samples;
+- critic ranks: a DDP replica of V (DataParallelCritic); its fresh head is drawn right after
+  the rank seeds torch with ``seed``, as the in-process build draws it;
+- reference ranks: π_ref, frozen, each rank its rows (no collective);
+- reward ranks (``ray.reward``): the reward sources, requests in contiguous chunks.
+
+Checkpoint parts of a trained role: ``actor`` (Hugging Face format, rank 0) and
+``actor_state`` (DCP shards of every rank); likewise for the critic. Not wired here (the
+config refuses them): PPO-ptx, and FSDP2 with the rollout on the actor's ranks (sampling from
+shards is not built; placed apart, the rollout samples from gathered weights). The data-parallel
+update checks every optimiser step as the in-process one does (``on_nonfinite``: stop or skip,
+decided alike on every rank from values summed over the ranks).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from glassrl.errors import GlassrlError
+from glassrl.optim import check_weights, make_optimizer, on_bad_step, optimizer_path, seed_everything
+from glassrl.rl.build import (
+    Workers,
+    actor_loss,
+    actor_optimizer_steps,
+    build_reward,
+    critic_loss,
+    critic_path,
+    forward_passes,
+    lora_settings,
+    rollout_engine,
+    with_lora,
+)
+from glassrl.rl.config import RayRoleConfig, RayRolloutConfig, Resolved, TrainConfig
+from glassrl.rl.ptx import PtxLoss
+from glassrl.rl.update import DIAGNOSTIC_METRICS, actor_forward, critic_forward
+
+
+def build_ray_workers(
+    cfg: TrainConfig, resolved: Resolved, path: Path, tokenizer, ptx: PtxLoss | None = None
+) -> Workers:
+    """Groups of Ray actors for the roles ``cfg`` needs, behind the worker interface; ``Workers.close``
+    stops them. GlassrlError when the cluster cannot be joined or the groups cannot be placed."""
+    from glassrl.workers.local import LocalReward
+    from glassrl.workers.ray import (
+        RayActor,
+        RayCluster,
+        RayCritic,
+        RayReference,
+        RayReward,
+        RayRollout,
+        RayWeightSync,
+        connect,
+    )
+
+    if ptx is not None:
+        raise GlassrlError("algo.ptx_coef: PPO-ptx is not wired into trainer.backend = ray")
+    ray, m = cfg.ray, cfg.model
+    lora_reference = cfg.model.lora is not None and m.reference is None
+    apart = ray.rollout.placement == "apart"
+    specs = [_spec("actor", ray.actor, partial(actor_rank, cfg, resolved, str(path)))]
+    if apart:
+        specs.append(_spec("rollout", ray.rollout, partial(rollout_rank, cfg, str(path))))
+    if resolved.uses_reference and not lora_reference:
+        specs.append(_spec("reference", ray.reference, partial(reference_rank, cfg, str(m.reference or path))))
+    if resolved.uses_critic:
+        specs.append(_spec("critic", ray.critic, partial(critic_rank, cfg, resolved, str(path))))
+    if ray.reward is not None:
+        specs.append(_spec("reward", ray.reward, partial(reward_rank, cfg)))
+    connect(ray.address)
+    cluster = RayCluster(specs, ray.placement)
+    try:
+        actors = cluster["actor"]
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        reference = None
+        if resolved.uses_reference:
+            reference = RayReference(actors) if lora_reference else RayReference(cluster["reference"])
+        sync, rollout = None, RayRollout(actors, pad_id, ranks=ray.rollout_ranks)
+        if apart:
+            rollouts = cluster["rollout"]
+            # NCCL when both sides hold a GPU, else gloo (a GPU actor's buckets staged through the CPU).
+            device = "cuda" if _device(ray.actor) == _device(ray.rollout) == "cuda" else "cpu"
+            sync, rollout = RayWeightSync(actors, rollouts, device), RayRollout(rollouts, pad_id)
+        paths = _rank0(actors, "paths") | (_rank0(cluster["rollout"], "paths") if apart else {})
+        return Workers(
+            actor=RayActor(actors, weight_sync=sync),
+            rollout=rollout,
+            reward=RayReward(cluster["reward"]) if ray.reward is not None else LocalReward(build_reward(cfg)),
+            reference=reference,
+            critic=RayCritic(cluster["critic"]) if resolved.uses_critic else None,
+            stop=cluster.shutdown,
+            paths=paths,
+        )
+    except BaseException:
+        cluster.shutdown()
+        raise
+
+
+def _rank0(group, name: str) -> dict[str, str]:
+    """Rank 0's object ``name`` of ``group``, a dict (the ranks' "paths": what each built chose)."""
+    return group.get([group.hosts[0].call.remote(name, "copy")], ranks=[0])[0]
+
+
+def _device(group: RayRoleConfig | RayRolloutConfig) -> str:
+    return "cuda" if float(group.resources.get("GPU", 0)) > 0 else "cpu"
+
+
+def _spec(role: str, group: RayRoleConfig | RayRolloutConfig, build):
+    from glassrl.workers.ray import RoleSpec
+
+    resources = {key: float(value) for key, value in group.resources.items()}
+    return RoleSpec(role, group.world_size, build, resources=resources, device=_device(group))
+
+
+# ---------------------------------------------------------------- what each rank builds (in its process)
+
+
+def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ctx) -> dict:
+    """Rank ``ctx.rank`` of π_θ: "actor" (its replica, optimiser, update), "rollout" (sampling with
+    the replica, on the first ``ray.rollout_ranks`` ranks) or, with the rollout apart, "weights"
+    (the sending side of the weight sync) and, under LoRA, "reference"."""
+    from glassrl.models import load_causal_lm, load_tokenizer
+    from glassrl.models.precision import check_master_weights, compute_dtype
+    from glassrl.workers.data_parallel import DataParallelActor, DataParallelModel, run_dp_updates
+    from glassrl.workers.local import LocalRollout
+    from glassrl.workers.lora import LoraReference
+    from glassrl.workers.weight_sync import WeightSender
+
+    seed_everything(cfg.seed)
+    m, a, r = cfg.model, cfg.algo, cfg.rollout
+    micro, compute = cfg.batch.micro_batch_responses, compute_dtype(m.compute_dtype)
+    tokenizer = load_tokenizer(path)
+    load_lm = partial(load_causal_lm, dtype=m.dtype, device=str(ctx.device))
+    model, _ = with_lora(load_lm(Path(path)), lora_settings(cfg), Path(path), load_lm)
+    check_master_weights(model, compute)
+    dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
+    # After wrapping: under FSDP2 the optimiser must hold the sharded parameters.
+    optimizer, scheduler = make_optimizer(dp.module, cfg.actor_optim, actor_optimizer_steps(cfg, resolved))
+    update = partial(
+        run_dp_updates,
+        micro_batch=micro,
+        grad_clip=cfg.actor_optim.grad_clip,
+        forward=partial(actor_forward, r.temperature, a.entropy_coef > 0),
+        terms=actor_loss(cfg, resolved),
+        prefix="actor",
+        diagnostics=DIAGNOSTIC_METRICS,
+        on_bad_step=partial(on_bad_step, cfg.on_nonfinite),
+        check_weights=check_weights,
+    )
+    forward = partial(actor_forward, r.temperature, True)  # phase 3 logs the entropy
+    objects = {
+        "actor": DataParallelActor(
+            dp, tokenizer, optimizer, scheduler, micro_batch=micro, update=update, forward=forward
+        )
+    }
+    objects["paths"] = {"optimiser": optimizer_path(optimizer)}  # read by the driver's start-up lines
+    samplers = cfg.ray.rollout_ranks if cfg.ray.rollout_ranks is not None else ctx.world_size
+    if cfg.ray.rollout.placement == "apart":
+        objects["weights"] = WeightSender(dp.module, ctx.is_main, int(cfg.ray.rollout.sync_bucket_mb * 2**20))
+    elif ctx.rank < samplers:
+        generator = torch.Generator(ctx.device).manual_seed(cfg.seed + 1 + ctx.rank)
+        engine = rollout_engine(cfg, dp.module, tokenizer)
+        objects["rollout"] = LocalRollout(engine, generator, compute)
+        objects["paths"]["rollout"] = engine.path
+    if m.lora is not None and m.reference is None and a.kl.placement != "none":
+        objects["reference"] = LoraReference(dp.module, forward_passes(cfg))
+    return objects
+
+
+def rollout_rank(cfg: TrainConfig, path: str, ctx) -> dict:
+    """Rank ``ctx.rank`` of the rollout placed apart: "rollout" (sampling with its copy of π_θ, from
+    the seed actor rank ``ctx.rank`` would sample from) and "weights" (the copy's side of the sync)."""
+    from glassrl.models import load_causal_lm, load_tokenizer
+    from glassrl.models.precision import compute_dtype
+    from glassrl.workers.local import LocalRollout
+    from glassrl.workers.weight_sync import ModuleSink, WeightReceiver
+
+    seed_everything(cfg.seed)
+    m = cfg.model
+    tokenizer = load_tokenizer(path)
+    load_lm = partial(load_causal_lm, dtype=m.dtype, device=str(ctx.device))
+    model, _ = with_lora(load_lm(Path(path)), lora_settings(cfg), Path(path), load_lm)
+    generator = torch.Generator(ctx.device).manual_seed(cfg.seed + 1 + ctx.rank)
+    # A vLLM engine samples from its own weights, reloaded from this model when its parameters
+    # change (glassrl.rollout.vllm): the sync writes into this model in place.
+    engine = rollout_engine(cfg, model, tokenizer)
+    rollout = LocalRollout(engine, generator, compute_dtype(m.compute_dtype))
+    return {"rollout": rollout, "weights": WeightReceiver(ModuleSink(model)), "paths": {"rollout": engine.path}}
+
+
+def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
+    """Rank ``ctx.rank`` of V: "critic" (its replica, optimiser, update)."""
+    from glassrl.models import load_scalar_model, load_tokenizer
+    from glassrl.models.precision import check_master_weights, compute_dtype
+    from glassrl.workers.data_parallel import DataParallelCritic, DataParallelModel, run_dp_updates
+
+    seed_everything(cfg.seed)  # the fresh head: the draws of the in-process build (glassrl.models.loading)
+    m = cfg.model
+    micro = cfg.batch.micro_batch_responses
+    load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=str(ctx.device))
+    base = critic_path(cfg, Path(actor))
+    model, _ = with_lora(load_critic(base), lora_settings(cfg), base, load_critic)
+    check_master_weights(model, compute_dtype(m.compute_dtype))
+    dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
+    optimizer, scheduler = make_optimizer(dp.module, cfg.critic_optim, resolved.total_optimizer_steps)
+    update = partial(
+        run_dp_updates,
+        micro_batch=micro,
+        grad_clip=cfg.critic_optim.grad_clip,
+        forward=critic_forward,
+        terms=critic_loss(cfg, resolved),
+        prefix="critic",
+        diagnostics=DIAGNOSTIC_METRICS,
+        on_bad_step=partial(on_bad_step, cfg.on_nonfinite),
+        check_weights=check_weights,
+    )
+    tokenizer = load_tokenizer(actor)
+    critic = DataParallelCritic(
+        dp, tokenizer, optimizer, scheduler, micro_batch=micro, update=update, forward=critic_forward
+    )
+    return {"critic": critic}
+
+
+def reference_rank(cfg: TrainConfig, path: str, ctx) -> dict:
+    """Rank ``ctx.rank`` of π_ref: frozen, its rows of each batch."""
+    from glassrl.models import load_causal_lm
+    from glassrl.workers.local import LocalReference
+
+    m = cfg.model
+    model = load_causal_lm(path, dtype=m.dtype, device=str(ctx.device))
+    return {"reference": LocalReference(model, forward_passes(cfg))}
+
+
+def reward_rank(cfg: TrainConfig, ctx) -> dict:
+    """Rank ``ctx.rank`` of the reward: the combined sources, scoring its chunk of the requests."""
+    from glassrl.workers.local import LocalReward
+
+    return {"reward": LocalReward(build_reward(cfg))}

@@ -1,0 +1,495 @@
+"""The single-controller trainer (DESIGN §2): one step is seven phases, read top to bottom.
+
+    trainer = Trainer(load_config(TrainConfig, "examples/grpo.yaml"))
+    trainer.train()
+
+The trainer owns the algorithm and talks to role workers (glassrl.workers.base);
+it never touches a torch model. Phases 2–5 are the functions of glassrl.rl.phases,
+which ``glassrl explain --model`` calls too. Algorithm variants plug in as small parts
+chosen by config values, never by algorithm name: the estimator's REQUIRED_INPUTS decide
+which inputs are computed (values → critic, baseline_rewards → greedy rollout), score
+shapers (phases.SCORE_SHAPERS) by their keys, loss terms by their coefficients
+(update.actor_terms).
+
+Run directory (``output_dir``): config.yaml (the resolved config), environment.json (versions,
+machine, and the intra-op thread count with why it was chosen), metrics.jsonl,
+tensorboard/ (when on), ledgers/step_XXXXXX.jsonl, checkpoints/ (glassrl.run.checkpoint),
+resumes.jsonl (one line per --resume: from which checkpoint, and the keys changed), .lock
+while a run holds it (glassrl.run.lock: one run per directory).
+
+A resumed run is compared with the config saved inside its checkpoint (part "config"), so a
+missing or hand-edited config.yaml changes nothing; only the keys of RESUME_MAY_CHANGE may
+differ (recorded in resumes.jsonl). Nothing in a checkpoint names an absolute path that
+matters, so a run directory copied or moved elsewhere resumes with ``output_dir=NEW``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+import yaml
+from rich.console import Console
+
+from glassrl.algos.kl import AdaptiveKLController, FixedKLController
+from glassrl.algos.masked import masked_mean
+from glassrl.config import flatten, safe_load, to_dict
+from glassrl.errors import GlassrlError
+from glassrl.ledger.compute import from_experience
+from glassrl.models.allocator import keep_freed_memory, memory_path
+from glassrl.models.loading import resolve_device
+from glassrl.models.threads import set_threads, startup_line
+from glassrl.optim import NonFiniteError, seed_everything
+from glassrl.report.html import write_run_report
+from glassrl.report.run_dir import collect_environment
+from glassrl.report.sinks import (
+    ConsoleSink,
+    JsonlSink,
+    MetricSinks,
+    MlflowSink,
+    TensorBoardSink,
+    WandbSink,
+    sample_rows,
+)
+from glassrl.rl import phases
+from glassrl.rl.build import (
+    actor_path,
+    build_gold,
+    build_local_workers,
+    build_ptx,
+    layout_path,
+    prompt_format,
+    saved_in_todays_terms,
+    with_precision,
+    with_shared_prefix,
+)
+from glassrl.rl.build_ray import build_ray_workers
+from glassrl.rl.config import TrainConfig, resolve
+from glassrl.rl.evaluation import correct, evaluate
+from glassrl.rl.experience import Experience
+from glassrl.rl.metrics import PhaseTimer, accuracy, gold_metrics, response_metrics, reward_metrics, tensor_metrics
+from glassrl.rl.phases import Sampled
+from glassrl.rl.prompts import build_prompts
+from glassrl.rl.sampling import DynamicSampler, OneRound
+from glassrl.rl.update import actor_batch, critic_batch, minibatch_plan
+from glassrl.rollout.base import SamplingParams
+from glassrl.rollout.stops import describe as describe_stops
+from glassrl.rollout.stops import saved_generation_config
+from glassrl.run import state
+from glassrl.run.atomic import DISK_FULL, disk_errors, write_text
+from glassrl.run.checkpoint import CheckpointManager
+from glassrl.run.lock import RunLock
+from glassrl.workers.base import OnPolicyActor
+
+# Shown under the progress bar, in this order (when present).
+CONSOLE_KEYS = (
+    "reward/mean",
+    "task/accuracy",
+    "kl/mean",
+    "actor/policy_loss",
+    "critic/value_loss",
+    "response/length/mean",
+    "eval/accuracy",
+    "perf/step_s",
+)
+# Config keys a resumed run may change (dotted prefixes): how long it runs, where it lives, what
+# it logs, and an explicit thread count (under auto it keeps the one it recorded: _set_threads).
+# Anything else would make it another run (state.RunConfig).
+RESUME_MAY_CHANGE = ("steps", "output_dir", "logging", "threads")
+
+
+class Trainer:
+    """Builds the workers of ``cfg`` and runs its steps; ``resume`` continues from the latest checkpoint."""
+
+    def __init__(
+        self, cfg: TrainConfig, *, resume: bool = False, console: Console | None = None, progress: bool = True
+    ) -> None:
+        from glassrl.models import load_tokenizer
+
+        cfg = with_precision(cfg)  # model.dtype / compute_dtype "auto" made concrete
+        self.cfg, self.resolved = cfg, resolve(cfg)
+        self.console = console or Console()
+        self.out = Path(cfg.output_dir)
+        self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)
+        self.threads = self._set_threads(resume)  # before any torch work
+        memory = "malloc left as it is: the policy is not on the CPU"
+        if resolve_device(cfg.model.device).type == "cpu":
+            # each step reuses the last step's pages (glassrl.models.allocator)
+            memory = memory_path(keep_freed_memory())
+        seed_everything(cfg.seed)
+        path = actor_path(cfg, self.console)
+        # model.shared_prefix "auto" made concrete (a resumed run goes on as it began)
+        cfg, layout_why = with_shared_prefix(cfg, path, self.out / "config.yaml" if resume else None)
+        self.cfg = cfg
+        self.tokenizer = load_tokenizer(path)
+        # prompt sets, chat template, length rule (an agentic run's prompts with their tools described)
+        self.data = build_prompts(cfg, self.tokenizer, path, prompt_format(cfg, self.tokenizer))
+        stops = describe_stops(self.tokenizer, saved_generation_config(path), cfg.rollout.stop)
+        for line in [*self.data.summary(), stops]:
+            self.console.print(line, markup=False, soft_wrap=True)
+        self.prompts, self.test_records = self.data.train, self.data.test  # a PromptStream or MixtureStream
+        max_length = self.data.limit + cfg.rollout.max_new_tokens
+        self.ptx = build_ptx(cfg, self.resolved, self.tokenizer, max_length)  # PPO-ptx's supervised batches, or None
+        build_workers = build_ray_workers if cfg.trainer.backend == "ray" else build_local_workers
+        self.workers = build_workers(cfg, self.resolved, path, self.tokenizer, self.ptx)
+        # Which faster paths run, and why not where one cannot (no faster path turns off silently).
+        self.paths = {**self.workers.paths, "forward passes": layout_path(cfg.model, layout_why), "memory": memory}
+        for what in ("rollout", "forward passes", "optimiser", "memory"):
+            self.console.print(f"{what}: {self.paths[what]}", markup=False, soft_wrap=True)
+        self.gold = build_gold(cfg)  # reward.gold: scored for reward/gold, never trained on
+        kl = cfg.algo.kl
+        self.kl = (
+            FixedKLController(kl.coef) if kl.target is None else AdaptiveKLController(kl.coef, kl.target, kl.horizon)
+        )
+        self.shapers = phases.score_shapers(cfg.algo)
+        # π_old = π_θ when the batch makes exactly one optimiser step and nothing before the update reads
+        # log π_old (a KL in the reward does): the update's own forward gives log π_old, H and the KL
+        # (glassrl.rl.update.run_updates), so phase 3 runs no actor pass (docs/metrics.md, actor/).
+        self.old_logprobs_from_update = (
+            self.resolved.optimizer_steps_per_step == 1
+            and kl.placement != "reward"
+            and isinstance(self.workers.actor, OnPolicyActor)
+        )
+        # rollout.overlap: the next step's prompts, sampled ahead by the actor as it was (glassrl.workers.overlap),
+        # and the count of actor updates then; actor updates so far (for rollout/staleness)
+        self.ahead: tuple[list, list[list[int]], int] | None = None
+        self.actor_updates = 0
+        self.shuffle = torch.Generator().manual_seed(cfg.seed + 2)  # mini-batch order
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.sampler = (
+            DynamicSampler(cfg.batch.prompts_per_step, cfg.algo.dynamic_sampling_max_rounds, pad_id)
+            if cfg.algo.dynamic_sampling
+            else OneRound()
+        )
+        self.counters = state.Counters()
+        self.components = [c for c in (self.workers.actor, self.workers.critic, self.workers.rollout) if c is not None]
+        self.components += [
+            self.prompts,
+            self.counters,
+            self.threads,
+            state.Wrapped("kl_controller", "json", self.kl),
+            *[s for s in (*self.shapers, self.sampler) if getattr(s, "part_names", ())],
+            *([self.ptx.stream] if self.ptx is not None else []),
+            state.GlobalRNG({"shuffle": self.shuffle}),
+        ]
+        self.run_config = state.RunConfig(  # checked first
+            to_dict(cfg), RESUME_MAY_CHANGE, to_dict(type(cfg)()), upgrade=saved_in_todays_terms(cfg)
+        )
+        self.components.insert(0, self.run_config)
+        with disk_errors(f"output_dir = {self.out}", self.out):
+            self.lock = RunLock(self.out / ".lock", f"output_dir = {self.out}")  # released by train() / close()
+        try:
+            if self.lock.stale:
+                self.console.print(
+                    f"glassrl: took over a stale lock ({self.lock.stale}; no process holds it)",
+                    markup=False,
+                    soft_wrap=True,
+                )
+            self._check_run_dir(resume)
+            self.initial_eval: float | None = None  # eval/accuracy before the first step (set by train)
+            self.last_metrics: dict[str, float] = {}  # of the last step train() ran
+            self.timer = PhaseTimer()
+            self.sinks = self._sinks(resume, progress)
+        except BaseException:
+            self.lock.release()
+            self.workers.close()
+            raise
+
+    # ------------------------------------------------------------------ the step
+
+    def step(self) -> dict[str, float]:
+        """One training step (DESIGN §2); returns its metrics."""
+        step, start, a = self.counters.step + 1, time.perf_counter(), self.cfg.algo
+        self.timer.reset()
+        # 1. generate n responses per prompt, with their reward results (ok / timeout / error). With
+        #    DAPO dynamic sampling (Yu et al. 2025, Algorithm 1) the sampler keeps only groups with
+        #    mixed scores, and rounds go on until it holds the step's batch.prompts_per_step groups.
+        while self.sampler.needs_more():
+            self.sampler.add(self._generate_and_reward(step))
+        sampled, sampling = self.sampler.take()
+        if self.cfg.rollout.overlap:
+            sampling["rollout/staleness"] = sampled.staleness  # actor updates since the batch was sampled
+        if self._samples_ahead(step):  # rollout.overlap: the next batch, sampled by π_θ now, while this one trains
+            self._start_ahead()
+        with self.timer.phase("score"):  # 2. shaped scores on tokens; failed (or baseline-less) rows masked
+            exp = phases.score(
+                sampled,
+                self.tokenizer,
+                estimator=a.advantage,
+                shapers=self.shapers,
+                rollout=self.workers.rollout,
+                reward=self.workers.reward,
+                max_new_tokens=self.cfg.rollout.max_new_tokens,
+            )
+        with self.timer.phase("logprobs"):  # 3. old and reference log-probs, KL, values
+            # π_old is the policy that sampled. A batch sampled ahead (rollout.overlap) brings its log-probs;
+            # one optimiser step on a batch π_θ sampled: π_old = π_θ, and the update's forward gives them (6.).
+            needs_old_logprobs = not self.old_logprobs_from_update or step <= a.value_warmup_steps
+            actor = self.workers.actor if needs_old_logprobs and sampled.behaviour is None else None
+            phases.model_outputs(exp, actor, self.workers.reference, self.workers.critic, a.kl.kind)
+            if sampled.behaviour is not None:
+                phases.policy_outputs(exp, *sampled.behaviour, a.kl.kind)
+        with self.timer.phase("rewards"):  # 4. token rewards r_i = score_i − β·kl_i (when the KL is in the reward)
+            phases.token_rewards(exp, self.kl.value, a.kl.placement == "reward")
+        # Adaptive KL (Ziegler et al. 2019, §2.2): β follows the KL of the batch just sampled, per
+        # token (verl's apply_kl_penalty; TRL sums over the sequence instead); n = responses.
+        if exp.kl_in_reward and math.isfinite(kl := masked_mean(exp.kl, exp.response_mask).item()):
+            self.kl.update(kl, self.resolved.responses_per_step)
+        with self.timer.phase("advantages"):  # 5. advantages and returns (whitened when on), TD errors
+            phases.advantages(exp, a)
+        with self.timer.phase("update"):  # 6. epochs × mini-batches × micro-batches: the critic, then the actor
+            plan = minibatch_plan(
+                len(exp.rollout), self.resolved.mini_batch_responses, self.cfg.batch.epochs, self.shuffle
+            )
+            updated: dict[str, float] = {}
+            if self.workers.critic is not None:
+                updated |= self.workers.critic.update(critic_batch(exp), plan)
+            if step > a.value_warmup_steps:  # VAPO value pre-training: the critic alone until then
+                if exp.logprobs is None:  # log π_old, H, kl: this forward's (3.)
+                    actor_metrics, logprobs, entropy = self.workers.actor.update_on_policy(actor_batch(exp), plan)
+                    phases.policy_outputs(exp, logprobs, entropy, a.kl.kind)
+                    updated |= actor_metrics
+                else:
+                    updated |= self.workers.actor.update(actor_batch(exp), plan)
+                self.actor_updates += 1
+        self.counters.step = step
+        metrics = self._metrics(exp, {**sampling, **updated}, start)  # 7. log, ledger, evaluation, checkpoint
+        self._log_and_save(step, exp, metrics)
+        return metrics
+
+    def train(self) -> dict[str, float]:
+        """Run the remaining steps (evaluating before the first); returns the last metrics.
+
+        The run directory is released at the end, whatever happens (:meth:`close`)."""
+        try:
+            with disk_errors(f"output_dir = {self.out}", self.out, only=DISK_FULL):  # a full disk: one line
+                self._train_steps()
+        finally:
+            self.close()
+        return self.last_metrics
+
+    def _train_steps(self) -> None:
+        write_text(self.out / "config.yaml", yaml.safe_dump(to_dict(self.cfg), sort_keys=False, allow_unicode=True))
+        environment = {
+            **collect_environment(),
+            "threads": self.threads.count,
+            "threads_why": self.threads.why,
+            "paths": self.paths,
+        }
+        write_text(self.out / "environment.json", json.dumps(environment, indent=2, ensure_ascii=False))
+        if self.counters.step == 0 and self.test_records:
+            initial = self.evaluate()
+            self.initial_eval = initial["eval/accuracy"]
+            self.sinks.log(0, initial)
+        while self.counters.step < self.cfg.steps:
+            try:
+                self.last_metrics = self.step()
+            except NonFiniteError as err:
+                last = self.checkpoints.latest()
+                raise NonFiniteError(
+                    f"step {self.counters.step + 1}, {err}; "
+                    + (
+                        f"the last checkpoint, {last.name}, holds finite weights"
+                        if last
+                        else "no checkpoint was written"
+                    )
+                ) from None
+        if self.cfg.logging.report and self.counters.step == self.cfg.steps:
+            write_run_report([self.out], self.out / "report.html")
+
+    def close(self) -> None:
+        """Close the metric sinks, release the run directory and stop the workers (idempotent; train() calls it)."""
+        self.sinks.close()
+        self.lock.release()
+        self.workers.close()
+
+    # ------------------------------------------------------------------ phase 1
+
+    def _sampling(self, greedy: bool = False) -> SamplingParams:
+        r = self.cfg.rollout
+        return SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, greedy)
+
+    def _generate_and_reward(self, step: int) -> Sampled:
+        """Phase 1, one round: n responses to each of the next ``batch.prompts_per_step`` prompts
+        and their typed reward results (failures counted: too many stop the run). With
+        rollout.overlap the batch may have been sampled during the last step (:meth:`_start_ahead`):
+        then this waits for it, and it comes with the log-probs of the policy that sampled it."""
+        behaviour, staleness = None, 0
+        with self.timer.phase("generate"):
+            if self.ahead is not None:
+                (prompts, prompt_ids, updates), self.ahead = self.ahead, None
+                rollout, *behaviour = self.workers.rollout.take_ahead()
+                staleness = self.actor_updates - updates
+            else:
+                prompts = self.prompts.take(self.cfg.batch.prompts_per_step)
+                prompt_ids = self.data.ids(prompts)
+                rollout = self.workers.rollout.generate(
+                    prompt_ids, n=self.cfg.rollout.n, params=self._sampling(), records=prompts
+                )  # multi-turn: each episode's environment is reset with its record
+            self.timer.add_tokens("generate", int(rollout.response_mask.sum()))
+        with self.timer.phase("score"):
+            records = [prompts[g] for g in rollout.group_index.tolist()]  # the record each response answers
+            results = self.workers.reward.score(phases.reward_requests(rollout, records, self.tokenizer))
+            phases.check_failure_rate(results, step, self.cfg.reward.max_failure_rate)
+        return Sampled(rollout, prompts, prompt_ids, results, tuple(behaviour) if behaviour else None, staleness)
+
+    def _samples_ahead(self, step: int) -> bool:
+        """rollout.overlap: whether the next step's batch is sampled during this step. Not during the
+        last step, nor one that evaluates (evaluation samples too) or checkpoints (a checkpoint holds
+        the prompt stream and the sampling generator with nothing in flight, so that a resumed run
+        samples what this one would have)."""
+        return (
+            self.cfg.rollout.overlap
+            and step < self.cfg.steps
+            and not (self._evaluates(step) or self._checkpoints(step))
+        )
+
+    def _start_ahead(self) -> None:
+        """Take the next step's prompts and have the rollout worker sample them with the actor's
+        weights as they are now, in the background, while this step trains (glassrl.workers.overlap)."""
+        prompts = self.prompts.take(self.cfg.batch.prompts_per_step)
+        prompt_ids = self.data.ids(prompts)
+        self.workers.rollout.start_ahead(prompt_ids, n=self.cfg.rollout.n, params=self._sampling(), records=prompts)
+        self.ahead = (prompts, prompt_ids, self.actor_updates)
+
+    # ------------------------------------------------------------------ phase 7
+
+    def _metrics(self, exp: Experience, updated: dict[str, float], start: float) -> dict[str, float]:
+        requests = phases.reward_requests(exp.rollout, exp.records, self.tokenizer)
+        flags = correct(requests, exp.results, self.cfg.logging.eval_threshold)  # eval/accuracy's rule
+        metrics = {**reward_metrics(exp.results), "task/accuracy": accuracy(flags), **response_metrics(exp)}
+        if self.gold is not None:
+            metrics.update(gold_metrics(self.gold, requests, exp.results))
+        metrics.update(tensor_metrics(exp))
+        metrics.update(updated)
+        metrics.update(self.data.metrics())
+        tokens = int(exp.rollout.attention_mask.sum())  # processed by each forward pass over the step
+        self.timer.add_tokens("logprobs", tokens)
+        self.timer.add_tokens("update", tokens * self.cfg.batch.epochs * (2 if self.workers.critic is not None else 1))
+        metrics.update(self.timer.metrics())
+        metrics["perf/step_s"] = time.perf_counter() - start
+        return metrics
+
+    def _log_and_save(self, step: int, exp: Experience, metrics: dict[str, float]) -> None:
+        lg = self.cfg.logging
+        if self._evaluates(step):
+            metrics.update(self.evaluate())
+        if step % lg.log_every == 0 or step == self.cfg.steps:
+            self.sinks.log(step, metrics)
+        if lg.ledger_every and (step % lg.ledger_every == 0 or step == self.cfg.steps):  # the last step: for the report
+            (self.out / "ledgers").mkdir(exist_ok=True)
+            a = self.cfg.algo
+            ledger = from_experience(  # the first logging.ledger_samples responses (whole groups first)
+                exp,
+                self.tokenizer,
+                estimator=a.advantage,
+                gamma=a.gamma,
+                lam=a.lam,
+                kl_kind=a.kl.kind,
+                step=step,
+                samples=lg.ledger_samples,
+            )
+            ledger.to_jsonl(self.out / "ledgers" / f"step_{step:06d}.jsonl")
+            self.sinks.log_samples(step, sample_rows(ledger))  # W&B / MLflow tables, TensorBoard text
+        if lg.report and lg.report_every and step % lg.report_every == 0 and step < self.cfg.steps:
+            write_run_report([self.out], self.out / "report.html")  # train() writes the last one
+        if self._checkpoints(step):
+            state.save(self.checkpoints, step, self.components)
+
+    def _evaluates(self, step: int) -> bool:
+        lg = self.cfg.logging
+        return bool((lg.eval_every and step % lg.eval_every == 0 or step == self.cfg.steps) and self.test_records)
+
+    def _checkpoints(self, step: int) -> bool:
+        lg = self.cfg.logging
+        return bool(lg.checkpoint_every and step % lg.checkpoint_every == 0 or step == self.cfg.steps)
+
+    def evaluate(self) -> dict[str, float]:
+        """eval/… on the test prompts (glassrl.rl.evaluation): ``logging.eval_k`` responses per
+        prompt (greedy when 1) judged correct, scored by the run's reward; mean@k, pass@k, and
+        eval/accuracy/<value> per value of the metadata field ``logging.eval_group_by``."""
+        lg = self.cfg.logging
+        return evaluate(
+            self.test_records,
+            self.data.ids,
+            rollout=self.workers.rollout,
+            reward=self.workers.reward,
+            tokenizer=self.tokenizer,
+            params=self._sampling(greedy=lg.eval_k == 1),
+            k=lg.eval_k,
+            threshold=lg.eval_threshold,
+            group_by=lg.eval_group_by,
+            chunk=self.resolved.responses_per_step,
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def _set_threads(self, resume: bool) -> state.Threads:
+        """Apply the config's ``threads`` (glassrl.models.threads) and say which count and why; a
+        resumed run under ``auto`` takes the count its checkpoint recorded, not what the load gives now."""
+        recorded = state.recorded_threads(self.checkpoints) if resume else state.Recorded(None, None)
+        count, why = set_threads(self.cfg.threads, recorded.threads)
+        self.console.print(startup_line(count, why), markup=False, soft_wrap=True)
+        # a checkpoint written before glassrl recorded the count has no part "threads" to load
+        return state.Threads(count, why, required=recorded.checkpoint is None or recorded.threads is not None)
+
+    def _check_run_dir(self, resume: bool) -> None:
+        """A fresh run must not mix with an old one; a resumed run continues from the latest
+        checkpoint (the newest that verifies when ``latest`` is gone) with the config saved in it,
+        the keys it may change (RESUME_MAY_CHANGE) recorded in resumes.jsonl."""
+        if not resume:
+            if self.checkpoints.checkpoints():
+                raise GlassrlError(
+                    f"output_dir = {self.out} already holds checkpoints: resume with --resume, "
+                    "or choose another output_dir"
+                )
+            (self.out / "resumes.jsonl").unlink(missing_ok=True)  # of a run that never checkpointed
+            return
+        restored = state.restore(self.checkpoints, self.components)
+        self.counters.step = restored.step
+        notes = [restored.note] if restored.note else []
+        saved = self.out / "config.yaml"
+        if not saved.is_file():
+            notes.append(f"{saved} was missing; it is written again from the run's config")
+        else:
+            try:
+                on_disk = flatten(safe_load(saved.read_text(encoding="utf-8")) or {})
+            except (yaml.YAMLError, UnicodeDecodeError, AttributeError):
+                on_disk = {}
+            edited = sorted(k for k, v in flatten(self.run_config.saved).items() if on_disk.get(k, v) != v)
+            if edited or not on_disk:
+                notes.append(
+                    f"{saved} differed from the checkpoint's config ({', '.join(edited) or 'unreadable'}); rewritten"
+                )
+        changed = {key: list(pair) for key, pair in self.run_config.changes.items()}
+        for key, (then, now) in changed.items():
+            notes.append(f"{key} changed on resume: {then!r} -> {now!r}")
+        for note in notes:
+            self.console.print(f"glassrl: {note}", markup=False, soft_wrap=True)
+        record = {"resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "step": restored.step}
+        record |= {"checkpoint": restored.path.name, "changed": changed, "notes": notes}
+        with disk_errors("resumes.jsonl", self.out), (self.out / "resumes.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+
+    def _sinks(self, resume: bool, progress: bool) -> MetricSinks:
+        self.out.mkdir(parents=True, exist_ok=True)
+        step = self.counters.step
+        jsonl = JsonlSink(self.out / "metrics.jsonl")
+        if resume:
+            jsonl.truncate_after(step)
+        elif step == 0:
+            jsonl.truncate_after(-1)  # a fresh run starts a fresh log
+        sinks = [jsonl]
+        if self.cfg.logging.tensorboard:
+            sinks.append(TensorBoardSink(self.out / "tensorboard", purge_step=step + 1 if resume else None))
+        lg = self.cfg.logging
+        if lg.wandb is not None:  # the section's keys are the sink's (project, name, entity)
+            sinks.append(WandbSink(self.out, to_dict(self.cfg), resume=resume, **to_dict(lg.wandb)))
+        if lg.mlflow is not None:  # (tracking_uri, experiment, name)
+            sinks.append(MlflowSink(self.out, to_dict(self.cfg), resume=resume, **to_dict(lg.mlflow)))
+        if progress:
+            sinks.append(ConsoleSink(self.cfg.steps, CONSOLE_KEYS, start_step=step, console=self.console))
+        return MetricSinks(sinks)

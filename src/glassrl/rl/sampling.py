@@ -1,0 +1,232 @@
+"""Phase 1 of a step in rounds: the step takes one round, or (DAPO) rounds until it is full.
+
+Shapes: B responses, G = rollout.n responses per group (one group per prompt), P prompt
+width, T response width.
+
+A *round* generates ``batch.prompts_per_step`` groups and gets their reward results
+(``Trainer.step``, glassrl.rl.loop). The step fills a sampler in a loop:
+
+    while sampler.needs_more():
+        sampler.add(<one round>)
+    sampled, metrics = sampler.take()
+
+:class:`OneRound` holds one round as the step. :class:`DynamicSampler` is DAPO's dynamic
+sampling (Yu et al. 2025, DAPO, eq. 11 constraint 0 < |{o_i : is_equivalent(a, o_i)}| < G,
+and Algorithm 1): of each round it keeps only the groups whose scores are not all equal
+(glassrl.algos.shaping.dynamic_sampling_keep), in a buffer, until the buffer holds
+``prompts_per_step`` groups. Groups kept beyond what the step needs wait in the buffer for
+the next step, so the buffer is checkpointed (part ``sample_buffer``): every field of each
+group's rollout (tensors, turns of a multi-turn rollout), its prompt record (metadata as the
+data file gave it: a Parquet timestamp, a date) and its reward results (details of any
+JSON-able kind, plus sets, dates, non-finite floats), encoded by glassrl.run.codec so
+that they read back as they were.
+
+The filter reads the combined reward's score before any shaping — the paper's
+accuracy, not the overlong penalty — over the group's scored members only: failed
+responses are left out of the comparison as out of every group baseline
+(glassrl.rl.phases), and a group with fewer than 2 scored members is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+from glassrl.algos.shaping import dynamic_sampling_keep
+from glassrl.data.records import PromptRecord
+from glassrl.errors import GlassrlError
+from glassrl.rewards.base import RewardResult
+from glassrl.rl.phases import Sampled, outcome_scores
+from glassrl.rollout.base import RolloutBatch, Turn, concat_rollouts
+
+
+class OneRound:
+    """The step is one round, whatever its scores."""
+
+    part_names: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        self.round: Sampled | None = None
+
+    def needs_more(self) -> bool:
+        return self.round is None
+
+    def add(self, sampled: Sampled) -> None:
+        self.round = sampled
+
+    def take(self) -> tuple[Sampled, dict[str, float]]:
+        sampled, self.round = self.round, None
+        return sampled, {}
+
+
+@dataclass
+class _Group:
+    rollout: RolloutBatch  # (G rows), group_index all 0
+    prompt: PromptRecord
+    prompt_ids: list[int]
+    results: list[RewardResult]
+
+
+class DynamicSampler:
+    """A buffer of groups with mixed scores; the step adds rounds until it holds ``need``
+    groups, at most ``max_rounds`` rounds per step."""
+
+    part_names = ("sample_buffer",)
+
+    def __init__(self, need: int, max_rounds: int, pad_id: int) -> None:
+        self.need, self.max_rounds, self.pad_id = need, max_rounds, pad_id
+        self.buffer: list[_Group] = []
+        self.rounds = self.generated = self.kept = 0  # this step's counts (the sampling/… metrics)
+
+    def needs_more(self) -> bool:
+        return len(self.buffer) < self.need
+
+    def add(self, sampled: Sampled) -> None:
+        """Buffer the round's groups with mixed scores; an error when ``max_rounds`` rounds
+        leave the step short."""
+        groups = split_groups(sampled)
+        mixed = mixed_groups(sampled)
+        self.buffer += [g for g, keep in zip(groups, mixed) if keep]
+        self.rounds, self.generated, self.kept = self.rounds + 1, self.generated + len(groups), self.kept + sum(mixed)
+        if self.needs_more() and self.rounds == self.max_rounds:
+            raise GlassrlError(
+                f"algo.dynamic_sampling_max_rounds = {self.max_rounds}: after {self.rounds} rounds "
+                f"({self.generated} groups generated, {self.kept} with mixed scores kept) the step holds "
+                f"{len(self.buffer)} of batch.prompts_per_step = {self.need} groups; raise the limit, "
+                "or use prompts the policy sometimes solves"
+            )
+
+    def take(self) -> tuple[Sampled, dict[str, float]]:
+        """The step's ``need`` groups (oldest first) and the sampling/… metrics (docs/metrics.md)."""
+        step, self.buffer = self.buffer[: self.need], self.buffer[self.need :]
+        metrics = {
+            "sampling/rounds": self.rounds,
+            "sampling/groups_generated": self.generated,
+            "sampling/groups_kept": self.kept,
+            "sampling/buffer_groups": len(self.buffer),
+        }
+        self.rounds = self.generated = self.kept = 0
+        return join_groups(step, self.pad_id), metrics
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        groups = [
+            {
+                "rollout": _rollout_state(g.rollout),
+                "prompt": _record_state(g.prompt),
+                "prompt_ids": g.prompt_ids,
+                "results": [_result_state(r) for r in g.results],
+            }
+            for g in self.buffer
+        ]
+        return {"sample_buffer": ("torch", {"groups": groups})}
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        self.buffer = [
+            _Group(
+                _rollout(g["rollout"]),
+                _record(g["prompt"]),
+                list(g["prompt_ids"]),
+                [_result(r) for r in g["results"]],
+            )
+            for g in parts["sample_buffer"]["groups"]
+        ]
+
+
+def mixed_groups(sampled: Sampled) -> list[bool]:
+    """Per group: its scored responses' scores are not all equal (DAPO eq. 11 constraint)."""
+    scores, scored = outcome_scores(sampled.results, torch.device("cpu"))
+    group_index = sampled.rollout.group_index.cpu()
+    keep = dynamic_sampling_keep(scores[scored], group_index[scored])  # (scored rows,)
+    kept = set(group_index[scored][keep].tolist())
+    return [g in kept for g in range(len(sampled.prompts))]
+
+
+def split_groups(sampled: Sampled) -> list[_Group]:
+    """One _Group per prompt, its rows in order."""
+    groups = []
+    for g, (prompt, ids) in enumerate(zip(sampled.prompts, sampled.prompt_ids)):
+        rows = (sampled.rollout.group_index == g).nonzero().flatten()  # (G,)
+        part = sampled.rollout.select(rows)
+        part.group_index = torch.zeros_like(part.group_index)
+        groups.append(_Group(part, prompt, ids, [sampled.results[i] for i in rows.tolist()]))
+    return groups
+
+
+def join_groups(groups: list[_Group], pad_id: int) -> Sampled:
+    """The groups as one batch, group k's rows with group_index k (re-padded to common widths)."""
+    parts = []
+    for k, g in enumerate(groups):
+        part = g.rollout.select(torch.arange(len(g.rollout)))
+        part.group_index = torch.full_like(part.group_index, k)
+        parts.append(part)
+    return Sampled(
+        concat_rollouts(parts, pad_id),
+        [g.prompt for g in groups],
+        [g.prompt_ids for g in groups],
+        [r for g in groups for r in g.results],
+    )
+
+
+# The buffer as plain data for a "torch" checkpoint part (glassrl.run.codec): tensors,
+# containers and scalars; dataclasses become dicts of their fields here and back below.
+
+
+def _rollout_state(r: RolloutBatch) -> dict[str, Any]:
+    state = {f.name: getattr(r, f.name) for f in fields(RolloutBatch)}
+    if r.turns is not None:
+        state["turns"] = [[{f.name: getattr(t, f.name) for f in fields(Turn)} for t in turns] for turns in r.turns]
+    return state
+
+
+def _rollout(state: dict[str, Any]) -> RolloutBatch:
+    turns = state["turns"]
+    if turns is not None:
+        turns = [tuple(Turn(**t) for t in response) for response in turns]
+    return RolloutBatch(**{**state, "turns": turns})
+
+
+def _record_state(r: PromptRecord) -> dict[str, Any]:
+    return {"prompt": r.prompt, "answer": r.answer, "metadata": r.metadata, "source": r.source}
+
+
+def _record(state: dict[str, Any]) -> PromptRecord:
+    return PromptRecord(state["prompt"], state["answer"], state["metadata"], state["source"])
+
+
+def _result_state(r: RewardResult) -> dict[str, Any]:
+    return {
+        "status": r.status,
+        "score": r.score,
+        "process_rewards": r.process_rewards,
+        "message": r.message,
+        "details": _encode(r.details),
+    }
+
+
+def _result(state: dict[str, Any]) -> RewardResult:
+    return RewardResult(
+        state["status"], state["score"], state["process_rewards"], state["message"], _decode(state["details"])
+    )
+
+
+def _encode(value: Any) -> Any:
+    """details may nest RewardResults (a combined reward's sources)."""
+    if isinstance(value, RewardResult):
+        return {"__reward_result__": _result_state(value)}
+    if type(value) is dict:
+        return {k: _encode(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_encode(v) for v in value)
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if type(value) is dict:
+        if set(value) == {"__reward_result__"}:
+            return _result(value["__reward_result__"])
+        return {k: _decode(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_decode(v) for v in value)
+    return value

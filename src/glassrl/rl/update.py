@@ -1,0 +1,425 @@
+"""Actor and critic updates: epochs × mini-batches × micro-batches, accumulation, clipping.
+
+Shapes: B responses of the step, T response width. A batch is a dict of tensors
+whose first dimension is B (keys in glassrl.workers.base).
+
+One optimiser step per mini-batch (PPO's K epochs over shuffled minibatches:
+Schulman et al. 2017, Algorithm 1). A mini-batch runs as micro-batches whose
+gradients accumulate. The loss is a sum of weighted :class:`Term`\\ s, each a
+per-token quantity aggregated by a named mode (DESIGN §3). Accumulation is exact:
+micro-batch k's aggregate is weighted by its share of the mini-batch's units
+(valid tokens for "token-mean", non-empty rows for the sequence modes), so the
+accumulated gradient equals that of the whole mini-batch in one pass, whatever
+the micro-batch size (a fixed 1/accum weight, as in early verl, is only right
+when every micro-batch has the same number of tokens).
+
+Terms are selected by config values (a coefficient > 0, a KL placement), never
+by algorithm name: :func:`actor_terms` and :func:`critic_terms`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from glassrl.algos.aggregation import aggregate
+from glassrl.algos.losses import (
+    PolicyLossParams,
+    entropy_loss_term,
+    get_policy_loss,
+    kl_loss_term,
+    positive_nll_term,
+    value_loss,
+)
+from glassrl.algos.masked import masked_sum
+from glassrl.algos.rollout_is import truncated_is_weights
+from glassrl.errors import GlassrlError
+from glassrl.models.logprobs import response_logprobs
+from glassrl.models.shared_prefix import prompt_order
+from glassrl.models.values import response_values
+from glassrl.optim import check_weights, nonfinite, on_bad_step
+from glassrl.rl.experience import Experience
+from glassrl.rl.phases import model_batch
+from glassrl.rl.ptx import PtxLoss
+
+Batch = dict[str, torch.Tensor]
+Forward = dict[str, torch.Tensor]  # model outputs of one micro-batch: "logprobs", "entropy", "values"
+
+# Diagnostics of the losses reported as metrics (docs/metrics.md): each is a masked
+# mean over a micro-batch's valid tokens, averaged over the update's micro-batches.
+DIAGNOSTIC_METRICS = {
+    "clipped_low": "clip_frac_low",
+    "clipped_high": "clip_frac_high",
+    "dual_clipped": "dual_clip_frac",
+    "cov_clipped": "cov_clip_frac",
+    "approx_kl": "approx_kl",
+    "clipped": "vf_clip_frac",
+    "is_truncated": "rollout_is_clip_frac",
+}
+
+
+@dataclass(frozen=True)
+class Term:
+    """coef × aggregate(per_token, mask, mode): one part of a loss.
+
+    name: metric key of the term's value (e.g. "actor/policy_loss").
+    mask(micro) -> (B, T) bool: the tokens it averages over (from the batch alone).
+    per_token(forward, micro) -> ((B, T) loss terms, {name: (B, T) diagnostics}).
+    """
+
+    name: str
+    coef: float
+    mode: str
+    norm_length: int | None
+    mask: Callable[[Batch], torch.Tensor]
+    per_token: Callable[[Forward, Batch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+def actor_batch(exp: Experience) -> Batch:
+    """What the actor's update reads (keys in glassrl.workers.base). "scores" marks VAPO's
+    positive examples: correct answers, judged before any shaping."""
+    batch = {**model_batch(exp), "advantages": exp.policy_advantages, "scores": exp.raw_scores}
+    if exp.logprobs is not None:  # None: the on-policy update computes them (run_updates' forward_outputs)
+        batch["old_logprobs"] = exp.logprobs
+    if exp.ref_logprobs is not None:
+        batch["ref_logprobs"] = exp.ref_logprobs
+    if exp.rollout.rollout_logprobs is not None:  # the engine's own log-probs: algo.rollout_is
+        batch["rollout_logprobs"] = exp.rollout.rollout_logprobs
+    return batch
+
+
+def critic_batch(exp: Experience) -> Batch:
+    """What the critic's update reads: the values at rollout and the returns R_i, its target."""
+    return {**model_batch(exp), "old_values": exp.values, "returns": exp.returns}
+
+
+def minibatch_plan(rows: int, mini_batch: int, epochs: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """epochs × rows/mini_batch index tensors: each epoch a fresh permutation of range(rows), cut in order."""
+    plan = []
+    for _ in range(epochs):
+        order = torch.randperm(rows, generator=generator)
+        plan.extend(order.split(mini_batch))
+    return plan
+
+
+def select(batch: Batch, index: torch.Tensor) -> Batch:
+    """The rows ``index`` of every tensor of ``batch``."""
+    return {key: value[index.to(value.device)] for key, value in batch.items()}
+
+
+def _units(mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """What ``mode`` averages over: valid tokens (token-mean) or non-empty rows (sequence modes)."""
+    return mask.sum() if mode == "token-mean" else mask.any(-1).sum()
+
+
+class _Stats:
+    """Running sums and counts of metrics over one update, on the device until ``means`` (one sync)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.counts: dict[str, torch.Tensor] = {}
+
+    def add(self, key: str, total: torch.Tensor, count: torch.Tensor) -> None:
+        self.sums[key] = self.sums.get(key, 0.0) + total.detach().double()
+        self.counts[key] = self.counts.get(key, 0) + count
+
+    def means(self) -> dict[str, float]:
+        """Sum / count per key; a key whose count stayed 0 (no valid token) is left out."""
+        keys = list(self.sums)
+        if not keys:  # every optimiser step skipped as non-finite
+            return {}
+        sums = torch.stack([torch.as_tensor(self.sums[k]).cpu() for k in keys]).tolist()
+        counts = torch.stack([torch.as_tensor(self.counts[k]).cpu() for k in keys]).tolist()
+        return {k: total / count for k, total, count in zip(keys, sums, counts) if count > 0}
+
+
+def run_updates(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    batch: Batch,
+    plan: list[torch.Tensor],
+    *,
+    micro_batch: int,
+    grad_clip: float | None,
+    forward: Callable[[torch.nn.Module, Batch], Forward],
+    terms: list[Term],
+    prefix: str,
+    ptx: PtxLoss | None = None,
+    on_nonfinite: str = "stop",
+    forward_outputs: Forward | None = None,
+    shared_prefix: bool = False,
+) -> dict[str, float]:
+    """One optimiser step per index tensor of ``plan``; returns metrics averaged over them.
+
+    Metrics: each term's value (its mini-batch aggregate) averaged over optimiser
+    steps; each diagnostic's masked mean per micro-batch, averaged over the
+    micro-batches that have valid tokens; ``{prefix}/grad_norm`` (global norm before
+    clipping, Pascanu et al. 2013) averaged over optimiser steps; ``{prefix}/lr``
+    after the last step. With ``ptx`` each optimiser step also takes γ × the SFT loss of a
+    supervised batch (PPO-ptx, Ouyang et al. 2022, eq. 2); ``{prefix}/ptx_loss`` averages it.
+
+    Before each optimiser step its loss terms and gradient norm are checked, after it the
+    weights (glassrl.optim): a non-finite one raises NonFiniteError naming it, or
+    with ``on_nonfinite="skip"`` the step is dropped and counted in ``{prefix}/skipped_steps``
+    (present when > 0); a dropped step adds nothing to the other metrics.
+
+    ``forward_outputs`` (a dict to fill) asks for the on-policy update of a batch without
+    ``old_logprobs``, which takes exactly one optimiser step (Trainer.step): every forward pass
+    runs before that step, with the weights that sampled, so π_old = π_θ and log π_old is each
+    micro-batch's own log π_θ, detached; the ratio is 1 by construction. The forward's outputs
+    ("logprobs", "entropy"), detached, fill ``forward_outputs``, (B, T) in the batch's row order:
+    what phase 3 would have computed, without a pass of its own.
+
+    ``shared_prefix`` (model.shared_prefix): each mini-batch's rows are grouped by prompt before
+    they are cut into micro-batches, so a micro-batch shares its prompts (glassrl.models.shared_prefix),
+    in the order of the whole batch grouped by prompt (that of the log-prob passes).
+    The mini-batch's gradient is a sum over its rows, whatever the cut, so the step is the same; only
+    the diagnostics, means per micro-batch, may differ when micro_batch < the mini-batch.
+    """
+    on_policy = forward_outputs is not None
+    if on_policy and len(plan) != 1:
+        raise ValueError(f"run_updates: a batch without old_logprobs takes one optimiser step, not {len(plan)}")
+    kept: list[tuple[torch.Tensor, Forward]] = []  # on-policy: (rows, forward outputs) per micro-batch
+    stats = _Stats()
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.train()
+    skipped = 0
+    if shared_prefix:
+        # Each row's place in the batch grouped by prompt, as the log-prob passes group it (glassrl.workers.local):
+        # a mini-batch of the whole batch is then cut into the very micro-batches (and layouts) of those passes,
+        # so at π_θ = π_ref the KL's gradient is exactly 0, as on the padded path, not rounding noise.
+        grouped = prompt_order(batch["input_ids"], batch["attention_mask"], batch["response_mask"].shape[1])  # (B,)
+        place = torch.empty_like(grouped)
+        place[grouped] = torch.arange(len(grouped), device=grouped.device)
+    for k, index in enumerate(plan):
+        if shared_prefix:
+            index = index[place[index.to(place.device)].argsort().to(index.device)]  # mini-batch rows in that order
+        parts = index.split(micro_batch)
+        micros = [select(batch, part) for part in parts]
+        totals = {t.name: sum(_units(t.mask(m), t.mode) for m in micros).clamp(min=1) for t in terms}
+        values = {t.name: torch.zeros((), device=batch["response_mask"].device) for t in terms}
+        diagnostics_of_step = []  # (key, total, count), added to stats only when the step is taken
+        optimizer.zero_grad(set_to_none=True)
+        for part, micro in zip(parts, micros):
+            out = forward(model, micro)
+            if on_policy:  # π_old = π_θ before the one optimiser step: log π_old is this forward's, detached
+                micro["old_logprobs"] = out["logprobs"].detach()
+                kept.append((part, {key: value.detach() for key, value in out.items()}))
+            # The loss, each term aggregated by its own mode and weighted by its share of the
+            # mini-batch's units (so the accumulated gradient is the mini-batch's):
+            #     actor:  L = L_π + β·KL − c·H + μ·NLL   (actor_terms; a term whose coefficient is 0 is absent)
+            #     critic: L = L_V                        (critic_terms)
+            # and, once per actor optimiser step below, + γ·L_ptx (PPO-ptx).
+            loss = torch.zeros((), device=micro["response_mask"].device)
+            for term in terms:
+                mask = term.mask(micro)
+                per_token, diagnostics = term.per_token(out, micro)
+                share = _units(mask, term.mode) / totals[term.name]
+                value = share * aggregate(per_token, mask, term.mode, term.norm_length)
+                loss = loss + term.coef * value
+                values[term.name] = values[term.name] + value.detach()
+                tokens = mask.sum()
+                for key, diag in diagnostics.items():
+                    if key in DIAGNOSTIC_METRICS:  # a micro-batch without valid tokens counts 0 times
+                        micro_mean = masked_sum(diag.double(), mask) / tokens.clamp(min=1)
+                        diagnostics_of_step.append(
+                            (f"{prefix}/{DIAGNOSTIC_METRICS[key]}", micro_mean, (tokens > 0).long())
+                        )
+            loss.backward()
+        ptx_loss = ptx.backward(model) if ptx is not None else None
+        # With no limit the norm is still computed (and logged): clip at +inf is a no-op.
+        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf)
+        checked = {**values, f"{prefix}/grad_norm": norm}
+        if ptx_loss is not None:
+            checked[f"{prefix}/ptx_loss"] = ptx_loss
+        if bad := nonfinite(checked):
+            on_bad_step(on_nonfinite, bad, f"{prefix} update, optimiser step {k + 1} of {len(plan)}")
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()  # the schedule keeps its length: a skipped step is a step not taken
+            skipped += 1
+            continue
+        optimizer.step()
+        scheduler.step()
+        check_weights(model, params, f"{prefix} update, optimiser step {k + 1} of {len(plan)}")
+        for diagnostic in diagnostics_of_step:
+            stats.add(*diagnostic)
+        one = torch.ones((), dtype=torch.long, device=norm.device)
+        if ptx_loss is not None:
+            stats.add(f"{prefix}/ptx_loss", ptx_loss, one.cpu())
+        for name, value in values.items():  # the mini-batch's aggregate, once per optimiser step
+            stats.add(name, value, one)
+        stats.add(f"{prefix}/grad_norm", norm, one)
+    if on_policy:
+        rows = torch.cat([part for part, _ in kept]).to(batch["response_mask"].device)  # a permutation of 0..B−1
+        for key in kept[0][1]:
+            stacked = torch.cat([out[key] for _, out in kept])  # (B, T) in plan order
+            forward_outputs[key] = torch.empty_like(stacked).index_copy(0, rows, stacked)  # (B, T) in row order
+    metrics = stats.means()
+    metrics[f"{prefix}/lr"] = scheduler.get_last_lr()[0]
+    if skipped:
+        metrics[f"{prefix}/skipped_steps"] = skipped
+    return metrics
+
+
+# ---------------------------------------------------------------- forward passes
+# Module-level functions bound with functools.partial (not closures): a remote
+# worker can receive them pickled.
+
+
+def actor_forward(
+    temperature: float,
+    with_entropy: bool,
+    model: torch.nn.Module,
+    micro: Batch,
+    *,
+    packed: bool = False,
+    shared_prefix: bool = False,
+) -> Forward:
+    """log π_θ(a_i|s_i) (B, T) at the sampling temperature, and the entropy H(π_θ(·|s_i)) (B, T)
+    when a term needs it (``with_entropy``) or the batch has no old_logprobs (the on-policy update
+    of :func:`run_updates` stands in for phase 3, whose metrics show the entropy: detached then,
+    unless a term needs it). Both from the same logits. ``packed``: padding-free (model.padding_free);
+    ``shared_prefix``: each distinct prompt once (model.shared_prefix)."""
+    T = micro["response_mask"].shape[1]
+    logprobs, entropy = response_logprobs(
+        model,
+        micro["input_ids"],
+        micro["attention_mask"],
+        T,
+        temperature=temperature,
+        with_entropy=with_entropy or "old_logprobs" not in micro,
+        entropy_grad=with_entropy,
+        packed=packed,
+        shared_prefix=shared_prefix,
+    )
+    return {"logprobs": logprobs} if entropy is None else {"logprobs": logprobs, "entropy": entropy}
+
+
+def critic_forward(
+    model: torch.nn.Module, micro: Batch, *, packed: bool = False, shared_prefix: bool = False
+) -> Forward:
+    """V(s_i) (B, T), read at the position before token i (DESIGN §1). ``packed``: padding-free;
+    ``shared_prefix``: each distinct prompt once (model.shared_prefix)."""
+    T = micro["response_mask"].shape[1]
+    values = response_values(
+        model, micro["input_ids"], micro["attention_mask"], T, packed=packed, shared_prefix=shared_prefix
+    )
+    return {"values": values}
+
+
+# ---------------------------------------------------------------- actor terms
+
+
+def _response_mask(micro: Batch) -> torch.Tensor:
+    return micro["response_mask"]
+
+
+def _positive_mask(micro: Batch) -> torch.Tensor:
+    # VAPO positive-example LM loss: normalised over the tokens of positive responses only.
+    return micro["response_mask"] & (micro["scores"] > 0).unsqueeze(-1)  # (B, T)
+
+
+def _policy_per_token(name: str, params: PolicyLossParams, is_cap: float | None, out: Forward, micro: Batch):
+    mask = micro["response_mask"]
+    result = get_policy_loss(name)(out["logprobs"], micro["old_logprobs"], micro["advantages"], mask, params)
+    # approx. KL(π_old || π_θ) of the update, k3 = (r − 1) − log r (Schulman 2020), as CleanRL logs it.
+    log_ratio = torch.where(mask, out["logprobs"].detach() - micro["old_logprobs"], 0.0)
+    diagnostics = {**result.diagnostics, "approx_kl": torch.expm1(log_ratio) - log_ratio}
+    if is_cap is None:
+        return result.loss, diagnostics
+    if "rollout_logprobs" not in micro:
+        raise GlassrlError("algo.rollout_is: the rollout engine kept no log-probs of its samples (rollout_logprobs)")
+    # TIS (Yao et al. 2025): each token's policy-loss term × min(π_old/π_rollout, C), a constant.
+    weights, truncated = truncated_is_weights(micro["old_logprobs"], micro["rollout_logprobs"], mask, is_cap)
+    return result.loss * weights, {**diagnostics, "is_truncated": truncated}
+
+
+def _kl_per_token(kind: str, out: Forward, micro: Batch):
+    return kl_loss_term(out["logprobs"], micro["ref_logprobs"], micro["response_mask"], kind), {}
+
+
+def _entropy_per_token(out: Forward, micro: Batch):
+    return entropy_loss_term(out["entropy"], micro["response_mask"]), {}
+
+
+def _positive_nll_per_token(out: Forward, micro: Batch):
+    return positive_nll_term(out["logprobs"], micro["response_mask"], micro["scores"] > 0), {}
+
+
+def actor_terms(
+    *,
+    policy_loss: str,
+    params: PolicyLossParams,
+    loss_agg: str,
+    norm_length: int,
+    kl_in_loss: str | None,
+    kl_coef: float,
+    entropy_coef: float,
+    positive_nll_coef: float,
+    rollout_is_cap: float | None = None,
+) -> list[Term]:
+    """The actor's loss: the policy loss, then each auxiliary term whose coefficient is on.
+
+    kl_in_loss: the KL estimator when the KL sits in the loss (GRPO, Shao et al. 2024,
+    eq. 3), else None. The entropy bonus enters with −c₂ (PPO, Schulman et al. 2017, eq. 9).
+    rollout_is_cap: C of truncated importance sampling (glassrl.algos.rollout_is): the policy
+    loss's per-token terms are weighted by min(π_old/π_rollout, C); None = off.
+    """
+    agg = dict(mode=loss_agg, norm_length=norm_length)
+    get_policy_loss(policy_loss)  # unknown name: error now, not at the first update
+    terms = [
+        Term(
+            "actor/policy_loss",
+            1.0,
+            mask=_response_mask,
+            per_token=partial(_policy_per_token, policy_loss, params, rollout_is_cap),
+            **agg,
+        )
+    ]
+    if kl_in_loss is not None and kl_coef > 0:
+        terms.append(
+            Term("actor/kl_loss", kl_coef, mask=_response_mask, per_token=partial(_kl_per_token, kl_in_loss), **agg)
+        )
+    if entropy_coef > 0:
+        terms.append(
+            Term("actor/entropy_loss", -entropy_coef, mask=_response_mask, per_token=_entropy_per_token, **agg)
+        )
+    if positive_nll_coef > 0:
+        terms.append(
+            Term(
+                "actor/positive_nll_loss",
+                positive_nll_coef,
+                "token-mean",
+                None,
+                mask=_positive_mask,
+                per_token=_positive_nll_per_token,
+            )
+        )
+    return terms
+
+
+# ---------------------------------------------------------------- critic terms
+
+
+def _value_per_token(clip: float | None, out: Forward, micro: Batch):
+    result = value_loss(out["values"], micro["old_values"], micro["returns"], micro["response_mask"], clip)
+    return result.loss, result.diagnostics
+
+
+def critic_terms(*, value_clip: float | None, loss_agg: str, norm_length: int) -> list[Term]:
+    """The critic's loss: the (clipped) value loss against the returns R_i (DESIGN §1)."""
+    return [
+        Term(
+            "critic/value_loss",
+            1.0,
+            loss_agg,
+            norm_length,
+            mask=_response_mask,
+            per_token=partial(_value_per_token, value_clip),
+        )
+    ]

@@ -1,0 +1,460 @@
+"""Atomic, verified checkpoints: a manifest, a ``latest`` pointer, pruning.
+
+    manager = CheckpointManager(run_dir / "checkpoints", keep=2)
+    manager.save(step, {"actor": Part("hf", actor), "actor_optimizer": Part("torch", opt.state_dict()),
+                        "trainer": Part("json", {"step": step})})
+    path = manager.latest()                       # None before the first save
+    parts = manager.load(path, required={"actor", "actor_optimizer", "trainer"})
+
+On disk (``root``)::
+
+    step_00000010/        one complete checkpoint: a file or directory per part + manifest.json
+    step_00000020/
+    latest                the name of the newest complete checkpoint ("step_00000020")
+    tmp-…/                a save in progress (or one killed mid-way): never loaded, removed by the next save
+
+Protocol of :meth:`CheckpointManager.save` (what makes it crash-safe):
+1. every part is written into ``tmp-step_XXXXXXXX-<random>/`` and each file is fsynced;
+   and read back: a part that does not decode to what was given is an error (never a
+   checkpoint that cannot be resumed);
+2. ``manifest.json`` (step, parts, each file's size and sha256, whether every floating
+   tensor is finite, glassrl version, time) is written LAST, so a directory with a
+   manifest has all its files;
+3. the directory is renamed to ``step_XXXXXXXX`` (rename(2) of a directory is atomic)
+   and ``root`` is fsynced so the rename survives a power loss;
+4. ``latest`` is replaced (temp file + os.replace + fsync): it only ever names a
+   complete checkpoint;
+5. only then are older checkpoints beyond ``keep`` and stale ``tmp-*`` directories deleted,
+   except the newest checkpoint whose tensors are all finite: the last good one survives
+   pruning whatever came after it.
+
+A write that fails (a full disk: ENOSPC) removes the ``tmp-*`` directory and is one
+GlassrlError line; ``latest`` still names the previous checkpoint. :meth:`CheckpointManager.find_latest`
+falls back, when ``latest`` is missing or names nothing complete, to the newest checkpoint
+whose files match its manifest, and says so.
+
+The fsync-then-rename sequence is the one recommended for crash-safe file replacement
+(Pillai et al. 2014, "All File Systems Are Not Created Equal", OSDI, §2 and §5; glassrl.run.atomic).
+
+Part kinds (:class:`Part`):
+- ``"safetensors"``: dict[str, Tensor] → ``NAME.safetensors`` (loaded back on CPU);
+- ``"hf"``: an object with ``save_pretrained(dir)`` (a Hugging Face model, the critic
+  with its value head, a tokenizer) → directory ``NAME/``; :meth:`load` returns that
+  directory's Path for the caller to ``from_pretrained``;
+- ``"torch"``: torch state (optimiser / scheduler state_dicts, RNG states, buffers of
+  rollouts) → ``NAME.json`` (the tree) + ``NAME.safetensors`` (its tensors), encoded by
+  :mod:`glassrl.run.codec`: nothing is pickled, so a checkpoint cannot run code when
+  loaded, and a date, a set or a non-finite float reads back as itself;
+- ``"json"``: plain data (counters, data position, controller state, the resolved config)
+  → ``NAME.json``, the same encoding without tensors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+import glassrl
+from glassrl.errors import GlassrlError
+from glassrl.run import codec
+from glassrl.run.atomic import disk_errors, fsync, write_durably
+
+PartKind = Literal["json", "torch", "safetensors", "hf"]
+MANIFEST = "manifest.json"
+LATEST = "latest"
+MANIFEST_FORMAT = 2  # 2: torch parts as JSON + safetensors (codec), not pickles; a finite flag
+_STEP_DIR = re.compile(r"^step_(\d{8})$")
+_PART_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")  # no '.': "a" (json) → a.json cannot clash
+_HASH_CHUNK = 1 << 20
+
+
+class Part(NamedTuple):
+    """One piece of a checkpoint: how to store it (``kind``) and what (``value``)."""
+
+    kind: PartKind
+    value: object
+
+
+class Latest(NamedTuple):
+    """The checkpoint to resume from, and why when it is not the one ``latest`` names."""
+
+    path: Path | None
+    note: str | None = None
+
+
+def step_dir_name(step: int) -> str:
+    """``step_XXXXXXXX``: eight digits, so names sort in step order."""
+    return f"step_{step:08d}"
+
+
+class CheckpointManager:
+    """Checkpoints of one run under ``root``; the newest ``keep`` complete ones are kept
+    (and the newest finite one, when those are not)."""
+
+    def __init__(self, root: Path, keep: int) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        self.root = Path(root)
+        self.keep = keep
+
+    def save(self, step: int, parts: dict[str, Part]) -> Path:
+        """Write ``parts`` as checkpoint ``step`` by the protocol of the module docstring.
+
+        Returns the checkpoint directory ``root/step_XXXXXXXX``. Saving a step that
+        already exists (left by a run killed before ``latest`` moved) replaces it.
+        """
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        if not parts:
+            raise ValueError("a checkpoint needs at least one part")
+        name = step_dir_name(step)
+        with disk_errors(f"checkpoint {name}", self.root):
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = self.root / f"tmp-{name}-{secrets.token_hex(4)}"
+            tmp.mkdir()
+            try:
+                entries = {
+                    part_name: self._write_part(tmp, part_name, Part(*part)) for part_name, part in parts.items()
+                }
+                manifest = {
+                    "format": MANIFEST_FORMAT,
+                    "step": step,
+                    "glassrl_version": glassrl.__version__,
+                    "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "finite": all(entry.pop("finite") for entry in entries.values()),
+                    "parts": entries,
+                }
+                write_durably(tmp / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+                fsync(tmp)
+            except Exception:  # a full disk, a value the encoding refuses: free what this save took
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            final = self.root / name
+            if final.exists():
+                # Usually an orphan of a run killed before `latest` moved. rename(2) cannot replace
+                # a non-empty directory, so it goes aside first (removed below with the tmp-*). If
+                # `latest` names this very step, a kill between the two renames leaves it dangling,
+                # and find_latest() then falls back to the newest checkpoint that verifies.
+                os.rename(final, self.root / f"tmp-replaced-{name}-{secrets.token_hex(4)}")
+            os.rename(tmp, final)
+            fsync(self.root)
+            pointer = self.root / f"{LATEST}.tmp-{secrets.token_hex(4)}"
+            write_durably(pointer, (name + "\n").encode(), self.root / LATEST)
+        self._prune(step)
+        self._remove_stale_tmp()
+        return final
+
+    def latest(self) -> Path | None:
+        """The checkpoint to resume from (:meth:`find_latest`), without the note."""
+        return self.find_latest().path
+
+    def find_latest(self) -> Latest:
+        """The checkpoint ``latest`` names; None when nothing was ever saved.
+
+        When ``latest`` is missing or names a directory that is not a complete checkpoint
+        (deleted by hand, or a kill between two renames), the newest checkpoint whose files
+        match its manifest is taken instead, with a note saying so. GlassrlError when the
+        pointer names nothing complete and no checkpoint verifies; never an incomplete one.
+        """
+        pointer = self.root / LATEST
+        problem = None
+        if pointer.is_file():
+            name = pointer.read_text(encoding="utf-8", errors="replace").strip()
+            path = self.root / name
+            if _STEP_DIR.match(name) and (path / MANIFEST).is_file():
+                return Latest(path)
+            problem = f"{pointer} names {name!r}, which is not a complete checkpoint (no {path / MANIFEST})"
+        elif not self.checkpoints():
+            return Latest(None)
+        for path in reversed(self.checkpoints()):
+            try:
+                verify(path)
+            except GlassrlError:
+                continue
+            why = problem or f"{pointer} is missing"
+            return Latest(path, f"{why}; resuming from {path.name}, the newest checkpoint whose files verify")
+        raise GlassrlError(
+            (problem or f"{pointer} is missing") + f", and no checkpoint in {self.root} verifies (see its manifests)"
+        )
+
+    def checkpoints(self) -> list[Path]:
+        """Complete checkpoints (those with a manifest) under ``root``, oldest first."""
+        if not self.root.is_dir():
+            return []
+        found = [p for p in self.root.iterdir() if _STEP_DIR.match(p.name) and (p / MANIFEST).is_file()]
+        return sorted(found, key=lambda p: p.name)
+
+    def load(self, path: Path, required: set[str]) -> dict[str, object]:
+        """Verify checkpoint ``path`` and return its parts by name.
+
+        Checks the manifest, every file's size and sha256 (a truncated or corrupt file →
+        GlassrlError naming it) and that the parts are exactly ``required`` (a missing
+        or an unexpected part → GlassrlError naming it). Values: json and torch → the
+        decoded object (tensors on CPU), safetensors → dict[str, Tensor] on CPU,
+        hf → the part's directory (a Path).
+        """
+        path = Path(path)
+        manifest = read_manifest(path)
+        present = set(manifest["parts"])
+        missing, extra = sorted(required - present), sorted(present - required)
+        if missing:
+            raise GlassrlError(
+                f"checkpoint {path.name} has no part {', '.join(map(repr, missing))} (it has: {', '.join(sorted(present))})"
+            )
+        if extra:
+            raise GlassrlError(
+                f"checkpoint {path.name} has unexpected part {', '.join(map(repr, extra))} "
+                f"(expected: {', '.join(sorted(required))})"
+            )
+        verify(path, manifest)
+        return {part_name: _read_part(path, part_name, entry) for part_name, entry in manifest["parts"].items()}
+
+    def load_part(self, path: Path, name: str) -> object | None:
+        """One part of checkpoint ``path``, its files verified and decoded as :meth:`load` does; None
+        when the checkpoint has no part ``name``. For what a run must know before it loads the rest
+        (the thread count it recorded: glassrl.run.state.recorded_threads)."""
+        path = Path(path)
+        entry = read_manifest(path)["parts"].get(name)
+        if entry is None:
+            return None
+        for file in entry["files"]:
+            _verify_file(path, file)
+        return _read_part(path, name, entry)
+
+    def _write_part(self, directory: Path, name: str, part: Part) -> dict:
+        """Write one part, read it back, compare; its manifest entry (with "finite", popped by save)."""
+        if not _PART_NAME.match(name) or name == "manifest":
+            raise ValueError(f"invalid checkpoint part name {name!r}: use letters, digits, '_', '-' (not 'manifest')")
+        if part.kind not in _WRITERS:
+            raise ValueError(f"unknown checkpoint part kind {part.kind!r} for {name!r}; valid: {', '.join(_WRITERS)}")
+        try:
+            files = _WRITERS[part.kind](directory, name, part.value)
+        except TypeError as err:
+            if part.kind not in ("json", "torch"):
+                raise
+            raise GlassrlError(f"checkpoint part {name!r}: {err}") from None
+        for file in files:
+            fsync(file)
+        for sub in {f.parent for f in files}:
+            fsync(sub)
+        return {
+            "kind": part.kind,
+            "files": [_describe_file(directory, f) for f in sorted(files)],
+            "finite": _read_back(directory, name, part),
+        }
+
+    def _prune(self, latest_step: int) -> None:
+        """Delete complete checkpoints older than the newest ``keep`` up to ``latest_step``,
+        sparing the newest one whose tensors are all finite.
+
+        Each is renamed to ``tmp-*`` first, so one half-deleted by a crash is never
+        taken for a complete checkpoint.
+        """
+        older = [p for p in self.checkpoints() if int(_STEP_DIR.match(p.name)[1]) <= latest_step]
+        kept = older[max(0, len(older) - self.keep) :]
+        good = next((p for p in reversed(older) if _is_finite(p)), None)
+        for path in older[: max(0, len(older) - self.keep)]:
+            if path == good and good not in kept:
+                continue
+            doomed = self.root / f"tmp-pruned-{path.name}-{secrets.token_hex(4)}"
+            os.rename(path, doomed)
+            shutil.rmtree(doomed)
+
+    def _remove_stale_tmp(self) -> None:
+        for path in self.root.iterdir():
+            if path.is_dir() and path.name.startswith("tmp-"):
+                shutil.rmtree(path)
+            elif path.is_file() and path.name.startswith(f"{LATEST}.tmp-"):
+                path.unlink()
+
+
+def verify(path: Path, manifest: dict | None = None) -> None:
+    """Every file of checkpoint ``path`` has the size and sha256 its manifest records (GlassrlError naming it)."""
+    manifest = manifest if manifest is not None else read_manifest(path)
+    for entry in manifest["parts"].values():
+        for file in entry["files"]:
+            _verify_file(Path(path), file)
+
+
+def _is_finite(path: Path) -> bool:
+    try:
+        return bool(read_manifest(path).get("finite", False))
+    except GlassrlError:
+        return False
+
+
+def read_manifest(path: Path) -> dict:
+    """The parsed ``manifest.json`` of checkpoint ``path`` (GlassrlError when missing or malformed)."""
+    file = Path(path) / MANIFEST
+    if not file.is_file():
+        raise GlassrlError(f"{path}: not a complete checkpoint (no {MANIFEST})")
+    try:
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise GlassrlError(f"{file}: unreadable manifest ({err})") from None
+    if not isinstance(manifest, dict) or "parts" not in manifest:
+        raise GlassrlError(f"{file}: not a glassrl checkpoint manifest (format {MANIFEST_FORMAT})")
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise GlassrlError(
+            f"{file}: checkpoint format {manifest.get('format')!r}, this glassrl reads format {MANIFEST_FORMAT} "
+            f"(written by glassrl {manifest.get('glassrl_version', '?')})"
+        )
+    named = _STEP_DIR.match(Path(path).name)
+    if named and manifest.get("step") != int(named[1]):
+        raise GlassrlError(f"{file}: records step {manifest.get('step')}, but the directory is {Path(path).name}")
+    for part_name, entry in manifest["parts"].items():
+        if entry.get("kind") not in _READERS:
+            raise GlassrlError(f"{file}: part {part_name!r} has unknown kind {entry.get('kind')!r}")
+    return manifest
+
+
+def _part_path(kind: str, name: str) -> str:
+    """The file (or directory, for hf) a part is read from; a torch part adds NAME.safetensors."""
+    return {"json": f"{name}.json", "torch": f"{name}.json", "safetensors": f"{name}.safetensors", "hf": name}[kind]
+
+
+def _write_json(directory: Path, name: str, value: object) -> list[Path]:
+    text, _ = codec.encode(value, allow_tensors=False)
+    path = directory / _part_path("json", name)
+    write_durably(path, text.encode())
+    return [path]
+
+
+def _write_torch(directory: Path, name: str, value: object) -> list[Path]:
+    text, tensors = codec.encode(value)
+    tree, weights = directory / f"{name}.json", directory / f"{name}.safetensors"
+    write_durably(tree, text.encode())
+    save_file(tensors, str(weights))
+    return [tree, weights]
+
+
+def _write_safetensors(directory: Path, name: str, value: object) -> list[Path]:
+    if not isinstance(value, dict) or not all(isinstance(v, torch.Tensor) for v in value.values()):
+        raise TypeError(f"checkpoint part {name!r} of kind 'safetensors' must be a dict[str, Tensor]")
+    tensors, seen = {}, set()
+    for key, tensor in value.items():
+        tensor = tensor.detach().cpu().contiguous()
+        # safetensors refuses tensors that share storage (tied weights, views): copy those.
+        ptr = tensor.untyped_storage().data_ptr()
+        tensors[key] = tensor.clone() if ptr in seen else tensor
+        seen.add(ptr)
+    path = directory / _part_path("safetensors", name)
+    save_file(tensors, str(path))
+    return [path]
+
+
+def _write_hf(directory: Path, name: str, value: object) -> list[Path]:
+    if not hasattr(value, "save_pretrained"):
+        raise TypeError(
+            f"checkpoint part {name!r} of kind 'hf' needs a save_pretrained method, got {type(value).__name__}"
+        )
+    target = directory / _part_path("hf", name)
+    value.save_pretrained(target)
+    return [f for f in target.rglob("*") if f.is_file()]
+
+
+def _read_back(directory: Path, name: str, part: Part) -> bool:
+    """Decode the part just written and compare it with what was given (GlassrlError when it
+    differs); whether every floating tensor in it is finite. An hf part's safetensors files are
+    loaded and checked for finiteness (the model is compared by its sha256s at load)."""
+    if part.kind == "hf":
+        files = sorted((directory / name).rglob("*.safetensors"))
+        return all(_finite(load_file(str(f), device="cpu")) for f in files)
+    back = _READERS[part.kind](directory, name)
+    given = part.value
+    if part.kind == "safetensors":  # a flat dict that safetensors stores sorted by key
+        given, back = dict(sorted((k, v.detach().cpu()) for k, v in given.items())), dict(sorted(back.items()))
+    if not codec.same(given, back):
+        raise GlassrlError(f"checkpoint part {name!r} of kind {part.kind!r} does not read back as written")
+    return _finite(back)
+
+
+def _finite(value: object) -> bool:
+    """Every floating tensor (and float) in a decoded part is finite."""
+    if isinstance(value, torch.Tensor):
+        return not value.is_floating_point() or bool(torch.isfinite(value).all())
+    if isinstance(value, float):
+        return value == value and abs(value) != float("inf")
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    return True
+
+
+def _read_part(path: Path, name: str, entry: dict) -> object:
+    try:
+        return _READERS[entry["kind"]](path, name)
+    except (ValueError, KeyError, TypeError, SafetensorError) as err:  # passed sha256: written so by a bug
+        raise GlassrlError(f"checkpoint {path.name}: part {name!r} cannot be decoded ({err})") from None
+
+
+def _read_json(path: Path, name: str) -> object:
+    return codec.decode((path / _part_path("json", name)).read_text(encoding="utf-8"))
+
+
+def _read_torch(path: Path, name: str) -> object:
+    tensors = load_file(str(path / f"{name}.safetensors"), device="cpu")
+    return codec.decode((path / f"{name}.json").read_text(encoding="utf-8"), tensors)
+
+
+def _read_safetensors(path: Path, name: str) -> object:
+    return load_file(str(path / _part_path("safetensors", name)), device="cpu")
+
+
+def _read_hf(path: Path, name: str) -> object:
+    return path / _part_path("hf", name)
+
+
+_WRITERS: dict[str, Callable[[Path, str, object], list[Path]]] = {
+    "json": _write_json,
+    "torch": _write_torch,
+    "safetensors": _write_safetensors,
+    "hf": _write_hf,
+}
+_READERS: dict[str, Callable[[Path, str], object]] = {
+    "json": _read_json,
+    "torch": _read_torch,
+    "safetensors": _read_safetensors,
+    "hf": _read_hf,
+}
+
+
+def _sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with file.open("rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _describe_file(directory: Path, file: Path) -> dict:
+    return {"path": file.relative_to(directory).as_posix(), "size": file.stat().st_size, "sha256": _sha256(file)}
+
+
+def _verify_file(checkpoint: Path, entry: dict) -> None:
+    file = checkpoint / entry["path"]
+    if not file.is_file():
+        raise GlassrlError(f"checkpoint {checkpoint.name}: file {entry['path']} is missing")
+    size = file.stat().st_size
+    if size != entry["size"]:
+        raise GlassrlError(
+            f"checkpoint {checkpoint.name}: file {entry['path']} has {size} bytes, the manifest says "
+            f"{entry['size']} (truncated or replaced)"
+        )
+    if _sha256(file) != entry["sha256"]:
+        raise GlassrlError(
+            f"checkpoint {checkpoint.name}: file {entry['path']} is corrupt (sha256 differs from the manifest)"
+        )

@@ -1,0 +1,1 @@
+"""Supervised trainers: SFT and the reward model, on one loop."""

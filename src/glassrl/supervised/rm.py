@@ -1,0 +1,311 @@
+"""Reward-model training: a scalar model fitted to preference pairs with the Bradley–Terry loss.
+
+    cfg = load_config(RMConfig, "examples/rm.yaml", ["steps=50"])
+    metrics = train_rm(cfg)
+
+Each pair (x, y_c, y_r) becomes two sequences, ``format_prompt(x)`` ⊕ ``y_c`` ⊕ EOS and
+``format_prompt(x)`` ⊕ ``y_r`` ⊕ EOS — the tokens the policy produces, in the project's batch
+layout (:mod:`glassrl.optim`) — and both go through the model in one forward pass.
+The reward r(x, y) is the scalar at the last real token (EOS), read with
+:func:`glassrl.models.sequence_scores` (Ouyang et al. 2022, InstructGPT, §3.5). The loss is
+the mean over pairs of −log σ(r_c − r_r − m) (InstructGPT eq. 1; with margin m: Touvron et al.
+2023, Llama 2, §3.2.2 eq. 2), the margin only when ``use_margin``.
+
+Logged metrics (``metrics.jsonl``): train/loss, train/accuracy and train/reward_gap (mean
+r_c − r_r, margin not subtracted), averaged over the steps since the last log; train/grad_norm
+(before clipping) and train/lr at the logged step; eval/accuracy, eval/loss and eval/reward_gap
+over the whole held-out set.
+
+Pairwise accuracy is the fraction of pairs with r_c > r_r strictly: a tie counts as wrong, so
+a model that scores everything alike has accuracy 0, not 0.5.
+
+Writes to ``output_dir``: the scalar model (``save_pretrained``, safetensors; loads back with
+:func:`glassrl.models.load_scalar_model` and the same ``head``), the tokenizer,
+``rm_config.yaml``, ``metrics.jsonl`` (one JSON object per logged step; a non-finite value is
+null) and ``glassrl.json`` (what was trained, on what, and the final held-out accuracy), staged
+and then swapped in as a whole under a lock, with the NaN/inf checks of ``on_nonfinite``, as
+``glassrl sft`` does (glassrl.supervised.sft).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Set
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from glassrl.algos.losses import pairwise_rm_loss
+from glassrl.config import at_least, check_threads, fail, to_dict
+from glassrl.data.collate import batch_indices, collate, encode_response
+from glassrl.data.formatting import format_prompt
+from glassrl.data.preferences import load_preferences
+from glassrl.data.records import PreferencePair
+from glassrl.data.tasks import held_out_split
+from glassrl.errors import GlassrlError
+from glassrl.models import load_scalar_model, load_tokenizer, resolve_device, resolve_model_path, sequence_scores
+from glassrl.models.default_model import MARKER, default_model_dir
+from glassrl.models.threads import set_threads, startup_line
+from glassrl.optim import OptimConfig, check_weights, make_optimizer, nonfinite, on_bad_step, seed_everything
+from glassrl.report.sinks import JsonlSink
+from glassrl.run.atomic import StagedDir, disk_errors, write_text
+from glassrl.run.lock import RunLock, sibling_lock_path
+from glassrl.supervised.sft import check_positions
+
+
+@dataclass
+class RMConfig:
+    """What ``glassrl rm CONFIG`` reads (examples/rm.yaml). Checked by :meth:`validate`."""
+
+    model: str = "default"  # causal LM (+ fresh head) or scalar checkpoint of this head: dir, cached hub id, "default"
+    head: Literal["token-classification", "value-head"] = (
+        "token-classification"  # backbone + score Linear (plain HF), or causal LM + v_head (glassrl.models.value_head)
+    )
+    data: str = "task:arith-verify-preferences"  # "task:NAME[/SPLIT]" (a bundled preference set) or a JSONL of pairs
+    eval_data: str | None = None  # the same forms; null = the test split of a task:NAME data (a JSONL data needs one)
+    use_margin: bool = False  # subtract each pair's margin inside the sigmoid (every pair must have one)
+    seed: int = 0  # seeds python, numpy, torch (the fresh head) and the data order
+    steps: int = 200  # optimiser steps, each on batch_size pairs (2 × batch_size sequences)
+    batch_size: int = 32  # preference pairs per optimiser step
+    max_length: int = 64  # longest prompt+response in tokens; a longer pair is an error naming it
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(lr=1e-4, warmup_steps=10, decay="cosine")
+    )  # optimiser and schedule (shared with glassrl train)
+    output_dir: str = "runs/rm"  # reward model, tokenizer, rm_config.yaml, metrics.jsonl, glassrl.json
+    eval_every: int = 0  # steps between held-out evaluations; 0 = only at the end
+    log_every: int = 10  # steps between metric rows
+    device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
+    threads: int | Literal["auto"] = (
+        "auto"  # intra-op CPU threads: N, or auto = the cores free now (glassrl.models.threads)
+    )
+    on_nonfinite: Literal["stop", "skip"] = "stop"  # NaN/inf loss or grad norm: stop (exit 2, no output) or skip it
+
+    title = "glassrl rm: resolved"
+
+    def validate(self, written: Set[str] | None = None) -> None:
+        """Ranges and the held-out set; GlassrlError naming the key (see glassrl.config)."""
+        at_least(1, {"steps": self.steps, "batch_size": self.batch_size, "max_length": self.max_length})
+        at_least(1, {"log_every": self.log_every})
+        at_least(0, {"eval_every": self.eval_every})
+        if self.eval_data is None and held_out_split(self.data) is None:
+            fail("eval_data", None, f"needed when data is a file ({self.data}); give a held-out JSONL file")
+        check_threads(self.threads)
+        self.optim.check("optim")
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(quantity, value, unit) rows of the table printed at start (print_resolved)."""
+        return [
+            ("training steps", f"{self.steps}", "optimiser steps"),
+            ("batch", f"{self.batch_size}", "pairs, per optimiser step"),
+            ("sequences per step", f"{2 * self.batch_size}", "chosen + rejected, one forward pass"),
+            ("max length", f"{self.max_length}", "tokens, prompt + response"),
+            ("head", self.head, "scalar head"),
+            ("loss", "−log σ(r_c − r_r" + (" − m)" if self.use_margin else ")"), "Bradley–Terry, mean over pairs"),
+            ("data", self.data, "training pairs"),
+            ("eval data", _eval_spec(self), "held-out pairs"),
+            *self.optim.rows(),
+        ]
+
+
+# (prompt_ids, chosen_ids, rejected_ids, margin)
+Example = tuple[list[int], list[int], list[int], float | None]
+
+
+def encode_pairs(tokenizer, pairs: list[PreferencePair], max_length: int) -> list[Example]:
+    """Tokenise each pair as the policy would see it; too long is an error naming the pair."""
+    examples = []
+    for pair in pairs:
+        prompt = format_prompt(tokenizer, pair.prompt)
+        chosen, rejected = encode_response(tokenizer, pair.chosen), encode_response(tokenizer, pair.rejected)
+        longest = len(prompt) + max(len(chosen), len(rejected))
+        if longest > max_length:
+            raise GlassrlError(f"{pair.source}: prompt+response is {longest} tokens, more than max_length={max_length}")
+        examples.append((prompt, chosen, rejected, pair.margin))
+    return examples
+
+
+def pair_rewards(
+    model, examples: list[Example], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rewards (B,) of the chosen and of the rejected responses of B pairs, from one forward pass."""
+    rows = [(p, c) for p, c, _, _ in examples] + [(p, r) for p, _, r, _ in examples]
+    batch = collate(rows, pad_id)
+    scores = sequence_scores(model, batch["input_ids"].to(device), batch["attention_mask"].to(device))  # (2B,)
+    return scores[: len(examples)], scores[len(examples) :]
+
+
+def margins(examples: list[Example], device: torch.device) -> torch.Tensor:
+    """The pairs' margins (B,); call only when every pair has one (checked by ``train_rm``)."""
+    return torch.tensor([m for _, _, _, m in examples], dtype=torch.float32, device=device)
+
+
+def pairwise_accuracy(chosen: torch.Tensor, rejected: torch.Tensor) -> float:
+    """Fraction of pairs with r_c > r_r, from rewards (B,); a tie counts as wrong.
+
+    Counted in integers, so 364 right of 500 reads 0.728 exactly."""
+    return (chosen > rejected).sum().item() / chosen.numel()
+
+
+@torch.no_grad()
+def evaluate(
+    model, examples: list[Example], *, batch_size: int, pad_id: int, device: torch.device, use_margin: bool
+) -> dict[str, float]:
+    """Held-out metrics over ``examples``: eval/accuracy, eval/loss (as trained), eval/reward_gap (mean r_c − r_r)."""
+    was_training = model.training
+    model.eval()
+    chosen, rejected, losses = [], [], []
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start : start + batch_size]
+        r_c, r_r = pair_rewards(model, chunk, pad_id, device)
+        losses.append(pairwise_rm_loss(r_c, r_r, margins(chunk, device) if use_margin else None))
+        chosen.append(r_c)
+        rejected.append(r_r)
+    model.train(was_training)
+    r_c, r_r = torch.cat(chosen), torch.cat(rejected)  # (N,)
+    return {
+        "eval/accuracy": pairwise_accuracy(r_c, r_r),
+        "eval/loss": torch.cat(losses).mean().item(),
+        "eval/reward_gap": (r_c - r_r).mean().item(),
+    }
+
+
+def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
+    """Train a reward model as ``cfg`` says; returns the final metrics (train/…, eval/…, steps,
+    pairs, eval_pairs, time_s). ``eval/accuracy`` is the held-out pairwise accuracy."""
+    cfg.validate()
+    out = Path(cfg.output_dir)
+    with RunLock(sibling_lock_path(out), f"output_dir = {out}"):  # before any work: a second run fails at once
+        return _train_rm(cfg, console)
+
+
+def _train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
+    console = console or Console()
+    console.print(startup_line(*set_threads(cfg.threads)), markup=False, soft_wrap=True)  # before torch work
+    seed_everything(cfg.seed)  # before loading: the fresh scalar head is drawn from torch's RNG
+    device = resolve_device(cfg.device)
+    path = _model_path(cfg.model, console)
+    tokenizer = load_tokenizer(path)
+    model = load_scalar_model(path, head=cfg.head, dtype="float32", device=str(device)).train()
+    check_positions(model, cfg.max_length, str(path))
+    pad_id = tokenizer.pad_token_id
+
+    train = encode_pairs(tokenizer, load_preferences(cfg.data), cfg.max_length)
+    evals = encode_pairs(tokenizer, load_preferences(_eval_spec(cfg)), cfg.max_length)
+    if cfg.use_margin:
+        missing = next(
+            (name for name, ex in (("data", train), ("eval_data", evals)) if any(e[3] is None for e in ex)), None
+        )
+        if missing:
+            raise GlassrlError(f"use_margin=true, but some pairs of {missing} have no margin")
+    optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
+    batches = batch_indices(len(train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    out = Path(cfg.output_dir)
+    result: dict[str, float] = {"steps": cfg.steps, "pairs": len(train), "eval_pairs": len(evals)}
+    window: list[tuple[float, float, float]] = []  # (loss, accuracy, reward gap) per step taken since the last log
+    skipped = 0  # steps dropped as non-finite since the last log
+    start = time.perf_counter()
+    progress = Progress(
+        TextColumn("rm"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    with StagedDir(out) as stage:
+        with disk_errors(f"output_dir = {out}", out), progress:
+            write_text(stage.path / "rm_config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True))
+            log = JsonlSink(stage.path / "metrics.jsonl")
+            bar = progress.add_task("rm", total=cfg.steps, info="")
+            for step in range(1, cfg.steps + 1):
+                chunk = [train[i] for i in next(batches)]
+                r_c, r_r = pair_rewards(model, chunk, pad_id, device)
+                loss = pairwise_rm_loss(r_c, r_r, margins(chunk, device) if cfg.use_margin else None).mean()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
+                if bad := nonfinite({"train/loss": loss, "train/grad_norm": grad_norm}):
+                    on_bad_step(cfg.on_nonfinite, bad, f"rm step {step}")
+                    optimizer.zero_grad(set_to_none=True)
+                    skipped += 1
+                else:
+                    optimizer.step()
+                    check_weights(model, params, f"rm step {step}")
+                    window.append((loss.item(), pairwise_accuracy(r_c, r_r), (r_c - r_r).mean().item()))
+                scheduler.step()
+                row: dict[str, float] = {}
+                if step % cfg.log_every == 0 or step == cfg.steps:
+                    means = [sum(column) / len(window) for column in zip(*window)] if window else [math.nan] * 3
+                    row = dict(zip(("train/loss", "train/accuracy", "train/reward_gap"), means))
+                    row.update({"train/grad_norm": grad_norm.item(), "train/lr": scheduler.get_last_lr()[0]})
+                    if skipped:
+                        row["train/skipped_steps"] = skipped
+                    window, skipped = [], 0
+                if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:
+                    row.update(
+                        evaluate(
+                            model,
+                            evals,
+                            batch_size=cfg.batch_size,
+                            pad_id=pad_id,
+                            device=device,
+                            use_margin=cfg.use_margin,
+                        )
+                    )
+                if row:
+                    log.log(step, row)
+                    result.update(row)
+                    info = f"loss {result['train/loss']:.4f}" if "train/loss" in result else ""
+                    if "eval/accuracy" in result:
+                        info += f"  held-out acc {result['eval/accuracy']:.3f}"
+                    progress.update(bar, info=info)
+                progress.advance(bar)
+            log.close()
+            result["time_s"] = time.perf_counter() - start
+            model.save_pretrained(stage.path)
+            tokenizer.save_pretrained(stage.path)
+            summary = {
+                "kind": "reward-model",
+                "head": cfg.head,
+                "base_model": str(path),
+                "data": cfg.data,
+                "eval_data": _eval_spec(cfg),
+                "use_margin": cfg.use_margin,
+                "steps": cfg.steps,
+                "held_out_accuracy": result["eval/accuracy"],
+                "held_out_pairs": len(evals),
+                "accuracy_rule": "r_chosen > r_rejected; ties count as wrong",
+                "time_s": round(result["time_s"], 1),
+            }
+            write_text(stage.path / "glassrl.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    console.print(
+        f"rm: {cfg.steps} steps in {result['time_s']:.1f}s, train/loss {result['train/loss']:.4f}, "
+        f"held-out accuracy {result['eval/accuracy']:.3f} on {len(evals)} pairs -> {out}"
+    )
+    return result
+
+
+def _model_path(model: str, console: Console) -> Path:
+    # "default" is read where it is built; building it is the caller's step (commands/rm.py,
+    # the pipeline), as for SFT (glassrl.supervised.sft).
+    if model == "default":
+        path = default_model_dir()
+        if not (path / MARKER).is_file():
+            raise GlassrlError(f"model: default: the default model is not built yet in {path}; run glassrl init-model")
+        return path
+    return resolve_model_path(model, "model")
+
+
+def _eval_spec(cfg: RMConfig) -> str:
+    """eval_data, or the test split of a task:NAME data (RMConfig.validate checked one exists)."""
+    return cfg.eval_data if cfg.eval_data is not None else str(held_out_split(cfg.data))

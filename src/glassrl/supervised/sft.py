@@ -1,0 +1,333 @@
+"""Supervised fine-tuning: train a causal LM on prompt/response pairs, loss on response tokens only.
+
+    cfg = load_config(SFTConfig, "examples/sft.yaml", ["steps=50"])
+    metrics = train_sft(cfg)
+
+Each example is ``format_prompt(tokenizer, prompt)`` followed by the response's tokens and EOS
+(:func:`glassrl.data.collate.encode_responses`). The loss is the token-mean cross-entropy of
+the response tokens (Ouyang et al. 2022, InstructGPT, §3.5 "SFT"): prompt tokens and padding
+are masked out. Writes to ``output_dir``: the model and tokenizer (``save_pretrained``,
+safetensors), ``sft_config.yaml`` and ``metrics.jsonl`` (one JSON object per logged step; a
+non-finite value is null).
+
+The outputs are staged in a sibling directory that replaces ``output_dir`` as a whole at the
+end (glassrl.run.atomic.StagedDir), under a lock on it (glassrl.run.lock): a run
+killed or stopped midway leaves the previous outputs as they were, never old weights beside
+new metrics, and two runs into one directory are refused. A NaN/inf loss or gradient norm
+stops the run before the weights change (``on_nonfinite: stop``; nothing is written) or
+skips that step (``skip``; glassrl.optim).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Set
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from glassrl.config import at_least, check_threads, fail, knob_set, to_dict
+from glassrl.data.collate import batch_indices, collate, encode_responses
+from glassrl.data.formatting import format_prompts
+from glassrl.data.tasks import TASKS, held_out_split, load_task, parse_task
+from glassrl.errors import GlassrlError
+from glassrl.jsonl import jsonl_objects
+from glassrl.models.default_model import MARKER, default_model_dir
+from glassrl.models.loading import resolve_model_path
+from glassrl.models.threads import set_threads, startup_line
+from glassrl.optim import OptimConfig, check_weights, make_optimizer, nonfinite, on_bad_step, seed_everything
+from glassrl.report.sinks import JsonlSink
+from glassrl.run.atomic import StagedDir, disk_errors, write_text
+from glassrl.run.lock import RunLock, sibling_lock_path
+
+
+@dataclass
+class SFTConfig:
+    """What ``glassrl sft CONFIG`` reads (examples/sft.yaml). Checked by :meth:`validate`."""
+
+    model: str = "default"  # checkpoint dir or hub id in the local HF cache, or "default" (the embedded default model)
+    tokenizer: str | None = None  # tokenizer directory or cached hub id; null = the model's
+    data: str | list[str] = "task:add"  # "task:NAME[/SPLIT]" or a JSONL of prompt/response; a list is concatenated
+    eval_data: str | list[str] | None = None  # the same forms; null = the test splits of data's tasks (JSONL: none)
+    seed: int = 0  # seeds python, numpy, torch and the data order
+    steps: int | None = None  # optimiser steps; null = epochs passes over data
+    epochs: float = 1.0  # passes over data when steps is null
+    batch_size: int = 32  # examples per optimiser step
+    max_length: int = 64  # longest prompt+response in tokens; a longer example is an error naming it
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(lr=1e-3, warmup_steps=10, decay="cosine")
+    )  # optimiser and schedule (shared with glassrl train)
+    output_dir: str = "runs/sft"  # model, tokenizer, sft_config.yaml, metrics.jsonl
+    eval_every: int = 0  # steps between evaluations of the eval loss; 0 = only at the end
+    log_every: int = 10  # steps between metric rows
+    device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
+    threads: int | Literal["auto"] = (
+        "auto"  # intra-op CPU threads: N, or auto = the cores free now (glassrl.models.threads)
+    )
+    on_nonfinite: Literal["stop", "skip"] = "stop"  # NaN/inf loss or grad norm: stop (exit 2, no output) or skip it
+
+    title = "glassrl sft: resolved"
+
+    def validate(self, written: Set[str] | None = None) -> None:
+        """Ranges and ignored knobs; GlassrlError naming the key (see glassrl.config)."""
+        at_least(1, {"steps": self.steps, "batch_size": self.batch_size, "max_length": self.max_length})
+        at_least(1, {"log_every": self.log_every})
+        at_least(0, {"eval_every": self.eval_every})
+        if self.steps is None and not self.epochs > 0:
+            fail("epochs", self.epochs, "must be > 0 when steps is null")
+        if self.steps is not None and knob_set(self, "epochs", written):
+            fail(
+                "epochs",
+                self.epochs,
+                f"ignored: steps = {self.steps} sets the length (steps: null trains by epochs); remove it",
+            )
+        check_threads(self.threads)
+        self.optim.check("optim")
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(quantity, value, unit) rows of the table printed at start (print_resolved)."""
+        length = (f"{self.steps}", "optimiser steps") if self.steps is not None else (f"{self.epochs:g}", "epochs")
+        return [
+            ("training length", *length),
+            ("batch", f"{self.batch_size}", "examples, per optimiser step"),
+            ("max length", f"{self.max_length}", "tokens, prompt + response"),
+            ("data", _spec_text(self.data), "training pairs"),
+            ("eval data", _spec_text(self.eval_data) if self.eval_data else "test splits of data's tasks", "held out"),
+            *self.optim.rows(),
+        ]
+
+
+Example = tuple[list[int], list[int]]  # (prompt_ids, response_ids)
+
+
+def load_pairs(spec: str) -> list[tuple[Any, str, str]]:
+    """(prompt, response, source) triples from "task:NAME[/SPLIT]" or a JSONL file."""
+    if (ref := parse_task(spec)) is not None:
+        if ref.name not in TASKS:
+            raise GlassrlError(
+                f"data: unknown task {ref.name!r} in {spec!r}; valid: {', '.join('task:' + t for t in TASKS)}"
+            )
+        return [(r.prompt, str(r.answer), r.source) for r in load_task(ref.name, ref.split)]
+    path = Path(spec)
+    if not path.is_file():
+        raise GlassrlError(f"data: {spec!r} is neither task:NAME (valid: {', '.join(TASKS)}) nor a JSONL file")
+    rows = []
+    for row, where in jsonl_objects(path):
+        for key in ("prompt", "response"):
+            if key not in row:
+                raise GlassrlError(f"{where}: missing field \"{key}\"")
+        prompt, response = row["prompt"], row["response"]
+        if isinstance(prompt, list):
+            if not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in prompt
+            ):
+                raise GlassrlError(f"{where}: field \"prompt\": messages must be {{\"role\": str, \"content\": str}}")
+            prompt = tuple(prompt)
+        elif not isinstance(prompt, str):
+            raise GlassrlError(f"{where}: field \"prompt\" must be a string or a list of messages")
+        if not isinstance(response, str):
+            raise GlassrlError(f"{where}: field \"response\" must be a string")
+        rows.append((prompt, response, where))
+    if not rows:
+        raise GlassrlError(f"{path}: no examples")
+    return rows
+
+
+def tokenize_pairs(tokenizer, rows: list[tuple[Any, str, str]], max_length: int) -> list[Example]:
+    """Encode each row as (format_prompt ids, response ids + EOS); too long is an error naming the row."""
+    prompts = format_prompts(tokenizer, [prompt for prompt, _, _ in rows])
+    responses = encode_responses(tokenizer, [response for _, response, _ in rows])
+    examples = []
+    for prompt_ids, response_ids, (_, _, source) in zip(prompts, responses, rows):
+        if len(prompt_ids) + len(response_ids) > max_length:
+            raise GlassrlError(
+                f"{source}: prompt+response is {len(prompt_ids) + len(response_ids)} tokens, "
+                f"more than max_length={max_length}"
+            )
+        examples.append((prompt_ids, response_ids))
+    return examples
+
+
+def response_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed cross-entropy over response tokens and their count, for one collated batch.
+
+    Logits at absolute position P-1+i predict response token i (batch layout of
+    glassrl.optim), so only the last T+1 positions need logits.
+    """
+    P = int(batch["prompt_len"])
+    mask = batch["response_mask"]  # (B, T)
+    T = mask.shape[1]
+    logits = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"].long(),
+        position_ids=batch["position_ids"],
+        logits_to_keep=T + 1,
+    ).logits[:, :-1]  # (B, T, V)
+    targets = torch.where(mask, batch["input_ids"][:, P:], -100)  # (B, T)
+    loss_sum = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100, reduction="sum")
+    return loss_sum, mask.sum()
+
+
+@torch.no_grad()
+def eval_loss(model, examples: list[Example], batch_size: int, pad_id: int, device: torch.device) -> float:
+    """Token-mean response cross-entropy over ``examples``."""
+    was_training = model.training
+    model.eval()
+    total, count = torch.zeros((), device=device), torch.zeros((), device=device)
+    for start in range(0, len(examples), batch_size):
+        batch = {k: v.to(device) for k, v in collate(examples[start : start + batch_size], pad_id).items()}
+        loss_sum, n = response_loss(model, batch)
+        total, count = total + loss_sum, count + n
+    model.train(was_training)
+    return (total / count).item()
+
+
+def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | None = None) -> dict[str, float]:
+    """Run SFT as ``cfg`` says; returns the final metrics (train/loss, eval/loss when evaluated,
+    steps, examples, time_s). ``model``/``tokenizer`` given in memory are used instead of loading."""
+    cfg.validate()
+    out = Path(cfg.output_dir)
+    with RunLock(sibling_lock_path(out), f"output_dir = {out}"):  # before any work: a second run fails at once
+        return _train_sft(cfg, model, tokenizer, console)
+
+
+def _train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | None = None) -> dict[str, float]:
+    console = console or Console()
+    console.print(startup_line(*set_threads(cfg.threads)), markup=False, soft_wrap=True)  # before torch work
+    seed_everything(cfg.seed)
+    device = _device(cfg.device)
+    if model is None:
+        model, tokenizer = _load(cfg, tokenizer, console)
+    elif tokenizer is None:
+        raise GlassrlError("train_sft: a model given in memory needs its tokenizer too")
+    model.to(device).train()
+    check_positions(model, cfg.max_length, cfg.model)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    train = tokenize_pairs(tokenizer, _load_all(cfg.data), cfg.max_length)
+    eval_specs = cfg.eval_data or [t for s in _as_list(cfg.data) if (t := held_out_split(s)) is not None]
+    evals = tokenize_pairs(tokenizer, _load_all(eval_specs), cfg.max_length)
+    steps = cfg.steps if cfg.steps is not None else max(1, round(cfg.epochs * len(train) / cfg.batch_size))
+    optimizer, scheduler = make_optimizer(model, cfg.optim, steps)
+    batches = batch_indices(len(train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    out = Path(cfg.output_dir)
+    result: dict[str, float] = {"steps": steps, "examples": len(train)}
+    window_loss, window_tokens, window_skipped = 0.0, 0, 0
+    start = time.perf_counter()
+    progress = Progress(
+        TextColumn("sft"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    with StagedDir(out) as stage:
+        with disk_errors(f"output_dir = {out}", out), progress:
+            write_text(
+                stage.path / "sft_config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
+            )
+            log = JsonlSink(stage.path / "metrics.jsonl")
+            bar = progress.add_task("sft", total=steps, info="")
+            for step in range(1, steps + 1):
+                batch = {k: v.to(device) for k, v in collate([train[i] for i in next(batches)], pad_id).items()}
+                loss_sum, n_tokens = response_loss(model, batch)
+                optimizer.zero_grad(set_to_none=True)
+                (loss_sum / n_tokens).backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
+                if bad := nonfinite({"train/loss": loss_sum / n_tokens, "train/grad_norm": grad_norm}):
+                    on_bad_step(cfg.on_nonfinite, bad, f"sft step {step}")
+                    optimizer.zero_grad(set_to_none=True)
+                    window_skipped += 1
+                else:
+                    optimizer.step()
+                    check_weights(model, params, f"sft step {step}")
+                    window_loss += loss_sum.item()
+                    window_tokens += int(n_tokens)
+                scheduler.step()
+                row: dict[str, float] = {}
+                if step % cfg.log_every == 0 or step == steps:
+                    row = {
+                        "train/loss": window_loss / window_tokens if window_tokens else math.nan,
+                        "train/grad_norm": grad_norm.item(),
+                        "train/lr": scheduler.get_last_lr()[0],
+                    }
+                    if window_skipped:
+                        row["train/skipped_steps"] = window_skipped
+                    window_loss, window_tokens, window_skipped = 0.0, 0, 0
+                if evals and ((cfg.eval_every and step % cfg.eval_every == 0) or step == steps):
+                    row["eval/loss"] = eval_loss(model, evals, cfg.batch_size, pad_id, device)
+                if row:
+                    log.log(step, row)
+                    result.update(row)
+                    progress.update(bar, info=f"loss {result['train/loss']:.4f}")
+                progress.advance(bar)
+            log.close()
+            result["time_s"] = time.perf_counter() - start
+            model.save_pretrained(stage.path, safe_serialization=True)
+            tokenizer.save_pretrained(stage.path)
+    summary = f"train/loss {result['train/loss']:.4f}" + (
+        f", eval/loss {result['eval/loss']:.4f}" if "eval/loss" in result else ""
+    )
+    console.print(f"sft: {steps} steps in {result['time_s']:.1f}s, {summary} -> {out}")
+    return result
+
+
+def check_positions(model, max_length: int, where: str) -> None:
+    """``max_length`` fits the model's positions (``max_position_embeddings``), else GlassrlError."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if positions is not None and max_length > positions:
+        raise GlassrlError(
+            f"max_length = {max_length}: more than the {positions} positions of the model ({where}); "
+            f"use max_length <= {positions}"
+        )
+
+
+def _spec_text(spec: str | list[str]) -> str:
+    return spec if isinstance(spec, str) else ", ".join(spec)
+
+
+def _as_list(spec: str | list[str]) -> list[str]:
+    return [spec] if isinstance(spec, str) else list(spec)
+
+
+def _load_all(spec: str | list[str]) -> list[tuple[Any, str, str]]:
+    return [row for one in _as_list(spec) for row in load_pairs(one)]
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise GlassrlError(f"device: {name!r} is not a device; use auto, cpu, cuda or cuda:N") from None
+
+
+def _load(cfg: SFTConfig, tokenizer, console: Console):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # "default" is read where it is built; building it is the caller's step (commands/sft.py,
+    # glassrl init-model), because the build recipe itself runs this trainer.
+    path = default_model_dir() if cfg.model == "default" else resolve_model_path(cfg.model, "model")
+    if cfg.model == "default" and not (path / MARKER).is_file():
+        raise GlassrlError(f"model: default: the default model is not built yet in {path}; run glassrl init-model")
+    if not (path / "config.json").is_file():
+        raise GlassrlError(f"model: no Hugging Face checkpoint (config.json) in {str(path)!r}")
+    tok_path = resolve_model_path(cfg.tokenizer, "tokenizer") if cfg.tokenizer else path
+    if tokenizer is None:
+        if not tok_path.is_dir():
+            raise GlassrlError(f"tokenizer: no directory {str(tok_path)!r}")
+        tokenizer = AutoTokenizer.from_pretrained(tok_path)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), tokenizer

@@ -1,0 +1,63 @@
+"""The scale-out keys of TrainConfig (trainer.backend, ray.*, model.compute_dtype, model.lora,
+rollout.engine, algo.rollout_is): each misuse is one GlassrlError line naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from glassrl.config import load_config
+from glassrl.errors import GlassrlError
+from glassrl.rl.config import TrainConfig
+
+RAY = ["trainer.backend=ray"]
+
+CASES = [
+    (["ray.actor.world_size=2"], r"^ray: ignored: trainer\.backend = local"),
+    ([*RAY, "ray.actor.world_size=0"], r"^ray\.actor\.world_size = 0: must be >= 1"),
+    (
+        [*RAY, "ray.actor.resources={CPU: 0}"],
+        r"^ray\.actor\.resources = \{'CPU': 0\}: needs amounts >= 0, one of them > 0",
+    ),
+    # 8 prompts × 4 responses per mini-batch by default: 33 ranks would leave one without rows
+    ([*RAY, "ray.actor.world_size=33"], r"^ray\.actor\.world_size = 33: more ranks than the 32 responses"),
+    ([*RAY, "ray.rollout_ranks=2"], r"^ray\.rollout_ranks = 2: must lie in \[1, ray\.actor\.world_size = 1\]"),
+    ([*RAY, "ray.fsdp=true"], r"^ray\.fsdp = True: sampling from FSDP2 shards is not built"),
+    (
+        [*RAY, "ray.rollout.world_size=2"],
+        r"^ray\.rollout\.world_size = 2: ignored: ray\.rollout\.placement = with_actor",
+    ),
+    (
+        [*RAY, "ray.rollout.placement=apart", "ray.rollout_ranks=1"],
+        r"^ray\.rollout_ranks = 1: ignored: with ray\.rollout\.placement = apart",
+    ),
+    ([*RAY, "ray.rollout.placement=apart", "ray.rollout.world_size=0"], r"^ray\.rollout\.world_size = 0: must be >= 1"),
+    ([*RAY, "ray.rollout.placement=apart", "ray.rollout.sync_bucket_mb=0"], r"^ray\.rollout\.sync_bucket_mb = 0"),
+    ([*RAY, "algo.ptx_coef=0.1", "data.ptx=task:arith-verify"], r"^algo\.ptx_coef = 0\.1: PPO-ptx is not wired"),
+    (["rollout.vllm.sleep=false"], r"^rollout\.vllm: ignored: rollout\.engine = hf"),
+    (["rollout.engine=vllm", "rollout.vllm.gpu_memory_utilization=1.5"], r"gpu_memory_utilization = 1\.5: must lie in"),
+    (["model.lora.dropout=1.0"], r"^model\.lora\.dropout = 1\.0: must lie in \[0, 1\)"),
+    (["model.lora.r=0"], r"^model\.lora\.r = 0: must be >= 1"),
+    (["algo.rollout_is.cap=0"], r"^algo\.rollout_is\.cap = 0(\.0)?: must be > 0"),
+    (["model.compute_dtype=float16"], r"model\.compute_dtype"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), CASES, ids=[" ".join(o) for o, _ in CASES])
+def test_misuse_names_the_key(overrides, message):
+    with pytest.raises(GlassrlError, match=message):
+        load_config(TrainConfig, None, overrides)
+
+
+def test_a_ray_config_loads():
+    cfg = load_config(
+        TrainConfig,
+        None,
+        [*RAY, "ray.actor.world_size=2", "ray.actor.resources={GPU: 1, CPU: 4}", "ray.reward={world_size: 2}"],
+    )
+    assert cfg.ray.actor.resources == {"GPU": 1, "CPU": 4} and cfg.ray.reward.world_size == 2
+    assert cfg.ray.reward.resources == {"CPU": 1.0}  # a section's omitted keys keep their defaults
+
+
+def test_fsdp_loads_with_the_rollout_apart():
+    cfg = load_config(TrainConfig, None, [*RAY, "ray.fsdp=true", "ray.rollout={placement: apart, world_size: 2}"])
+    assert cfg.ray.fsdp and cfg.ray.rollout.world_size == 2 and cfg.ray.rollout.resources == {"CPU": 1.0}

@@ -22,7 +22,7 @@ from glassrl.errors import GlassrlError
 from glassrl.optim import make_optimizer, optimizer_path
 from glassrl.rl.checks import agentic_tasks, loss_params
 from glassrl.rl.config import AgentConfig, ModelConfig, Resolved, TrainConfig, agent_config
-from glassrl.rl.ptx import PtxLoss, load_ptx_examples
+from glassrl.rl.ptx import PtxLoss, PtxTerm, load_ptx_examples
 from glassrl.rl.update import actor_forward, actor_terms, critic_forward, critic_terms, run_updates
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
 
@@ -354,6 +354,56 @@ def critic_loss(cfg: TrainConfig, resolved: Resolved) -> list:
     return critic_terms(value_clip=a.value_clip, loss_agg=a.loss_agg, norm_length=resolved.norm_length)
 
 
+def actor_update(cfg: TrainConfig, resolved: Resolved, ptx: PtxTerm | None = None, ranks=None) -> Callable:
+    """The actor's update, ``update(model, optimizer, scheduler, batch, plan, **more)``: the one update
+    loop (glassrl.rl.update.run_updates) bound to the config's loss, micro-batch, clipping, forward
+    layout, PPO-ptx term and non-finite policy; ``ranks``: a Ray rank's data-parallel group
+    (glassrl.rl.build_ray), None in one process. What a worker calls for it (LocalActor, DataParallelActor)."""
+    a = cfg.algo
+    shared = cfg.model.shared_prefix is True
+    forward = partial(
+        actor_forward, cfg.rollout.temperature, a.entropy_coef > 0, packed=cfg.model.padding_free, shared_prefix=shared
+    )
+    return partial(
+        run_updates,
+        micro_batch=cfg.batch.micro_batch_responses,
+        grad_clip=cfg.actor_optim.grad_clip,
+        forward=under_autocast(cfg, forward, ranks),
+        terms=actor_loss(cfg, resolved),
+        prefix="actor",
+        ptx=ptx,
+        on_nonfinite=cfg.on_nonfinite,
+        shared_prefix=shared,
+        ranks=ranks,
+    )
+
+
+def critic_update(cfg: TrainConfig, resolved: Resolved, ranks=None) -> Callable:
+    """The critic's update, as :func:`actor_update` binds the actor's."""
+    shared = cfg.model.shared_prefix is True
+    forward = partial(critic_forward, packed=cfg.model.padding_free, shared_prefix=shared)
+    return partial(
+        run_updates,
+        micro_batch=cfg.batch.micro_batch_responses,
+        grad_clip=cfg.critic_optim.grad_clip,
+        forward=under_autocast(cfg, forward, ranks),
+        terms=critic_loss(cfg, resolved),
+        prefix="critic",
+        on_nonfinite=cfg.on_nonfinite,
+        shared_prefix=shared,
+        ranks=ranks,
+    )
+
+
+def under_autocast(cfg: TrainConfig, forward: Callable, ranks=None) -> Callable:
+    """``forward`` under model.compute_dtype's autocast (glassrl.models.precision.Autocast), in one
+    process and on DDP ranks; on the ranks of ``ray.fsdp`` as it is (FSDP2's MixedPrecisionPolicy
+    casts the parameters; autocast would cast twice)."""
+    from glassrl.models.precision import Autocast
+
+    return forward if ranks is not None and cfg.ray.fsdp else Autocast(forward, cfg.model.compute_dtype)
+
+
 def actor_optimizer_steps(cfg: TrainConfig, resolved: Resolved) -> int:
     """Optimiser steps the actor takes in the run (none in the value warm-up steps): its schedule's length."""
     return (cfg.steps - cfg.algo.value_warmup_steps) * resolved.optimizer_steps_per_step
@@ -392,15 +442,15 @@ def build_local_workers(
     """
     from glassrl.models import load_causal_lm, load_scalar_model
     from glassrl.models.packing import check_packing
-    from glassrl.models.precision import Autocast, check_master_weights
+    from glassrl.models.precision import check_master_weights
     from glassrl.models.shared_prefix import check_shared_prefix
     from glassrl.workers.local import LocalActor, LocalCritic, LocalReference, LocalReward, LocalRollout
     from glassrl.workers.lora import LoraReference
     from glassrl.workers.overlap import OverlapRollout
 
-    m, a, r = cfg.model, cfg.algo, cfg.rollout
+    m, r = cfg.model, cfg.rollout
     passes = forward_passes(cfg)
-    micro, compute, packed, shared = passes.micro_batch, passes.compute, passes.packed, passes.shared_prefix
+    compute, packed, shared = passes.compute, passes.packed, passes.shared_prefix
     lora = lora_settings(cfg)
 
     def check_layout(model) -> None:  # the packed layouts rely on the model's attention honouring them
@@ -415,20 +465,7 @@ def build_local_workers(
     check_master_weights(model, compute)
     check_layout(model)
     optimizer, scheduler = make_optimizer(model, cfg.actor_optim, actor_optimizer_steps(cfg, resolved))
-    update = partial(
-        run_updates,
-        micro_batch=micro,
-        grad_clip=cfg.actor_optim.grad_clip,
-        forward=Autocast(
-            partial(actor_forward, r.temperature, a.entropy_coef > 0, packed=packed, shared_prefix=shared),
-            m.compute_dtype,
-        ),
-        terms=actor_loss(cfg, resolved),
-        prefix="actor",
-        ptx=ptx,
-        on_nonfinite=cfg.on_nonfinite,
-        shared_prefix=shared,
-    )
+    update = actor_update(cfg, resolved, ptx)
     actor = LocalActor(
         model,
         tokenizer,
@@ -468,23 +505,13 @@ def build_local_workers(
         check_master_weights(critic_model, compute)
         check_layout(critic_model)
         c_opt, c_sched = make_optimizer(critic_model, cfg.critic_optim, resolved.total_optimizer_steps)
-        c_update = partial(
-            run_updates,
-            micro_batch=micro,
-            grad_clip=cfg.critic_optim.grad_clip,
-            forward=Autocast(partial(critic_forward, packed=packed, shared_prefix=shared), m.compute_dtype),
-            terms=critic_loss(cfg, resolved),
-            prefix="critic",
-            on_nonfinite=cfg.on_nonfinite,
-            shared_prefix=shared,
-        )
         critic = LocalCritic(
             critic_model,
             tokenizer,
             c_opt,
             c_sched,
             passes=passes,
-            update=c_update,
+            update=critic_update(cfg, resolved),
             load=load_critic_part,
         )
     return Workers(actor, rollout, LocalReward(build_reward(cfg)), reference, critic, stop, paths)

@@ -24,11 +24,16 @@ below (module-level, so Ray pickles them by reference), from the same config:
 - reward ranks (``ray.reward``): the reward sources, requests in contiguous chunks.
 
 Checkpoint parts of a trained role: ``actor`` (Hugging Face format, rank 0) and
-``actor_state`` (DCP shards of every rank); likewise for the critic. Not wired here (the
-config refuses them): PPO-ptx, and FSDP2 with the rollout on the actor's ranks (sampling from
-shards is not built; placed apart, the rollout samples from gathered weights). The data-parallel
-update checks every optimiser step as the in-process one does (``on_nonfinite``: stop or skip,
-decided alike on every rank from values summed over the ranks).
+``actor_state`` (DCP shards of every rank); likewise for the critic.
+
+The update: each trained rank receives the one update loop (glassrl.rl.update.run_updates) bound
+as the in-process build binds it (glassrl.rl.build.actor_update, critic_update), its ranks being
+the rank's DataParallelModel: the same loss, checks (``on_nonfinite``: stop or skip, decided alike
+on every rank from values summed over the ranks), on-policy forward outputs (the driver puts each
+rank's rows back: glassrl.workers.ray.RayActor.update_on_policy) and PPO-ptx (the driver draws
+each optimiser step's supervised pairs from its stream and splits them over the ranks). Not wired
+here (the config refuses them: glassrl.rl.checks): FSDP2 with the rollout on the actor's ranks
+(sampling from shards is not built; placed apart, the rollout samples from gathered weights).
 """
 
 from __future__ import annotations
@@ -38,23 +43,23 @@ from pathlib import Path
 
 import torch
 
-from glassrl.errors import GlassrlError
-from glassrl.optim import check_weights, make_optimizer, on_bad_step, optimizer_path, seed_everything
+from glassrl.optim import make_optimizer, optimizer_path, seed_everything
 from glassrl.rl.build import (
     Workers,
-    actor_loss,
     actor_optimizer_steps,
+    actor_update,
     build_reward,
-    critic_loss,
     critic_path,
+    critic_update,
     forward_passes,
     lora_settings,
     rollout_engine,
+    under_autocast,
     with_lora,
 )
 from glassrl.rl.config import RayRoleConfig, RayRolloutConfig, Resolved, TrainConfig
-from glassrl.rl.ptx import PtxLoss
-from glassrl.rl.update import DIAGNOSTIC_METRICS, actor_forward, critic_forward
+from glassrl.rl.ptx import PtxLoss, PtxTerm
+from glassrl.rl.update import actor_forward, critic_forward
 
 
 def build_ray_workers(
@@ -74,12 +79,12 @@ def build_ray_workers(
         connect,
     )
 
-    if ptx is not None:
-        raise GlassrlError("algo.ptx_coef: PPO-ptx is not wired into trainer.backend = ray")
     ray, m = cfg.ray, cfg.model
     lora_reference = cfg.model.lora is not None and m.reference is None
     apart = ray.rollout.placement == "apart"
-    specs = [_spec("actor", ray.actor, partial(actor_rank, cfg, resolved, str(path)))]
+    # each rank adds its part of PPO-ptx's term; the driver draws the pairs (RayActor)
+    term = None if ptx is None else PtxTerm(ptx.coef, ptx.micro_batch, ptx.pad_id)
+    specs = [_spec("actor", ray.actor, partial(actor_rank, cfg, resolved, str(path), term))]
     if apart:
         specs.append(_spec("rollout", ray.rollout, partial(rollout_rank, cfg, str(path))))
     if resolved.uses_reference and not lora_reference:
@@ -104,7 +109,7 @@ def build_ray_workers(
             sync, rollout = RayWeightSync(actors, rollouts, device), RayRollout(rollouts, pad_id)
         paths = _rank0(actors, "paths") | (_rank0(cluster["rollout"], "paths") if apart else {})
         return Workers(
-            actor=RayActor(actors, weight_sync=sync),
+            actor=RayActor(actors, weight_sync=sync, ptx=ptx),
             rollout=rollout,
             reward=RayReward(cluster["reward"]) if ray.reward is not None else LocalReward(build_reward(cfg)),
             reference=reference,
@@ -136,13 +141,14 @@ def _spec(role: str, group: RayRoleConfig | RayRolloutConfig, build):
 # ---------------------------------------------------------------- what each rank builds (in its process)
 
 
-def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ctx) -> dict:
-    """Rank ``ctx.rank`` of π_θ: "actor" (its replica, optimiser, update), "rollout" (sampling with
-    the replica, on the first ``ray.rollout_ranks`` ranks) or, with the rollout apart, "weights"
-    (the sending side of the weight sync) and, under LoRA, "reference"."""
+def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ptx: PtxTerm | None, ctx) -> dict:
+    """Rank ``ctx.rank`` of π_θ: "actor" (its replica, optimiser, update; ``ptx``: PPO-ptx's term, on
+    the pairs the driver sends), "rollout" (sampling with the replica, on the first ``ray.rollout_ranks``
+    ranks) or, with the rollout apart, "weights" (the sending side of the weight sync) and, under LoRA,
+    "reference"."""
     from glassrl.models import load_causal_lm, load_tokenizer
     from glassrl.models.precision import check_master_weights, compute_dtype
-    from glassrl.workers.data_parallel import DataParallelActor, DataParallelModel, run_dp_updates
+    from glassrl.workers.data_parallel import DataParallelActor, DataParallelModel
     from glassrl.workers.local import LocalRollout
     from glassrl.workers.lora import LoraReference
     from glassrl.workers.weight_sync import WeightSender
@@ -157,21 +163,16 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ctx) -> dict:
     dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
     # After wrapping: under FSDP2 the optimiser must hold the sharded parameters.
     optimizer, scheduler = make_optimizer(dp.module, cfg.actor_optim, actor_optimizer_steps(cfg, resolved))
-    update = partial(
-        run_dp_updates,
-        micro_batch=micro,
-        grad_clip=cfg.actor_optim.grad_clip,
-        forward=partial(actor_forward, r.temperature, a.entropy_coef > 0),
-        terms=actor_loss(cfg, resolved),
-        prefix="actor",
-        diagnostics=DIAGNOSTIC_METRICS,
-        on_bad_step=partial(on_bad_step, cfg.on_nonfinite),
-        check_weights=check_weights,
-    )
-    forward = partial(actor_forward, r.temperature, True)  # phase 3 logs the entropy
+    forward = under_autocast(cfg, partial(actor_forward, r.temperature, True), dp)  # phase 3 logs the entropy
     objects = {
         "actor": DataParallelActor(
-            dp, tokenizer, optimizer, scheduler, micro_batch=micro, update=update, forward=forward
+            dp,
+            tokenizer,
+            optimizer,
+            scheduler,
+            micro_batch=micro,
+            update=actor_update(cfg, resolved, ptx, ranks=dp),
+            forward=forward,
         )
     }
     objects["paths"] = {"optimiser": optimizer_path(optimizer)}  # read by the driver's start-up lines
@@ -213,31 +214,24 @@ def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
     """Rank ``ctx.rank`` of V: "critic" (its replica, optimiser, update)."""
     from glassrl.models import load_scalar_model, load_tokenizer
     from glassrl.models.precision import check_master_weights, compute_dtype
-    from glassrl.workers.data_parallel import DataParallelCritic, DataParallelModel, run_dp_updates
+    from glassrl.workers.data_parallel import DataParallelCritic, DataParallelModel
 
     seed_everything(cfg.seed)  # the fresh head: the draws of the in-process build (glassrl.models.loading)
     m = cfg.model
-    micro = cfg.batch.micro_batch_responses
     load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=str(ctx.device))
     base = critic_path(cfg, Path(actor))
     model, _ = with_lora(load_critic(base), lora_settings(cfg), base, load_critic)
     check_master_weights(model, compute_dtype(m.compute_dtype))
     dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
     optimizer, scheduler = make_optimizer(dp.module, cfg.critic_optim, resolved.total_optimizer_steps)
-    update = partial(
-        run_dp_updates,
-        micro_batch=micro,
-        grad_clip=cfg.critic_optim.grad_clip,
-        forward=critic_forward,
-        terms=critic_loss(cfg, resolved),
-        prefix="critic",
-        diagnostics=DIAGNOSTIC_METRICS,
-        on_bad_step=partial(on_bad_step, cfg.on_nonfinite),
-        check_weights=check_weights,
-    )
-    tokenizer = load_tokenizer(actor)
     critic = DataParallelCritic(
-        dp, tokenizer, optimizer, scheduler, micro_batch=micro, update=update, forward=critic_forward
+        dp,
+        load_tokenizer(actor),
+        optimizer,
+        scheduler,
+        micro_batch=cfg.batch.micro_batch_responses,
+        update=critic_update(cfg, resolved, ranks=dp),
+        forward=under_autocast(cfg, critic_forward, dp),
     )
     return {"critic": critic}
 

@@ -452,8 +452,6 @@ def _check_ray(cfg: TrainConfig, written: Set[str] | None) -> None:
             "sampling from FSDP2 shards is not built; sample on ranks of their own (ray.rollout.placement: apart), "
             "which the actor's gathered weights keep in sync (docs/scale-out.md)",
         )
-    if a.ptx_coef > 0:
-        fail("algo.ptx_coef", a.ptx_coef, "PPO-ptx is not wired into trainer.backend = ray; use trainer.backend: local")
     if agentic(cfg):
         fail("rollout.agent", "on", "multi-turn rollouts are not wired into trainer.backend = ray")
     if cfg.model.padding_free:

@@ -4,6 +4,12 @@ The rollout worker samples with the actor's own model object (weights shared in
 memory, nothing to synchronise). Tensors come back on the model's device.
 See glassrl.workers.base for the protocol and the batch keys.
 
+An update is not written here: :class:`LocalActor` and :class:`LocalCritic` call the ``update``
+the build injects (glassrl.rl.build.actor_update: the one update loop, glassrl.rl.update.run_updates,
+with the config's loss), in one process, where every collective of the loop is the identity; the
+Ray ranks call the same loop (glassrl.workers.data_parallel). Trainer.step → ``actor.update`` →
+that loop → ``optimizer.step()``.
+
 How a run's forward passes without gradient run is one :class:`Passes`, the same for every role
 (glassrl.rl.build.forward_passes): micro-batches of ``micro_batch`` rows, log-probs at the
 sampling ``temperature``; ``compute`` is the dtype of the matrix products (``model.compute_dtype``): bfloat16 runs
@@ -34,7 +40,8 @@ from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
 from glassrl.workers.base import Batch
 
-# update(model, optimizer, scheduler, batch, plan) -> metrics (glassrl.rl.update.run_updates, bound)
+# update(model, optimizer, scheduler, batch, plan, **more) -> metrics: the one update loop,
+# glassrl.rl.update.run_updates, bound by glassrl.rl.build (actor_update, critic_update)
 UpdateFn = Callable[[nn.Module, torch.optim.Optimizer, Any, Batch, list[torch.Tensor]], dict[str, float]]
 # path of an "hf" checkpoint part -> a freshly loaded module of the same kind
 LoadFn = Callable[[Path], nn.Module]

@@ -1,7 +1,10 @@
 """``trainer.backend: ray`` end to end on a local Ray cluster (2 CPUs), against the in-process backend.
 
 Same data: ``ray.rollout_ranks=1`` makes actor rank 0 sample every prompt from the seed the
-in-process rollout uses, so both backends score, train on and log the same responses.
+in-process rollout uses, so both backends score, train on and log the same responses. GRPO, PPO,
+and GRPO with one optimiser step per step (the on-policy update: its forward gives log π_old, on
+each rank its rows) and PPO-ptx (the driver's supervised pairs split over the ranks): the ranks
+run the in-process update loop (glassrl.rl.update.run_updates) with their collectives.
 
 Tolerance, Ray (2 DDP ranks) against one process, float32 on CPU:
 - advantages, returns, values, log-probs, KL (metrics and ledger rows), losses and gradient
@@ -122,15 +125,44 @@ def _load_critic(path):
     return load_scalar_model(path, head="value-head", dtype="float32", device="cpu")
 
 
-@pytest.mark.parametrize("preset", ["grpo", "ppo"])
-def test_two_ranks_train_like_one_process(preset, local_ray, fast, tmp_path):
+def _ptx_pairs(path: Path) -> Path:
+    rows = [
+        {"prompt": f"请问{a}+{b}={a + b}？", "response": f"是的，等于{a + b}！"} for a in range(3) for b in range(3)
+    ]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+class Counted:
+    """A worker method that counts its calls."""
+
+    def __init__(self, method) -> None:
+        self.method, self.calls = method, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.method(*args, **kwargs)
+
+
+@pytest.mark.parametrize("case", ["grpo", "ppo", "grpo-on-policy-ptx"])
+def test_two_ranks_train_like_one_process(case, local_ray, fast, tmp_path):
+    preset = case.split("-")[0]
     # padded in-process passes, as the Ray ranks run them (model.shared_prefix is not wired into Ray)
     common = [*fast, VARIED_REWARD, "logging.report=false", "model.shared_prefix=false"]
+    if case == "grpo-on-policy-ptx":
+        # one optimiser step per step: the update's forward gives log π_old and H (no actor pass in
+        # phase 3), each rank its rows; PPO-ptx: each optimiser step's pairs drawn by the driver, split
+        common += [
+            "batch.mini_batch_prompts=4",
+            "algo.ptx_coef=0.5",
+            f"data.ptx={_ptx_pairs(tmp_path / 'pairs.jsonl')}",
+        ]
     _trainer(preset, [*common, f"output_dir={tmp_path / 'local'}"]).train()
     remote = _trainer(preset, [*common, f"output_dir={tmp_path / 'ray'}", *_ray(2, 2), "ray.rollout_ranks=1"])
     assert type(remote.workers.actor).__name__ == "RayActor" and remote.workers.actor.group.world_size == 2
     if preset == "ppo":
         assert remote.workers.critic.group.world_size == 2
+    remote.workers.actor.compute_logprobs = phase3 = Counted(remote.workers.actor.compute_logprobs)
     remote.train()
 
     local, ray_run = tmp_path / "local", tmp_path / "ray"
@@ -142,6 +174,10 @@ def test_two_ranks_train_like_one_process(preset, local_ray, fast, tmp_path):
         _assert_same_weights(local, ray_run, "critic", _load_critic)
     manifest = json.loads((ray_run / "checkpoints" / "step_00000002" / "manifest.json").read_text())
     assert {"actor", "actor_state", "rollout_rng"} <= set(manifest["parts"])
+    if case == "grpo-on-policy-ptx":
+        assert phase3.calls == 0
+        assert all(row["actor/ptx_loss"] > 0 for row in logged_metrics(ray_run)[1:])
+        assert "ptx_data" in manifest["parts"]
 
 
 class KillRankAt:

@@ -77,7 +77,7 @@ def with_shared_prefix(cfg: TrainConfig, actor: Path, resumed: Path | None = Non
     without padding_free, when the actor's, the reference's and the critic's checkpoints have full
     attention in every layer (a sliding window cannot be kept in the layout's own mask:
     glassrl.models.shared_prefix). Off on a GPU, where it has not been measured since it became one
-    pass, and on Ray, where it is not wired. ``resumed``: the config.yaml of the run being resumed;
+    pass, and on Ray, where it has not been measured (``true`` runs it there). ``resumed``: the config.yaml of the run being resumed;
     one written before model.shared_prefix existed ran padded, and goes on so."""
     import dataclasses
 
@@ -92,7 +92,7 @@ def with_shared_prefix(cfg: TrainConfig, actor: Path, resumed: Path | None = Non
         return cfg, f"set to {str(m.shared_prefix).lower()}"
     off = None
     if cfg.trainer.backend != "local":
-        off = f"trainer.backend is {cfg.trainer.backend}, where it is not wired"
+        off = f"trainer.backend is {cfg.trainer.backend}, where the layout has not been measured yet"
     elif m.padding_free:
         off = "model.padding_free packs without padding already"
     elif _policy_on_gpu(cfg):

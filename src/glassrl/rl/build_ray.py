@@ -30,8 +30,10 @@ The update: each trained rank receives the one update loop (glassrl.rl.update.ru
 as the in-process build binds it (glassrl.rl.build.actor_update, critic_update), its ranks being
 the rank's DataParallelModel: the same loss, checks (``on_nonfinite``: stop or skip, decided alike
 on every rank from values summed over the ranks), on-policy forward outputs (the driver puts each
-rank's rows back: glassrl.workers.ray.RayActor.update_on_policy) and PPO-ptx (the driver draws
-each optimiser step's supervised pairs from its stream and splits them over the ranks). Not wired
+rank's rows back: glassrl.workers.ray.RayActor.update_on_policy), PPO-ptx (the driver draws
+each optimiser step's supervised pairs from its stream and splits them over the ranks) and
+model.shared_prefix (every rank's forward passes in the layout; the rows of a prompt that a rank
+holds are grouped, so a prompt split over ranks is computed once on each). Not wired
 here (the config refuses them: glassrl.rl.checks): FSDP2 with the rollout on the actor's ranks
 (sampling from shards is not built; placed apart, the rollout samples from gathered weights).
 """
@@ -160,10 +162,13 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ptx: PtxTerm | N
     load_lm = partial(load_causal_lm, dtype=m.dtype, device=str(ctx.device))
     model, _ = with_lora(load_lm(Path(path)), lora_settings(cfg), Path(path), load_lm)
     check_master_weights(model, compute)
+    _check_layout(cfg, model)
     dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
     # After wrapping: under FSDP2 the optimiser must hold the sharded parameters.
     optimizer, scheduler = make_optimizer(dp.module, cfg.actor_optim, actor_optimizer_steps(cfg, resolved))
-    forward = under_autocast(cfg, partial(actor_forward, r.temperature, True), dp)  # phase 3 logs the entropy
+    shared = m.shared_prefix is True
+    # phase 3 logs the entropy
+    forward = under_autocast(cfg, partial(actor_forward, r.temperature, True, shared_prefix=shared), dp)
     objects = {
         "actor": DataParallelActor(
             dp,
@@ -222,6 +227,7 @@ def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
     base = critic_path(cfg, Path(actor))
     model, _ = with_lora(load_critic(base), lora_settings(cfg), base, load_critic)
     check_master_weights(model, compute_dtype(m.compute_dtype))
+    _check_layout(cfg, model)
     dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
     optimizer, scheduler = make_optimizer(dp.module, cfg.critic_optim, resolved.total_optimizer_steps)
     critic = DataParallelCritic(
@@ -231,7 +237,7 @@ def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
         scheduler,
         micro_batch=cfg.batch.micro_batch_responses,
         update=critic_update(cfg, resolved, ranks=dp),
-        forward=under_autocast(cfg, critic_forward, dp),
+        forward=under_autocast(cfg, partial(critic_forward, shared_prefix=m.shared_prefix is True), dp),
     )
     return {"critic": critic}
 
@@ -243,7 +249,16 @@ def reference_rank(cfg: TrainConfig, path: str, ctx) -> dict:
 
     m = cfg.model
     model = load_causal_lm(path, dtype=m.dtype, device=str(ctx.device))
+    _check_layout(cfg, model)
     return {"reference": LocalReference(model, forward_passes(cfg))}
+
+
+def _check_layout(cfg: TrainConfig, model) -> None:
+    """model.shared_prefix relies on the model's attention honouring the layout's mask (as in process)."""
+    from glassrl.models.shared_prefix import check_shared_prefix
+
+    if cfg.model.shared_prefix is True:
+        check_shared_prefix(model)
 
 
 def reward_rank(cfg: TrainConfig, ctx) -> dict:

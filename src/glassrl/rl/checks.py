@@ -456,7 +456,5 @@ def _check_ray(cfg: TrainConfig, written: Set[str] | None) -> None:
         fail("rollout.agent", "on", "multi-turn rollouts are not wired into trainer.backend = ray")
     if cfg.model.padding_free:
         fail("model.padding_free", True, "not wired into trainer.backend = ray; use trainer.backend: local")
-    if cfg.model.shared_prefix is True:
-        fail("model.shared_prefix", True, "not wired into trainer.backend = ray; use trainer.backend: local")
     if cfg.rollout.overlap:
         fail("rollout.overlap", True, "not wired into trainer.backend = ray; use trainer.backend: local")

@@ -113,7 +113,7 @@ def _rank(rank: int, world: int, port: int, model_dir: str, out: str, fsdp: bool
         mixed = replica("bfloat16")
         mixed_optimizer, mixed_scheduler = optimizer_for(mixed.module)
         run_updates(mixed.module, mixed_optimizer, mixed_scheduler, local_batch, local_plan, **dp_kwargs(mixed))
-        result["mixed_dtypes"] = {p.dtype for p in mixed.parameters()}
+        result["mixed_dtypes"] = {p.dtype for p in mixed.module.parameters()}
         result["mixed_weights"] = weights(mixed)
     torch.save({k: v for k, v in result.items()}, Path(out) / f"rank{rank}.pt")
     torch.distributed.destroy_process_group()

@@ -354,41 +354,27 @@ def critic_loss(cfg: TrainConfig, resolved: Resolved) -> list:
     return critic_terms(value_clip=a.value_clip, loss_agg=a.loss_agg, norm_length=resolved.norm_length)
 
 
-def actor_update(cfg: TrainConfig, resolved: Resolved, ptx: PtxTerm | None = None, ranks=None) -> Callable:
-    """The actor's update, ``update(model, optimizer, scheduler, batch, plan, **more)``: the one update
-    loop (glassrl.rl.update.run_updates) bound to the config's loss, micro-batch, clipping, forward
-    layout, PPO-ptx term and non-finite policy; ``ranks``: a Ray rank's data-parallel group
-    (glassrl.rl.build_ray), None in one process. What a worker calls for it (LocalActor, DataParallelActor)."""
-    a = cfg.algo
+def role_update(cfg: TrainConfig, resolved: Resolved, role: str, ptx: PtxTerm | None = None, ranks=None) -> Callable:
+    """The update of ``role`` ("actor" or "critic"), ``update(model, optimizer, scheduler, batch, plan,
+    **more)``: the one update loop (glassrl.rl.update.run_updates) bound to the config's loss,
+    micro-batch, clipping, forward layout, PPO-ptx term (the actor's) and non-finite policy.
+    ``ranks``: a Ray rank's data-parallel group (glassrl.rl.build_ray), None in one process. What a
+    worker calls to update (LocalActor, LocalCritic; DataParallelActor, DataParallelCritic)."""
     shared = cfg.model.shared_prefix is True
-    forward = partial(
-        actor_forward, cfg.rollout.temperature, a.entropy_coef > 0, packed=cfg.model.padding_free, shared_prefix=shared
-    )
+    layout = dict(packed=cfg.model.padding_free, shared_prefix=shared)
+    if role == "actor":
+        forward = partial(actor_forward, cfg.rollout.temperature, cfg.algo.entropy_coef > 0, **layout)
+        terms, optim = actor_loss(cfg, resolved), cfg.actor_optim
+    else:
+        forward, terms, optim = partial(critic_forward, **layout), critic_loss(cfg, resolved), cfg.critic_optim
     return partial(
         run_updates,
         micro_batch=cfg.batch.micro_batch_responses,
-        grad_clip=cfg.actor_optim.grad_clip,
+        grad_clip=optim.grad_clip,
         forward=under_autocast(cfg, forward, ranks),
-        terms=actor_loss(cfg, resolved),
-        prefix="actor",
+        terms=terms,
+        prefix=role,
         ptx=ptx,
-        on_nonfinite=cfg.on_nonfinite,
-        shared_prefix=shared,
-        ranks=ranks,
-    )
-
-
-def critic_update(cfg: TrainConfig, resolved: Resolved, ranks=None) -> Callable:
-    """The critic's update, as :func:`actor_update` binds the actor's."""
-    shared = cfg.model.shared_prefix is True
-    forward = partial(critic_forward, packed=cfg.model.padding_free, shared_prefix=shared)
-    return partial(
-        run_updates,
-        micro_batch=cfg.batch.micro_batch_responses,
-        grad_clip=cfg.critic_optim.grad_clip,
-        forward=under_autocast(cfg, forward, ranks),
-        terms=critic_loss(cfg, resolved),
-        prefix="critic",
         on_nonfinite=cfg.on_nonfinite,
         shared_prefix=shared,
         ranks=ranks,
@@ -465,14 +451,13 @@ def build_local_workers(
     check_master_weights(model, compute)
     check_layout(model)
     optimizer, scheduler = make_optimizer(model, cfg.actor_optim, actor_optimizer_steps(cfg, resolved))
-    update = actor_update(cfg, resolved, ptx)
     actor = LocalActor(
         model,
         tokenizer,
         optimizer,
         scheduler,
         passes=passes,
-        update=update,
+        update=role_update(cfg, resolved, "actor", ptx),
         load=load_actor,
     )
     device = next(model.parameters()).device
@@ -511,7 +496,7 @@ def build_local_workers(
             c_opt,
             c_sched,
             passes=passes,
-            update=critic_update(cfg, resolved),
+            update=role_update(cfg, resolved, "critic"),
             load=load_critic_part,
         )
     return Workers(actor, rollout, LocalReward(build_reward(cfg)), reference, critic, stop, paths)

@@ -27,7 +27,7 @@ Checkpoint parts of a trained role: ``actor`` (Hugging Face format, rank 0) and
 ``actor_state`` (DCP shards of every rank); likewise for the critic.
 
 The update: each trained rank receives the one update loop (glassrl.rl.update.run_updates) bound
-as the in-process build binds it (glassrl.rl.build.actor_update, critic_update), its ranks being
+as the in-process build binds it (glassrl.rl.build.role_update), its ranks being
 the rank's DataParallelModel: the same loss, checks (``on_nonfinite``: stop or skip, decided alike
 on every rank from values summed over the ranks), on-policy forward outputs (the driver puts each
 rank's rows back: glassrl.workers.ray.RayActor.update_on_policy), PPO-ptx (the driver draws
@@ -49,12 +49,11 @@ from glassrl.optim import make_optimizer, optimizer_path, seed_everything
 from glassrl.rl.build import (
     Workers,
     actor_optimizer_steps,
-    actor_update,
     build_reward,
     critic_path,
-    critic_update,
     forward_passes,
     lora_settings,
+    role_update,
     rollout_engine,
     under_autocast,
     with_lora,
@@ -176,7 +175,7 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ptx: PtxTerm | N
             optimizer,
             scheduler,
             micro_batch=micro,
-            update=actor_update(cfg, resolved, ptx, ranks=dp),
+            update=role_update(cfg, resolved, "actor", ptx, ranks=dp),
             forward=forward,
         )
     }
@@ -236,7 +235,7 @@ def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
         optimizer,
         scheduler,
         micro_batch=cfg.batch.micro_batch_responses,
-        update=critic_update(cfg, resolved, ranks=dp),
+        update=role_update(cfg, resolved, "critic", ranks=dp),
         forward=under_autocast(cfg, partial(critic_forward, shared_prefix=m.shared_prefix is True), dp),
     )
     return {"critic": critic}

@@ -27,7 +27,7 @@ One update, followed from the trainer: Trainer.step (glassrl.rl.loop, phase 6) b
 ``workers.actor.update(actor_batch(exp), plan)`` (or ``update_on_policy``, which also returns
 phase 3's log-probs and entropy). In one process that is glassrl.workers.local.LocalActor, which
 calls the ``update`` glassrl.rl.build bound for it (:func:`run_updates` with the config's loss:
-glassrl.rl.build.actor_update); on Ray, glassrl.workers.ray.RayActor splits the batch and plan
+glassrl.rl.build.role_update); on Ray, glassrl.workers.ray.RayActor splits the batch and plan
 over the ranks and each rank's glassrl.workers.data_parallel.DataParallelActor calls the same
 function, bound by glassrl.rl.build_ray with its ranks. Here, per mini-batch: the micro-batches'
 forward and backward passes, PPO-ptx's term, the clipped gradient norm, the non-finite check,

@@ -97,7 +97,18 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-# ---------------------------------------------------------------- the replica
+def _max_over_ranks(n: int, device: torch.device) -> int:
+    t = torch.tensor([n], device=device)  # NCCL reduces GPU tensors only
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t)
+
+
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    """A plain tensor: an FSDP2 DTensor (the gradient norm of shards) gathered."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+# ---------------------------------------------------------------- the replica: the ranks of the update loop
 
 
 class _Replica(nn.Module):
@@ -186,9 +197,6 @@ class DataParallelModel:
         ranks = ranks or list(range(self.world_size))
         return combined, f" on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} of {self.world_size}"
 
-    def parameters(self) -> list[nn.Parameter]:
-        return [p for p in self.wrapped.parameters() if p.requires_grad]
-
 
 def _fully_shard(replica: _Replica, model: nn.Module, dtype: torch.dtype) -> nn.Module:
     """FSDP2: each decoder layer one unit, the rest (embeddings, head) the root unit (GPU only)."""
@@ -198,20 +206,6 @@ def _fully_shard(replica: _Replica, model: nn.Module, dtype: torch.dtype) -> nn.
     for layer in _decoder_layers(model):
         fully_shard(layer, mp_policy=policy)
     return fully_shard(replica, mp_policy=policy)
-
-
-# ---------------------------------------------------------------- the collectives of the update
-
-
-def _max_over_ranks(n: int, device: torch.device) -> int:
-    t = torch.tensor([n], device=device)  # NCCL reduces GPU tensors only
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t)
-
-
-def _whole(t: torch.Tensor) -> torch.Tensor:
-    """A plain tensor: an FSDP2 DTensor (the gradient norm of shards) gathered."""
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
 def forward_no_grad(

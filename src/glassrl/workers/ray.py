@@ -271,7 +271,7 @@ class _Collective:
         self.group.call_all(self.name, self.method, str(path))
 
 
-_ROW = "row"  # a column that travels with the rows into shard_plan: each rank's rows of the batch
+_ROW = "_row"  # a column that travels with the rows into shard_plan: each rank's rows of the batch
 
 
 class _RayTrainee:
@@ -369,8 +369,7 @@ class RayActor(_RayTrainee):
         self.weight_sync, self.ptx = weight_sync, ptx
 
     def update(self, batch: Batch, plan: list[torch.Tensor]) -> dict[str, float]:
-        metrics = self.group.call_each(self.name, "update", self._parts(batch, plan)[0])[0]
-        return self._synced(metrics)
+        return self._synced(super().update(batch, plan))
 
     def update_on_policy(
         self, batch: Batch, plan: list[torch.Tensor]

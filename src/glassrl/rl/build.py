@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from glassrl.algos.kl import AdaptiveKLController, FixedKLController
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
 from glassrl.optim import make_optimizer, optimizer_path
 from glassrl.rl.checks import agentic_tasks, loss_params
-from glassrl.rl.config import AgentConfig, ModelConfig, Resolved, TrainConfig, agent_config
+from glassrl.rl.config import AgentConfig, KLConfig, ModelConfig, Resolved, TrainConfig, agent_config
 from glassrl.rl.ptx import PtxLoss, load_ptx_examples
+from glassrl.rl.sampling import DynamicSampler, OneRound
 from glassrl.rl.update import actor_forward, actor_terms, critic_forward, critic_terms, run_updates
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
 
@@ -174,6 +176,18 @@ def critic_path(cfg: TrainConfig, actor: Path) -> Path:
             raise GlassrlError(f"reward.sources[{i}].path: missing (model.critic = reward_model loads it)")
         return Path(source["path"])
     return Path(cfg.model.critic)
+
+
+def kl_controller(kl: KLConfig) -> FixedKLController | AdaptiveKLController:
+    """β of the KL term: fixed, or adapted towards ``kl.target`` (Ziegler et al. 2019, §2.2)."""
+    return FixedKLController(kl.coef) if kl.target is None else AdaptiveKLController(kl.coef, kl.target, kl.horizon)
+
+
+def step_sampler(cfg: TrainConfig, pad_id: int) -> OneRound | DynamicSampler:
+    """What fills a step's batch: one round of prompts, or DAPO's dynamic sampling (glassrl.rl.sampling)."""
+    if cfg.algo.dynamic_sampling:
+        return DynamicSampler(cfg.batch.prompts_per_step, cfg.algo.dynamic_sampling_max_rounds, pad_id)
+    return OneRound()
 
 
 def build_reward(cfg: TrainConfig):

@@ -32,7 +32,7 @@ from glassrl.data.formatting import format_prompts
 from glassrl.data.tasks import TASKS, held_out_split, load_task, parse_task
 from glassrl.errors import GlassrlError
 from glassrl.jsonl import jsonl_objects
-from glassrl.models.loading import resolve_model_path
+from glassrl.models.loading import pad_id, resolve_model_path
 from glassrl.optim import OptimConfig
 from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised
 
@@ -210,12 +210,11 @@ class SFTObjective:
             raise GlassrlError("train_sft: a model given in memory needs its tokenizer too")
         model.to(device).train()
         check_positions(model, cfg.max_length, cfg.model)
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         train = tokenize_pairs(tokenizer, _load_all(cfg.data), cfg.max_length)
         eval_specs = cfg.eval_data or [t for s in _as_list(cfg.data) if (t := held_out_split(s)) is not None]
         evals = tokenize_pairs(tokenizer, _load_all(eval_specs), cfg.max_length)
         steps = cfg.steps if cfg.steps is not None else max(1, round(cfg.epochs * len(train) / cfg.batch_size))
-        return cls(model, tokenizer, train, evals, steps, cfg.batch_size, pad_id, device)
+        return cls(model, tokenizer, train, evals, steps, cfg.batch_size, pad_id(tokenizer), device)
 
     @property
     def sizes(self) -> dict[str, float]:

@@ -4,6 +4,7 @@ behind, output capped, and the positive controls that show each refusal is the s
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -139,9 +140,13 @@ def test_world_readable_files_outside_the_system_directories_are_not_visible():
 @needs_tmp_uid
 def test_cannot_write_into_a_directory_of_the_parent(tmp_path):
     target = tmp_path / "escape.txt"  # pytest's tmp_path: root's, mode 0700
-    result = run_python(f"open({str(target)!r}, 'w').write('x')", FAST)
-    assert result.status == "error" and not target.exists()
-    assert "PermissionError" in result.stderr or "Read-only file system" in result.stderr
+    for iso in (ISO, UNSANDBOXED):  # the uid of its own refuses it even where nothing hides the directory
+        result = _run(f"open({str(target)!r}, 'w').write('x')", FAST, iso)
+        assert result.status == "error" and not target.exists()
+        if "min-root" in result.guarantees:  # the directory is not in the sandbox's root
+            assert "FileNotFoundError" in result.stderr
+        else:
+            assert "PermissionError" in result.stderr or "Read-only file system" in result.stderr
 
 
 @needs_fs
@@ -150,6 +155,16 @@ def test_the_whole_filesystem_is_read_only_even_world_writable_tmp():
     result = run_python(f"open({str(target)!r}, 'w').write('x')", FAST)
     assert result.status == "error" and "Read-only file system" in result.stderr
     assert not target.exists()
+
+
+@needs_namespaces
+def test_only_its_own_processes_are_visible():
+    code = "import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"
+    inside, outside = run_python(code, FAST), _run(code, FAST, UNSANDBOXED)
+    assert os.getpid() in json.loads(outside.stdout)  # control: unsandboxed, this test's process is in view
+    assert inside.status == "ok" and "pid" in inside.guarantees
+    seen = json.loads(inside.stdout)
+    assert os.getpid() not in seen and seen[0] == 1  # its first process is the namespace's init
 
 
 def test_the_parents_environment_is_not_visible(monkeypatch):

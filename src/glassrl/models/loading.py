@@ -128,6 +128,13 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+def pad_id(tokenizer) -> int:
+    """The id that pads prompts (left) and responses (right): the tokenizer's pad token, else its EOS
+    (which :func:`load_tokenizer` makes the pad token of a tokenizer that has none). Padding is masked
+    out everywhere, so its value never enters a number."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
 def load_causal_lm(path: str | Path, *, dtype: str = "auto", device: str = "auto") -> PreTrainedModel:
     """Actor or reference model (``AutoModelForCausalLM``), in eval mode; trainers call ``.train()``."""
     path = _checkpoint_dir(path)

@@ -138,7 +138,10 @@ def collect_environment() -> dict[str, Any]:
     }
     for module in ("torch", "transformers", "plotly"):
         env[module] = _version(module)
-    env["device"], env["cuda"] = _device()
+    env["device"], env["cuda"], torch_build = _device()
+    env["torch"] = (
+        torch_build or env["torch"]
+    )  # torch.__version__ names the build (2.14.1+cu130), its wheel's metadata may not
     env["cpu_count"] = os.cpu_count()
     env["hostname"] = socket.gethostname()
     return env
@@ -151,14 +154,14 @@ def _version(module: str) -> str | None:
         return None
 
 
-def _device() -> tuple[str, str | None]:
+def _device() -> tuple[str, str | None, str | None]:
+    """(device name, torch's CUDA version, torch.__version__); torch's None when it cannot be imported."""
     try:
         import torch  # here, not at the top: reading runs needs no torch (and may run where it is absent)
     except ImportError:
-        return "cpu", None
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0), torch.version.cuda
-    return "cpu", torch.version.cuda
+        return "cpu", None, None
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    return name, torch.version.cuda, torch.__version__
 
 
 def _read_json_object(path: Path) -> dict[str, Any]:

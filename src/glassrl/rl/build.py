@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from glassrl.algos.kl import AdaptiveKLController, FixedKLController
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
 from glassrl.optim import make_optimizer, optimizer_path
 from glassrl.rl.checks import agentic_tasks, loss_params
-from glassrl.rl.config import AgentConfig, ModelConfig, Resolved, TrainConfig, agent_config
+from glassrl.rl.config import AgentConfig, KLConfig, ModelConfig, Resolved, TrainConfig, agent_config
 from glassrl.rl.ptx import PtxLoss, PtxTerm, load_ptx_examples
+from glassrl.rl.sampling import DynamicSampler, OneRound
 from glassrl.rl.update import actor_forward, actor_terms, critic_forward, critic_terms, run_updates
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
 
@@ -176,6 +178,18 @@ def critic_path(cfg: TrainConfig, actor: Path) -> Path:
     return Path(cfg.model.critic)
 
 
+def kl_controller(kl: KLConfig) -> FixedKLController | AdaptiveKLController:
+    """β of the KL term: fixed, or adapted towards ``kl.target`` (Ziegler et al. 2019, §2.2)."""
+    return FixedKLController(kl.coef) if kl.target is None else AdaptiveKLController(kl.coef, kl.target, kl.horizon)
+
+
+def step_sampler(cfg: TrainConfig, pad_id: int) -> OneRound | DynamicSampler:
+    """What fills a step's batch: one round of prompts, or DAPO's dynamic sampling (glassrl.rl.sampling)."""
+    if cfg.algo.dynamic_sampling:
+        return DynamicSampler(cfg.batch.prompts_per_step, cfg.algo.dynamic_sampling_max_rounds, pad_id)
+    return OneRound()
+
+
 def build_reward(cfg: TrainConfig):
     """reward.sources combined (glassrl.rewards.build_combined), a relative file path in them read
     from reward.base_dir (the config file's directory, filled in when the config was loaded)."""
@@ -212,14 +226,15 @@ def build_ptx(cfg: TrainConfig, resolved: Resolved, tokenizer, max_length: int) 
     tokens (the prompt limit + rollout.max_new_tokens: what the model's positions allow)."""
     if cfg.algo.ptx_coef <= 0:
         return None
+    from glassrl.models import pad_id
+
     examples = load_ptx_examples(cfg.data.ptx, tokenizer, max_length)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return PtxLoss(
         examples,
         cfg.algo.ptx_coef,
         resolved.mini_batch_responses,
         cfg.batch.micro_batch_responses,
-        pad_id,
+        pad_id(tokenizer),
         seed=cfg.seed + 3,
     )
 

@@ -68,6 +68,7 @@ def build_ray_workers(
 ) -> Workers:
     """Groups of Ray actors for the roles ``cfg`` needs, behind the worker interface; ``Workers.close``
     stops them. GlassrlError when the cluster cannot be joined or the groups cannot be placed."""
+    from glassrl.models import pad_id
     from glassrl.workers.local import LocalReward
     from glassrl.workers.ray import (
         RayActor,
@@ -98,16 +99,16 @@ def build_ray_workers(
     cluster = RayCluster(specs, ray.placement)
     try:
         actors = cluster["actor"]
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        pad = pad_id(tokenizer)
         reference = None
         if resolved.uses_reference:
             reference = RayReference(actors) if lora_reference else RayReference(cluster["reference"])
-        sync, rollout = None, RayRollout(actors, pad_id, ranks=ray.rollout_ranks)
+        sync, rollout = None, RayRollout(actors, pad, ranks=ray.rollout_ranks)
         if apart:
             rollouts = cluster["rollout"]
             # NCCL when both sides hold a GPU, else gloo (a GPU actor's buckets staged through the CPU).
             device = "cuda" if _device(ray.actor) == _device(ray.rollout) == "cuda" else "cpu"
-            sync, rollout = RayWeightSync(actors, rollouts, device), RayRollout(rollouts, pad_id)
+            sync, rollout = RayWeightSync(actors, rollouts, device), RayRollout(rollouts, pad)
         paths = _rank0(actors, "paths") | (_rank0(cluster["rollout"], "paths") if apart else {})
         return Workers(
             actor=RayActor(actors, weight_sync=sync, ptx=ptx),

@@ -3,6 +3,13 @@
     trainer = Trainer(load_config(TrainConfig, "examples/grpo.yaml"))
     trainer.train()
 
+Reading order: :meth:`Trainer.step` holds the seven phases in the order the data flows, each body
+a call away (phase 1 :meth:`Trainer._sample`, 2–5 glassrl.rl.phases, 3 :meth:`Trainer._model_outputs`,
+6 :meth:`Trainer._update` → the workers' ``update`` → glassrl.rl.update.run_updates, 7
+:meth:`Trainer._metrics` and :meth:`Trainer._log_and_save`); one detail crosses phases: when a batch
+makes a single optimiser step on what π_θ sampled, phase 3 leaves log π_old to phase 6, whose forward
+computes it. ``Trainer.__init__`` is a list of named builds (glassrl.rl.build for the parts).
+
 The trainer owns the algorithm and talks to role workers (glassrl.workers.base);
 it never touches a torch model. Phases 2–5 are the functions of glassrl.rl.phases,
 which ``glassrl explain --model`` calls too. Algorithm variants plug in as small parts
@@ -34,13 +41,12 @@ import torch
 import yaml
 from rich.console import Console
 
-from glassrl.algos.kl import AdaptiveKLController, FixedKLController
 from glassrl.algos.masked import masked_mean
 from glassrl.config import flatten, safe_load, to_dict
 from glassrl.errors import GlassrlError
 from glassrl.ledger.compute import from_experience
 from glassrl.models.allocator import keep_freed_memory, memory_path
-from glassrl.models.loading import resolve_device
+from glassrl.models.loading import load_tokenizer, pad_id, resolve_device
 from glassrl.models.threads import set_threads, startup_line
 from glassrl.optim import NonFiniteError, seed_everything
 from glassrl.report.html import write_run_report
@@ -60,9 +66,11 @@ from glassrl.rl.build import (
     build_gold,
     build_local_workers,
     build_ptx,
+    kl_controller,
     layout_path,
     prompt_format,
     saved_in_todays_terms,
+    step_sampler,
     with_precision,
     with_shared_prefix,
 )
@@ -73,7 +81,6 @@ from glassrl.rl.experience import Experience
 from glassrl.rl.metrics import PhaseTimer, accuracy, gold_metrics, response_metrics, reward_metrics, tensor_metrics
 from glassrl.rl.phases import Sampled
 from glassrl.rl.prompts import build_prompts
-from glassrl.rl.sampling import DynamicSampler, OneRound
 from glassrl.rl.update import actor_batch, critic_batch, minibatch_plan
 from glassrl.rollout.base import SamplingParams
 from glassrl.rollout.stops import describe as describe_stops
@@ -107,113 +114,47 @@ class Trainer:
     def __init__(
         self, cfg: TrainConfig, *, resume: bool = False, console: Console | None = None, progress: bool = True
     ) -> None:
-        from glassrl.models import load_tokenizer
-
         cfg = with_precision(cfg)  # model.dtype / compute_dtype "auto" made concrete
         self.cfg, self.resolved = cfg, resolve(cfg)
         self.console = console or Console()
         self.out = Path(cfg.output_dir)
         self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)
         self.threads = self._set_threads(resume)  # before any torch work
-        memory = "malloc left as it is: the policy is not on the CPU"
-        if resolve_device(cfg.model.device).type == "cpu":
-            # each step reuses the last step's pages (glassrl.models.allocator)
-            memory = memory_path(keep_freed_memory())
+        memory = self._keep_freed_memory()
         seed_everything(cfg.seed)
         path = actor_path(cfg, self.console)
         # model.shared_prefix "auto" made concrete (a resumed run goes on as it began)
-        cfg, layout_why = with_shared_prefix(cfg, path, self.out / "config.yaml" if resume else None)
+        cfg, layout = with_shared_prefix(cfg, path, self.out / "config.yaml" if resume else None)
         self.cfg = cfg
-        self.tokenizer = load_tokenizer(path)
-        # prompt sets, chat template, length rule (an agentic run's prompts with their tools described)
-        self.data = build_prompts(cfg, self.tokenizer, path, prompt_format(cfg, self.tokenizer))
-        stops = describe_stops(self.tokenizer, saved_generation_config(path), cfg.rollout.stop)
-        for line in [*self.data.summary(), stops]:
-            self.console.print(line, markup=False, soft_wrap=True)
+        self.tokenizer, self.data = self._build_prompts(path)
         self.prompts, self.test_records = self.data.train, self.data.test  # a PromptStream or MixtureStream
-        max_length = self.data.limit + cfg.rollout.max_new_tokens
-        self.ptx = build_ptx(cfg, self.resolved, self.tokenizer, max_length)  # PPO-ptx's supervised batches, or None
+        self.ptx = build_ptx(cfg, self.resolved, self.tokenizer, self.data.limit + cfg.rollout.max_new_tokens)
         build_workers = build_ray_workers if cfg.trainer.backend == "ray" else build_local_workers
         self.workers = build_workers(cfg, self.resolved, path, self.tokenizer, self.ptx)
-        # Which faster paths run, and why not where one cannot (no faster path turns off silently).
-        self.paths = {**self.workers.paths, "forward passes": layout_path(cfg.model, layout_why), "memory": memory}
-        for what in ("rollout", "forward passes", "optimiser", "memory"):
-            self.console.print(f"{what}: {self.paths[what]}", markup=False, soft_wrap=True)
+        self.paths = self._say_paths(layout, memory)
         self.gold = build_gold(cfg)  # reward.gold: scored for reward/gold, never trained on
-        kl = cfg.algo.kl
-        self.kl = (
-            FixedKLController(kl.coef) if kl.target is None else AdaptiveKLController(kl.coef, kl.target, kl.horizon)
-        )
+        self.kl = kl_controller(cfg.algo.kl)
         self.shapers = phases.score_shapers(cfg.algo)
-        # π_old = π_θ when the batch makes exactly one optimiser step and nothing before the update reads
-        # log π_old (a KL in the reward does): the update's own forward gives log π_old, H and the KL
-        # (glassrl.rl.update.run_updates), so phase 3 runs no actor pass (docs/metrics.md, actor/).
-        self.old_logprobs_from_update = (
-            self.resolved.optimizer_steps_per_step == 1
-            and kl.placement != "reward"
-            and isinstance(self.workers.actor, OnPolicyActor)
-        )
-        # rollout.overlap: the next step's prompts, sampled ahead by the actor as it was (glassrl.workers.overlap),
-        # and the count of actor updates then; actor updates so far (for rollout/staleness)
-        self.ahead: tuple[list, list[list[int]], int] | None = None
-        self.actor_updates = 0
+        self.sampler = step_sampler(cfg, pad_id(self.tokenizer))  # one round a step, or DAPO's dynamic sampling
+        self.old_logprobs_from_update = self._old_logprobs_from_update()
+        self.ahead: tuple[list, list[list[int]], int] | None = None  # rollout.overlap's next batch, sampled ahead
+        self.actor_updates = 0  # for rollout/staleness
         self.shuffle = torch.Generator().manual_seed(cfg.seed + 2)  # mini-batch order
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        self.sampler = (
-            DynamicSampler(cfg.batch.prompts_per_step, cfg.algo.dynamic_sampling_max_rounds, pad_id)
-            if cfg.algo.dynamic_sampling
-            else OneRound()
-        )
         self.counters = state.Counters()
-        self.components = [c for c in (self.workers.actor, self.workers.critic, self.workers.rollout) if c is not None]
-        self.components += [
-            self.prompts,
-            self.counters,
-            self.threads,
-            state.Wrapped("kl_controller", "json", self.kl),
-            *[s for s in (*self.shapers, self.sampler) if getattr(s, "part_names", ())],
-            *([self.ptx.stream] if self.ptx is not None else []),
-            state.GlobalRNG({"shuffle": self.shuffle}),
-        ]
-        self.run_config = state.RunConfig(  # checked first
-            to_dict(cfg), RESUME_MAY_CHANGE, to_dict(type(cfg)()), upgrade=saved_in_todays_terms(cfg)
+        self.run_config = state.RunConfig(
+            to_dict(self.cfg), RESUME_MAY_CHANGE, to_dict(type(cfg)()), upgrade=saved_in_todays_terms(self.cfg)
         )
-        self.components.insert(0, self.run_config)
-        with disk_errors(f"output_dir = {self.out}", self.out):
-            self.lock = RunLock(self.out / ".lock", f"output_dir = {self.out}")  # released by train() / close()
-        try:
-            if self.lock.stale:
-                self.console.print(
-                    f"glassrl: took over a stale lock ({self.lock.stale}; no process holds it)",
-                    markup=False,
-                    soft_wrap=True,
-                )
-            self._check_run_dir(resume)
-            self.initial_eval: float | None = None  # eval/accuracy before the first step (set by train)
-            self.last_metrics: dict[str, float] = {}  # of the last step train() ran
-            self.timer = PhaseTimer()
-            self.sinks = self._sinks(resume, progress)
-        except BaseException:
-            self.lock.release()
-            self.workers.close()
-            raise
+        self.components = self._components()  # what a checkpoint holds, the config first
+        self._open_run_dir(resume, progress)  # the lock, then a resume's checkpoint, then the metric sinks
 
     # ------------------------------------------------------------------ the step
 
     def step(self) -> dict[str, float]:
-        """One training step (DESIGN §2); returns its metrics."""
+        """One training step (DESIGN §2): the seven phases in the order the data flows; returns its metrics."""
         step, start, a = self.counters.step + 1, time.perf_counter(), self.cfg.algo
         self.timer.reset()
-        # 1. generate n responses per prompt, with their reward results (ok / timeout / error). With
-        #    DAPO dynamic sampling (Yu et al. 2025, Algorithm 1) the sampler keeps only groups with
-        #    mixed scores, and rounds go on until it holds the step's batch.prompts_per_step groups.
-        while self.sampler.needs_more():
-            self.sampler.add(self._generate_and_reward(step))
-        sampled, sampling = self.sampler.take()
-        if self.cfg.rollout.overlap:
-            sampling["rollout/staleness"] = sampled.staleness  # actor updates since the batch was sampled
-        if self._samples_ahead(step):  # rollout.overlap: the next batch, sampled by π_θ now, while this one trains
-            self._start_ahead()
+        # 1. generate n responses per prompt, with their reward results (ok / timeout / error)
+        sampled, sampling = self._sample(step)
         with self.timer.phase("score"):  # 2. shaped scores on tokens; failed (or baseline-less) rows masked
             exp = phases.score(
                 sampled,
@@ -224,37 +165,15 @@ class Trainer:
                 reward=self.workers.reward,
                 max_new_tokens=self.cfg.rollout.max_new_tokens,
             )
-        with self.timer.phase("logprobs"):  # 3. old and reference log-probs, KL, values
-            # π_old is the policy that sampled. A batch sampled ahead (rollout.overlap) brings its log-probs;
-            # one optimiser step on a batch π_θ sampled: π_old = π_θ, and the update's forward gives them (6.).
-            needs_old_logprobs = not self.old_logprobs_from_update or step <= a.value_warmup_steps
-            actor = self.workers.actor if needs_old_logprobs and sampled.behaviour is None else None
-            phases.model_outputs(exp, actor, self.workers.reference, self.workers.critic, a.kl.kind)
-            if sampled.behaviour is not None:
-                phases.policy_outputs(exp, *sampled.behaviour, a.kl.kind)
+        with self.timer.phase("logprobs"):  # 3. log π_old, H, log π_ref, KL, V (log π_old may come from 6.)
+            self._model_outputs(exp, sampled, step)
         with self.timer.phase("rewards"):  # 4. token rewards r_i = score_i − β·kl_i (when the KL is in the reward)
             phases.token_rewards(exp, self.kl.value, a.kl.placement == "reward")
-        # Adaptive KL (Ziegler et al. 2019, §2.2): β follows the KL of the batch just sampled, per
-        # token (verl's apply_kl_penalty; TRL sums over the sequence instead); n = responses.
-        if exp.kl_in_reward and math.isfinite(kl := masked_mean(exp.kl, exp.response_mask).item()):
-            self.kl.update(kl, self.resolved.responses_per_step)
+            self._adapt_kl(exp)
         with self.timer.phase("advantages"):  # 5. advantages and returns (whitened when on), TD errors
             phases.advantages(exp, a)
         with self.timer.phase("update"):  # 6. epochs × mini-batches × micro-batches: the critic, then the actor
-            plan = minibatch_plan(
-                len(exp.rollout), self.resolved.mini_batch_responses, self.cfg.batch.epochs, self.shuffle
-            )
-            updated: dict[str, float] = {}
-            if self.workers.critic is not None:
-                updated |= self.workers.critic.update(critic_batch(exp), plan)
-            if step > a.value_warmup_steps:  # VAPO value pre-training: the critic alone until then
-                if exp.logprobs is None:  # log π_old, H, kl: this forward's (3.)
-                    actor_metrics, logprobs, entropy = self.workers.actor.update_on_policy(actor_batch(exp), plan)
-                    phases.policy_outputs(exp, logprobs, entropy, a.kl.kind)
-                    updated |= actor_metrics
-                else:
-                    updated |= self.workers.actor.update(actor_batch(exp), plan)
-                self.actor_updates += 1
+            updated = self._update(exp, step)
         self.counters.step = step
         metrics = self._metrics(exp, {**sampling, **updated}, start)  # 7. log, ledger, evaluation, checkpoint
         self._log_and_save(step, exp, metrics)
@@ -306,7 +225,61 @@ class Trainer:
         self.lock.release()
         self.workers.close()
 
-    # ------------------------------------------------------------------ phase 1
+    # ------------------------------------------------------------------ phases 1, 3, 4 and 6
+
+    def _sample(self, step: int) -> tuple[Sampled, dict[str, float]]:
+        """Phase 1: the step's responses and reward results. With DAPO dynamic sampling (Yu et al.
+        2025, Algorithm 1) the sampler keeps only groups with mixed scores, and rounds go on until it
+        holds the step's batch.prompts_per_step groups. With rollout.overlap the batch may have been
+        sampled during the last step, and the next one starts now, sampled by π_θ as it is while
+        this one trains."""
+        while self.sampler.needs_more():
+            self.sampler.add(self._generate_and_reward(step))
+        sampled, sampling = self.sampler.take()
+        if self.cfg.rollout.overlap:
+            sampling["rollout/staleness"] = sampled.staleness  # actor updates since the batch was sampled
+        if self._samples_ahead(step):
+            self._start_ahead()
+        return sampled, sampling
+
+    def _model_outputs(self, exp: Experience, sampled: Sampled, step: int) -> None:
+        """Phase 3. π_old is the policy that sampled: a batch sampled ahead (rollout.overlap) brings its
+        log-probs; when the batch makes one optimiser step on what π_θ sampled, π_old = π_θ and the
+        update's own forward gives log π_old, H and the KL (phase 6, :meth:`_update`), so no actor pass
+        runs here (docs/metrics.md, actor/)."""
+        a = self.cfg.algo
+        needs_old_logprobs = not self.old_logprobs_from_update or step <= a.value_warmup_steps
+        actor = self.workers.actor if needs_old_logprobs and sampled.behaviour is None else None
+        phases.model_outputs(exp, actor, self.workers.reference, self.workers.critic, a.kl.kind)
+        if sampled.behaviour is not None:
+            phases.policy_outputs(exp, *sampled.behaviour, a.kl.kind)
+
+    def _adapt_kl(self, exp: Experience) -> None:
+        """Adaptive KL (Ziegler et al. 2019, §2.2): β follows the KL of the batch just sampled, per
+        token (verl's apply_kl_penalty; TRL sums over the sequence instead); n = responses."""
+        if exp.kl_in_reward and math.isfinite(kl := masked_mean(exp.kl, exp.response_mask).item()):
+            self.kl.update(kl, self.resolved.responses_per_step)
+
+    def _update(self, exp: Experience, step: int) -> dict[str, float]:
+        """Phase 6: the critic's update, then the actor's (not during VAPO's value pre-training, the
+        critic alone until algo.value_warmup_steps). Where phase 3 left log π_old to this update, its
+        forward fills it in (:meth:`_model_outputs`)."""
+        a = self.cfg.algo
+        plan = minibatch_plan(len(exp.rollout), self.resolved.mini_batch_responses, self.cfg.batch.epochs, self.shuffle)
+        updated: dict[str, float] = {}
+        if self.workers.critic is not None:
+            updated |= self.workers.critic.update(critic_batch(exp), plan)
+        if step > a.value_warmup_steps:
+            if exp.logprobs is None:  # log π_old, H, kl: this forward's (3.)
+                actor_metrics, logprobs, entropy = self.workers.actor.update_on_policy(actor_batch(exp), plan)
+                phases.policy_outputs(exp, logprobs, entropy, a.kl.kind)
+                updated |= actor_metrics
+            else:
+                updated |= self.workers.actor.update(actor_batch(exp), plan)
+            self.actor_updates += 1
+        return updated
+
+    # ------------------------------------------------------------------ phase 1: a round
 
     def _sampling(self, greedy: bool = False) -> SamplingParams:
         r = self.cfg.rollout
@@ -424,6 +397,79 @@ class Trainer:
             group_by=lg.eval_group_by,
             chunk=self.resolved.responses_per_step,
         )
+
+    # ------------------------------------------------------------------ the builds of __init__
+
+    def _keep_freed_memory(self) -> str:
+        """glibc keeps freed memory for the next step on CPU (glassrl.models.allocator); the start-up
+        line's account of it."""
+        if resolve_device(self.cfg.model.device).type != "cpu":
+            return "malloc left as it is: the policy is not on the CPU"
+        return memory_path(keep_freed_memory())
+
+    def _build_prompts(self, path: Path):
+        """The tokenizer and the run's prompts (prompt sets, chat template, length rule; an agentic run's
+        prompts with their tools described), and the start-up lines that say what was read and where
+        responses stop."""
+        tokenizer = load_tokenizer(path)
+        data = build_prompts(self.cfg, tokenizer, path, prompt_format(self.cfg, tokenizer))
+        stops = describe_stops(tokenizer, saved_generation_config(path), self.cfg.rollout.stop)
+        for line in [*data.summary(), stops]:
+            self.console.print(line, markup=False, soft_wrap=True)
+        return tokenizer, data
+
+    def _say_paths(self, layout: str, memory: str) -> dict[str, str]:
+        """Which faster paths run, and why not where one cannot: no faster path turns off silently."""
+        paths = {**self.workers.paths, "forward passes": layout_path(self.cfg.model, layout), "memory": memory}
+        for what in ("rollout", "forward passes", "optimiser", "memory"):
+            self.console.print(f"{what}: {paths[what]}", markup=False, soft_wrap=True)
+        return paths
+
+    def _old_logprobs_from_update(self) -> bool:
+        """π_old = π_θ when the batch makes exactly one optimiser step and nothing before the update
+        reads log π_old (a KL in the reward does): then the update's forward gives it (phase 3)."""
+        return (
+            self.resolved.optimizer_steps_per_step == 1
+            and self.cfg.algo.kl.placement != "reward"
+            and isinstance(self.workers.actor, OnPolicyActor)
+        )
+
+    def _components(self) -> list:
+        """Everything a checkpoint holds (glassrl.run.state), the run's config first (it is checked first)."""
+        w = self.workers
+        return [
+            self.run_config,
+            *[c for c in (w.actor, w.critic, w.rollout) if c is not None],
+            self.prompts,
+            self.counters,
+            self.threads,
+            state.Wrapped("kl_controller", "json", self.kl),
+            *[s for s in (*self.shapers, self.sampler) if getattr(s, "part_names", ())],
+            *([self.ptx.stream] if self.ptx is not None else []),
+            state.GlobalRNG({"shuffle": self.shuffle}),
+        ]
+
+    def _open_run_dir(self, resume: bool, progress: bool) -> None:
+        """Take the run directory's lock (released by train() / close()), then start or resume the run
+        in it and open the metric sinks; on any failure the lock and the workers are released."""
+        with disk_errors(f"output_dir = {self.out}", self.out):
+            self.lock = RunLock(self.out / ".lock", f"output_dir = {self.out}")
+        try:
+            if self.lock.stale:
+                self.console.print(
+                    f"glassrl: took over a stale lock ({self.lock.stale}; no process holds it)",
+                    markup=False,
+                    soft_wrap=True,
+                )
+            self._check_run_dir(resume)
+            self.initial_eval: float | None = None  # eval/accuracy before the first step (set by train)
+            self.last_metrics: dict[str, float] = {}  # of the last step train() ran
+            self.timer = PhaseTimer()
+            self.sinks = self._sinks(resume, progress)
+        except BaseException:
+            self.lock.release()
+            self.workers.close()
+            raise
 
     # ------------------------------------------------------------------ helpers
 

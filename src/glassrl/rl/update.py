@@ -22,8 +22,8 @@ points (the units of a mini-batch summed over the ranks, the gradient reduced in
 each step's values summed before the non-finite check), the identity in one process
 (:class:`OneProcess`) and torch.distributed's on a rank (glassrl.workers.data_parallel).
 
-One update, followed from the trainer: Trainer.step (glassrl.rl.loop, phase 6) builds the plan
-(:func:`minibatch_plan`) and calls ``workers.critic.update(critic_batch(exp), plan)``, then
+One update, followed from the trainer: Trainer.step (glassrl.rl.loop) runs phase 6 in
+Trainer._update, which builds the plan (:func:`minibatch_plan`) and calls ``workers.critic.update(critic_batch(exp), plan)``, then
 ``workers.actor.update(actor_batch(exp), plan)`` (or ``update_on_policy``, which also returns
 phase 3's log-probs and entropy). In one process that is glassrl.workers.local.LocalActor, which
 calls the ``update`` glassrl.rl.build bound for it (:func:`run_updates` with the config's loss:

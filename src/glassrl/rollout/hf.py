@@ -63,6 +63,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 from transformers.generation.stopping_criteria import StoppingCriteriaList
 
 from glassrl.data.records import PromptRecord
+from glassrl.models.loading import pad_id
 from glassrl.models.shared_prefix import attention_mask_for, distinct_rows, full_attention
 from glassrl.rollout.base import RolloutBatch, SamplingParams, masked_token_lists
 from glassrl.rollout.stops import StopSet, StopStringCriteria, stop_set
@@ -414,7 +415,7 @@ class HFRolloutEngine:
         self.tokenizer = tokenizer
         self.sampling_logprobs = sampling_logprobs
         self.stops = stops if stops is not None else stop_set(tokenizer, getattr(model, "generation_config", None))
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = pad_id(tokenizer)
         self.sample, self.path = sampler_for(model)
 
     @torch.no_grad()

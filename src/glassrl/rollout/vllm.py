@@ -52,6 +52,7 @@ from torch import nn
 
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
+from glassrl.models.loading import pad_id
 from glassrl.rollout.base import RolloutBatch, SamplingParams
 from glassrl.rollout.hf import left_pad
 from glassrl.rollout.stops import StopSet, stop_set
@@ -95,7 +96,7 @@ class VLLMRolloutEngine:
     def __init__(self, llm: Any, tokenizer, source: nn.Module, *, sleep: bool, stops: StopSet | None = None) -> None:
         self.llm, self.tokenizer, self.source, self.sleep = llm, tokenizer, source, sleep
         self.stops = stops if stops is not None else stop_set(tokenizer, getattr(source, "generation_config", None))
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = pad_id(tokenizer)
         self._synced: tuple[int, ...] | None = None  # the source's parameter versions at the last sync
         self.path = "vLLM (its own KV cache; weights copied from the actor when they change)"
         if sleep:

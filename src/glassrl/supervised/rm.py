@@ -22,42 +22,35 @@ a model that scores everything alike has accuracy 0, not 0.5.
 Writes to ``output_dir``: the scalar model (``save_pretrained``, safetensors; loads back with
 :func:`glassrl.models.load_scalar_model` and the same ``head``), the tokenizer,
 ``rm_config.yaml``, ``metrics.jsonl`` (one JSON object per logged step; a non-finite value is
-null) and ``glassrl.json`` (what was trained, on what, and the final held-out accuracy), staged
-and then swapped in as a whole under a lock, with the NaN/inf checks of ``on_nonfinite``, as
-``glassrl sft`` does (glassrl.supervised.sft).
+null) and ``glassrl.json`` (what was trained, on what, and the final held-out accuracy). The
+loop is the supervised trainers' one (glassrl.supervised.loop: lock, seeds, progress bar,
+non-finite policy, staged outputs), as for ``glassrl sft``; this module supplies its
+:class:`RMObjective`.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import time
 from collections.abc import Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
-import yaml
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from glassrl.algos.losses import pairwise_rm_loss
-from glassrl.config import at_least, check_threads, fail, to_dict
-from glassrl.data.collate import batch_indices, collate, encode_response
+from glassrl.config import at_least, check_threads, fail
+from glassrl.data.collate import collate, encode_response
 from glassrl.data.formatting import format_prompt
 from glassrl.data.preferences import load_preferences
 from glassrl.data.records import PreferencePair
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
-from glassrl.models import load_scalar_model, load_tokenizer, resolve_device, resolve_model_path, sequence_scores
-from glassrl.models.default_model import MARKER, default_model_dir
-from glassrl.models.threads import set_threads, startup_line
-from glassrl.optim import OptimConfig, check_weights, make_optimizer, nonfinite, on_bad_step, seed_everything
-from glassrl.report.sinks import JsonlSink
-from glassrl.run.atomic import StagedDir, disk_errors, write_text
-from glassrl.run.lock import RunLock, sibling_lock_path
-from glassrl.supervised.sft import check_positions
+from glassrl.models import load_scalar_model, load_tokenizer, sequence_scores
+from glassrl.optim import OptimConfig
+from glassrl.run.atomic import write_text
+from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised
 
 
 @dataclass
@@ -179,131 +172,94 @@ def evaluate(
 def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
     """Train a reward model as ``cfg`` says; returns the final metrics (train/…, eval/…, steps,
     pairs, eval_pairs, time_s). ``eval/accuracy`` is the held-out pairwise accuracy."""
-    cfg.validate()
-    out = Path(cfg.output_dir)
-    with RunLock(sibling_lock_path(out), f"output_dir = {out}"):  # before any work: a second run fails at once
-        return _train_rm(cfg, console)
+    return train_supervised(cfg, lambda device: RMObjective.build(cfg, device), console)
 
 
-def _train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
-    console = console or Console()
-    console.print(startup_line(*set_threads(cfg.threads)), markup=False, soft_wrap=True)  # before torch work
-    seed_everything(cfg.seed)  # before loading: the fresh scalar head is drawn from torch's RNG
-    device = resolve_device(cfg.device)
-    path = _model_path(cfg.model, console)
-    tokenizer = load_tokenizer(path)
-    model = load_scalar_model(path, head=cfg.head, dtype="float32", device=str(device)).train()
-    check_positions(model, cfg.max_length, str(path))
-    pad_id = tokenizer.pad_token_id
+@dataclass
+class RMObjective:
+    """The reward model's pieces of the supervised loop (glassrl.supervised.loop)."""
 
-    train = encode_pairs(tokenizer, load_preferences(cfg.data), cfg.max_length)
-    evals = encode_pairs(tokenizer, load_preferences(_eval_spec(cfg)), cfg.max_length)
-    if cfg.use_margin:
-        missing = next(
-            (name for name, ex in (("data", train), ("eval_data", evals)) if any(e[3] is None for e in ex)), None
+    cfg: RMConfig
+    path: Path  # the model trained from
+    model: Any
+    tokenizer: Any
+    train: list[Example]
+    evals: list[Example]
+    pad_id: int
+    device: torch.device
+
+    name = "rm"
+    train_keys = ("train/loss", "train/accuracy", "train/reward_gap")  # means over the steps since the last row
+
+    @classmethod
+    def build(cls, cfg: RMConfig, device: torch.device) -> RMObjective:
+        """Load the model with a scalar head (fresh, drawn from the seeded RNG, or the checkpoint's) and the pairs."""
+        path = model_dir(cfg.model)
+        tokenizer = load_tokenizer(path)
+        model = load_scalar_model(path, head=cfg.head, dtype="float32", device=str(device)).train()
+        check_positions(model, cfg.max_length, str(path))
+        train = encode_pairs(tokenizer, load_preferences(cfg.data), cfg.max_length)
+        evals = encode_pairs(tokenizer, load_preferences(_eval_spec(cfg)), cfg.max_length)
+        if cfg.use_margin:
+            missing = next(
+                (name for name, ex in (("data", train), ("eval_data", evals)) if any(e[3] is None for e in ex)), None
+            )
+            if missing:
+                raise GlassrlError(f"use_margin=true, but some pairs of {missing} have no margin")
+        return cls(cfg, path, model, tokenizer, train, evals, tokenizer.pad_token_id, device)
+
+    @property
+    def steps(self) -> int:
+        return self.cfg.steps
+
+    @property
+    def sizes(self) -> dict[str, float]:
+        return {"pairs": len(self.train), "eval_pairs": len(self.evals)}
+
+    def loss(self, examples: list[Example]) -> tuple[torch.Tensor, Tally]:
+        r_c, r_r = pair_rewards(self.model, examples, self.pad_id, self.device)
+        loss = pairwise_rm_loss(r_c, r_r, margins(examples, self.device) if self.cfg.use_margin else None).mean()
+        sums = {
+            "train/loss": loss.item(),
+            "train/accuracy": pairwise_accuracy(r_c, r_r),
+            "train/reward_gap": (r_c - r_r).mean().item(),
+        }
+        return loss, Tally(1, sums)
+
+    def evaluate(self) -> dict[str, float]:
+        cfg = self.cfg
+        return evaluate(
+            self.model,
+            self.evals,
+            batch_size=cfg.batch_size,
+            pad_id=self.pad_id,
+            device=self.device,
+            use_margin=cfg.use_margin,
         )
-        if missing:
-            raise GlassrlError(f"use_margin=true, but some pairs of {missing} have no margin")
-    optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
-    batches = batch_indices(len(train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
-    params = [p for p in model.parameters() if p.requires_grad]
 
-    out = Path(cfg.output_dir)
-    result: dict[str, float] = {"steps": cfg.steps, "pairs": len(train), "eval_pairs": len(evals)}
-    window: list[tuple[float, float, float]] = []  # (loss, accuracy, reward gap) per step taken since the last log
-    skipped = 0  # steps dropped as non-finite since the last log
-    start = time.perf_counter()
-    progress = Progress(
-        TextColumn("rm"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
-    with StagedDir(out) as stage:
-        with disk_errors(f"output_dir = {out}", out), progress:
-            write_text(stage.path / "rm_config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True))
-            log = JsonlSink(stage.path / "metrics.jsonl")
-            bar = progress.add_task("rm", total=cfg.steps, info="")
-            for step in range(1, cfg.steps + 1):
-                chunk = [train[i] for i in next(batches)]
-                r_c, r_r = pair_rewards(model, chunk, pad_id, device)
-                loss = pairwise_rm_loss(r_c, r_r, margins(chunk, device) if cfg.use_margin else None).mean()
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
-                if bad := nonfinite({"train/loss": loss, "train/grad_norm": grad_norm}):
-                    on_bad_step(cfg.on_nonfinite, bad, f"rm step {step}")
-                    optimizer.zero_grad(set_to_none=True)
-                    skipped += 1
-                else:
-                    optimizer.step()
-                    check_weights(model, params, f"rm step {step}")
-                    window.append((loss.item(), pairwise_accuracy(r_c, r_r), (r_c - r_r).mean().item()))
-                scheduler.step()
-                row: dict[str, float] = {}
-                if step % cfg.log_every == 0 or step == cfg.steps:
-                    means = [sum(column) / len(window) for column in zip(*window)] if window else [math.nan] * 3
-                    row = dict(zip(("train/loss", "train/accuracy", "train/reward_gap"), means))
-                    row.update({"train/grad_norm": grad_norm.item(), "train/lr": scheduler.get_last_lr()[0]})
-                    if skipped:
-                        row["train/skipped_steps"] = skipped
-                    window, skipped = [], 0
-                if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:
-                    row.update(
-                        evaluate(
-                            model,
-                            evals,
-                            batch_size=cfg.batch_size,
-                            pad_id=pad_id,
-                            device=device,
-                            use_margin=cfg.use_margin,
-                        )
-                    )
-                if row:
-                    log.log(step, row)
-                    result.update(row)
-                    info = f"loss {result['train/loss']:.4f}" if "train/loss" in result else ""
-                    if "eval/accuracy" in result:
-                        info += f"  held-out acc {result['eval/accuracy']:.3f}"
-                    progress.update(bar, info=info)
-                progress.advance(bar)
-            log.close()
-            result["time_s"] = time.perf_counter() - start
-            model.save_pretrained(stage.path)
-            tokenizer.save_pretrained(stage.path)
-            summary = {
-                "kind": "reward-model",
-                "head": cfg.head,
-                "base_model": str(path),
-                "data": cfg.data,
-                "eval_data": _eval_spec(cfg),
-                "use_margin": cfg.use_margin,
-                "steps": cfg.steps,
-                "held_out_accuracy": result["eval/accuracy"],
-                "held_out_pairs": len(evals),
-                "accuracy_rule": "r_chosen > r_rejected; ties count as wrong",
-                "time_s": round(result["time_s"], 1),
-            }
-            write_text(stage.path / "glassrl.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
-    console.print(
-        f"rm: {cfg.steps} steps in {result['time_s']:.1f}s, train/loss {result['train/loss']:.4f}, "
-        f"held-out accuracy {result['eval/accuracy']:.3f} on {len(evals)} pairs -> {out}"
-    )
-    return result
+    def finish(self, out: Path, result: dict[str, float]) -> None:
+        """glassrl.json: what was trained, on what, and the final held-out accuracy."""
+        cfg = self.cfg
+        summary = {
+            "kind": "reward-model",
+            "head": cfg.head,
+            "base_model": str(self.path),
+            "data": cfg.data,
+            "eval_data": _eval_spec(cfg),
+            "use_margin": cfg.use_margin,
+            "steps": cfg.steps,
+            "held_out_accuracy": result["eval/accuracy"],
+            "held_out_pairs": len(self.evals),
+            "accuracy_rule": "r_chosen > r_rejected; ties count as wrong",
+            "time_s": round(result["time_s"], 1),
+        }
+        write_text(out / "glassrl.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
 
-
-def _model_path(model: str, console: Console) -> Path:
-    # "default" is read where it is built; building it is the caller's step (commands/rm.py,
-    # the pipeline), as for SFT (glassrl.supervised.sft).
-    if model == "default":
-        path = default_model_dir()
-        if not (path / MARKER).is_file():
-            raise GlassrlError(f"model: default: the default model is not built yet in {path}; run glassrl init-model")
-        return path
-    return resolve_model_path(model, "model")
+    def summary(self, result: dict[str, float]) -> str:
+        parts = [f"train/loss {result['train/loss']:.4f}"] if "train/loss" in result else []
+        if "eval/accuracy" in result:
+            parts.append(f"held-out accuracy {result['eval/accuracy']:.3f} on {len(self.evals)} pairs")
+        return ", ".join(parts)
 
 
 def _eval_spec(cfg: RMConfig) -> str:

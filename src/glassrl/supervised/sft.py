@@ -6,22 +6,17 @@
 Each example is ``format_prompt(tokenizer, prompt)`` followed by the response's tokens and EOS
 (:func:`glassrl.data.collate.encode_responses`). The loss is the token-mean cross-entropy of
 the response tokens (Ouyang et al. 2022, InstructGPT, §3.5 "SFT"): prompt tokens and padding
-are masked out. Writes to ``output_dir``: the model and tokenizer (``save_pretrained``,
-safetensors), ``sft_config.yaml`` and ``metrics.jsonl`` (one JSON object per logged step; a
-non-finite value is null).
+are masked out. ``train/loss`` is that token mean over the steps since the last row;
+``eval/loss`` over the whole held-out set.
 
-The outputs are staged in a sibling directory that replaces ``output_dir`` as a whole at the
-end (glassrl.run.atomic.StagedDir), under a lock on it (glassrl.run.lock): a run
-killed or stopped midway leaves the previous outputs as they were, never old weights beside
-new metrics, and two runs into one directory are refused. A NaN/inf loss or gradient norm
-stops the run before the weights change (``on_nonfinite: stop``; nothing is written) or
-skips that step (``skip``; glassrl.optim).
+The loop is the supervised trainers' one (glassrl.supervised.loop: lock, seeds, progress bar,
+non-finite policy, staged outputs); this module supplies its :class:`SFTObjective`. Writes to
+``output_dir``: the model and tokenizer (``save_pretrained``, safetensors), ``sft_config.yaml``
+and ``metrics.jsonl`` (one JSON object per logged step; a non-finite value is null).
 """
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Set
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,23 +24,17 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-import yaml
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from glassrl.config import at_least, check_threads, fail, knob_set, to_dict
-from glassrl.data.collate import batch_indices, collate, encode_responses
+from glassrl.config import at_least, check_threads, fail, knob_set
+from glassrl.data.collate import collate, encode_responses
 from glassrl.data.formatting import format_prompts
 from glassrl.data.tasks import TASKS, held_out_split, load_task, parse_task
 from glassrl.errors import GlassrlError
 from glassrl.jsonl import jsonl_objects
-from glassrl.models.default_model import MARKER, default_model_dir
-from glassrl.models.loading import resolve_model_path
-from glassrl.models.threads import set_threads, startup_line
-from glassrl.optim import OptimConfig, check_weights, make_optimizer, nonfinite, on_bad_step, seed_everything
-from glassrl.report.sinks import JsonlSink
-from glassrl.run.atomic import StagedDir, disk_errors, write_text
-from glassrl.run.lock import RunLock, sibling_lock_path
+from glassrl.models.loading import pad_id, resolve_model_path
+from glassrl.optim import OptimConfig
+from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised
 
 
 @dataclass
@@ -193,105 +182,59 @@ def eval_loss(model, examples: list[Example], batch_size: int, pad_id: int, devi
 def train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | None = None) -> dict[str, float]:
     """Run SFT as ``cfg`` says; returns the final metrics (train/loss, eval/loss when evaluated,
     steps, examples, time_s). ``model``/``tokenizer`` given in memory are used instead of loading."""
-    cfg.validate()
-    out = Path(cfg.output_dir)
-    with RunLock(sibling_lock_path(out), f"output_dir = {out}"):  # before any work: a second run fails at once
-        return _train_sft(cfg, model, tokenizer, console)
+    return train_supervised(cfg, lambda device: SFTObjective.build(cfg, device, model, tokenizer), console)
 
 
-def _train_sft(cfg: SFTConfig, model=None, tokenizer=None, console: Console | None = None) -> dict[str, float]:
-    console = console or Console()
-    console.print(startup_line(*set_threads(cfg.threads)), markup=False, soft_wrap=True)  # before torch work
-    seed_everything(cfg.seed)
-    device = _device(cfg.device)
-    if model is None:
-        model, tokenizer = _load(cfg, tokenizer, console)
-    elif tokenizer is None:
-        raise GlassrlError("train_sft: a model given in memory needs its tokenizer too")
-    model.to(device).train()
-    check_positions(model, cfg.max_length, cfg.model)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+@dataclass
+class SFTObjective:
+    """SFT's pieces of the supervised loop (glassrl.supervised.loop)."""
 
-    train = tokenize_pairs(tokenizer, _load_all(cfg.data), cfg.max_length)
-    eval_specs = cfg.eval_data or [t for s in _as_list(cfg.data) if (t := held_out_split(s)) is not None]
-    evals = tokenize_pairs(tokenizer, _load_all(eval_specs), cfg.max_length)
-    steps = cfg.steps if cfg.steps is not None else max(1, round(cfg.epochs * len(train) / cfg.batch_size))
-    optimizer, scheduler = make_optimizer(model, cfg.optim, steps)
-    batches = batch_indices(len(train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
-    params = [p for p in model.parameters() if p.requires_grad]
+    model: Any
+    tokenizer: Any
+    train: list[Example]
+    evals: list[Example]  # held out; empty: no eval/loss
+    steps: int
+    batch_size: int
+    pad_id: int
+    device: torch.device
 
-    out = Path(cfg.output_dir)
-    result: dict[str, float] = {"steps": steps, "examples": len(train)}
-    window_loss, window_tokens, window_skipped = 0.0, 0, 0
-    start = time.perf_counter()
-    progress = Progress(
-        TextColumn("sft"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
-    with StagedDir(out) as stage:
-        with disk_errors(f"output_dir = {out}", out), progress:
-            write_text(
-                stage.path / "sft_config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
-            )
-            log = JsonlSink(stage.path / "metrics.jsonl")
-            bar = progress.add_task("sft", total=steps, info="")
-            for step in range(1, steps + 1):
-                batch = {k: v.to(device) for k, v in collate([train[i] for i in next(batches)], pad_id).items()}
-                loss_sum, n_tokens = response_loss(model, batch)
-                optimizer.zero_grad(set_to_none=True)
-                (loss_sum / n_tokens).backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
-                if bad := nonfinite({"train/loss": loss_sum / n_tokens, "train/grad_norm": grad_norm}):
-                    on_bad_step(cfg.on_nonfinite, bad, f"sft step {step}")
-                    optimizer.zero_grad(set_to_none=True)
-                    window_skipped += 1
-                else:
-                    optimizer.step()
-                    check_weights(model, params, f"sft step {step}")
-                    window_loss += loss_sum.item()
-                    window_tokens += int(n_tokens)
-                scheduler.step()
-                row: dict[str, float] = {}
-                if step % cfg.log_every == 0 or step == steps:
-                    row = {
-                        "train/loss": window_loss / window_tokens if window_tokens else math.nan,
-                        "train/grad_norm": grad_norm.item(),
-                        "train/lr": scheduler.get_last_lr()[0],
-                    }
-                    if window_skipped:
-                        row["train/skipped_steps"] = window_skipped
-                    window_loss, window_tokens, window_skipped = 0.0, 0, 0
-                if evals and ((cfg.eval_every and step % cfg.eval_every == 0) or step == steps):
-                    row["eval/loss"] = eval_loss(model, evals, cfg.batch_size, pad_id, device)
-                if row:
-                    log.log(step, row)
-                    result.update(row)
-                    progress.update(bar, info=f"loss {result['train/loss']:.4f}")
-                progress.advance(bar)
-            log.close()
-            result["time_s"] = time.perf_counter() - start
-            model.save_pretrained(stage.path, safe_serialization=True)
-            tokenizer.save_pretrained(stage.path)
-    summary = f"train/loss {result['train/loss']:.4f}" + (
-        f", eval/loss {result['eval/loss']:.4f}" if "eval/loss" in result else ""
-    )
-    console.print(f"sft: {steps} steps in {result['time_s']:.1f}s, {summary} -> {out}")
-    return result
+    name = "sft"
+    train_keys = ("train/loss",)  # a token mean over the steps since the last row
 
+    @classmethod
+    def build(cls, cfg: SFTConfig, device: torch.device, model=None, tokenizer=None) -> SFTObjective:
+        """Load the model (unless given), tokenise the data and the held-out pairs."""
+        if model is None:
+            model, tokenizer = _load(cfg, tokenizer)
+        elif tokenizer is None:
+            raise GlassrlError("train_sft: a model given in memory needs its tokenizer too")
+        model.to(device).train()
+        check_positions(model, cfg.max_length, cfg.model)
+        train = tokenize_pairs(tokenizer, _load_all(cfg.data), cfg.max_length)
+        eval_specs = cfg.eval_data or [t for s in _as_list(cfg.data) if (t := held_out_split(s)) is not None]
+        evals = tokenize_pairs(tokenizer, _load_all(eval_specs), cfg.max_length)
+        steps = cfg.steps if cfg.steps is not None else max(1, round(cfg.epochs * len(train) / cfg.batch_size))
+        return cls(model, tokenizer, train, evals, steps, cfg.batch_size, pad_id(tokenizer), device)
 
-def check_positions(model, max_length: int, where: str) -> None:
-    """``max_length`` fits the model's positions (``max_position_embeddings``), else GlassrlError."""
-    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    if positions is not None and max_length > positions:
-        raise GlassrlError(
-            f"max_length = {max_length}: more than the {positions} positions of the model ({where}); "
-            f"use max_length <= {positions}"
-        )
+    @property
+    def sizes(self) -> dict[str, float]:
+        return {"examples": len(self.train)}
+
+    def loss(self, examples: list[Example]) -> tuple[torch.Tensor, Tally]:
+        batch = {k: v.to(self.device) for k, v in collate(examples, self.pad_id).items()}
+        loss_sum, n_tokens = response_loss(self.model, batch)
+        return loss_sum / n_tokens, Tally(int(n_tokens), {"train/loss": loss_sum.item()})
+
+    def evaluate(self) -> dict[str, float]:
+        if not self.evals:
+            return {}
+        return {"eval/loss": eval_loss(self.model, self.evals, self.batch_size, self.pad_id, self.device)}
+
+    def finish(self, out: Path, result: dict[str, float]) -> None:
+        pass  # the model, tokenizer, sft_config.yaml and metrics.jsonl are the loop's
+
+    def summary(self, result: dict[str, float]) -> str:
+        return ", ".join(f"{key} {result[key]:.4f}" for key in ("train/loss", "eval/loss") if key in result)
 
 
 def _spec_text(spec: str | list[str]) -> str:
@@ -306,23 +249,10 @@ def _load_all(spec: str | list[str]) -> list[tuple[Any, str, str]]:
     return [row for one in _as_list(spec) for row in load_pairs(one)]
 
 
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise GlassrlError(f"device: {name!r} is not a device; use auto, cpu, cuda or cuda:N") from None
-
-
-def _load(cfg: SFTConfig, tokenizer, console: Console):
+def _load(cfg: SFTConfig, tokenizer):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    # "default" is read where it is built; building it is the caller's step (commands/sft.py,
-    # glassrl init-model), because the build recipe itself runs this trainer.
-    path = default_model_dir() if cfg.model == "default" else resolve_model_path(cfg.model, "model")
-    if cfg.model == "default" and not (path / MARKER).is_file():
-        raise GlassrlError(f"model: default: the default model is not built yet in {path}; run glassrl init-model")
+    path = model_dir(cfg.model)
     if not (path / "config.json").is_file():
         raise GlassrlError(f"model: no Hugging Face checkpoint (config.json) in {str(path)!r}")
     tok_path = resolve_model_path(cfg.tokenizer, "tokenizer") if cfg.tokenizer else path

@@ -24,8 +24,8 @@ identity) and the DDP / FSDP2 wrapping. What must be global is global across ran
 - FSDP2 all-gathers shards in every forward: every rank runs as many passes (``passes``);
 - whitening: :func:`all_reduce_sum` is the ``reduce`` hook of glassrl.algos.masked.
 
-One update, followed from the trainer: Trainer.step (glassrl.rl.loop, phase 6) calls
-``workers.actor.update(batch, plan)``; on the Ray backend that is glassrl.workers.ray.RayActor,
+One update, followed from the trainer: Trainer.step (glassrl.rl.loop, phase 6: Trainer._update)
+calls ``workers.actor.update(batch, plan)``; on the Ray backend that is glassrl.workers.ray.RayActor,
 which splits the batch and plan (and PPO-ptx's pairs) over the ranks and calls each rank's
 :class:`DataParallelActor` ``update``; that calls the loop glassrl.rl.build_ray bound for it
 (run_updates with the role's loss and ``ranks`` this rank's :class:`DataParallelModel`), which

@@ -7,8 +7,8 @@ See glassrl.workers.base for the protocol and the batch keys.
 An update is not written here: :class:`LocalActor` and :class:`LocalCritic` call the ``update``
 the build injects (glassrl.rl.build.role_update: the one update loop, glassrl.rl.update.run_updates,
 with the config's loss), in one process, where every collective of the loop is the identity; the
-Ray ranks call the same loop (glassrl.workers.data_parallel). Trainer.step → ``actor.update`` →
-that loop → ``optimizer.step()``.
+Ray ranks call the same loop (glassrl.workers.data_parallel). One update: Trainer.step →
+Trainer._update → ``LocalActor.update`` → that loop → ``optimizer.step()``.
 
 How a run's forward passes without gradient run is one :class:`Passes`, the same for every role
 (glassrl.rl.build.forward_passes): micro-batches of ``micro_batch`` rows, log-probs at the

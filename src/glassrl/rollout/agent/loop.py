@@ -39,6 +39,7 @@ import torch
 
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
+from glassrl.models.loading import pad_id
 from glassrl.rollout.agent.environment import Environment, StepResult
 from glassrl.rollout.agent.formats import CallFormat, build_call_format
 from glassrl.rollout.base import ROLE_GENERATED, ROLE_OBSERVATION, ROLE_PAD, RolloutBatch, SamplingParams, Turn
@@ -101,7 +102,7 @@ class HFTurnSampler:
         self.model = model
         self.tokenizer = tokenizer
         self.stops = stops if stops is not None else stop_set(tokenizer, getattr(model, "generation_config", None))
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = pad_id(tokenizer)
         self.device = next(model.parameters()).device
         self.sample_tokens, self.path = sampler_for(model)  # the decoding loop, else model.generate
 
@@ -198,7 +199,7 @@ class AgentRolloutEngine:
         self.max_turns = max_turns
         self.tool_workers = tool_workers
         self.sampling_logprobs = sampling_logprobs
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = pad_id(tokenizer)
         self.path = f"multi-turn agent loop ({self.format.name} calls), each turn by {sampler.path}"
 
     def format_prompts(self, records: Sequence[PromptRecord]) -> list[list[int]]:

@@ -1,0 +1,212 @@
+"""The one loop of the supervised trainers (SFT, reward model; the preference trainers join it).
+
+    return train_supervised(cfg, lambda device: SFTObjective.build(cfg, device, model, tokenizer), console)
+
+A trainer supplies an :class:`Objective`: its model and tokenizer, its training examples, how a
+batch of them becomes a loss and the sums behind its ``train/`` metrics, how the held-out
+metrics are computed, what else it writes at the end, and the line that sums it up. The loop
+does the rest, the same way for every trainer:
+
+- a lock on ``output_dir`` before any work (glassrl.run.lock): a second run into it fails at once;
+- the CPU threads and their start-up line, the seeds, then the device; the objective is built
+  after the seeds, since a fresh scalar head is drawn from torch's RNG;
+- AdamW and its schedule (glassrl.optim); ``batch_size`` examples a step in a seeded order
+  (glassrl.data.collate.batch_indices);
+- a NaN/inf loss or gradient norm (before clipping) stops the run before the weights change
+  (``on_nonfinite: stop``; nothing is written) or skips that step (``skip``; counted in
+  ``train/skipped_steps``); a taken step whose weights come out non-finite stops the run;
+- every ``log_every`` steps and at the last, a ``train/`` row: each metric's sum over the steps
+  taken since the last row divided by the sum of their weights (:class:`Tally`; null when every
+  step was skipped), ``train/grad_norm`` and ``train/lr`` at that step; every ``eval_every``
+  steps and at the last, the held-out metrics; rows go to ``metrics.jsonl`` (a non-finite value
+  is null) and the progress bar shows the objective's summary of them;
+- the outputs (``<name>_config.yaml``, ``metrics.jsonl``, the model and tokenizer from
+  ``save_pretrained``, the objective's own files) are staged in a sibling directory that
+  replaces ``output_dir`` as a whole at the end (glassrl.run.atomic.StagedDir): a run killed or
+  stopped midway leaves the previous outputs as they were, never old weights beside new metrics.
+
+``model: default`` names the default model, which must be built already (:func:`model_dir`):
+building it is the caller's step (``glassrl sft``/``rm``, the pipeline), because its recipe
+runs SFT itself (glassrl.builtin.default_model).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence, Set
+from pathlib import Path
+from typing import Any, Literal, NamedTuple, Protocol
+
+import torch
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from glassrl.config import to_dict
+from glassrl.data.collate import batch_indices
+from glassrl.errors import GlassrlError
+from glassrl.models import resolve_device, resolve_model_path
+from glassrl.models.default_model import MARKER, default_model_dir
+from glassrl.models.threads import set_threads, startup_line
+from glassrl.optim import OptimConfig, check_weights, make_optimizer, nonfinite, on_bad_step, seed_everything
+from glassrl.report.sinks import JsonlSink
+from glassrl.run.atomic import StagedDir, disk_errors, write_text
+from glassrl.run.lock import RunLock, sibling_lock_path
+
+
+class LoopConfig(Protocol):
+    """The knobs the loop reads, the same in every supervised config (SFTConfig, RMConfig)."""
+
+    seed: int
+    batch_size: int
+    optim: OptimConfig
+    output_dir: str
+    eval_every: int
+    log_every: int
+    device: str
+    threads: int | Literal["auto"]
+    on_nonfinite: Literal["stop", "skip"]
+
+    def validate(self, written: Set[str] | None = None) -> None: ...
+
+
+class Tally(NamedTuple):
+    """One taken step's share of the next ``train/`` row: ``row[key] = Σ sums[key] / Σ weight``
+    over the steps since the last row. SFT weighs a step by its response tokens (a token mean
+    over the window), the reward model by 1 (a mean over steps)."""
+
+    weight: float
+    sums: dict[str, float]
+
+
+class Objective(Protocol):
+    """What a supervised trainer supplies to :func:`train_supervised`."""
+
+    name: str  # "sft", "rm": the progress bar, "<name> step N" in errors, <name>_config.yaml, the last line
+    model: torch.nn.Module  # on the device, in train mode; trained in place and saved with save_pretrained
+    tokenizer: Any  # saved beside the model
+    train: Sequence  # the training examples; each step draws batch_size of them
+    steps: int  # optimiser steps
+    train_keys: tuple[str, ...]  # the keys of Tally.sums, in the order of the row
+    sizes: dict[str, float]  # counts returned with the metrics (e.g. examples), beside steps
+
+    def loss(self, examples: list) -> tuple[torch.Tensor, Tally]:
+        """The scalar loss to differentiate for a batch of examples, and the step's tally."""
+        ...
+
+    def evaluate(self) -> dict[str, float]:
+        """The held-out metrics (eval/...), model in eval mode and back; {} without a held-out set."""
+        ...
+
+    def finish(self, out: Path, result: dict[str, float]) -> None:
+        """Write what the trainer adds to the outputs (into the staged directory ``out``)."""
+        ...
+
+    def summary(self, result: dict[str, float]) -> str:
+        """The metrics so far in a few words, for the progress bar and the last line (any key may be missing)."""
+        ...
+
+
+def train_supervised(
+    cfg: LoopConfig, objective: Callable[[torch.device], Objective], console: Console | None = None
+) -> dict[str, float]:
+    """Check ``cfg``, lock ``output_dir``, set threads and seeds, build the objective on the device
+    and train it; returns the last row's metrics with steps, the objective's sizes and time_s."""
+    cfg.validate()
+    out = Path(cfg.output_dir)
+    with RunLock(sibling_lock_path(out), f"output_dir = {out}"):  # before any work: a second run fails at once
+        console = console or Console()
+        console.print(startup_line(*set_threads(cfg.threads)), markup=False, soft_wrap=True)  # before torch work
+        seed_everything(cfg.seed)
+        return _train(cfg, objective(resolve_device(cfg.device)), console)
+
+
+def _train(cfg: LoopConfig, obj: Objective, console: Console) -> dict[str, float]:
+    model, steps, name = obj.model, obj.steps, obj.name
+    optimizer, scheduler = make_optimizer(model, cfg.optim, steps)
+    batches = batch_indices(len(obj.train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    out = Path(cfg.output_dir)
+    result: dict[str, float] = {"steps": steps, **obj.sizes}
+    window: list[Tally] = []  # the steps taken since the last row
+    skipped = 0  # steps dropped as non-finite since the last row
+    start = time.perf_counter()
+    progress = Progress(
+        TextColumn(name),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    with StagedDir(out) as stage:
+        with disk_errors(f"output_dir = {out}", out), progress:
+            config = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
+            write_text(stage.path / f"{name}_config.yaml", config)
+            log = JsonlSink(stage.path / "metrics.jsonl")
+            bar = progress.add_task(name, total=steps, info="")
+            for step in range(1, steps + 1):
+                loss, tally = obj.loss([obj.train[i] for i in next(batches)])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
+                if bad := nonfinite({"train/loss": loss, "train/grad_norm": grad_norm}):
+                    on_bad_step(cfg.on_nonfinite, bad, f"{name} step {step}")
+                    optimizer.zero_grad(set_to_none=True)
+                    skipped += 1
+                else:
+                    optimizer.step()
+                    check_weights(model, params, f"{name} step {step}")
+                    window.append(tally)
+                scheduler.step()
+                row: dict[str, float] = {}
+                if step % cfg.log_every == 0 or step == steps:
+                    row = window_means(window, obj.train_keys)
+                    row.update({"train/grad_norm": grad_norm.item(), "train/lr": scheduler.get_last_lr()[0]})
+                    if skipped:
+                        row["train/skipped_steps"] = skipped
+                    window, skipped = [], 0
+                if (cfg.eval_every and step % cfg.eval_every == 0) or step == steps:
+                    row.update(obj.evaluate())
+                if row:
+                    log.log(step, row)
+                    result.update(row)
+                    progress.update(bar, info=obj.summary(result))
+                progress.advance(bar)
+            log.close()
+            result["time_s"] = time.perf_counter() - start
+            model.save_pretrained(stage.path)
+            obj.tokenizer.save_pretrained(stage.path)
+            obj.finish(stage.path, result)
+    console.print(f"{name}: {steps} steps in {result['time_s']:.1f}s, {obj.summary(result)} -> {out}")
+    return result
+
+
+def window_means(window: list[Tally], keys: tuple[str, ...]) -> dict[str, float]:
+    """``Σ sums[key] / Σ weight`` over the window for each key; NaN (null in metrics.jsonl) when empty."""
+    weight = sum(t.weight for t in window)
+    return {key: sum(t.sums[key] for t in window) / weight if window else math.nan for key in keys}
+
+
+def model_dir(model: str) -> Path:
+    """The checkpoint directory ``model`` names: "default" (the default model, built already), or
+    a directory or cached hub id (glassrl.models.resolve_model_path)."""
+    if model != "default":
+        return resolve_model_path(model, "model")
+    path = default_model_dir()
+    if not (path / MARKER).is_file():
+        raise GlassrlError(f"model: default: the default model is not built yet in {path}; run glassrl init-model")
+    return path
+
+
+def check_positions(model, max_length: int, where: str) -> None:
+    """``max_length`` fits the model's positions (``max_position_embeddings``), else GlassrlError."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if positions is not None and max_length > positions:
+        raise GlassrlError(
+            f"max_length = {max_length}: more than the {positions} positions of the model ({where}); "
+            f"use max_length <= {positions}"
+        )

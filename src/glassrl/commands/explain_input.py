@@ -297,7 +297,7 @@ def check_params(
         # PPO implementations whiten GAE advantages (OpenAI baselines ppo2; verl
         # compute_gae_advantage_return + masked_whiten); the critic-free estimators
         # normalise by their group or whiten inside the estimator (REINFORCE++).
-        whiten = values["estimator"] == "gae"
+        whiten = ADVANTAGE_ESTIMATORS[values["estimator"]].critic
     whiten = _typed(whiten, bool, label("whiten"))
     return ExplainSpec(
         responses,

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from glassrl.algos.advantages import (
+    ADVANTAGE_ESTIMATORS,
     GROUP_ESTIMATORS,
     REQUIRED_INPUTS,
     AdvantageInputs,
@@ -439,8 +440,10 @@ def token_rewards(exp: Experience, beta: float, kl_in_reward: bool) -> None:
 
 
 def advantage_params(algo: AlgoConfig) -> AdvantageParams:
-    """The estimator parameters of ``algo`` (γ, λ, VAPO's critic λ and length-adaptive α)."""
-    return AdvantageParams(gamma=algo.gamma, lam=algo.lam, critic_lam=algo.critic_lam, length_alpha=algo.length_alpha)
+    """The parameters of ``algo.advantage``: the algo.* knobs its registry entry reads (γ, λ,
+    VAPO's critic λ and length-adaptive α for gae), the others at their defaults."""
+    knobs = ADVANTAGE_ESTIMATORS[algo.advantage].knobs
+    return AdvantageParams(**{knob: getattr(algo, knob) for knob in knobs})
 
 
 def advantages(exp: Experience, algo: AlgoConfig) -> None:

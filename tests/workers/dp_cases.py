@@ -15,8 +15,9 @@ import torch
 from glassrl.algos.losses import PolicyLossParams
 from glassrl.models.loading import load_causal_lm
 from glassrl.models.logprobs import response_logprobs
+from glassrl.rl.loss import actor_forward, actor_terms
 from glassrl.rl.ptx import PtxTerm
-from glassrl.rl.update import actor_forward, actor_terms, run_updates
+from glassrl.rl.update import run_updates
 
 MICRO = 2  # responses per micro-batch (per rank)
 LR = 1e-3

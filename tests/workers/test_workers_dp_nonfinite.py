@@ -30,7 +30,8 @@ from dp_cases import actor_batch, dp_kwargs, loss_kwargs, optimizer_for, plan_fo
 from spawned import spawn_ranks
 
 from glassrl.models.loading import load_causal_lm
-from glassrl.rl.update import Term, run_updates
+from glassrl.rl.loss import Term
+from glassrl.rl.update import run_updates
 from glassrl.workers.sharding import shard_plan
 
 POISONS = ("loss", "advantage")

@@ -23,9 +23,10 @@ from glassrl.errors import GlassrlError
 from glassrl.optim import make_optimizer, optimizer_path
 from glassrl.rl.checks import agentic_tasks, loss_params
 from glassrl.rl.config import AgentConfig, KLConfig, ModelConfig, Resolved, TrainConfig, agent_config
+from glassrl.rl.loss import actor_forward, actor_terms, critic_forward, critic_terms
 from glassrl.rl.ptx import PtxLoss, PtxTerm, load_ptx_examples
 from glassrl.rl.sampling import DynamicSampler, OneRound
-from glassrl.rl.update import actor_forward, actor_terms, critic_forward, critic_terms, run_updates
+from glassrl.rl.update import run_updates
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
 
 if TYPE_CHECKING:
@@ -348,7 +349,7 @@ def with_lora(model, settings, base: Path, load_base: Callable[[Path], torch.nn.
 
 
 def actor_loss(cfg: TrainConfig, resolved: Resolved) -> list:
-    """The actor's loss terms (glassrl.rl.update.actor_terms) as the config chooses them."""
+    """The actor's loss terms (glassrl.rl.loss.actor_terms) as the config chooses them."""
     a = cfg.algo
     return actor_terms(
         policy_loss=a.policy_loss,
@@ -364,7 +365,7 @@ def actor_loss(cfg: TrainConfig, resolved: Resolved) -> list:
 
 
 def critic_loss(cfg: TrainConfig, resolved: Resolved) -> list:
-    """The critic's loss terms (glassrl.rl.update.critic_terms)."""
+    """The critic's loss terms (glassrl.rl.loss.critic_terms)."""
     a = cfg.algo
     return critic_terms(value_clip=a.value_clip, loss_agg=a.loss_agg, norm_length=resolved.norm_length)
 

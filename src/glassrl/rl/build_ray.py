@@ -59,8 +59,8 @@ from glassrl.rl.build import (
     with_lora,
 )
 from glassrl.rl.config import RayRoleConfig, RayRolloutConfig, Resolved, TrainConfig
+from glassrl.rl.loss import actor_forward, critic_forward
 from glassrl.rl.ptx import PtxLoss, PtxTerm
-from glassrl.rl.update import actor_forward, critic_forward
 
 
 def build_ray_workers(

@@ -16,7 +16,7 @@ which ``glassrl explain --model`` calls too. Algorithm variants plug in as small
 chosen by config values, never by algorithm name: the estimator's REQUIRED_INPUTS decide
 which inputs are computed (values → critic, baseline_rewards → greedy rollout), score
 shapers (phases.SCORE_SHAPERS) by their keys, loss terms by their coefficients
-(update.actor_terms).
+(glassrl.rl.loss.actor_terms).
 
 Run directory (``output_dir``): config.yaml (the resolved config), environment.json (versions,
 machine, and the intra-op thread count with why it was chosen), metrics.jsonl,

@@ -274,7 +274,7 @@ class DataParallelTrainee:
     Bound by the trainer's build (glassrl.rl.build_ray), as for the in-process workers:
     ``update(model, optimizer, scheduler, batch, plan, ptx_pairs=None)`` is the one update loop,
     glassrl.rl.update.run_updates, with the role's loss and this rank's ``dp`` as its ranks; and
-    ``forward(model, micro)`` the role's forward pass (glassrl.rl.update.actor_forward with entropy,
+    ``forward(model, micro)`` the role's forward pass (glassrl.rl.loss.actor_forward with entropy,
     or critic_forward). Inputs are this rank's part of the driver's batch (glassrl.workers.sharding)
     and, for PPO-ptx, of each optimiser step's supervised pairs (glassrl.workers.ray.RayActor).
     """

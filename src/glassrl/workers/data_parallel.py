@@ -47,6 +47,7 @@ import contextlib
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ from torch import nn
 
 from glassrl.models.precision import compute_dtype
 from glassrl.workers.base import Batch
+from glassrl.workers.local import no_grad_passes
 
 Forward = dict[str, torch.Tensor]  # outputs of one forward pass: "logprobs", "entropy", "values"
 
@@ -211,23 +213,14 @@ def _fully_shard(replica: _Replica, model: nn.Module, dtype: torch.dtype) -> nn.
 def forward_no_grad(
     dp: DataParallelModel, fn: Callable[[nn.Module, Batch], Forward], batch: Batch, micro_batch: int
 ) -> Forward:
-    """``fn`` over this rank's rows in micro-batches, without gradient; outputs concatenated (B, ...)."""
-    micros = [
-        {k: v[s : s + micro_batch] for k, v in batch.items()}
-        for s in range(0, batch["input_ids"].shape[0], micro_batch)
-    ]
-    n_passes = dp.passes(len(micros))
-    outs = []
+    """``fn`` over this rank's rows in micro-batches, without gradient (glassrl.workers.local.no_grad_passes,
+    as many passes as the busiest rank under FSDP2); outputs concatenated (B, ...)."""
     dp.wrapped.eval()
-    with torch.no_grad():
-        for j in range(n_passes):
-            out = dp.forward(fn, micros[min(j, len(micros) - 1)])
-            if j < len(micros):  # FSDP2 padding passes are dropped
-                outs.append(out)
+    out = no_grad_passes(partial(dp.forward, fn), batch, micro_batch, passes=dp.passes)
     if dp.fsdp:  # the root unit stays gathered after a forward (no backward comes to reshard it); an
         # update would read its parameters (gathered, later freed) instead of the shards the optimiser holds
         dp.wrapped.reshard()
-    return {key: torch.cat([o[key] for o in outs]) for key in outs[0]}
+    return out
 
 
 # ---------------------------------------------------------------- sharded checkpoints (DCP)

@@ -7,7 +7,7 @@
     advantages(exp, algo)                                        # 5. A, R, δ, whitened A
 
 ``Trainer.step`` (glassrl.rl.loop) calls them between generation (phase 1) and the
-update (phase 6); ``glassrl explain --model`` (glassrl.commands.explain_model) calls the
+update (phase 6); ``glassrl explain --model`` (glassrl.rl.explain) calls the
 same functions with a checkpoint's models, so the ledger it prints is the trainer's.
 Each fills fields of the :class:`~glassrl.rl.experience.Experience`.
 

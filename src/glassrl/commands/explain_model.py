@@ -86,7 +86,7 @@ def open_run(args: argparse.Namespace, console=None) -> ModelRun:
     return run
 
 
-def resolve_params(args: argparse.Namespace, run: ModelRun) -> explain_input.ExplainSpec:
+def resolve_params(args: argparse.Namespace, run: ModelRun) -> explain_input.ExplainInput:
     """γ, λ, β, estimator, KL kind, whitening: the run's (explain's defaults for a plain model),
     overridden by flags; checked, and set on ``run``. Errors name the flag or the run's config field."""
     from glassrl.rl.explain import set_params
@@ -108,7 +108,7 @@ def resolve_params(args: argparse.Namespace, run: ModelRun) -> explain_input.Exp
     for key in explain_input.PARAM_KEYS:
         if getattr(args, key) is not None:
             params[key], labels[key] = getattr(args, key), _flag(key)
-    spec = explain_input.check_params(params, labels, [], "explain")
+    spec = explain_input.params(params, labels)
     if args.beta is not None and a.kl.placement != "reward":
         raise GlassrlError(
             f"--beta: {run.config_label}algo.kl.placement = {a.kl.placement}: this run's KL is not in "
@@ -120,7 +120,7 @@ def resolve_params(args: argparse.Namespace, run: ModelRun) -> explain_input.Exp
         lam=spec.lam,
         estimator=spec.estimator,
         kl_kind=spec.kl_kind,
-        whiten=spec.whiten,
+        whiten=bool(spec.whiten),
         beta=spec.beta,
     )
     return spec

@@ -114,8 +114,19 @@ def from_experience(
     )
 
 
+class GivenTurn(Protocol):
+    """What :func:`from_given` reads of one turn of a given response (checked: every field set)."""
+
+    start: int
+    end: int
+    observation_end: int
+    finish_reason: str
+    tool_calls: list[dict[str, Any]]
+    reward_parts: dict[str, float]
+
+
 class GivenResponse(Protocol):
-    """What :func:`from_given` reads of one given response (glassrl.commands.explain_input.ResponseSpec).
+    """What :func:`from_given` reads of one given response (glassrl.commands.explain_input.GivenResponse).
 
     Per-token lists have one entry per token; ``kl``, ``logprobs``/``ref_logprobs`` and
     ``values`` are given for every response or for none.
@@ -137,9 +148,7 @@ class GivenResponse(Protocol):
     group: int | None
     baseline_reward: float | None
     finish_reason: str | None
-    turns: (
-        list[dict[str, Any]] | None
-    )  # multi-turn: start, end, observation_end, finish_reason, tool_calls, reward_parts
+    turns: Sequence[GivenTurn] | None  # multi-turn
 
 
 def from_given(
@@ -187,7 +196,15 @@ def from_given(
         step_valid = torch.arange(S).expand(B, S) < torch.tensor([[len(r.step_ends)] for r in resps])  # (B, S)
         token_scores = token_scores + place_process_rewards(step_scores, ends, step_valid, T)
         step_end_mask = place_process_rewards(torch.ones(B, S, dtype=dt), ends, step_valid, T) > 0  # (B, T)
-    turns = [None if r.turns is None else [LedgerTurn.from_dict(t) for t in r.turns] for r in resps]
+    turns = [
+        None
+        if r.turns is None
+        else [
+            LedgerTurn(t.start, t.end, t.observation_end, t.finish_reason, tuple(t.tool_calls), dict(t.reward_parts))
+            for t in r.turns
+        ]
+        for r in resps
+    ]
     turn_scores, turn_ends = turn_rewards(turns, T, dt)
     token_scores = token_scores + turn_scores  # a turn's environment rewards, as the trainer places them
     if step_end_mask is not None:

@@ -56,7 +56,7 @@ from glassrl.rl.build import actor_path, build_reward, forward_passes, prompt_fo
 from glassrl.rl.config import TrainConfig, agent_config
 from glassrl.rollout.base import RolloutBatch, SamplingParams, Turn, concat_rollouts
 from glassrl.rollout.hf import left_pad
-from glassrl.run.open import Checkpoint, open_checkpoint
+from glassrl.run.open import CONFIG, Checkpoint, open_checkpoint
 from glassrl.workers.local import FrozenActor, FrozenCritic, LocalReference, LocalRollout
 
 
@@ -113,7 +113,7 @@ def open_model(path: Path, *, reference: str | None = None, reward: str | None =
         float(kl_controller["value"]),
         f"run {checkpoint.run} · checkpoint {checkpoint.path.name}",
         int(counters["step"]),
-        f"{checkpoint.run / 'config.yaml'}: ",
+        f"{checkpoint.run / CONFIG}: ",
     )
 
 

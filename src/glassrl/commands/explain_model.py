@@ -165,10 +165,10 @@ def _header(run: ModelRun, sample: int, seed: int) -> list[str]:
 
 
 def _check_estimator(run: ModelRun, estimator: str, label: str, count: int) -> None:
-    from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS, REQUIRED_INPUTS
+    from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS
 
-    if "values" in REQUIRED_INPUTS[estimator] and run.critic is None:
-        free = [e for e in ADVANTAGE_ESTIMATORS if "values" not in REQUIRED_INPUTS[e]]
+    if ADVANTAGE_ESTIMATORS[estimator].critic and run.critic is None:
+        free = [name for name, e in ADVANTAGE_ESTIMATORS.items() if not e.critic]
         raise GlassrlError(
             f"{label}: {estimator} needs a critic's values, and {run.where} has no critic; "
             f"use a critic-free estimator: {', '.join(free)}"

@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from glassrl.algos.advantages import REQUIRED_INPUTS
+from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS
 from glassrl.data.collate import encode_response
 from glassrl.data.formatting import format_prompts
 from glassrl.data.records import PromptRecord
@@ -226,7 +226,7 @@ def explain_rollout(
     actor = FrozenActor(policy.model, passes)
     reference = LocalReference(load_causal_lm(run.reference, **load), passes)
     critic = None
-    if "values" in REQUIRED_INPUTS[a.advantage]:
+    if ADVANTAGE_ESTIMATORS[a.advantage].critic:
         critic = FrozenCritic(load_scalar_model(run.critic, head=m.critic_head, **load), passes)
     phases.model_outputs(exp, actor, reference, critic, a.kl.kind)
     phases.token_rewards(exp, run.beta, a.kl.placement == "reward")

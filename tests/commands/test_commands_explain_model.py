@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from glassrl import cli
-from glassrl.commands.explain_model import prompt_record
+from glassrl.rl.explain import prompt_record
 
 ROOT = Path(__file__).resolve().parents[2]
 

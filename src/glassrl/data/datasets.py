@@ -143,7 +143,7 @@ def _record(
         except MissingField as err:
             raise GlassrlError(f"{where}: missing field {key!r} ({err})") from None
 
-    prompt = _prompt(field(prompt_key), f"{where}: field {prompt_key!r}")
+    prompt = parse_prompt(field(prompt_key), f"{where}: field {prompt_key!r}")
     try:
         answer = lookup(row, answer_key)
     except MissingField:
@@ -157,7 +157,8 @@ def _record(
     return PromptRecord(prompt=prompt, answer=None if answer is None else str(answer), metadata=metadata, source=where)
 
 
-def _prompt(value: Any, where: str) -> str | tuple[dict[str, str], ...]:
+def parse_prompt(value: Any, where: str) -> str | tuple[dict[str, str], ...]:
+    """A row's prompt: non-empty text, or chat messages (role and content kept); GlassrlError naming ``where``."""
     if isinstance(value, str):
         if not value.strip():
             raise GlassrlError(f"{where}: the prompt is empty")

@@ -325,13 +325,7 @@ def prompt_format(cfg: TrainConfig, tokenizer) -> Callable[[Sequence[PromptRecor
 
 def lora_settings(cfg: TrainConfig):
     """model.lora as glassrl.models.lora.LoraSettings, or None (every weight trains)."""
-    from glassrl.models.lora import LoraSettings
-
-    lora = cfg.model.lora
-    if lora is None:
-        return None
-    targets = lora.target_modules if isinstance(lora.target_modules, str) else tuple(lora.target_modules)
-    return LoraSettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout, target_modules=targets)
+    return None if cfg.model.lora is None else cfg.model.lora.settings()
 
 
 def with_lora(model, settings, base: Path, load_base: Callable[[Path], torch.nn.Module]):

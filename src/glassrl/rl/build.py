@@ -199,6 +199,17 @@ def build_reward(cfg: TrainConfig):
     return build_combined(cfg.reward.sources, base_dir=cfg.reward.base_dir or ".")
 
 
+def teacher(workers: Workers, tokenizer):
+    """The reward's teacher source and its weight (glassrl.rewards.teacher), checked against the
+    policy's tokenizer, or None. In-process only: rl.checks refuses a teacher on Ray."""
+    from glassrl.rewards.teacher import find_teacher
+
+    found = find_teacher(getattr(workers.reward, "source", None))
+    if found is not None:
+        found[0].check_tokenizer(tokenizer)
+    return found
+
+
 def build_gold(cfg: TrainConfig):
     """reward.gold as a reward source (glassrl.rewards), or None: scored on the step's responses
     for the metrics only (glassrl.rl.metrics.gold_metrics), never trained on."""

@@ -71,6 +71,7 @@ from glassrl.rl.build import (
     prompt_format,
     saved_in_todays_terms,
     step_sampler,
+    teacher,
     with_precision,
     with_shared_prefix,
 )
@@ -133,6 +134,7 @@ class Trainer:
         self.workers = build_workers(cfg, self.resolved, path, self.tokenizer, self.ptx)
         self.paths = self._say_paths(layout, memory)
         self.gold = build_gold(cfg)  # reward.gold: scored for reward/gold, never trained on
+        self.teacher = teacher(self.workers, self.tokenizer)  # on-policy distillation: (teacher, w) or None
         self.kl = kl_controller(cfg.algo.kl)
         self.shapers = phases.score_shapers(cfg.algo)
         self.sampler = step_sampler(cfg, pad_id(self.tokenizer))  # one round a step, or DAPO's dynamic sampling
@@ -253,6 +255,8 @@ class Trainer:
         phases.model_outputs(exp, actor, self.workers.reference, self.workers.critic, a.kl.kind)
         if sampled.behaviour is not None:
             phases.policy_outputs(exp, *sampled.behaviour, a.kl.kind)
+        if self.teacher is not None:  # log π_T of the sampled tokens, for its reward in phase 4
+            phases.teacher_outputs(exp, *self.teacher)
 
     def _adapt_kl(self, exp: Experience) -> None:
         """Adaptive KL (Ziegler et al. 2019, §2.2): β follows the KL of the batch just sampled, per
@@ -431,6 +435,7 @@ class Trainer:
         return (
             self.resolved.optimizer_steps_per_step == 1
             and self.cfg.algo.kl.placement != "reward"
+            and self.teacher is None  # the teacher's reward reads log π_old in phase 4
             and isinstance(self.workers.actor, OnPolicyActor)
         )
 

@@ -264,6 +264,9 @@ def tensor_metrics(exp: Experience) -> dict[str, float]:
         metrics["kl/mean"] = masked_stats(exp.kl, mask)["mean"]
         metrics["kl/sequence"] = sequence_kl(exp.kl, mask)
         metrics["kl/beta"] = exp.beta
+    if exp.teacher_logprobs is not None:  # on-policy distillation: the student's reverse KL from the teacher
+        metrics["teacher/reverse_kl"] = sequence_kl(exp.logprobs - exp.teacher_logprobs, mask)
+        metrics["teacher/logprob/mean"] = masked_stats(exp.teacher_logprobs, mask)["mean"]
     metrics.update({f"advantage/{k}": v for k, v in masked_stats(exp.advantages, mask).items()})
     if exp.values is not None:
         returns = masked_stats(exp.returns, mask)

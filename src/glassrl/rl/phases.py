@@ -2,8 +2,9 @@
 
     exp = score(sampled, tokenizer, ...)                         # 2. scores on tokens, rows that train
     model_outputs(exp, actor, reference, critic, kl_kind)        # 3. log π_old, H, log π_ref, kl, V
+    teacher_outputs(exp, teacher, weight)                        # 3. log π_T (on-policy distillation)
     policy_outputs(exp, logprobs, entropy, kl_kind)              # 3, late: log π_old from the update (on-policy)
-    token_rewards(exp, beta, kl_in_reward)                       # 4. r_i = score_i − β·kl_i
+    token_rewards(exp, beta, kl_in_reward)                       # 4. r_i = score_i (+ w·(log π_T − log π_old)) − β·kl_i
     advantages(exp, algo)                                        # 5. A, R, δ, whitened A
 
 ``Trainer.step`` (glassrl.rl.loop) calls them between generation (phase 1) and the
@@ -32,7 +33,7 @@ import torch
 from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS, REQUIRED_INPUTS, AdvantageParams
 from glassrl.algos.kl import kl_penalty
 from glassrl.algos.shaping import RunningRewardNormalizer, overlong_penalty
-from glassrl.algos.token_rewards import place_outcome_scores, place_process_rewards
+from glassrl.algos.token_rewards import place_outcome_scores, place_process_rewards, teacher_token_rewards
 from glassrl.data.formatting import prompt_text
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
@@ -413,12 +414,21 @@ def policy_outputs(exp: Experience, logprobs: torch.Tensor, entropy: torch.Tenso
         exp.kl = kl_penalty(exp.logprobs, exp.ref_logprobs, kl_kind)
 
 
+def teacher_outputs(exp: Experience, teacher, weight: float) -> None:
+    """Phase 3 with a teacher source (glassrl.rewards.teacher): log π_T(a_i|s_i) (B, T) of the
+    sampled tokens, no gradient, and its weight w, for the per-token reward of phase 4."""
+    r = exp.rollout
+    exp.teacher_logprobs = teacher.token_logprobs(r.input_ids, r.attention_mask, r.response_mask.shape[1])
+    exp.teacher_weight = weight
+
+
 # ---------------------------------------------------------------- phase 4: token rewards
 
 
 def token_rewards(exp: Experience, beta: float, kl_in_reward: bool) -> None:
     """Phase 4: r_i = token_scores_i − β·kl_i on training tokens, 0 elsewhere (B, T)
-    (glassrl.ledger.compute.token_rewards, which ``glassrl explain`` runs on given numbers too).
+    (glassrl.ledger.compute.token_rewards, which ``glassrl explain`` runs on given numbers too);
+    with a teacher, plus w·(log π_T − log π_old) on every one of them (glassrl.rewards.teacher).
 
     ``beta`` is the step's KL coefficient (the controller's value); it enters the
     rewards only when ``kl_in_reward`` (otherwise the KL is a loss term, or absent).
@@ -426,6 +436,11 @@ def token_rewards(exp: Experience, beta: float, kl_in_reward: bool) -> None:
     exp.beta = beta if exp.ref_logprobs is not None else 0.0
     exp.kl_in_reward = kl_in_reward
     exp.token_rewards = compute.token_rewards(exp.token_scores, exp.kl, exp.reward_beta, exp.response_mask)
+    if exp.teacher_logprobs is not None:  # on-policy distillation: a reward on every token
+        exp.teacher_rewards = teacher_token_rewards(
+            exp.teacher_logprobs, exp.logprobs, exp.response_mask, exp.teacher_weight
+        )
+        exp.token_rewards = exp.token_rewards + exp.teacher_rewards
 
 
 # ---------------------------------------------------------------- phase 5: advantages

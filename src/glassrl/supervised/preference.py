@@ -38,7 +38,9 @@ held-out set is always pairs (for KTO too: its accuracy compares a pair's two re
 
 Writes to ``output_dir``: the policy and tokenizer (``save_pretrained``), ``<loss>_config.yaml``,
 ``metrics.jsonl``, ``glassrl.json`` (what was trained, on what, the held-out accuracy),
-``reference_logprobs.safetensors`` and ``checkpoints/``.
+``ledgers/preference.jsonl`` (the preference ledgers of the first held-out pairs: per token
+log π_θ, log π_ref and ρ_i; glassrl.ledger.preference), ``reference_logprobs.safetensors`` and
+``checkpoints/``.
 """
 
 from __future__ import annotations
@@ -64,10 +66,13 @@ from glassrl.algos.losses import (
 )
 from glassrl.config import at_least, check_threads, fail, knob_set
 from glassrl.data.collate import collate, encode_response
-from glassrl.data.formatting import format_prompt
+from glassrl.data.formatting import format_prompt, prompt_text
 from glassrl.data.preferences import load_labelled, load_preferences
+from glassrl.data.records import PreferencePair
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
+from glassrl.ledger.implicit_rewards import SideNumbers, pair_ledger
+from glassrl.ledger.preference import PreferenceLedger
 from glassrl.models import load_causal_lm, load_tokenizer, pad_id, resolve_device, response_logprobs
 from glassrl.models.lora import LoraConfig, apply_lora
 from glassrl.models.precision import compute_dtype, compute_precision
@@ -88,6 +93,8 @@ RESUME_MAY_CHANGE = (
     "keep_checkpoints",
     "threads",
 )
+LEDGER_FILE = "preference.jsonl"  # ledgers/ of the run: the preference ledgers of the first held-out pairs
+LEDGER_PAIRS = 4
 LOSS_KNOBS = tuple(f.name for f in PreferenceLossParams.__dataclass_fields__.values())
 
 
@@ -212,6 +219,7 @@ class PreferenceObjective:
     tokenizer: Any
     train: list  # (index, Pair) or (index, Labelled): the index finds the cached reference log-probs
     evals: list[Pair]
+    eval_pairs: list[PreferencePair]  # the held-out pairs as read (texts, for the ledger)
     reference: ReferenceLogprobs | None  # None: reference-free (SimPO)
     device: torch.device
 
@@ -247,12 +255,13 @@ class PreferenceObjective:
         if cfg.lora is not None:
             model = apply_lora(model, cfg.lora.settings(), path)
         model.train()
-        evals = encode_pairs(tokenizer, load_preferences(_eval_spec(cfg)), cfg.max_length)
+        eval_pairs = load_preferences(_eval_spec(cfg))
+        evals = encode_pairs(tokenizer, eval_pairs, cfg.max_length)
         if cfg.loss in PAIR_LOSSES:
             train: list = list(enumerate(encode_pairs(tokenizer, load_preferences(cfg.data), cfg.max_length)))
         else:
             train = list(enumerate(_encode_labelled(tokenizer, cfg, load_labelled(cfg.data))))
-        obj = cls(cfg, path, model, tokenizer, train, evals, None, device)
+        obj = cls(cfg, path, model, tokenizer, train, evals, eval_pairs, None, device)
         if PREFERENCE_LOSSES[cfg.loss].reference:
             obj.reference, line = obj._reference(resume)
             (console or Console()).print(line, markup=False, soft_wrap=True)
@@ -394,9 +403,37 @@ class PreferenceObjective:
             metrics = {"eval/loss": torch.cat(losses).mean().item(), **metrics}
         return metrics
 
+    @torch.no_grad()
+    def ledgers(self, indices: list[int]) -> list[PreferenceLedger]:
+        """The preference ledgers of held-out pairs ``indices`` under the policy as it is now: per
+        token log π_θ, log π_ref (the cache) and ρ_i, with the loss's sums (glassrl.ledger.preference)."""
+        was_training = self.model.training
+        self.model.eval()
+        pairs = [self.evals[i] for i in indices]
+        sides = self._sides(
+            [(p, y) for p, y, _, _ in pairs] + [(p, y) for p, _, y, _ in pairs], indices, "eval", grad=False
+        )
+        self.model.train(was_training)
+        out = []
+        for b, index in enumerate(indices):
+            raw, (_, *responses, _) = self.eval_pairs[index], pairs[b]
+            numbers = []
+            for side, ids, text in zip(sides, responses, (raw.chosen, raw.rejected)):
+                ref = None if side.ref_logprobs is None else side.ref_logprobs[b, : len(ids)]
+                tokens = [self.tokenizer.decode([t]) for t in ids]
+                numbers.append(SideNumbers(text, ids, tokens, side.logprobs[b, : len(ids)], ref))
+            prompt = prompt_text(self.tokenizer, raw.prompt)
+            out.append(pair_ledger(prompt, *numbers, loss=self.cfg.loss, params=self.cfg.params(), source=raw.source))
+        return out
+
     def finish(self, out: Path, result: dict[str, float]) -> None:
-        """glassrl.json: what was trained, on what, and the held-out preference accuracy."""
+        """glassrl.json: what was trained, on what, and the held-out preference accuracy; the
+        preference ledgers of the first held-out pairs (``ledgers/preference.jsonl``, for the report)."""
         cfg = self.cfg
+        ledgers = self.ledgers(list(range(min(LEDGER_PAIRS, len(self.evals)))))
+        lines = "".join(json.dumps(ledger.to_dict(), ensure_ascii=False) + "\n" for ledger in ledgers)
+        (out / "ledgers").mkdir(exist_ok=True)
+        write_text(out / "ledgers" / LEDGER_FILE, lines)
         summary = {
             "kind": "preference",
             "loss": cfg.loss,

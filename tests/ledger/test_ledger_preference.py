@@ -98,3 +98,14 @@ def test_the_run_writes_the_ledgers_of_its_first_held_out_pairs(trained):
     assert first.chosen.reward == pytest.approx(again.chosen.reward, abs=1e-5)
     assert [t.token_id for t in first.rejected.tokens] == [t.token_id for t in again.rejected.tokens]
     assert first.rejected.tokens[-1].token.strip()  # EOS ends each response, shown by its text
+
+
+def test_the_report_shows_the_preference_ledgers(trained, tmp_path):
+    from glassrl.report.html import write_run_report
+
+    _, run = trained
+    page = (run / "report.html").read_text(encoding="utf-8")  # written by glassrl dpo at the end
+    assert "<b>run</b> · pair 0" in page  # the run's name, not its staging directory's
+    assert 'id="preference"' in page and 'id="pair-0-0"' in page and "ρ_i = β·(log π_θ" in page
+    zh = write_run_report([run], tmp_path / "zh.html", lang="zh").read_text(encoding="utf-8")
+    assert "优选回答" in zh and "这对回答排序" in zh

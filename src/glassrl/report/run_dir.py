@@ -8,7 +8,9 @@ A run directory holds ``config.yaml`` (the resolved config), ``metrics.jsonl``
 (``{"step": n, key: value, ...}`` per logged step, glassrl.report.sinks),
 ``ledgers/step_XXXXXX.jsonl`` (a sample of the step's responses, Ledger.to_jsonl)
 and, when the trainer wrote it, ``environment.json`` (:func:`collect_environment`
-at the start of the run). Without that file the environment is collected when the
+at the start of the run). A ``glassrl dpo`` run (``glassrl.json`` of kind "preference") holds
+``<loss>_config.yaml`` instead of ``config.yaml`` and ``ledgers/preference.jsonl``, the
+preference ledgers of its first held-out pairs (glassrl.ledger.preference). Without that file the environment is collected when the
 report is written, and the report says so. Reads only files: no torch model, so a
 run can be inspected offline.
 """
@@ -29,11 +31,14 @@ from typing import Any
 from glassrl import __version__
 from glassrl.errors import GlassrlError
 from glassrl.ledger import Ledger, read_jsonl
+from glassrl.ledger.preference import PreferenceLedger
 
 CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
 LEDGERS = "ledgers"
 ENVIRONMENT = "environment.json"
+MARKER = "glassrl.json"  # what a supervised trainer's output is (glassrl.supervised)
+PREFERENCE_LEDGERS = "preference.jsonl"  # under ledgers/, written by glassrl dpo
 _LEDGER_NAME = re.compile(r"^step_(\d+)\.jsonl$")
 
 
@@ -48,6 +53,7 @@ class RunDir:
     ledger_paths: dict[int, Path]
     environment: dict[str, Any]
     environment_source: str  # where ``environment`` comes from, in words
+    preference_ledgers: list[PreferenceLedger] = field(default_factory=list)  # glassrl dpo's held-out pairs
     _ledgers: dict[int, Ledger] = field(default_factory=dict, repr=False)
 
     def ledger(self, step: int) -> Ledger:
@@ -65,7 +71,8 @@ def read_run(path: str | Path, name: str | None = None) -> RunDir:
     path = Path(path)
     if not path.is_dir():
         raise GlassrlError(f"run directory {path}: not a directory")
-    missing = [n for n in (CONFIG, METRICS) if not (path / n).is_file()]
+    config = _config_name(path)
+    missing = [n for n in (config, METRICS) if not (path / n).is_file()]
     if missing:
         raise GlassrlError(
             f"run directory {path}: missing {' and '.join(missing)} (is it a `glassrl train` output_dir?)"
@@ -79,12 +86,36 @@ def read_run(path: str | Path, name: str | None = None) -> RunDir:
     return RunDir(
         path=path,
         name=name or path.resolve().name,
-        config_text=(path / CONFIG).read_text(encoding="utf-8"),
+        config_text=(path / config).read_text(encoding="utf-8"),
         metrics=read_metrics(path / METRICS),
         ledger_paths=ledger_paths(path),
         environment=environment,
         environment_source=source,
+        preference_ledgers=_preference_ledgers(path / LEDGERS / PREFERENCE_LEDGERS),
     )
+
+
+def _config_name(path: Path) -> str:
+    """config.yaml, or a preference run's <loss>_config.yaml."""
+    marker = path / MARKER
+    if not (path / CONFIG).is_file() and marker.is_file():
+        summary = _read_json_object(marker)
+        if summary.get("kind") == "preference":
+            return f"{summary.get('loss')}_config.yaml"
+    return CONFIG
+
+
+def _preference_ledgers(path: Path) -> list[PreferenceLedger]:
+    """The preference ledgers of ``path`` (one JSON object per line); none when it is absent."""
+    if not path.is_file():
+        return []
+    ledgers = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            ledgers.append(PreferenceLedger.from_dict(json.loads(line)))
+        except (ValueError, TypeError, KeyError) as err:
+            raise GlassrlError(f"{path}:{lineno}: not a preference ledger ({err})") from None
+    return ledgers
 
 
 def read_runs(paths: list[str | Path]) -> list[RunDir]:

@@ -77,6 +77,7 @@ from glassrl.models import load_causal_lm, load_tokenizer, pad_id, resolve_devic
 from glassrl.models.lora import LoraConfig, apply_lora
 from glassrl.models.precision import compute_dtype, compute_precision
 from glassrl.optim import OptimConfig
+from glassrl.report.html import write_run_report
 from glassrl.run.atomic import write_text
 from glassrl.supervised.checkpoints import Checkpointing
 from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised
@@ -427,13 +428,18 @@ class PreferenceObjective:
         return out
 
     def finish(self, out: Path, result: dict[str, float]) -> None:
-        """glassrl.json: what was trained, on what, and the held-out preference accuracy; the
-        preference ledgers of the first held-out pairs (``ledgers/preference.jsonl``, for the report)."""
-        cfg = self.cfg
+        """glassrl.json, the preference ledgers of the first held-out pairs (``ledgers/preference.jsonl``)
+        and report.html (learning curves and those ledgers: glassrl.report.html)."""
         ledgers = self.ledgers(list(range(min(LEDGER_PAIRS, len(self.evals)))))
         lines = "".join(json.dumps(ledger.to_dict(), ensure_ascii=False) + "\n" for ledger in ledgers)
         (out / "ledgers").mkdir(exist_ok=True)
         write_text(out / "ledgers" / LEDGER_FILE, lines)
+        self._write_summary(out, result)
+        write_run_report([out], out / "report.html", name=Path(self.cfg.output_dir).name)  # curves, ledgers
+
+    def _write_summary(self, out: Path, result: dict[str, float]) -> None:
+        """glassrl.json: what was trained, on what, and the held-out preference accuracy."""
+        cfg = self.cfg
         summary = {
             "kind": "preference",
             "loss": cfg.loss,

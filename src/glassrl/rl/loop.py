@@ -44,6 +44,7 @@ from rich.console import Console
 from glassrl.algos.masked import masked_mean
 from glassrl.config import flatten, safe_load, to_dict
 from glassrl.errors import GlassrlError
+from glassrl.files import DISK_FULL, disk_errors, open_append, replaced
 from glassrl.ledger.compute import from_experience
 from glassrl.models.allocator import keep_freed_memory, memory_path
 from glassrl.models.loading import load_tokenizer, pad_id, resolve_device
@@ -86,7 +87,7 @@ from glassrl.rollout.base import SamplingParams
 from glassrl.rollout.stops import describe as describe_stops
 from glassrl.rollout.stops import saved_generation_config
 from glassrl.run import state
-from glassrl.run.atomic import DISK_FULL, disk_errors, write_text
+from glassrl.run.atomic import write_text
 from glassrl.run.checkpoint import CheckpointManager
 from glassrl.run.lock import RunLock
 from glassrl.workers.base import OnPolicyActor
@@ -365,7 +366,8 @@ class Trainer:
                 step=step,
                 samples=lg.ledger_samples,
             )
-            ledger.to_jsonl(self.out / "ledgers" / f"step_{step:06d}.jsonl")
+            with replaced(self.out / "ledgers" / f"step_{step:06d}.jsonl") as f:  # a row at a time, then renamed
+                ledger.write_jsonl(f)
             self.sinks.log_samples(step, sample_rows(ledger))  # W&B / MLflow tables, TensorBoard text
         if lg.report and lg.report_every and step % lg.report_every == 0 and step < self.cfg.steps:
             write_run_report([self.out], self.out / "report.html")  # train() writes the last one
@@ -517,7 +519,7 @@ class Trainer:
             self.console.print(f"glassrl: {note}", markup=False, soft_wrap=True)
         record = {"resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "step": restored.step}
         record |= {"checkpoint": restored.path.name, "changed": changed, "notes": notes}
-        with disk_errors("resumes.jsonl", self.out), (self.out / "resumes.jsonl").open("a", encoding="utf-8") as f:
+        with disk_errors("resumes.jsonl", self.out), open_append(self.out / "resumes.jsonl") as f:
             f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
 
     def _sinks(self, resume: bool, progress: bool) -> MetricSinks:

@@ -100,6 +100,4 @@ def refusal(path: Path) -> str:
         target = os.readlink(path)
     except OSError:
         target = "?"
-    return (
-        f"{path} is a symbolic link (to {target}): glassrl does not write through a link in a run directory; remove it"
-    )
+    return f"{path} is a symbolic link (to {target}): glassrl does not write through a link; remove it"

@@ -51,7 +51,7 @@ from glassrl.models.loading import load_tokenizer, pad_id, resolve_device
 from glassrl.models.threads import set_threads, startup_line
 from glassrl.optim import NonFiniteError, seed_everything
 from glassrl.report.html import write_run_report
-from glassrl.report.run_dir import collect_environment
+from glassrl.report.run_dir import collect_environment, ledger_paths
 from glassrl.report.sinks import (
     ConsoleSink,
     JsonlSink,
@@ -526,10 +526,13 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         step = self.counters.step
         jsonl = JsonlSink(self.out / "metrics.jsonl")
-        if resume:
-            jsonl.truncate_after(step)
-        elif step == 0:
-            jsonl.truncate_after(-1)  # a fresh run starts a fresh log
+        # A resumed run's files read as those of a run that never stopped; a fresh run starts fresh ones.
+        bad = jsonl.truncate_after(step if resume else -1)
+        if bad:
+            lines = f"line {bad[0]} was" if len(bad) == 1 else f"lines {', '.join(map(str, bad))} were"
+            self.console.print(f"glassrl: metrics.jsonl: {lines} not a metrics row; dropped", markup=False)
+        for later in [path for at, path in ledger_paths(self.out).items() if at > step]:
+            later.unlink()  # a ledger of a step this run has not taken (yet)
         sinks = [jsonl]
         if self.cfg.logging.tensorboard:
             sinks.append(TensorBoardSink(self.out / "tensorboard", purge_step=step + 1 if resume else None))

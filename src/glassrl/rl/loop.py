@@ -79,6 +79,7 @@ from glassrl.rl.build_ray import build_ray_workers
 from glassrl.rl.config import TrainConfig, resolve
 from glassrl.rl.evaluation import correct, evaluate
 from glassrl.rl.experience import Experience
+from glassrl.rl.memory import check_step_fits
 from glassrl.rl.metrics import PhaseTimer, accuracy, gold_metrics, response_metrics, reward_metrics, tensor_metrics
 from glassrl.rl.phases import Sampled
 from glassrl.rl.prompts import build_prompts
@@ -130,6 +131,7 @@ class Trainer:
         self.tokenizer, self.data = self._build_prompts(path)
         self.prompts, self.test_records = self.data.train, self.data.test  # a PromptStream or MixtureStream
         self.ptx = build_ptx(cfg, self.resolved, self.tokenizer, self.data.limit + cfg.rollout.max_new_tokens)
+        check_step_fits(cfg, self.resolved, path, self.data.limit)  # before any model is loaded
         build_workers = build_ray_workers if cfg.trainer.backend == "ray" else build_local_workers
         self.workers = build_workers(cfg, self.resolved, path, self.tokenizer, self.ptx)
         self.paths = self._say_paths(layout, memory)

@@ -100,11 +100,11 @@ def main() -> None:
             for layout, write in (("rows", write_rows), ("flat", write_flat)):
                 if layout == "flat" and T > args.flat_max:
                     continue
-                seconds = best_of(lambda: write(lg, path), args.repeats)
+                seconds = best_of(lambda w=write, lg=lg: w(lg, path), args.repeats)
                 size = path.stat().st_size
                 read = best_of(lambda: read_jsonl(path), args.repeats)
                 assert read_jsonl(path) == lg
-                peak = peak_kib(lambda: write(lg, path))
+                peak = peak_kib(lambda w=write, lg=lg: w(lg, path))
                 print(
                     f"| {T:,} | {layout} | {size / 2**20:,.2f} | {size / T:,.0f} | {seconds:.3f} | {read:.3f} "
                     f"| {peak:,.0f} |",

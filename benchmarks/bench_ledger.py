@@ -14,12 +14,15 @@ token ids), each token's text 4 characters, the prompt 60 characters.
   ``read_jsonl``. Its size grows with T², so it runs only up to ``--flat-max``.
 
 Each time is the best of ``--repeats``; peak memory is tracemalloc's peak over the write alone
-(a separate pass, since tracing slows the code). Prints one row per T and layout.
+(a separate pass, since tracing slows the code). Prints one row per T and layout, then the time of
+the report's token view of the same ledger (``glassrl.report.html.token_payload``: every token's
+row and legend) under GAE and REINFORCE++, whose legends once re-read the response per token.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -31,6 +34,7 @@ from pathlib import Path
 import torch
 
 from glassrl.ledger import Ledger, read_jsonl
+from glassrl.report.html import token_payload
 
 
 def ledger(T: int) -> Ledger:
@@ -110,6 +114,14 @@ def main() -> None:
                     f"| {peak:,.0f} |",
                     flush=True,
                 )
+    print("\n| T | report token view s, gae | report token view s, reinforce_pp |\n|---:|---:|---:|")
+    for T in args.lengths:
+        lg = ledger(T)
+        views = [
+            best_of(lambda lg=dataclasses.replace(lg, estimator=e): token_payload([("run", [lg])], (0, 0)), 1)
+            for e in ("gae", "reinforce_pp")
+        ]
+        print(f"| {T:,} | {views[0]:.2f} | {views[1]:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

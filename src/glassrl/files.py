@@ -25,7 +25,7 @@ import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TextIO
+from typing import TextIO
 
 from glassrl.errors import GlassrlError
 
@@ -56,12 +56,6 @@ def fsync(path: Path) -> None:
         os.close(fd)
 
 
-def create_new(path: Path, mode: str = "w") -> IO:
-    """A file created at ``path`` that did not exist (not even as a link); text modes are UTF-8."""
-    fd = os.open(path, _NEW, 0o666)
-    return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
-
-
 @contextmanager
 def replaced(path: str | Path) -> Iterator[TextIO]:
     """A text file (UTF-8) that replaces ``path`` when the block ends without an exception: written
@@ -71,7 +65,7 @@ def replaced(path: str | Path) -> Iterator[TextIO]:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
     try:
-        with create_new(tmp) as f:
+        with os.fdopen(os.open(tmp, _NEW, 0o666), "w", encoding="utf-8") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())

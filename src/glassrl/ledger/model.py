@@ -1,4 +1,4 @@
-"""The token ledger: one row per response token with every quantity of the token convention.
+"""The token ledger: every quantity of the token convention for each token of a batch's responses.
 
 A :class:`Ledger` is the record of what the trainer (or ``glassrl explain``)
 computed for a batch of responses: for each response a :class:`ResponseLedger`

@@ -59,7 +59,9 @@ def test_a_reward_that_floods_its_output_reaches_the_terminal_capped(tmp_path, m
     """Was: 9 MB printed by one call went to the trainer's terminal and logs as they were."""
     (tmp_path / "glassrl_chatty_reward.py").write_text(textwrap.dedent(CHATTY))
     monkeypatch.syspath_prepend(str(tmp_path))
-    source = UserFunctionSource("glassrl_chatty_reward:chatty", style="glassrl", timeout_s=60.0)
+    # a pool of its own (recycle_after picks it), started under capfd: a shared pool's workers may
+    # hold the streams of an earlier test
+    source = UserFunctionSource("glassrl_chatty_reward:chatty", style="glassrl", timeout_s=60.0, recycle_after=977)
     (result,) = source.score([RewardRequest("p", "r", PromptRecord("p", "a", {}, "t#0"))])
     assert result.status == "ok" and result.score == 1.0
     out = err = ""

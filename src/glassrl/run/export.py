@@ -6,12 +6,12 @@
 checkpoint being copied, and the half-copied output blocked a retry ("exists and is not empty").
 Now the output is written into a staged sibling (glassrl.run.atomic.StagedDir) that becomes ``out``
 only whole; the checkpoint's policy part is verified against its manifest (every file's size and
-sha256) before the export and again after it, so that what was exported is what the checkpoint
-held; and a checkpoint removed or changed under the export (a run pruning it) sends the export to
-the run's new latest checkpoint, up to ``tries`` times.
+sha256) when it is located (glassrl.run.open) and again after the export, so that what was
+exported is what the checkpoint held; and a checkpoint removed or changed under the export (a run
+pruning it) sends the export to the run's new latest checkpoint, up to ``tries`` times.
 
-``locate`` (the command's: source -> the policy directory) and ``export`` (policy, directory) are
-passed in: the run directory knows no model (DESIGN §2).
+``locate`` (the command's: source -> the policy directory, verified) and ``export`` (policy,
+directory) are passed in: the run directory knows no model (DESIGN §2).
 """
 
 from __future__ import annotations
@@ -38,15 +38,13 @@ def export_policy(
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise GlassrlError(f"--out {out}: exists and is not empty")
     for attempt in range(1, tries + 1):
-        policy = locate(source)
+        policy = locate(source)  # a checkpoint's policy: its files verified as they are read (glassrl.run.open)
         checkpoint = policy.parent if (policy.parent / MANIFEST).is_file() else None
         try:
             with StagedDir(out) as stage:
-                if checkpoint is not None:
-                    _verify_part(checkpoint, policy.name)  # a verified checkpoint, before ...
                 export(policy, stage.path)
                 if checkpoint is not None:
-                    _verify_part(checkpoint, policy.name)  # ... and unchanged by the end
+                    _verify_part(checkpoint, policy.name)  # and unchanged by the end of the export
             return out
         except (GlassrlError, OSError) as err:
             if checkpoint is None or _intact(checkpoint, policy.name):

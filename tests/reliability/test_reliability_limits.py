@@ -36,6 +36,13 @@ def test_a_config_nested_too_deep_is_one_line(where, match, capsys, tmp_path):
     assert_one_error_line(capsys, argv, match)
 
 
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_an_explain_input_nested_too_deep_is_one_line(suffix, capsys, tmp_path):
+    path = tmp_path / f"deep{suffix}"
+    path.write_text('{"responses": ' + "[" * DEEP + "]" * DEEP + "}")
+    assert_one_error_line(capsys, ["explain", "--input", path], rf"deep\{suffix}: .*nested deeper than 64 levels")
+
+
 def test_a_data_file_nested_too_deep_is_one_line(capsys, tmp_path, tiny_model_dir, prompt_files):
     deep = '{"prompt": "1+1", "answer": "2", "meta": ' + "[" * DEEP + "]" * DEEP + "}"
     (tmp_path / "prompts.jsonl").write_text('{"prompt": "2+2", "answer": "4"}\n' + deep + "\n")

@@ -128,3 +128,17 @@ def test_a_broken_file_names_the_line(tmp_path):
         path.write_text("\n".join(content) + "\n", encoding="utf-8")
         with pytest.raises(GlassrlError, match=match):
             read_jsonl(path)
+
+
+def test_glassrl_report_reads_a_run_whose_ledgers_have_the_old_layout(tmp_path, capsys):
+    from glassrl.cli import main
+
+    run = tmp_path / "run"
+    (run / "ledgers").mkdir(parents=True)
+    (run / "config.yaml").write_text("steps: 3\n")
+    (run / "metrics.jsonl").write_text('{"step": 3, "reward/mean": 0.5}\n')
+    old = long_ledger(6)
+    (run / "ledgers" / "step_000003.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old.rows()))
+    assert main(["report", str(run)]) == 0
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert "What is 1+1?" in page and page.count('"token "') >= 6

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from glassrl.errors import GlassrlError
 from glassrl.ledger import ALL_FIELDS, TOKEN_FIELDS, Ledger, read_jsonl
+from glassrl.ledger.model import RESPONSE_ROW, TOKEN_ROW
 from glassrl.ledger.render import columns, fmt, to_markdown, to_rich
 
 PARAMS = dict(estimator="gae", gamma=1.0, lam=0.95, beta=0.1, kl_kind=None)
@@ -151,10 +152,10 @@ def test_jsonl_round_trip_exact(tmp_path):
     path = tmp_path / "ledger.jsonl"
     ledger.to_jsonl(path)
     lines = path.read_text(encoding="utf-8").splitlines()
-    assert len(lines) == 6  # one line per token row
-    first = json.loads(lines[0])
-    assert list(first) == list(ALL_FIELDS)
-    assert first["values"] == 0.5 and first["returns"] is None and first["step"] == 7
+    assert len(lines) == 2 + 6  # one line per response, then one per token row (issue 33)
+    head, first = json.loads(lines[0]), json.loads(lines[1])
+    assert list(head) == list(RESPONSE_ROW) and list(first) == list(TOKEN_ROW)
+    assert first["values"] == 0.5 and first["returns"] is None and first["step"] == 7 and head["step"] == 7
     assert read_jsonl(path) == ledger
 
 

@@ -49,7 +49,7 @@ from typing import Any, NamedTuple, NoReturn, TypeVar
 import yaml
 
 from glassrl.errors import GlassrlError
-from glassrl.jsonl import read_utf8
+from glassrl.jsonl import TooDeep, read_utf8, too_deep
 
 C = TypeVar("C")
 
@@ -322,8 +322,15 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def safe_load(text: str) -> Any:
-    """yaml.safe_load, except that a duplicate key in a mapping is a yaml.YAMLError naming it."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    """yaml.safe_load, except that a duplicate key in a mapping, and values nested deeper than
+    glassrl.jsonl.MAX_NESTING (the parser raised RecursionError), are a yaml.YAMLError saying so."""
+    try:
+        value = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise yaml.YAMLError(str(TooDeep())) from None
+    if too_deep(value):
+        raise yaml.YAMLError(str(TooDeep()))
+    return value
 
 
 def _read(path: str | Path | None) -> dict[str, Any]:

@@ -38,7 +38,7 @@ import yaml
 
 from glassrl.config import Origin, build, coerce, safe_load, yaml_error
 from glassrl.errors import GlassrlError
-from glassrl.jsonl import read_utf8
+from glassrl.jsonl import TooDeep, load_json, read_utf8
 
 PARAM_KEYS = ("gamma", "lam", "beta", "estimator", "kl_kind", "whiten")  # the parameter flags
 LIST_KEYS = ("token_scores", "step_scores", "kl", "logprobs", "ref_logprobs", "values")  # floats, one per token
@@ -187,9 +187,11 @@ def _read(path: Path) -> dict[str, Any]:
         raise GlassrlError(f"--input: file not found: {path}")
     text = read_utf8(path)
     try:
-        data = json.loads(text) if path.suffix == ".json" else safe_load(text)
+        data = load_json(text) if path.suffix == ".json" else safe_load(text)
     except json.JSONDecodeError as err:
         raise GlassrlError(f"{path}:{err.lineno}: not valid JSON: {err.msg}") from None
+    except TooDeep as err:
+        raise GlassrlError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
         raise GlassrlError(f"{path}: not valid YAML: {yaml_error(err)}") from None
     if not isinstance(data, dict):

@@ -38,6 +38,8 @@ def policy_dir(source: Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from glassrl.models.lora import export_merged
+    from glassrl.run.export import export_policy
 
-    print(export_merged(policy_dir(Path(args.source)), Path(args.out)))
+    # from a verified checkpoint into a staged directory: a run pruning it mid-export costs a retry
+    print(export_policy(Path(args.source), Path(args.out), locate=policy_dir, export=export_merged))
     return 0

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from glassrl.errors import GlassrlError
+from glassrl.files import disk_errors, replaced
 from glassrl.ledger import RESPONSE_FIELDS, RUN_FIELDS, SYMBOLS, TOKEN_FIELDS, Ledger
 from glassrl.ledger.legend import baseline_legend, labels, phrase, token_legend, turn_legend
 from glassrl.report.run_dir import RunDir, read_runs
@@ -260,6 +261,10 @@ def _write(out: str | Path, title: str, body: str, payload: dict[str, Any], head
     # One pass over the template: text put in is never scanned for placeholders again.
     page = _PLACEHOLDER.sub(lambda m: parts[m[1]], _template("page.html"))
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    # Written beside it and renamed over it: a reader never sees half a page, a link at ``out`` is
+    # replaced rather than written through, and a write that fails leaves the old page.
+    with disk_errors(str(out), out.parent):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with replaced(out) as f:
+            f.write(page)
     return out

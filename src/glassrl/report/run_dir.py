@@ -30,6 +30,7 @@ from typing import Any
 
 from glassrl import __version__
 from glassrl.errors import GlassrlError
+from glassrl.jsonl import read_utf8
 from glassrl.ledger import Ledger, read_jsonl
 from glassrl.ledger.preference import PreferenceLedger
 
@@ -67,8 +68,10 @@ class RunDir:
 
 
 def read_run(path: str | Path, name: str | None = None) -> RunDir:
-    """Read a run directory; GlassrlError naming the directory and what is missing when it is not one."""
+    """Read a run directory; GlassrlError naming the directory and what is missing when it is not one,
+    or the file and line that is not UTF-8."""
     path = Path(path)
+    resolved = _resolve(path)
     if not path.is_dir():
         raise GlassrlError(f"run directory {path}: not a directory")
     config = _config_name(path)
@@ -85,8 +88,8 @@ def read_run(path: str | Path, name: str | None = None) -> RunDir:
         source = f"collected when the report was written ({path} has no {ENVIRONMENT})"
     return RunDir(
         path=path,
-        name=name or path.resolve().name,
-        config_text=(path / config).read_text(encoding="utf-8"),
+        name=name or resolved.name,
+        config_text=read_utf8(path / config),
         metrics=read_metrics(path / METRICS),
         ledger_paths=ledger_paths(path),
         environment=environment,
@@ -110,7 +113,7 @@ def _preference_ledgers(path: Path) -> list[PreferenceLedger]:
     if not path.is_file():
         return []
     ledgers = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in enumerate(read_utf8(path).splitlines(), start=1):
         try:
             ledgers.append(PreferenceLedger.from_dict(json.loads(line)))
         except (ValueError, TypeError, KeyError) as err:
@@ -118,16 +121,24 @@ def _preference_ledgers(path: Path) -> list[PreferenceLedger]:
     return ledgers
 
 
+def _resolve(path: Path) -> Path:
+    """The absolute path without links; a link loop is a GlassrlError (Python raises RuntimeError
+    before 3.13, OSError ELOOP after)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        raise GlassrlError(f"run directory {path}: a symbolic link loop") from None
+
+
 def read_runs(paths: list[str | Path]) -> list[RunDir]:
     """Several runs, named by their directory; the path as given where two names would clash."""
-    names = [Path(p).resolve().name for p in paths]
+    names = [_resolve(Path(p)).name for p in paths]
     return [read_run(p, name if names.count(name) == 1 else str(p)) for p, name in zip(paths, names)]
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The rows of metrics.jsonl in file order; a last line cut short by a killed run is skipped."""
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
+    lines = read_utf8(path).split("\n")
     rows = []
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
@@ -197,7 +208,7 @@ def _device() -> tuple[str, str | None, str | None]:
 
 def _read_json_object(path: Path) -> dict[str, Any]:
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = json.loads(read_utf8(path))
     except json.JSONDecodeError as err:
         raise GlassrlError(f"{path}: not valid JSON: {err.msg} (line {err.lineno})") from None
     if not isinstance(obj, dict):

@@ -288,7 +288,9 @@ class RayRolloutConfig:
 class RayConfig:
     """The Ray backend (glassrl.workers.ray, glassrl.rl.build_ray); read when trainer.backend = ray."""
 
-    address: str | None = None  # null: start a local Ray cluster; "auto" or "HOST:6379": join a running one
+    address: str | None = (
+        None  # null: start a Ray cluster of its own (never RAY_ADDRESS's); "auto", "HOST:6379": join one
+    )
     placement: Literal["colocate", "separate"] = (
         "colocate"  # colocate: rank r of every role shares bundle r; separate: a placement group per role
     )

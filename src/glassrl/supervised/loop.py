@@ -51,12 +51,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from glassrl.config import to_dict
 from glassrl.data.collate import batch_indices
 from glassrl.errors import GlassrlError
+from glassrl.files import disk_errors
 from glassrl.models import resolve_device, resolve_model_path
 from glassrl.models.default_model import MARKER, default_model_dir
 from glassrl.models.threads import set_threads, startup_line
 from glassrl.optim import OptimConfig, check_weights, make_optimizer, nonfinite, on_bad_step, seed_everything
 from glassrl.report.sinks import JsonlSink
-from glassrl.run.atomic import StagedDir, disk_errors, write_text
+from glassrl.run.atomic import StagedDir, write_text
 from glassrl.run.lock import RunLock, sibling_lock_path
 from glassrl.supervised.checkpoints import Checkpointing, OptimizerState, TrainableWeights
 

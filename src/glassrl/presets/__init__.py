@@ -54,3 +54,13 @@ def config_file(arg: str) -> Path:
     if not (DIR / f"{arg}.yaml").is_file():
         raise GlassrlError(f"{arg!r} is neither a config file nor a preset; presets: {', '.join(names())}")
     return DIR / f"{arg}.yaml"
+
+
+def config_and_overrides(arg: str | None, overrides: list[str]) -> tuple[Path | None, list[str]]:
+    """A supervised command's CONFIG and overrides, CONFIG optional: ``glassrl rm data=pairs.jsonl``
+    (no file: the config class's defaults) reads its first ``key=value`` as an override, not a file."""
+    if arg is None:
+        return None, list(overrides)
+    if "=" in arg and not Path(arg).is_file():
+        return None, [arg, *overrides]
+    return config_file(arg), list(overrides)

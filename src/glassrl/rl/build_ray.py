@@ -96,7 +96,7 @@ def build_ray_workers(
     if ray.reward is not None:
         specs.append(_spec("reward", ray.reward, partial(reward_rank, cfg)))
     connect(ray.address)
-    cluster = RayCluster(specs, ray.placement)
+    cluster = RayCluster(specs, ray.placement, local=ray.address is None)
     try:
         actors = cluster["actor"]
         pad = pad_id(tokenizer)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from glassrl import __version__
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides += extra
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    _quiet_libraries()
     try:
         return int(args._run(args) or 0)
     except GlassrlError as err:
@@ -64,6 +66,18 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
         print(f"glassrl {args.command}: error: {message}", file=sys.stderr)
         return 2
+
+
+def _quiet_libraries() -> None:
+    """glassrl's own lines are what a user reads: no Hugging Face progress bars ("Loading weights",
+    "Writing model shards") unless HF_HUB_DISABLE_PROGRESS_BARS says otherwise. The variable reaches
+    transformers when it is imported later and the processes started from here (Ray's workers);
+    a transformers already imported is told directly."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1" and "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 def _is_override(arg: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from glassrl.errors import GlassrlError
-from glassrl.workers.ray import RoleSpec, _bundle, fit_local
+from glassrl.workers.ray import RoleSpec, _bundle, fit_local, rank_env
 
 
 def _spec(role: str, world_size: int, resources: dict[str, float] | None = None) -> RoleSpec:
@@ -47,3 +47,11 @@ def test_what_cannot_fit_is_one_line_naming_the_keys(specs, total):
         GlassrlError, match=r"^ray: the local Ray cluster started for this run has .* ray\.actor\.resources"
     ):
         fit_local(specs, total)
+
+
+def test_ranks_run_without_progress_bars_or_cpp_warnings(monkeypatch):
+    monkeypatch.delenv("TORCH_CPP_LOG_LEVEL", raising=False)
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    assert rank_env() == {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR"}
+    monkeypatch.setenv("TORCH_CPP_LOG_LEVEL", "INFO")  # asked for: kept
+    assert rank_env()["TORCH_CPP_LOG_LEVEL"] == "INFO"

@@ -44,6 +44,7 @@ Ray is an optional extra (``pip install glassrl[ray]``), imported here only.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -135,6 +136,19 @@ def _options(resources: dict[str, float]) -> dict[str, Any]:
         "num_cpus": resources.get("CPU", 0),
         "num_gpus": resources.get("GPU", 0),
         "resources": other,
+        "runtime_env": {"env_vars": rank_env()},
+    }
+
+
+def rank_env() -> dict[str, str]:
+    """A rank's environment variables. Its output is the driver's (Ray forwards it): glassrl's
+    lines, not the libraries' notes. Hugging Face's progress bars off; torch's C++ warnings only
+    when asked for (DDP's reducer: "find_unused_parameters=True was specified ... but did not find
+    any unused parameters", which the actor's rank cannot help: a critic's rank has them). Either
+    variable set in the driver's environment is kept."""
+    return {
+        "HF_HUB_DISABLE_PROGRESS_BARS": os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+        "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),
     }
 
 

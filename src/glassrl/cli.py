@@ -25,6 +25,8 @@ COMMANDS = {
     "rm": "glassrl.commands.rm",
     "dpo": "glassrl.commands.dpo",
     "train": "glassrl.commands.train",
+    "eval": "glassrl.commands.eval",
+    "generate": "glassrl.commands.generate",
     "report": "glassrl.commands.report",
     "export": "glassrl.commands.export",
     "config": "glassrl.commands.config",

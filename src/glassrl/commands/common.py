@@ -29,6 +29,12 @@ def fresh_run_dir(out: Path) -> None:
         raise GlassrlError(f"--out: {out} is not empty and not a glassrl run directory; choose another --out")
 
 
+def is_override(arg: str) -> bool:
+    """``key.path=value``, told from a prompt that holds "=" ("Is 1+1=2?"): a key is a dotted identifier."""
+    key, sep, _ = arg.partition("=")
+    return bool(sep) and all(part.isidentifier() for part in key.split("."))
+
+
 def clock(seconds: float) -> str:
     """``3m05s``."""
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"

@@ -130,7 +130,7 @@ class RolloutConfig:
 class RewardConfig:
     sources: list[dict[str, Any]] = field(
         default_factory=lambda: [{"name": "arith_verify", "weight": 1.0}]
-    )  # [{name, weight, ...arguments}] summed with weights (rewards.build_combined)
+    )  # [{name, weight, label, ...arguments}] summed with weights (rewards.build_combined); label: the metrics name (reward/<label>/mean), default the name
     max_failure_rate: float = 0.1  # a step whose fraction of failed (timeout/error) scores exceeds this stops the run
     gold: dict[str, Any] | None = None  # {name, ...}: scored on the same responses for reward/gold, never trained on
     base_dir: str | None = (

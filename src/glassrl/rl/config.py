@@ -33,6 +33,7 @@ from typing import Any, Literal
 from glassrl.models.lora import LoraConfig
 from glassrl.optim import OptimConfig
 from glassrl.rl.checks import agentic_tasks, check_train_config, uses_critic
+from glassrl.rollout.base import SamplingParams
 
 
 @dataclass
@@ -112,6 +113,8 @@ class RolloutConfig:
     temperature: float = 1.0  # sampling temperature (log-probs are computed at the same temperature)
     top_p: float = 1.0  # nucleus sampling mass; 1 = off
     top_k: int = 0  # sample among the k most likely tokens; 0 = off
+    min_p: float = 0.0  # drop tokens below min_p × the most likely token's probability (TRL's min_p); 0 = off
+    repetition_penalty: float = 1.0  # a token already in the prompt or response: logit ÷ it (× when negative), as transformers' generate; 1 = off
     max_new_tokens: int = 16  # longest response in tokens (multi-turn: generated and observation tokens together)
     stop: list[str] = field(
         default_factory=list
@@ -124,6 +127,18 @@ class RolloutConfig:
     )
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # the vLLM engine's memory; read when rollout.engine = vllm
     overlap: bool = False  # sample the next step's batch (with a copy of the policy, in a thread) while this one trains: one step off-policy, π_old = the sampling policy (rollout/staleness)
+
+    def sampling(self, greedy: bool = False) -> SamplingParams:
+        """How the policy samples (argmax when ``greedy``: evaluation at logging.eval_k = 1)."""
+        return SamplingParams(
+            self.max_new_tokens,
+            self.temperature,
+            self.top_p,
+            self.top_k,
+            greedy,
+            repetition_penalty=self.repetition_penalty,
+            min_p=self.min_p,
+        )
 
 
 @dataclass

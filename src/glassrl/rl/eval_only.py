@@ -46,7 +46,6 @@ from glassrl.rl.build import (
 from glassrl.rl.config import TrainConfig, resolve
 from glassrl.rl.evaluation import evaluate
 from glassrl.rl.prompts import applies_template, build_prompts, prompt_ids, render
-from glassrl.rollout.base import SamplingParams
 from glassrl.run.open import open_checkpoint
 from glassrl.workers.local import LocalReward, LocalRollout
 
@@ -125,7 +124,7 @@ def evaluate_policy(
             rollout=_rollout(cfg, policy),
             reward=LocalReward(build_reward(cfg)),
             tokenizer=policy.tokenizer,
-            params=SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, greedy=k == 1),
+            params=r.sampling(greedy=k == 1),
             k=k,
             threshold=cfg.logging.eval_threshold,
             group_by=cfg.logging.eval_group_by,
@@ -152,7 +151,7 @@ def generate(
     chat = applies_template(policy.tokenizer, d.chat_template)
     records = render(records, chat, d.system_prompt, policy.tokenizer, d.chat_template, "PROMPT")
     ids = prompt_ids(policy.tokenizer, records, prompt_format(cfg, policy.tokenizer))
-    params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, greedy=greedy)
+    params = r.sampling(greedy)
     with torch.no_grad():
         out = _rollout(cfg, policy).generate(ids, n=n, params=params, records=records)
     answers = list(zip(out.texts, out.finish_reasons))  # the n responses of a prompt are adjacent

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from glassrl.models.lora import LoraConfig
 from glassrl.optim import OptimConfig
 from glassrl.rl.checks import agentic_tasks, check_train_config, uses_critic
+from glassrl.rl.foreign_names import FOREIGN_NAMES
 from glassrl.rollout.base import SamplingParams
 
 
@@ -352,6 +353,8 @@ class TrainConfig:
     )
     trainer: TrainerConfig = field(default_factory=TrainerConfig)  # where the role workers run
     ray: RayConfig = field(default_factory=RayConfig)  # the Ray backend's cluster and groups
+
+    FOREIGN_NAMES = FOREIGN_NAMES  # TRL's and verl's names -> the hint of an unknown-key error (glassrl.config)
 
     def anchor_paths(self, config_dir: Path) -> None:
         """Called by the loader (glassrl.config.load_config) with the directory of the config file

@@ -16,6 +16,7 @@ from glassrl.models.loading import load_causal_lm
 from glassrl.models.lora import LoraSettings, apply_lora
 from glassrl.run.checkpoint import CheckpointManager, Part
 from glassrl.workers.data_parallel import DataParallelModel, free_port, init_group
+from helpers import HfPolicy
 
 NOISE = ("Loading weights", "Writing model shards", "it/s]")
 
@@ -30,15 +31,6 @@ def fresh_process_bars(monkeypatch):
     hf_logging.disable_progress_bar()
 
 
-class _Policy:
-    def __init__(self, model, tokenizer) -> None:
-        self.model, self.tokenizer = model, tokenizer
-
-    def save_pretrained(self, path) -> None:
-        self.model.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
-
-
 def test_sft_and_a_lora_export_print_only_glassrl_lines(tiny_model_dir, tmp_path, capfd, fresh_process_bars):
     argv = ["sft", f"model={tiny_model_dir}", "steps=1", "batch_size=4", "eval_data=task:add/test"]
     assert main([*argv, f"output_dir={tmp_path / 'sft'}", "device=cpu"]) == 0
@@ -48,7 +40,7 @@ def test_sft_and_a_lora_export_print_only_glassrl_lines(tiny_model_dir, tmp_path
 
     actor = apply_lora(load_causal_lm(tiny_model_dir, dtype="float32", device="cpu"), LoraSettings(r=4), tiny_model_dir)
     run = tmp_path / "run"
-    policy = _Policy(actor, AutoTokenizer.from_pretrained(tiny_model_dir))
+    policy = HfPolicy(actor, AutoTokenizer.from_pretrained(tiny_model_dir))
     CheckpointManager(run / "checkpoints", keep=1).save(1, {"actor": Part("hf", policy)})
     capfd.readouterr()
     hf_logging.enable_progress_bar()

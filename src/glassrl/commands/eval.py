@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import argparse
 
+from glassrl.commands.common import add_policy_arguments
+
 HELP = "evaluate a run's policy or a model on prompts, as a training run evaluates: mean@k, pass@k, per group"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "target", metavar="RUN_OR_MODEL", help="a run directory or checkpoint (its config), or a model (defaults)"
-    )
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="[DATA] [REWARD] [key=value]",
-        help="DATA: prompts to evaluate (data.test: a file or task:NAME/test); REWARD: file.py:function or "
+    add_policy_arguments(
+        parser,
+        "[DATA] [REWARD] [key=value]",
+        "DATA: prompts to evaluate (data.test: a file or task:NAME/test); REWARD: file.py:function or "
         "module:function (a user reward), or a reward source's name; then overrides, e.g. logging.eval_k=8 "
         "(mean@8 and pass@k on 8 samples), data.eval_size=500, logging.eval_group_by=level",
+        "*",
     )
     parser.add_argument(
         "--out", default="runs/eval", help="where metrics.json and samples.jsonl go (default: runs/eval)"

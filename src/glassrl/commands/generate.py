@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from glassrl.commands.common import add_policy_arguments
+
 HELP = "sample a run's policy or a model on a few prompts, rendered as training renders them"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "target", metavar="RUN_OR_MODEL", help="a run directory or checkpoint (its config), or a model (defaults)"
-    )
-    parser.add_argument(
-        "overrides",
-        nargs="+",
-        metavar="PROMPT | key=value",
-        help="text prompts, then overrides, e.g. rollout.max_new_tokens=256 rollout.temperature=0.7 data.system_prompt=...",
+    add_policy_arguments(
+        parser,
+        "PROMPT | key=value",
+        "text prompts, then overrides, e.g. rollout.max_new_tokens=256 rollout.temperature=0.7 data.system_prompt=...",
+        "+",
     )
     parser.add_argument("--n", type=int, default=1, help="responses per prompt (default 1)")
     parser.add_argument("--greedy", action="store_true", help="argmax decoding instead of sampling")

@@ -30,6 +30,7 @@ an optional ``"margin"`` (number).
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -108,6 +109,8 @@ def load_preference_file(path: str | Path) -> list[PreferencePair]:
         margin = row.get("margin")
         if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))):
             raise GlassrlError(f'{where}: field "margin" must be a number, got {margin!r}')
+        if margin is not None and not _finite(margin):  # 1e400 reads as inf, 10**400 is beyond any float
+            raise GlassrlError(f'{where}: field "margin" must be a finite number, got {margin!r:.40}')
         pairs.append(
             PreferencePair(
                 prompt=row["prompt"],
@@ -120,6 +123,13 @@ def load_preference_file(path: str | Path) -> list[PreferencePair]:
     if not pairs:
         raise GlassrlError(f"{path}: no preference pairs in the file")
     return pairs
+
+
+def _finite(number: float) -> bool:
+    try:
+        return math.isfinite(number)
+    except OverflowError:  # an integer beyond any float
+        return False
 
 
 def load_preferences(spec: str) -> list[PreferencePair]:

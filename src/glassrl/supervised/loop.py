@@ -51,7 +51,7 @@ from glassrl.models.default_model import MARKER, default_model_dir
 from glassrl.models.threads import set_threads, startup_line
 from glassrl.optim import OptimConfig, check_weights, make_optimizer, nonfinite, on_bad_step, seed_everything
 from glassrl.report.sinks import JsonlSink
-from glassrl.run.atomic import StagedDir, disk_errors, write_text
+from glassrl.run.atomic import StagedDir, disk_errors, safetensors_os_errors, write_text
 from glassrl.run.lock import RunLock, sibling_lock_path
 
 
@@ -143,7 +143,7 @@ def _train(cfg: LoopConfig, obj: Objective, console: Console) -> dict[str, float
         transient=True,
     )
     with StagedDir(out) as stage:
-        with disk_errors(f"output_dir = {out}", out), progress:
+        with disk_errors(f"output_dir = {out}", out), safetensors_os_errors(), progress:
             config = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
             write_text(stage.path / f"{name}_config.yaml", config)
             log = JsonlSink(stage.path / "metrics.jsonl")

@@ -61,6 +61,7 @@ from glassrl.rl.build import (
 from glassrl.rl.config import RayRoleConfig, RayRolloutConfig, Resolved, TrainConfig
 from glassrl.rl.loss import actor_forward, critic_forward
 from glassrl.rl.ptx import PtxLoss, PtxTerm
+from glassrl.run import stop
 
 
 def build_ray_workers(
@@ -95,7 +96,8 @@ def build_ray_workers(
         specs.append(_spec("critic", ray.critic, partial(critic_rank, cfg, resolved, str(path))))
     if ray.reward is not None:
         specs.append(_spec("reward", ray.reward, partial(reward_rank, cfg)))
-    connect(ray.address)
+    with stop.handling():  # ray.init's own SIGTERM handler (sys.exit: the driver aborted with 134) is undone
+        connect(ray.address)
     cluster = RayCluster(specs, ray.placement)
     try:
         actors = cluster["actor"]

@@ -69,7 +69,7 @@ from safetensors.torch import load_file, save_file
 
 import glassrl
 from glassrl.errors import GlassrlError
-from glassrl.run import codec
+from glassrl.run import codec, stop
 from glassrl.run.atomic import DISK_FULL, disk_errors, fsync, safetensors_os_errors, write_durably
 
 PartKind = Literal["json", "torch", "safetensors", "hf"]
@@ -140,7 +140,7 @@ class CheckpointManager:
                 }
                 write_durably(tmp / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
                 fsync(tmp)
-            except Exception as err:  # a full disk, a value the encoding refuses: free what this save took
+            except (Exception, stop.Interrupted) as err:  # a full disk, a bad value, a stop: free what it took
                 written = _bytes_under(tmp)
                 shutil.rmtree(tmp, ignore_errors=True)
                 if isinstance(err, OSError) and err.errno in DISK_FULL:

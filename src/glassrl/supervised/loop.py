@@ -23,7 +23,9 @@ does the rest, the same way for every trainer:
 - the outputs (``<name>_config.yaml``, ``metrics.jsonl``, the model and tokenizer from
   ``save_pretrained``, the objective's own files) are staged in a sibling directory that
   replaces ``output_dir`` as a whole at the end (glassrl.run.atomic.StagedDir): a run killed or
-  stopped midway leaves the previous outputs as they were, never old weights beside new metrics.
+  stopped midway leaves the previous outputs as they were, never old weights beside new metrics;
+- Ctrl-C or SIGTERM (glassrl.run.stop) ends the step in progress, then the run, with one line
+  (``stopped at step N of M; nothing was written …``); a second signal abandons the step.
 
 ``model: default`` names the default model, which must be built already (:func:`model_dir`):
 building it is the caller's step (``glassrl sft``/``rm``, the pipeline), because its recipe
@@ -51,6 +53,7 @@ from glassrl.models.default_model import MARKER, default_model_dir
 from glassrl.models.threads import set_threads, startup_line
 from glassrl.optim import OptimConfig, check_weights, make_optimizer, nonfinite, on_bad_step, seed_everything
 from glassrl.report.sinks import JsonlSink
+from glassrl.run import stop
 from glassrl.run.atomic import StagedDir, disk_errors, safetensors_os_errors, write_text
 from glassrl.run.lock import RunLock, sibling_lock_path
 
@@ -119,7 +122,11 @@ def train_supervised(
         console = console or Console()
         console.print(startup_line(*set_threads(cfg.threads)), markup=False, soft_wrap=True)  # before torch work
         seed_everything(cfg.seed)
-        return _train(cfg, objective(resolve_device(cfg.device)), console)
+        try:
+            with stop.handling(), stop.graceful():  # Ctrl-C, SIGTERM: the step ends, then nothing is written
+                return _train(cfg, objective(resolve_device(cfg.device)), console)
+        except stop.Interrupted as signal:  # a second one: the step in progress is abandoned
+            raise stop.Stopped(signal.signum, f"stopped during a step; {_untouched(out)}") from None
 
 
 def _train(cfg: LoopConfig, obj: Objective, console: Console) -> dict[str, float]:
@@ -149,6 +156,8 @@ def _train(cfg: LoopConfig, obj: Objective, console: Console) -> dict[str, float
             log = JsonlSink(stage.path / "metrics.jsonl")
             bar = progress.add_task(name, total=steps, info="")
             for step in range(1, steps + 1):
+                if signum := stop.requested():
+                    raise stop.Stopped(signum, f"stopped at step {step - 1} of {steps}; {_untouched(out)}")
                 loss, tally = obj.loss([obj.train[i] for i in next(batches)])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -183,6 +192,10 @@ def _train(cfg: LoopConfig, obj: Objective, console: Console) -> dict[str, float
             obj.finish(stage.path, result)
     console.print(f"{name}: {steps} steps in {result['time_s']:.1f}s, {obj.summary(result)} -> {out}")
     return result
+
+
+def _untouched(out: Path) -> str:
+    return f"nothing was written (output_dir = {out} is as it was); run the same command again to train"
 
 
 def window_means(window: list[Tally], keys: tuple[str, ...]) -> dict[str, float]:

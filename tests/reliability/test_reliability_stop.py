@@ -84,8 +84,9 @@ def _children() -> list[tuple[int, str]]:
     return found
 
 
-def _life(argv: list[str], out: str, where: str | None, signum: int, times: int) -> None:
-    """One run of ``glassrl ARGV`` in this child; writes out/life.json: exit code, stderr lines, leftovers."""
+def _life(argv: list[str], out: str, where: str | None, signum: int, times: int, at_step: int) -> None:
+    """One run of ``glassrl ARGV`` in this child, signalled at ``where`` in step ``at_step``; writes
+    out/life.json: exit code, stderr lines, processes left."""
     import glassrl.rl.loop as loop
     import glassrl.rl.metrics as metrics
     import glassrl.run.checkpoint as checkpoint
@@ -98,7 +99,7 @@ def _life(argv: list[str], out: str, where: str | None, signum: int, times: int)
     current, fired = [0], [False]
 
     def fire() -> None:
-        if current[0] == 2 and not fired[0]:
+        if current[0] == at_step and not fired[0]:
             fired[0] = True
             for _ in range(times):
                 os.kill(os.getpid(), signum)
@@ -148,9 +149,11 @@ def lives():
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["glassrl.rl.loop", "glassrl.cli", "harness"])
 
-    def live(argv: list[str], out: Path, where: str | None = None, signum: int = SIGINT, times: int = 0) -> dict:
+    def live(
+        argv: list[str], out: Path, where: str | None = None, signum: int = SIGINT, times: int = 0, at_step: int = 2
+    ):
         out.mkdir(parents=True, exist_ok=True)
-        process = ctx.Process(target=_life, args=([str(a) for a in argv], str(out), where, signum, times))
+        process = ctx.Process(target=_life, args=([str(a) for a in argv], str(out), where, signum, times, at_step))
         process.start()
         process.join(300)
         assert process.exitcode == 0, (process.exitcode, (out / "stderr.txt").read_text()[-3000:])
@@ -204,6 +207,31 @@ def test_a_stopped_run_says_one_line_leaves_nothing_and_resumes_exactly(
     assert without_perf(rows) == without_perf(strict_jsonl(straight / "metrics.jsonl"))
     for ledger in sorted((straight / "ledgers").iterdir()):
         assert ledger.read_bytes() == (run / "ledgers" / ledger.name).read_bytes(), ledger.name
+
+
+@pytest.mark.slow
+def test_with_rollout_overlap_a_stop_goes_back_to_the_last_checkpoint(lives, tmp_path, tiny_model_dir, prompt_files):
+    """rollout.overlap samples step 4's batch during step 3, with step 3's weights: no checkpoint can
+    hold a batch in flight, so a stop in step 3 ends at step 2's checkpoint, and the resume is still
+    the run that never stopped."""
+    overlap = [*OVERRIDES, "steps=4", "rollout.overlap=true", "logging.checkpoint_every=2"]
+    straight, run = tmp_path / "straight" / "run", tmp_path / "run"
+    life = lives(
+        ["train", "grpo", *tiny_run_overrides(tiny_model_dir, prompt_files, straight), *overlap], straight.parent
+    )
+    assert life["code"] == 0, life
+    argv = ["train", "grpo", *tiny_run_overrides(tiny_model_dir, prompt_files, run), *overlap]
+    life = lives(argv, tmp_path / "stopped", "update", SIGINT, 1, at_step=3)
+    assert life["code"] == 130 and not life["left"], life
+    why = r"rollout\.overlap was sampling step 4, which no checkpoint holds"
+    assert re.fullmatch(
+        rf"glassrl train: stopped at step 2, the last checkpoint \({why}\); resume with: .*", life["stderr"][-1]
+    )
+    resumed = lives(shlex.split(life["stderr"][-1].partition("resume with: ")[2])[1:], tmp_path / "resumed")
+    assert resumed["code"] == 0, resumed
+    one, two = (checkpoint_contents(r / "checkpoints" / "step_00000004") for r in (straight, run))
+    assert {k: v for k, v in one.items() if k != "config"} == {k: v for k, v in two.items() if k != "config"}
+    assert without_perf(strict_jsonl(run / "metrics.jsonl")) == without_perf(strict_jsonl(straight / "metrics.jsonl"))
 
 
 # ---------------------------------------------------------------- sft and rm: nothing written

@@ -1,14 +1,14 @@
 """JSON-lines files read one way everywhere (ledgers, prompt sets, SFT and preference pairs),
-and text files read as UTF-8 with an error that names the line (:func:`read_utf8`).
+text files read as UTF-8 with an error that names the line (:func:`read_utf8`), and JSON values
+nested no deeper than :data:`MAX_NESTING` (:func:`load_json`).
 
 A neutral module beside glassrl.errors: the ledger (which sits below data/), data/ and the
 config loader all read through it. Every error names ``path:LINE`` (1-based).
 
-Valid JSON (or YAML) is not always data (:func:`check_plain`): a ``\\uD800``–``\\uDFFF`` escape
-without its pair decodes to a lone surrogate, which no tokenizer or UTF-8 file takes; nesting
-deeper than :data:`MAX_DEPTH` would meet Python's recursion limit in whatever walks it next (the
-checkpoint encoding, a JSON writer); an integer longer than Python's int-string limit
-(``sys.get_int_max_str_digits()``, 4300 digits) cannot be read at all. Each is a GlassrlError
+Valid JSON (or YAML) is not always data: a ``\\uD800``–``\\uDFFF`` escape without its pair
+decodes to a lone surrogate, which no tokenizer or UTF-8 file takes (:func:`check_plain`); an
+integer longer than Python's int-string limit (``sys.get_int_max_str_digits()``, 4300 digits)
+cannot be read at all. Each is a GlassrlError
 naming the row and, where there is one, the field.
 """
 
@@ -24,11 +24,44 @@ from typing import Any
 
 from glassrl.errors import GlassrlError
 
-# Levels of arrays and objects a row or a config may nest: far more than any data needs, far
-# fewer than the ~1000 frames of Python's recursion limit that code walking it may meet.
-MAX_DEPTH = 100
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")  # strict UTF-8 text holds a surrogate only as an escape
+# Lists and objects nested deeper than this are refused wherever glassrl reads JSON (or YAML) it did
+# not write: a model's tool call, a data file, a config. json.loads itself fails near the interpreter's
+# recursion limit (about 1,000) with a RecursionError, and values nested a little less deep fail later,
+# wherever they are walked recursively (the checkpoint codec, json.dumps); no real value nests this deep.
+MAX_NESTING = 64
+
+
+class TooDeep(ValueError):
+    """A JSON (or YAML) value nested deeper than :data:`MAX_NESTING`."""
+
+    def __init__(self) -> None:
+        super().__init__(f"nested deeper than {MAX_NESTING} levels")
+
+
+def too_deep(value: Any) -> bool:
+    """Whether lists and dicts nest in ``value`` deeper than :data:`MAX_NESTING` (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            if depth > MAX_NESTING:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def load_json(text: str) -> Any:
+    """``json.loads(text)``; a value nested deeper than :data:`MAX_NESTING` raises :class:`TooDeep`
+    (json.JSONDecodeError as json raises it)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise TooDeep from None
+    if too_deep(value):
+        raise TooDeep
+    return value
 
 
 def read_utf8(path: str | Path) -> str:
@@ -58,42 +91,40 @@ def jsonl_objects(path: str | Path) -> Iterator[tuple[dict[str, Any], str]]:
             continue
         where = f"{path}:{number}"
         try:
-            value = json.loads(line)
+            value = load_json(line)
         except json.JSONDecodeError as err:
             raise GlassrlError(f"{where}: not valid JSON: {err.msg} (column {err.colno})") from None
-        except RecursionError:
-            raise GlassrlError(f"{where}: nested more than {MAX_DEPTH} levels deep") from None
+        except TooDeep as err:
+            raise GlassrlError(f"{where}: {err}") from None
         except ValueError:  # the only other: an integer past the int-string limit
             raise GlassrlError(f"{where}: {_long_integer(line)}") from None
         if not isinstance(value, dict):
             raise GlassrlError(f"{where}: expected a JSON object, got {type(value).__name__}")
-        if _ESCAPED_SURROGATE.search(line) or line.count("[") + line.count("{") > MAX_DEPTH:
+        if _ESCAPED_SURROGATE.search(line):
             check_plain(value, where)  # else it cannot fail: a quick look spares the walk over a long ledger row
         yield value, where
 
 
 def check_plain(value: Any, where: str, key: str = "") -> None:
-    """``value`` (decoded JSON or YAML) nests at most MAX_DEPTH levels and holds no lone surrogate,
-    in a string or a key; else a GlassrlError naming ``where`` and the field (``key`` its prefix)."""
-    stack = [(value, key, 0)]
+    """``value`` (decoded JSON or YAML, nested at most MAX_NESTING levels) holds no lone surrogate, in
+    a string or a key; else a GlassrlError naming ``where`` and the field (``key`` its prefix)."""
+    stack = [(value, key)]
     while stack:
-        node, path, depth = stack.pop()
+        node, path = stack.pop()
         if isinstance(node, str):
             if found := _SURROGATE.search(node):
                 raise GlassrlError(f"{where}: {_field(path)}{_lone(found)}")
             continue
         if not isinstance(node, (dict, list, tuple)):
             continue
-        if depth == MAX_DEPTH:
-            raise GlassrlError(f"{where}: {_field(path)}nested more than {MAX_DEPTH} levels deep")
         if isinstance(node, dict):
             for name, child in node.items():
                 field = f"{path}.{name}" if path else str(name)
                 if isinstance(name, str) and (found := _SURROGATE.search(name)):
                     raise GlassrlError(f"{where}: {_field(field)}{_lone(found)}")
-                stack.append((child, field, depth + 1))
+                stack.append((child, field))
         else:
-            stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(node))
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(node))
 
 
 def as_text(text: str) -> str:

@@ -441,3 +441,10 @@ def _check_ray(cfg: TrainConfig, written: Set[str] | None) -> None:
         fail("model.padding_free", True, "not wired into trainer.backend = ray; use trainer.backend: local")
     if cfg.rollout.overlap:
         fail("rollout.overlap", True, "not wired into trainer.backend = ray; use trainer.backend: local")
+    teachers = [i for i, s in enumerate(cfg.reward.sources) if s.get("name") == "teacher"]
+    if teachers:
+        fail(
+            f"reward.sources[{teachers[0]}].name",
+            "teacher",
+            "on-policy distillation is not wired into trainer.backend = ray; use trainer.backend: local",
+        )

@@ -69,8 +69,9 @@ from safetensors.torch import load_file, save_file
 
 import glassrl
 from glassrl.errors import GlassrlError
+from glassrl.files import DISK_FULL
 from glassrl.run import codec, stop
-from glassrl.run.atomic import DISK_FULL, disk_errors, fsync, safetensors_os_errors, write_durably
+from glassrl.run.atomic import disk_errors, fsync, safetensors_os_errors, write_durably
 
 PartKind = Literal["json", "torch", "safetensors", "hf"]
 MANIFEST = "manifest.json"

@@ -75,7 +75,7 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
         try:
             value = safe_load(raw) if raw.strip() else None
         except yaml.YAMLError as err:
-            raise GlassrlError(f"{COMMAND_LINE}: {key}: {raw!r:.80} is not a YAML value: {yaml_error(err)}") from None
+            raise GlassrlError(f"{COMMAND_LINE}: {key}: {raw!r} is not a YAML value: {yaml_error(err)}") from None
         check_plain(value, COMMAND_LINE, key)
         _set_dotted(data, key.split("."), value, defaults)
         from_command_line.append(key)

@@ -24,7 +24,7 @@ below (module-level, so Ray pickles them by reference), from the same config:
 - reward ranks (``ray.reward``): the reward sources, requests in contiguous chunks.
 
 Checkpoint parts of a trained role: ``actor`` (Hugging Face format, rank 0) and
-``actor_state`` (DCP shards of every rank); likewise for the critic.
+``actor_state`` (every rank's shards: safetensors and JSON, glassrl.run.sharded); likewise for the critic.
 
 The update: each trained rank receives the one update loop (glassrl.rl.update.run_updates) bound
 as the in-process build binds it (glassrl.rl.build.role_update), its ranks being

@@ -270,6 +270,52 @@ def test_a_stopped_sft_run_says_one_line_and_writes_nothing(times, monkeypatch, 
     assert signal.getsignal(SIGINT) is signal.default_int_handler  # the handlers are given back
 
 
+@pytest.mark.slow
+def test_a_stopped_dpo_run_checkpoints_its_steps_and_resumes_exactly(monkeypatch, tmp_path, tiny_model_dir):
+    """A preference run keeps checkpoints: a stop writes one at the step it ends (none was due), the line
+    says to add --resume, and that resume ends as the run that never stopped, bit for bit."""
+    import torch
+    from safetensors.torch import load_file
+
+    from glassrl.data.preferences import preference_pairs
+    from glassrl.run.stop import Stopped
+    from glassrl.supervised.preference import PreferenceConfig, train_preference
+
+    data = tmp_path / "pairs.jsonl"
+    rows = [
+        {"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected} for p in preference_pairs("train", size=12)
+    ]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+    def cfg(name: str) -> PreferenceConfig:
+        return PreferenceConfig(
+            model=str(tiny_model_dir), data=str(data), eval_data=str(data), steps=4, batch_size=4,
+            checkpoint_every=3, log_every=1, output_dir=str(tmp_path / name), device="cpu", threads=1,
+        )  # fmt: skip
+
+    train_preference(cfg("whole"))
+    calls, clip = [0], torch.nn.utils.clip_grad_norm_
+
+    def clip_then_signal(*args, **kwargs):  # the loop clips once a step
+        calls[0] += 1
+        if calls[0] == 2:
+            os.kill(os.getpid(), SIGTERM)
+        return clip(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip_then_signal)
+    out = tmp_path / "stopped"
+    resume = rf"output_dir = {out} is as it was; add --resume to the same command to go on from step_00000002"
+    with pytest.raises(Stopped, match=rf"^stopped at step 2 of 4; {resume}$") as err:
+        train_preference(cfg("stopped"))
+    assert err.value.exit_code == 128 + SIGTERM
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["latest", "step_00000002"]
+    monkeypatch.undo()
+    train_preference(cfg("stopped"), resume=True)
+    assert (out / "metrics.jsonl").read_bytes() == (tmp_path / "whole" / "metrics.jsonl").read_bytes()
+    a, b = load_file(tmp_path / "whole" / "model.safetensors"), load_file(out / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 # ---------------------------------------------------------------- a Ray driver
 
 RAY = ["trainer.backend=ray", "ray.actor.world_size=2", "ray.actor.resources={CPU: 0.25}"]

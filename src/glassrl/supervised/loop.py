@@ -29,8 +29,8 @@ does the rest, the same way for every trainer:
   resumed run that continues from the latest exactly (that module's docstring); without one
   (SFT, the reward model) a run starts afresh each time.
 - Ctrl-C or SIGTERM (glassrl.run.stop) ends the step in progress, then the run, with one line
-  (``stopped at step N of M; …``): the outputs are as they were, a run with checkpoints resumes
-  from its latest with ``--resume``; a second signal abandons the step.
+  (``stopped at step N of M; …``): the outputs are as they were; a run with checkpoints writes
+  one at step N and says to add ``--resume``; a second signal abandons the step.
 
 ``model: default`` names the default model, which must be built already (:func:`model_dir`):
 building it is the caller's step (``glassrl sft``/``rm``, the pipeline), because its recipe
@@ -207,8 +207,11 @@ def _train(
             for logged, row in log_state.rows:  # a resumed run's rows so far
                 log.log(logged, row)
             bar = progress.add_task(name, total=steps, completed=done, info=obj.summary(result))
+            saved = done  # the step of the newest checkpoint
             for step in range(done + 1, steps + 1):
                 if signum := stop.requested():
+                    if run is not None and step - 1 > saved:  # a run with checkpoints keeps the steps taken
+                        run.save(step - 1)
                     raise stop.Stopped(signum, f"stopped at step {step - 1} of {steps}; {_untouched(out, run)}")
                 loss, tally = obj.loss([obj.train[i] for i in next(batches)])
                 optimizer.zero_grad(set_to_none=True)
@@ -239,6 +242,7 @@ def _train(
                     progress.update(bar, info=obj.summary(result))
                 if run is not None and run.due(step, steps):
                     run.save(step)
+                    saved = step
                 progress.advance(bar)
             log.close()
             result["time_s"] = time.perf_counter() - start
@@ -250,8 +254,8 @@ def _train(
 
 
 def _untouched(out: Path, run: Checkpointing | None) -> str:
-    if run is not None and run.manager.latest() is not None:
-        return f"output_dir = {out} is as it was; add --resume to the same command to go on from the latest checkpoint"
+    if run is not None and (latest := run.manager.latest()) is not None:
+        return f"output_dir = {out} is as it was; add --resume to the same command to go on from {latest.name}"
     return f"nothing was written (output_dir = {out} is as it was); run the same command again to train"
 
 

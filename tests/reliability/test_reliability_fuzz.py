@@ -95,9 +95,10 @@ def _tree(keys_and_values: list[tuple[str, object]]) -> dict:
         node = tree
         parts = key.split(".")
         for part in parts[:-1]:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
+            child = node.get(part)
+            if child is None:  # absent, or a key given the value None earlier: a section now
+                child = node[part] = {}
+            node = child if isinstance(child, dict) else {}
         node[parts[-1]] = value
     return tree
 

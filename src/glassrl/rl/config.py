@@ -211,6 +211,7 @@ class AlgoConfig:
     reward_norm: bool = False  # normalise scores with running mean/std of all scores seen
     reward_init_norm: bool = False  # normalise scores by a mean/std fixed on the first step's (initial policy's)
     no_eos_score: float | None = None  # replaces the score of a response without EOS (finish reason length); null = off
+    mask_truncated: bool = False  # a response cut at rollout.max_new_tokens leaves the loss (TRL's mask_truncated_completions); its score still counts in its group's statistics
     rollout_is: RolloutISConfig | None = (
         None  # truncated importance sampling of the rollout engine's mismatch: policy loss × min(π_old/π_rollout, cap); null = off
     )

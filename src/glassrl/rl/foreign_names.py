@@ -26,10 +26,7 @@ TRL = {
     "loss_type": "algo.loss_agg (grpo: seq-mean-token-mean, bnpo/dapo: token-mean, dr_grpo: seq-mean-token-sum-norm)",
     "scale_rewards": "algo.advantage (true/group: grpo, scaled by the group's std; false/none: dr_grpo, not scaled)",
     "importance_sampling_level": "algo.policy_loss (token: ppo_clip, sequence: gspo)",
-    "mask_truncated_completions": (
-        "no such key yet: algo.no_eos_score=0 scores a response cut at rollout.max_new_tokens 0, "
-        "algo.overlong punishes length softly (DAPO)"
-    ),
+    "mask_truncated_completions": "algo.mask_truncated",
     "max_prompt_length": "data.max_prompt_tokens (with data.overlong_prompts=truncate_left to cut from the left as TRL does)",
     "max_completion_length": "rollout.max_new_tokens",
     "temperature": "rollout.temperature",

@@ -25,6 +25,7 @@ COMMANDS = {
     "dpo": "glassrl.commands.dpo",
     "train": "glassrl.commands.train",
     "report": "glassrl.commands.report",
+    "diff": "glassrl.commands.diff",
     "export": "glassrl.commands.export",
     "config": "glassrl.commands.config",
 }

@@ -26,6 +26,7 @@ COMMANDS = {
     "train": "glassrl.commands.train",
     "report": "glassrl.commands.report",
     "diff": "glassrl.commands.diff",
+    "audit": "glassrl.commands.audit",
     "export": "glassrl.commands.export",
     "config": "glassrl.commands.config",
 }

@@ -168,3 +168,14 @@ def test_not_a_run_is_one_line(tmp_path, capsys):
     )
     with pytest.raises(GlassrlError, match="not a directory"):
         diff_runs(a, tmp_path / "nowhere")
+
+
+def test_the_report_of_two_runs_shows_their_first_divergence(tmp_path):
+    from glassrl.report.html import write_run_report
+
+    a, b = _run(tmp_path / "a"), _run(tmp_path / "b", change={2: {(1, 3): -1.203}})
+    page = write_run_report([a, b], tmp_path / "report.html").read_text(encoding="utf-8")
+    assert '<a href="#divergence">first divergence</a>' in page
+    assert "first divergence: step 2, phase 3, response 1, token 3 (&#x27;等于&#x27;): logprobs -1.25 vs -1.203" in page
+    one = write_run_report([a], tmp_path / "one.html").read_text(encoding="utf-8")
+    assert 'id="divergence"' not in one

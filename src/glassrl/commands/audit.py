@@ -27,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="JSON list of turn texts a scripted policy writes in every episode, instead of the model sampling",
     )
     parser.add_argument("--chat-template", metavar="FILE", help="Jinja chat template to use instead of the tokenizer's")
+    parser.add_argument("--html", metavar="FILE", help="also write the table as an HTML page")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,9 +38,10 @@ def run(args: argparse.Namespace) -> int:
     from glassrl.config import load_config
     from glassrl.errors import GlassrlError
     from glassrl.jsonl import read_utf8
+    from glassrl.report.html import write_audit_html
     from glassrl.rl.audit import audit_run
     from glassrl.rl.config import TrainConfig
-    from glassrl.rollout.agent.audit import table
+    from glassrl.rollout.agent.audit import summary, table
 
     script = template = None
     if args.script is not None:
@@ -58,4 +60,6 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(TrainConfig, presets.config_file(args.config), args.overrides)
     audits = audit_run(cfg, episodes=args.episodes, script=script, chat_template=template)
     print("\n".join(table(audits)))
+    if args.html:
+        print(write_audit_html(f"glassrl audit: {args.config}", *summary(audits), args.html))
     return 0 if all(a.ok for a in audits) else 1

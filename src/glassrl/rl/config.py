@@ -249,6 +249,10 @@ class LoggingConfig:
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     report: bool = True  # write output_dir/report.html (glassrl report) at the end of the run
     report_every: int = 0  # steps between refreshes of report.html during the run; 0 = only at the end
+    watch_window: int = 10  # reward-hacking watch (docs/debugging.md): steps each signal is read over; 0 = off
+    watch_threshold: float = (
+        2.0  # the watch fires when proxy and gold part (or a signal jumps) by more than this many spreads
+    )
 
 
 @dataclass

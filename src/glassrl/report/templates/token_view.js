@@ -7,6 +7,7 @@
 (function () {
   "use strict";
   const DATA = JSON.parse(document.getElementById("token-data").textContent);
+  if (!DATA.token_fields) return;  // a page without a token view (glassrl audit --html)
   const F = {};
   DATA.token_fields.forEach(function (name, k) { F[name] = k; });
   const SYM = DATA.symbols;
@@ -120,6 +121,8 @@
       "finish " + (r.finish_reason || "—")];
     if (r.turns) bits.push(r.turns.length + (r.turns.length === 1 ? " turn" : " turns"));
     if (r.baseline_reward !== null) bits.push("baseline reward " + fmt(r.baseline_reward));
+    const flagged = (ledger().flagged || {})[String(b)];
+    if (flagged) { div.classList.add("flagged"); bits.push("reward watch: " + flagged); }
     head.appendChild(document.createTextNode(" · " + bits.join(" · ")));
     div.appendChild(head);
     div.appendChild(el("div", { "class": "prompt" }, "prompt: " + r.prompt));
@@ -272,6 +275,19 @@
     state.quantity = ev.target.value;
     render();
     if (keep) select(keep[0], keep[1]);
+  });
+
+  // the reward watch's links (report section #watch): open the alert's ledger and select its response
+  document.querySelectorAll("a.alert-row").forEach(function (a) {
+    a.addEventListener("click", function () {
+      state.source = +a.dataset.source;
+      const k = DATA.sources[state.source].ledgers.findIndex(function (lg) { return lg.step === +a.dataset.step; });
+      if (k < 0) return;
+      state.ledger = k;
+      fillSelect($("source-select"), DATA.sources.map(function (s) { return s.name; }), state.source);
+      fillSteps(); fillQuantities(); render();
+      select(+a.dataset.b, 0);
+    });
   });
 
   fillSelect($("source-select"), DATA.sources.map(function (s) { return s.name; }), state.source);

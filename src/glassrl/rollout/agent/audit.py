@@ -184,19 +184,30 @@ def audit_batch(
     return audits
 
 
+def summary(audits: Sequence[EpisodeAudit]) -> tuple[list[tuple[str, int, int, str]], list[str]]:
+    """(per check: name, episodes passed, episodes run, what it checks), then each failure as a line:
+    the episode, its turns and finish reason, the check and its first offending token in context."""
+    checks = [
+        (name, sum(r.ok for a in audits for r in a.results if r.check == name), len(audits), description)
+        for name, description in CHECKS.items()
+    ]
+    failures = [
+        f"episode {a.episode} ({a.turns} turns, {a.finish_reason}) {r.check}: {r.detail}"
+        for a in audits
+        for r in a.results
+        if not r.ok
+    ]
+    return checks, failures
+
+
 def table(audits: Sequence[EpisodeAudit]) -> list[str]:
-    """The pass/fail table: one line per check (episodes passed / run), then each failure's first
-    offending token in context."""
+    """The pass/fail table: one line per check (episodes passed / run), then the failures (:func:`summary`)."""
+    checks, failures = summary(audits)
     lines = [f"{'check':<10} {'passed':>8}  what"]
-    for name, description in CHECKS.items():
-        passed = sum(r.ok for a in audits for r in a.results if r.check == name)
-        verdict = "ok" if passed == len(audits) else "FAIL"
-        lines.append(f"{name:<10} {passed:>4}/{len(audits):<3} {verdict:<4} {description}")
-    for a in audits:
-        for r in a.results:
-            if not r.ok:
-                lines.append(f"episode {a.episode} ({a.turns} turns, {a.finish_reason}) {r.check}: {r.detail}")
-    return lines
+    for name, passed, total, description in checks:
+        verdict = "ok" if passed == total else "FAIL"
+        lines.append(f"{name:<10} {passed:>4}/{total:<3} {verdict:<4} {description}")
+    return lines + failures
 
 
 class _Shower:

@@ -75,6 +75,7 @@ GROUPS: tuple[tuple[str, str, str, str], ...] = (
     ("turns", "Turns and observations", "turns / tokens", r"response/(?:turns|observation_tokens)/mean"),
     ("diversity", "Diversity and truncation", "fraction", r"response/(?:distinct_\d|truncation_rate)"),
     ("data", "Prompts dropped or truncated", "prompts", r"data/prompts_(?:dropped|truncated)"),
+    ("watch", "Reward watch: proxy − gold divergence and alerts", "spreads / alerts", r"watch/.+"),
     ("sampling", "Dynamic sampling", "rounds / groups", r"sampling/.+"),
     ("failures", "Reward spread and failures", "score / count", r"reward/.+"),
     ("other", "Other metrics", "value", r".+"),

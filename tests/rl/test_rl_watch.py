@@ -50,3 +50,23 @@ def test_proxy_only_rows():
 def test_bad_watch_settings(fast, override):
     with pytest.raises(GlassrlError, match=override.split("=")[0]):
         preset_trainer("grpo", [*fast, override])
+
+
+def test_a_resumed_run_replays_its_metrics_and_drops_later_alerts(tmp_path):
+    from rich.console import Console
+
+    from glassrl.rl.watch import TrainingWatch
+
+    rows = [{"step": s, "reward/proxy": 0.1 * s, "reward/gold": 0.5 - 0.01 * s * s} for s in range(1, 13)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    alerts = [{"step": s, "kind": "gold_divergence", "level": "alert", "message": "m", "rows": []} for s in (5, 12)]
+    (tmp_path / "watch.jsonl").write_text("".join(json.dumps(a) + "\n" for a in alerts))
+    straight = RewardWatch(window=3, threshold=1.0)
+    for row in rows[:10]:
+        straight.update(dict(row))
+    resumed = TrainingWatch(3, 1.0, tmp_path, Console(), resumed_at=10)
+    assert resumed.watch.history == straight.history and resumed.watch.firing == straight.firing
+    assert [json.loads(line)["step"] for line in (tmp_path / "watch.jsonl").read_text().splitlines()] == [5]
+    metrics = dict(rows[10])
+    del metrics["step"]
+    assert [a.kind for a in resumed.update(11, metrics)] == [a.kind for a in straight.update(dict(rows[10]))]

@@ -82,15 +82,31 @@ def compare_checkpoints(dir_a: Path, dir_b: Path, close: Close, atol: float, rto
     return found
 
 
+def tensor_count(checkpoint: Path) -> int:
+    """Tensors in the safetensors files of a checkpoint directory (their headers only)."""
+    total = 0
+    for path in checkpoint.rglob("*.safetensors"):
+        with path.open("rb") as f:
+            head = f.read(8)
+            size = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
+            total += sum(name != "__metadata__" for name in _header(path, head + f.read(size)))
+    return total
+
+
+def _header(path: Path, data: bytes) -> dict:
+    """The JSON header of safetensors bytes (8-byte little-endian length, then the JSON)."""
+    try:
+        (size,) = struct.unpack("<Q", data[:8])
+        return json.loads(data[8 : 8 + size])
+    except (struct.error, ValueError) as err:
+        raise GlassrlError(f"{path}: not a safetensors file ({err})") from None
+
+
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """The tensors of a safetensors file as numpy arrays (bfloat16 widened to float32)."""
     data = path.read_bytes()
-    try:
-        (size,) = struct.unpack("<Q", data[:8])
-        header = json.loads(data[8 : 8 + size])
-    except (struct.error, ValueError) as err:
-        raise GlassrlError(f"{path}: not a safetensors file ({err})") from None
-    start = 8 + size
+    header = _header(path, data)
+    start = 8 + struct.unpack("<Q", data[:8])[0]
     out = {}
     for name, info in header.items():
         if name == "__metadata__":

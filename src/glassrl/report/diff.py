@@ -28,7 +28,7 @@ from typing import Any
 from glassrl.config import flatten, safe_load
 from glassrl.errors import GlassrlError
 from glassrl.ledger import RESPONSE_FIELDS, RUN_FIELDS, TOKEN_FIELDS, Ledger
-from glassrl.report.checkpoint_diff import compare_checkpoints, read_safetensors
+from glassrl.report.checkpoint_diff import compare_checkpoints, tensor_count
 from glassrl.report.run_dir import RunDir, read_run
 
 # The trainer's phase (glassrl.rl.loop, Trainer.step) that computes each ledger column and metric namespace.
@@ -145,8 +145,11 @@ class RunDiff:
         return out
 
 
-def diff_runs(path_a: str | Path, path_b: str | Path, atol: float = 0.0, rtol: float = 0.0) -> RunDiff:
-    """Compare two run directories (module docstring); GlassrlError when one is not a run."""
+def diff_runs(
+    path_a: str | Path, path_b: str | Path, atol: float = 0.0, rtol: float = 0.0, checkpoints: bool = True
+) -> RunDiff:
+    """Compare two run directories (module docstring); GlassrlError when one is not a run. Without
+    ``checkpoints`` the checkpoints are not read (the report's view: a model's weights can be large)."""
     if atol < 0 or rtol < 0:
         raise GlassrlError(f"--atol/--rtol: expected numbers >= 0, got {atol} and {rtol}")
     run_a, run_b = read_run(path_a, str(path_a)), read_run(path_b, str(path_b))
@@ -156,11 +159,11 @@ def diff_runs(path_a: str | Path, path_b: str | Path, atol: float = 0.0, rtol: f
     steps = sorted(
         (metrics_a.keys() & metrics_b.keys())
         | (run_a.ledger_paths.keys() & run_b.ledger_paths.keys())
-        | (_checkpoints(run_a).keys() & _checkpoints(run_b).keys())
+        | ((_checkpoints(run_a).keys() & _checkpoints(run_b).keys()) if checkpoints else set())
     )
     first, after = None, []
     for step in steps:
-        found, summary = _diff_step(step, run_a, run_b, metrics_a, metrics_b, close, atol, rtol)
+        found, summary = _diff_step(step, run_a, run_b, metrics_a, metrics_b, close, atol, rtol, checkpoints)
         if first is None and found:
             first = min(found, key=lambda d: (d.phase, d.order))
         if first is not None:
@@ -244,6 +247,7 @@ def _diff_step(
     close: _Close,
     atol: float,
     rtol: float,
+    checkpoints: bool,
 ) -> tuple[list[Difference], StepSummary]:
     """The differences of one step and its summary line."""
     found: list[Difference] = []
@@ -259,22 +263,18 @@ def _diff_step(
         found += diffs
         metrics = (len(diffs), len(metrics_a[step].keys() | metrics_b[step].keys()))
         biggest += [(abs(d.a - d.b), d.where) for d in diffs if _number(d.a) and _number(d.b)]
-    dirs_a, dirs_b = _checkpoints(run_a), _checkpoints(run_b)
+    dirs_a, dirs_b = (_checkpoints(run_a), _checkpoints(run_b)) if checkpoints else ({}, {})
     if step in dirs_a and step in dirs_b:
         tensors = compare_checkpoints(dirs_a[step], dirs_b[step], close, atol, rtol)
         found += [
             Difference(step, PHASES["update"], f"checkpoint {t.where}", "", t.a, t.b, order=(2, k))
             for k, t in enumerate(tensors)
         ]
-        checkpoint = (len(tensors), max(len(tensors), _tensor_count(dirs_a[step])))
+        checkpoint = (len(tensors), max(len(tensors), tensor_count(dirs_a[step])))
         biggest += [(t.max_abs, f"checkpoint {t.where.split('[')[0]}") for t in tensors if t.max_abs is not None]
     biggest = [(gap, where) for gap, where in biggest if not math.isnan(gap)]
     top = max(biggest, default=(None, ""))
     return found, StepSummary(step, ledger, metrics, checkpoint, top[0], top[1])
-
-
-def _tensor_count(checkpoint: Path) -> int:
-    return sum(len(read_safetensors(p)) for p in checkpoint.rglob("*.safetensors"))
 
 
 def _ledger_diff(step: int, a: Ledger, b: Ledger, close: _Close) -> tuple[list[Difference], int]:
@@ -333,7 +333,7 @@ def _shown(value: Any) -> str:
 
 def _shown_pair(a: Any, b: Any) -> tuple[str, str]:
     """Two numbers with as many digits as it takes to tell them apart (at least 4 decimals' worth)."""
-    if _number(a) and _number(b) and isinstance(a, float | int) and a != b:
+    if _number(a) and _number(b) and a != b:
         for digits in range(5, 18):
             x, y = f"{a:.{digits}g}", f"{b:.{digits}g}"
             if x != y:

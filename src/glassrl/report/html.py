@@ -252,10 +252,12 @@ def _watch(runs: list[RunDir]) -> str:
 
 
 def _divergence(runs: list[RunDir]) -> str:
-    """Where two runs part (glassrl.report.diff), as ``glassrl diff`` prints it."""
-    result = diff_runs(runs[0].path, runs[1].path)
+    """Where two runs part (glassrl.report.diff), as ``glassrl diff`` prints it, checkpoints aside."""
+    result = diff_runs(runs[0].path, runs[1].path, checkpoints=False)
     return (
-        '<section id="divergence"><h2>First divergence</h2><pre class="diff">'
+        '<section id="divergence"><h2>First divergence</h2><p>Configs, ledgers and metrics compared '
+        "as <code>glassrl diff</code> does; the checkpoints are not read here (<code>glassrl diff</code> "
+        'compares them tensor by tensor).</p><pre class="diff">'
         + html.escape("\n".join(result.lines()))
         + "</pre></section>"
     )

@@ -33,6 +33,7 @@ Reads numbers only (no torch).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -57,13 +58,7 @@ class Alert:
     rows: tuple[tuple[int, int], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "kind": self.kind,
-            "level": self.level,
-            "message": self.message,
-            "rows": [list(r) for r in self.rows],
-        }
+        return {**dataclasses.asdict(self), "rows": [list(r) for r in self.rows]}
 
 
 @dataclass

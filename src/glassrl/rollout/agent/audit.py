@@ -129,6 +129,8 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class EpisodeAudit:
+    """Every check of one episode (its index in the batch), with its finish reason and number of turns."""
+
     episode: int
     finish_reason: str
     turns: int

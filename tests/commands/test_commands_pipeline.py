@@ -104,5 +104,7 @@ def test_the_offline_leg_trains_dpo_from_the_sft_policy_and_prints_before_and_af
     assert result.dpo == tmp_path / "out" / "dpo" and (result.dpo / "model.safetensors").is_file()
     assert result.before["kl"] == 0.0 and result.after["kl"] != 0.0  # the SFT policy is the reference
     assert result.metrics["eval_pairs"] == 8
+    assert set(result.after) == {"gold", "gold/en", "gold/zh", "kl"}  # the gold also by the prompts' language
     text = console.export_text()
     assert "DPO before → after" in text and "held-out preference accuracy (8 pairs)" in text
+    assert "on the English prompts" in text and "on the Chinese prompts" in text

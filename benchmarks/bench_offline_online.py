@@ -21,6 +21,9 @@ those prompts, nats per response); the gold also by the prompts' language (Engli
   steps and samples as ``grpo``. A second table measures what distillation aims at: KL(π ‖ teacher),
   the same sampled estimate with the teacher in π_ref's place, of the SFT policy, the teacher,
   and the distilled and GRPO policies (where those legs ran), with the gold of each.
+- ``distill-grpo``: the same distillation with the ``grpo`` leg's final policy as the teacher (the
+  student's size, trained on the verifier; list ``grpo`` first): what distillation gives when the
+  teacher is better at the task. Printed with KL(π ‖ that teacher) of the SFT policy and the student.
 
 Wall time is each leg's training (the reward model's and the reference log-probs' included),
 measured here; samples are the responses generated for training. Prints one Markdown table.
@@ -47,7 +50,7 @@ from glassrl.rl.loop import Trainer
 from glassrl.run.checkpoint import CheckpointManager
 from glassrl.supervised.preference import PreferenceConfig, train_preference
 
-LEGS = ("dpo", "ipo", "ppo", "grpo", "distill")
+LEGS = ("dpo", "ipo", "ppo", "grpo", "distill", "distill-grpo")
 
 
 def final_actor(run: Path) -> Path:
@@ -106,6 +109,8 @@ def main() -> None:
     unknown = [leg for leg in legs if leg not in LEGS]
     if unknown:
         parser.error(f"unknown leg {unknown[0]!r}; valid: {', '.join(LEGS)}")
+    if "distill-grpo" in legs and "grpo" not in legs[: legs.index("distill-grpo")]:
+        parser.error("the distill-grpo leg distils the grpo leg's policy: list grpo before it")
     quiet = Console(file=io.StringIO())
     sft = default_model_dir()
     rows = []
@@ -126,7 +131,8 @@ def main() -> None:
             policy, seconds, samples = leg_rl(presets.path("grpo"), out, quiet, [])
         else:
             preset = presets.DIR / "distillation" / "on_policy.yaml"
-            policy, seconds, samples = leg_rl(preset, out, quiet, [f"reward.sources.0.path={teacher}"])
+            source = teacher if leg == "distill" else policies["grpo"]
+            policy, seconds, samples = leg_rl(preset, out, quiet, [f"reward.sources.0.path={source}"])
         figures = policy_figures(policy, sft, args.out / f"eval-{leg}")
         rows.append((leg, figures, seconds, samples))
         policies[leg] = policy
@@ -139,6 +145,10 @@ def main() -> None:
         print(f"| {leg} | {gold(figures)} | {figures['kl']:.2f} | {seconds / 60:.1f} min | {samples} |")
     if "distill" in legs:
         to_teacher(policies, teacher, args.out)
+    if "distill-grpo" in legs:
+        for name in ("SFT policy", "distill-grpo"):
+            kl = policy_figures(policies[name], policies["grpo"], args.out / f"eval-{name.split()[0]}-grpo")["kl"]
+            print(f"{name}: KL(π ‖ the grpo policy) {kl:.3f}", flush=True)
 
 
 def gold(figures: dict[str, float]) -> str:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from glassrl.cli import main
-from helpers import tiny_run_overrides
+from helpers import tiny_run_overrides, write_pairs
 
 
 @pytest.fixture(scope="module")
@@ -89,15 +89,10 @@ def test_the_offline_leg_trains_dpo_from_the_sft_policy_and_prints_before_and_af
     from rich.console import Console
 
     from glassrl.commands.pipeline import run_dpo
-    from glassrl.data.preferences import preference_pairs
 
-    files = {}
-    for split, size in (("train", 16), ("test", 8)):
-        rows = [
-            {"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected} for p in preference_pairs(split, size=size)
-        ]
-        files[split] = tmp_path / f"{split}.jsonl"
-        files[split].write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    files = {
+        split: write_pairs(tmp_path / f"{split}.jsonl", split, size) for split, size in (("train", 16), ("test", 8))
+    }
     overrides = [f"data={files['train']}", f"eval_data={files['test']}", "steps=3", "batch_size=4", "device=cpu"]
     console = Console(record=True, width=200)
     result = run_dpo(tmp_path / "out", actor=str(tiny_model_dir), dpo_overrides=overrides, console=console)

@@ -15,6 +15,7 @@ from glassrl.ledger.implicit_rewards import SideNumbers, pair_ledger
 from glassrl.ledger.preference import PreferenceLedger
 from glassrl.optim import OptimConfig
 from glassrl.supervised.preference import LEDGER_FILE, PreferenceConfig, PreferenceObjective, train_preference
+from helpers import write_pairs
 
 
 def hand_pair(ref=True):
@@ -46,13 +47,7 @@ def test_a_ledger_by_hand_in_both_languages():
 @pytest.fixture(scope="module")
 def trained(tiny_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("pref_ledger")
-    files = {}
-    for split, size in (("train", 16), ("test", 6)):
-        rows = [
-            {"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected} for p in preference_pairs(split, size=size)
-        ]
-        files[split] = root / f"{split}.jsonl"
-        files[split].write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    files = {split: write_pairs(root / f"{split}.jsonl", split, size) for split, size in (("train", 16), ("test", 6))}
     cfg = PreferenceConfig(
         model=str(tiny_model_dir),
         data=str(files["train"]),

@@ -141,12 +141,7 @@ def run(args: argparse.Namespace) -> int:
         text += "\n```text\n" + "\n".join(lines) + "\n```\n"
     else:
         return _print_table(ledger, header, lines, args.out)
-    if args.out is None:
-        sys.stdout.write(text)
-    else:
-        with _writing("--out", args.out):
-            Path(args.out).write_text(text, encoding="utf-8")
-    return 0
+    return _emit(text, args.out)
 
 
 def _print_pair(ledger, header: list[str], args: argparse.Namespace) -> int:
@@ -160,11 +155,16 @@ def _print_pair(ledger, header: list[str], args: argparse.Namespace) -> int:
         text = "".join(f"{line}\n\n" for line in header) + "```text\n" + "\n".join(lines) + "\n```\n"
     else:
         text = "\n".join([*header, *lines]) + "\n"
-    if args.out is None:
+    return _emit(text, args.out)
+
+
+def _emit(text: str, out: str | None) -> int:
+    """``text`` to stdout, or to the file ``out``."""
+    if out is None:
         sys.stdout.write(text)
     else:
-        with _writing("--out", args.out):
-            Path(args.out).write_text(text, encoding="utf-8")
+        with _writing("--out", out):
+            Path(out).write_text(text, encoding="utf-8")
     return 0
 
 

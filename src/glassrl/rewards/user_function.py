@@ -93,11 +93,10 @@ def load_callable(spec: str) -> Callable[..., Any]:
 
 
 def _load_file(path: str) -> Any:
-    directory = str(Path(path).parent)
-    if directory not in _extra_paths:  # the file's own imports of its neighbours work
+    directory = str(Path(path).resolve().parent)
+    if directory not in _extra_paths:  # kept on sys.path, which a worker resets to the caller's per call
         _extra_paths.append(directory)
-        sys.path.insert(0, directory)
-    return import_file(path, "glassrl_user_rewards")
+    return import_file(path, "glassrl_user_rewards")  # puts the directory on sys.path
 
 
 def preload(spec: str) -> None:

@@ -109,6 +109,7 @@ CONSOLE_KEYS = (
 # it logs, and an explicit thread count (under auto it keeps the one it recorded: _set_threads).
 # Anything else would make it another run (state.RunConfig).
 RESUME_MAY_CHANGE = ("steps", "output_dir", "logging", "threads")
+REWARD_TRACEBACK = "reward_traceback.txt"  # the first failure's traceback, when failed rewards stop the run
 
 
 class Trainer:
@@ -313,7 +314,7 @@ class Trainer:
         with self.timer.phase("score"):
             records = [prompts[g] for g in rollout.group_index.tolist()]  # the record each response answers
             results = self.workers.reward.score(phases.reward_requests(rollout, records, self.tokenizer))
-            phases.check_failure_rate(results, step, self.cfg.reward.max_failure_rate)
+            phases.check_failure_rate(results, step, self.cfg.reward.max_failure_rate, self.out / REWARD_TRACEBACK)
         return Sampled(rollout, prompts, prompt_ids, results, tuple(behaviour) if behaviour else None, staleness)
 
     def _samples_ahead(self, step: int) -> bool:

@@ -127,3 +127,39 @@ def chatml_tokenizer(texts: Sequence[str], vocab_size: int = 400):
         chat_template=QWEN_LIKE,
         padding_side="left",
     )
+
+
+def tiny_qwen2_dir(directory: Path, texts: Sequence[str], tokenizer_config: dict) -> Path:
+    """A Qwen2 model with random weights and a byte-level BPE with <|im_start|>/<|im_end|> trained
+    on ``texts``, saved as a Hugging Face directory (nothing downloaded): the tokenizer's files are
+    ``tokenizer.json`` and ``tokenizer_config.json`` = ``tokenizer_config`` (its class, its special
+    tokens), the model's vocab_size the BPE's own, so a token transformers adds lies outside it."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=["<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer)
+    directory.mkdir(parents=True, exist_ok=True)
+    tok.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(json.dumps({"chat_template": QWEN_LIKE, **tokenizer_config}))
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+    )
+    Qwen2ForCausalLM(config).save_pretrained(directory)
+    return directory

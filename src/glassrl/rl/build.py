@@ -27,6 +27,7 @@ from glassrl.rl.loss import actor_forward, actor_terms, critic_forward, critic_t
 from glassrl.rl.ptx import PtxLoss, PtxTerm, load_ptx_examples
 from glassrl.rl.sampling import DynamicSampler, OneRound
 from glassrl.rl.update import run_updates
+from glassrl.run.open import ACTOR, CRITIC, model_in_run
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
 
 if TYPE_CHECKING:
@@ -52,6 +53,45 @@ class Workers:
         stop, self.stop = self.stop, None
         if stop is not None:
             stop()
+
+
+# reward sources whose ``path`` names a model, and the part of a run's checkpoint it means
+MODEL_SOURCES = {"reward_model": CRITIC, "teacher": ACTOR}
+
+
+def with_warm_start(cfg: TrainConfig) -> tuple[TrainConfig, list[str]]:
+    """``cfg`` with every model key that names a run or one of its checkpoints (model.actor,
+    model.reference: its policy; model.critic: its critic; a reward_model or teacher source's
+    path) replaced by that model's directory (glassrl.run.open.model_in_run), so that config.yaml
+    records what was loaded; and the start-up lines that say so. A warm start: the weights only,
+    a fresh optimiser and schedule (``--resume`` continues a run instead)."""
+    import dataclasses
+
+    lines: list[str] = []
+
+    def resolved(name: str | None, key: str, part: str = ACTOR) -> str | None:
+        found = None if name is None else model_in_run(name, key, part)
+        if found is None:
+            return name
+        lines.append(found[1])
+        return str(found[0])
+
+    m = cfg.model
+    critic = m.critic if m.critic == "reward_model" else resolved(m.critic, "model.critic", CRITIC)
+    model = dataclasses.replace(
+        m,
+        actor=resolved(m.actor, "model.actor"),
+        reference=resolved(m.reference, "model.reference"),
+        critic=critic,
+    )
+    sources = [
+        {**s, "path": resolved(s["path"], f"reward.sources[{i}].path", MODEL_SOURCES[s["name"]])}
+        if s.get("name") in MODEL_SOURCES and isinstance(s.get("path"), str)
+        else s
+        for i, s in enumerate(cfg.reward.sources)
+    ]
+    reward = dataclasses.replace(cfg.reward, sources=sources)
+    return dataclasses.replace(cfg, model=model, reward=reward), lines
 
 
 def with_precision(cfg: TrainConfig) -> TrainConfig:

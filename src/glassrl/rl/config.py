@@ -37,9 +37,13 @@ from glassrl.rl.checks import agentic_tasks, check_train_config, uses_critic
 
 @dataclass
 class ModelConfig:
-    actor: str = "default"  # policy: checkpoint dir or hub id in the local HF cache; "default" = the built-in model, "default-agent" = its tool-using variant
-    reference: str | None = None  # reference policy π_ref (dir or cached hub id); null = a frozen initial actor
-    critic: str | None = None  # critic checkpoint; null = the actor + fresh head; reward_model = the reward model
+    actor: str = "default"  # policy: checkpoint dir or hub id in the local HF cache, or a run / RUN/checkpoints/step_N (its policy: a warm start); "default" = the built-in model, "default-agent" = its tool-using variant
+    reference: str | None = (
+        None  # reference policy π_ref (dir, cached hub id, or a run / checkpoint: its policy); null = a frozen initial actor
+    )
+    critic: str | None = (
+        None  # critic checkpoint, or a run / checkpoint (its critic); null = the actor + fresh head; reward_model = the reward model
+    )
     critic_head: str = "value-head"  # scalar head of a critic built from a causal LM: value-head | token-classification
     dtype: str = "auto"  # weights: auto (float32: the optimiser's master copy) | float32 | bfloat16 | float16
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N

@@ -75,6 +75,7 @@ from glassrl.rl.build import (
     teacher,
     with_precision,
     with_shared_prefix,
+    with_warm_start,
 )
 from glassrl.rl.build_ray import build_ray_workers
 from glassrl.rl.config import TrainConfig, resolve
@@ -118,9 +119,12 @@ class Trainer:
     def __init__(
         self, cfg: TrainConfig, *, resume: bool = False, console: Console | None = None, progress: bool = True
     ) -> None:
+        self.console = console or Console()
+        cfg, warm = with_warm_start(cfg)  # a model named by a run or checkpoint: that model's directory
+        for line in warm:
+            self.console.print(line, markup=False, soft_wrap=True)
         cfg = with_precision(cfg)  # model.dtype / compute_dtype "auto" made concrete
         self.cfg, self.resolved = cfg, resolve(cfg)
-        self.console = console or Console()
         self.out = Path(cfg.output_dir)
         self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)
         self.threads = self._set_threads(resume)  # before any torch work

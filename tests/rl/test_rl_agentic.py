@@ -256,8 +256,8 @@ QWEN2_TEXTS = ["What is 1+2=? Use the calculator tool to compute a sum, then ans
 @pytest.mark.parametrize("call_format", ["tagged", "hermes"])
 def test_the_ledger_prompt_is_the_ids_the_policy_saw(call_format, tmp_path):
     """issue 31, item 6: the ledger showed the reward's prompt text (18 tokens), not the 81 the
-    model saw, the tools' system message missing. Decoded from the rollout's own ids, it encodes
-    back to the prompt as the call format renders it."""
+    model saw, the tools' system message missing. prompt_as_seen, decoded from the rollout's own
+    ids, encodes back to the prompt as the call format renders it."""
     from glassrl.ledger import read_jsonl
     from helpers import QWEN25_TEMPLATE, tiny_qwen2_dir
 
@@ -271,6 +271,7 @@ def test_the_ledger_prompt_is_the_ids_the_policy_saw(call_format, tmp_path):
     formatted = {tuple(ids) for ids in trainer.data.ids(trainer.data.sources[0].records)}
     ledger = read_jsonl(run / "ledgers" / "step_000001.jsonl")
     for response in ledger.responses:
-        ids = trainer.tokenizer(response.prompt, add_special_tokens=False)["input_ids"]
+        ids = trainer.tokenizer(response.prompt_as_seen, add_special_tokens=False)["input_ids"]
         assert tuple(ids) in formatted
-        assert "calculator" in response.prompt  # the tools' description: the system message (tagged) or schemas
+        assert "calculator" in response.prompt_as_seen  # the tools' description: the system message (tagged) or schemas
+        assert "calculator" not in response.prompt  # the text the rewards read: the task's prompt

@@ -98,7 +98,11 @@ def _rows(path: str) -> Iterator[tuple[Any, str]]:
     if split:
         raise GlassrlError(f"{path}: '::{split}' picks a split of a datasets directory; this is a file")
     if not p.is_file():
-        raise GlassrlError(f"{path}: no such file or directory")
+        looked = "" if p.is_absolute() else f"looked for {p.absolute()}; "
+        raise GlassrlError(
+            f"{path}: no such file or directory ({looked}a relative path in a config file is read from "
+            "the file's directory, one on the command line from the working directory)"
+        )
     if p.suffix in (".jsonl", ".json"):
         yield from jsonl_objects(p)
     elif p.suffix == ".parquet":

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from glassrl.algos.kl import AdaptiveKLController, FixedKLController
+from glassrl.config import flatten, to_dict
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
 from glassrl.optim import make_optimizer, optimizer_path
+from glassrl.rl import config_paths
 from glassrl.rl.checks import agentic_tasks, loss_params
 from glassrl.rl.config import AgentConfig, KLConfig, ModelConfig, Resolved, TrainConfig, agent_config
 from glassrl.rl.loss import actor_forward, actor_terms, critic_forward, critic_terms
@@ -55,6 +57,7 @@ class Workers:
             stop()
 
 
+DATA_PATHS = ("data.train", "data.test", "data.ptx")  # the config keys naming data files (glassrl.rl.config_paths)
 # reward sources whose ``path`` names a model, and the part of a run's checkpoint it means
 MODEL_SOURCES = {"reward_model": CRITIC, "teacher": ACTOR}
 
@@ -175,17 +178,37 @@ def saved_in_todays_terms(cfg: TrainConfig) -> Callable[[dict], dict]:
     model.dtype "auto" then meant float32 on CPU and bfloat16 on CUDA (glassrl.models.loading),
     which is what it is compared as; a CPU run resumes, a CUDA run of bfloat16 weights is told
     it differs from today's float32 masters. One without model.shared_prefix ran the padded passes
-    (False), as :func:`with_shared_prefix` resumes it."""
+    (False), as :func:`with_shared_prefix` resumes it. A relative data, tool or environment path
+    was read from the working directory then: where it names the file today's absolute path names
+    (glassrl.rl.config_paths: a config file's paths), it is compared as that path."""
     on_gpu = _policy_on_gpu(cfg)
+    cwd = Path.cwd()
+    now = flatten(to_dict(cfg))
+
+    def same_file(key: str, old, anchor) -> object:
+        return now[key] if key in now and anchor(old, cwd) == anchor(now[key], cwd) else old
 
     def upgrade(flat: dict) -> dict:
         if flat.get("model.dtype") == "auto":
             flat = {**flat, "model.dtype": "bfloat16" if on_gpu else "float32"}
         if "model.shared_prefix" not in flat:  # before it existed: the padded passes
             flat = {**flat, "model.shared_prefix": False}
+        flat = {**flat, **{k: same_file(k, flat[k], config_paths.data_path) for k in DATA_PATHS if k in flat}}
+        for key in ("rollout.agent.tools", "rollout.agent.environment"):
+            if key in flat:
+                flat[key] = same_file(key, flat[key], _file_specs)
         return flat
 
     return upgrade
+
+
+def _file_specs(specs, base: Path):
+    """:func:`glassrl.rl.config_paths.file_spec` of a spec or of each of a list of them."""
+    return (
+        [config_paths.file_spec(s, base) for s in specs]
+        if isinstance(specs, list)
+        else config_paths.file_spec(specs, base)
+    )
 
 
 def actor_path(cfg: TrainConfig, console) -> Path:

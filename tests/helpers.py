@@ -160,23 +160,30 @@ QWEN25_TEMPLATE = """{%- if tools %}
 """
 
 
-def chatml_tokenizer(texts: Sequence[str], vocab_size: int = 400):
-    """A tiny byte-level BPE trained on ``texts`` with Qwen's <|im_start|>/<|im_end|>, the
-    template QWEN_LIKE, and EOS <|endoftext|>: not <|im_end|>, as in Qwen2.5's base tokenizer."""
+def byte_level_bpe(texts: Sequence[str], specials: Sequence[str], vocab_size: int):
+    """A ``tokenizers`` byte-level BPE trained on ``texts``, ``specials`` its first ids."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=specials,
+        special_tokens=list(specials),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+def chatml_tokenizer(texts: Sequence[str], vocab_size: int = 400):
+    """A tiny byte-level BPE trained on ``texts`` with Qwen's <|im_start|>/<|im_end|>, the
+    template QWEN_LIKE, and EOS <|endoftext|>: not <|im_end|>, as in Qwen2.5's base tokenizer."""
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = byte_level_bpe(texts, specials, vocab_size)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|endoftext|>",
@@ -193,19 +200,9 @@ def tiny_qwen2_dir(directory: Path, texts: Sequence[str], tokenizer_config: dict
     ``tokenizer.json`` and ``tokenizer_config.json`` = ``tokenizer_config`` (its class, its special
     tokens), the model's vocab_size the BPE's own, so a token transformers adds lies outside it."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=320,
-        special_tokens=["<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer)
+    tok = byte_level_bpe(texts, ["<|im_start|>", "<|im_end|>"], 320)
     directory.mkdir(parents=True, exist_ok=True)
     tok.save(str(directory / "tokenizer.json"))
     (directory / "tokenizer_config.json").write_text(json.dumps({"chat_template": QWEN_LIKE, **tokenizer_config}))

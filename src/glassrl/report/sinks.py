@@ -55,12 +55,6 @@ class MetricSink(Protocol):
     def close(self) -> None: ...
 
 
-class SampleSink(Protocol):
-    """A destination that shows sample completions as a table."""
-
-    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None: ...
-
-
 # The columns of a sample table, one row per response of a ledger sample.
 SAMPLE_COLUMNS = ("group_id", "prompt", "response", "score", "length", "finish_reason")
 

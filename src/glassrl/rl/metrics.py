@@ -71,17 +71,6 @@ def masked_stats(x: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
     return {"mean": mean, "std": std, "min": lo, "max": hi}
 
 
-def masked_fraction(flags: torch.Tensor, mask: torch.Tensor) -> float:
-    """Fraction of valid positions where the bool ``flags`` hold: |flags ∧ mask| / |mask|.
-
-    For the clip diagnostics of the policy losses (``clipped_low``, ``clipped_high``,
-    ``dual_clipped``) and of the value loss (``clipped``): the share of valid tokens
-    whose clipped branch is active, as verl's ``pg_clipfrac`` (a masked mean of the
-    indicator). NaN with no valid position.
-    """
-    return masked_mean(flags.to(torch.float64), mask).item()
-
-
 def approx_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> float:
     """How far an update moved the policy: KL(π_old ‖ π_θ) estimated on the sampled tokens.
 

@@ -72,10 +72,6 @@ class RunLock:
             os.fsync(fd)
             self._fd = fd
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
     def release(self) -> None:
         """Unlink the lock file and drop the lock (idempotent)."""
         if self._fd is None:

@@ -122,7 +122,8 @@
     if (r.baseline_reward !== null) bits.push("baseline reward " + fmt(r.baseline_reward));
     head.appendChild(document.createTextNode(" · " + bits.join(" · ")));
     div.appendChild(head);
-    div.appendChild(el("div", { "class": "prompt" }, "prompt: " + r.prompt));
+    // s_0 exactly as the policy saw it (a ledger from before it has the rewards' text only)
+    div.appendChild(el("div", { "class": "prompt" }, "prompt: " + (r.prompt_as_seen ?? r.prompt)));
     const line = el("div", { "class": "tokens" });
     const turnAt = {};  // first token of each turn -> its index (multi-turn responses)
     (r.turns || []).forEach(function (t, k) { turnAt[t.start] = k; });

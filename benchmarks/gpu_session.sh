@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The GPU checks of issue 30 as ONE command on a lent GPU machine, sized for the 10 minutes one
+# command may run (tests at most 220 s, the bench at most 340 s; not yet run on a GPU), everything
+# written to $OUT (the device tool's folder that comes back):
+#   1. the wheels of benchmarks/gpu_wheels.sh (carried as .whl) and glassrl itself into /tmp/site;
+#   2. the CUDA test group: pytest -m gpu (tests/gpu: CUDA-graph decoding included), -> $OUT/pytest.log;
+#   3. benchmarks/bench_gpu.py: glassrl (CUDA-graph decoding; shared-prefix layout off and on)
+#      against TRL (generate; continuous batching) on a random Qwen2-0.5B-shaped model, bf16
+#      autocast, 128-token responses -> $OUT/bench_gpu.log and $OUT/bench_gpu.json.
+# Here, first: bash benchmarks/gpu_wheels.sh. Then the device tool's run, from the repository root:
+#   command: bash benchmarks/gpu_session.sh    carry: [".whl"]    timeout_s: 600
+# Each part has its own time limit, so a part that hangs leaves the others' results in $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu-session}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+{
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target /tmp/site .
+} >"$OUT/setup.log" 2>&1
+export PYTHONPATH=/tmp/site
+python3 - >>"$OUT/setup.log" 2>&1 <<'PY'
+import importlib.metadata as m
+import torch
+print("device:", torch.cuda.get_device_name(), "| torch", torch.__version__)
+for name in ("glassrl", "trl", "transformers", "tokenizers", "accelerate", "datasets", "pyarrow", "huggingface-hub"):
+    try:
+        print(name, m.version(name))
+    except m.PackageNotFoundError:
+        print(name, "MISSING")
+PY
+cat "$OUT/setup.log"
+
+# 2. the CUDA test group (13 passed in 80 s on an H100 before the CUDA-graph tests were added)
+timeout 220 python3 -m pytest -m gpu -q -rs tests/gpu tests/models/test_models_loading.py \
+  tests/workers/test_workers_data_parallel.py tests/workers/test_workers_weight_sync.py \
+  2>&1 | tee "$OUT/pytest.log" | tail -25
+
+# 3. the benchmark: four runs of 6 steps each (the first left out)
+timeout 340 python3 benchmarks/bench_gpu.py --trl-python python3 --out /tmp/bench-gpu \
+  --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.log"
+date -u

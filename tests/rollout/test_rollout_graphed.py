@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from glassrl.rollout import graphed
 from glassrl.rollout.base import SamplingParams
@@ -132,3 +133,79 @@ def test_graphs_are_refused_on_cpu_and_the_cpu_path_is_unchanged(tiny):
     assert why_not_graphed(model) == "the model is on cpu, CUDA graphs need a CUDA device"
     sample, path = sampler_for(model)
     assert sample is decode and path.startswith("glassrl's decoding loop (preallocated KV cache")
+
+
+class _Ops(TorchDispatchMode):
+    """The ATen ops run inside the block, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.add(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+# Ops a CUDA graph cannot hold: a read of a value back to the host (.item(), bool(tensor), int(tensor)
+# dispatch _local_scalar_dense), and outputs whose shape depends on the values.
+NOT_CAPTURABLE = {"_local_scalar_dense", "nonzero", "masked_select", "_unique2", "unique_consecutive", "unique_dim"}
+
+
+@pytest.mark.parametrize("which", ["tiny", "qwen2-sdpa", "qwen2-eager"])
+def test_the_step_that_is_captured_reads_nothing_back(request, which, monkeypatch):
+    """What a CUDA graph captures (GraphedDecoder._forward, one decoding step) run on CPU under a
+    dispatch mode: no op reads a value back to the host or has a value-dependent shape, and the
+    step writes the cache in place at the index tensor (index_copy_). The capture itself: tests/gpu."""
+    model, prompts, stops, pad = request.getfixturevalue(which.removesuffix("-sdpa").removesuffix("-eager"))
+    if which == "qwen2-eager":
+        monkeypatch.setattr(model.config, "_attn_implementation", "eager")
+    decoder = GraphedDecoder(capture=False)
+    step, seen = decoder._forward, set()
+
+    def recorded(model, bucket):
+        with _Ops() as ops:
+            out = step(model, bucket)
+        seen.update(ops.seen)
+        return out
+
+    decoder._forward = recorded
+    ids, mask = left_pad(prompts, pad)
+    g = torch.Generator().manual_seed(0)
+    decoder(model, ids, mask, SamplingParams(max_new_tokens=6), stops=StopSet((), ()), pad_id=pad, generator=g)
+    assert "index_copy_" in seen and seen & {"mm", "addmm", "bmm"}
+    assert not seen & NOT_CAPTURABLE, seen & NOT_CAPTURABLE
+    with _Ops() as control:  # the mode sees a read back where there is one
+        bool(torch.ones(1).sum() > 0)
+        torch.arange(4).nonzero()
+    assert {"_local_scalar_dense", "nonzero"} <= control.seen
+
+
+def test_the_weights_version_of_each_token(qwen2):
+    """Asynchronous training's interface (the async branch's decode): ``versions.refresh()`` before
+    every forward pass, and each token records the version of the pass that gave its distribution:
+    with a counter, token t was sampled from the (t + 1)-th pass, version t; rows that ended keep
+    their versions."""
+
+    class Counter:
+        calls = 0
+
+        def refresh(self) -> int:
+            self.calls += 1
+            return self.calls - 1
+
+    model, prompts, stops, pad = qwen2
+    ids, mask = left_pad(prompts, pad)
+    ids, mask = ids.repeat_interleave(4, 0), mask.repeat_interleave(4, 0)
+    counter, out = Counter(), torch.full((len(ids), 12), -1)
+    g = torch.Generator().manual_seed(0)
+    params = SamplingParams(max_new_tokens=12)
+    tokens = GraphedDecoder(capture=False)(
+        model, ids, mask, params, stops=stops, pad_id=pad, generator=g, versions=counter, versions_out=out
+    )
+    written = torch.isin(tokens, torch.tensor(stops.ids)).long().cumsum(-1)  # (B, T) stops so far
+    valid = (written == 0) | ((written == 1) & torch.isin(tokens, torch.tensor(stops.ids)))  # up to the stop
+    T = tokens.shape[1]
+    assert counter.calls == T  # the prefill and the T - 1 steps after it
+    assert torch.equal(out[:, :T][valid], torch.arange(T).expand(len(ids), T)[valid])
+    assert (out[:, :T][~valid] == -1).all()

@@ -122,3 +122,46 @@ def logits_warpers(params: SamplingParams) -> list:
     if params.top_p < 1.0:
         warpers.append(TopPLogitsWarper(top_p=params.top_p, min_tokens_to_keep=1))
     return warpers
+
+
+def draw(
+    logits: torch.Tensor,
+    rows: torch.Tensor,
+    batch: int,
+    params: SamplingParams,
+    warpers: list,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """The next token of each row still writing, (n,) long, as ``generate`` picks it: argmax when
+    greedy, else one ``torch.multinomial`` over all ``batch`` rows of the original batch (rows that
+    ended get a placeholder distribution, their draw discarded), so the generator draws batch × V
+    as ``generate``'s does (glassrl.rollout.hf's docstring).
+
+    logits (n, V) float32 of the rows still writing; rows (n,) long, their rows in the batch;
+    ``warpers``: :func:`logits_warpers` of ``params``.
+    """
+    scores = logits
+    for warper in warpers:
+        scores = warper(None, scores)
+    if params.greedy:
+        return scores.argmax(-1)
+    probs = scores.new_zeros((batch, scores.shape[-1]))  # (batch, V)
+    probs[:, 0] = 1.0
+    probs[rows] = torch.softmax(scores, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)[rows]
+
+
+def compaction(ended: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Where the running rows go when the rows ``ended`` (n,) bool leave the batch: the k running
+    rows take slots 0 … k−1, and only the running rows at k and past move, into the slots below k
+    that ended (a step copies as many cache rows as rows ended, not every running row).
+
+    -> k; to (m,) long, the slots below k that ended; source (m,) long, the running rows at k and
+    past that move there; order (k,) long, the row now in each slot.
+    """
+    k = int((~ended).sum())
+    to = ended[:k].nonzero().squeeze(1)  # (m,)
+    source = (~ended[k:]).nonzero().squeeze(1) + k  # (m,)
+    order = torch.arange(k, device=ended.device)
+    order[to] = source  # (k,)
+    return k, to, source, order

@@ -46,7 +46,15 @@ from transformers.cache_utils import Cache, DynamicCache
 
 from glassrl.models.shared_prefix import attention_mask_for, distinct_rows
 from glassrl.rollout.base import SamplingParams
-from glassrl.rollout.decoding import PreallocatedLayer, cache_argument, logits_warpers, sampled_logprobs
+from glassrl.rollout.decoding import (
+    PreallocatedCache,
+    PreallocatedLayer,
+    cache_argument,
+    compaction,
+    draw,
+    logits_warpers,
+    sampled_logprobs,
+)
 from glassrl.rollout.stops import StopSet
 
 CAPACITY_STEP = 256  # cache positions are allocated in multiples of this
@@ -66,7 +74,7 @@ def why_not_graphed(model) -> str | None:
 
 
 class StaticLayer(PreallocatedLayer):
-    """A :class:`~glassrl.rollout.hf.PreallocatedLayer` whose buffers outlive a call, with a second
+    """A :class:`~glassrl.rollout.decoding.PreallocatedLayer` whose buffers outlive a call, with a second
     way to write: in ``static`` mode, ``update`` writes one position at ``write_at`` (1,) long into
     the first ``bucket`` rows and returns those rows over the whole capacity (bucket, H, capacity, D),
     shapes and addresses that do not change from step to step (what a CUDA graph needs)."""
@@ -103,14 +111,15 @@ class StaticLayer(PreallocatedLayer):
         self.static = False
 
 
-class StaticCache(Cache):
+class StaticCache(PreallocatedCache):
     """A :class:`StaticLayer` per attention layer, ``capacity`` positions and ``batch`` rows each,
     and the inputs of a decoding step at fixed addresses: ``ids`` (batch, 1) long, ``positions``
     (batch, 1) long, ``allowed`` (batch, 1, 1, capacity) bool, ``write_at`` (1,) long."""
 
     def __init__(self, num_layers: int, capacity: int, batch: int, device: torch.device) -> None:
         self.write_at = torch.zeros(1, dtype=torch.long, device=device)
-        super().__init__(layers=[StaticLayer(capacity, batch, self.write_at) for _ in range(num_layers)])
+        # PreallocatedCache's rows operations over layers of its own kind
+        Cache.__init__(self, layers=[StaticLayer(capacity, batch, self.write_at) for _ in range(num_layers)])
         self.capacity, self.batch = capacity, batch
         self.ids = torch.zeros((batch, 1), dtype=torch.long, device=device)
         self.positions = torch.zeros((batch, 1), dtype=torch.long, device=device)
@@ -127,14 +136,6 @@ class StaticCache(Cache):
         for layer in self.layers:
             layer.static, layer.bucket, layer.length = True, bucket, length + 1
         self.write_at.fill_(length)
-
-    def take_rows(self, index: torch.Tensor) -> None:
-        for layer in self.layers:
-            layer.take_rows(index)
-
-    def move_rows(self, to: torch.Tensor, source: torch.Tensor, rows: int) -> None:
-        for layer in self.layers:
-            layer.move_rows(to, source, rows)
 
     def buffers(self) -> tuple[int, ...]:
         """The buffers' addresses (a graph's key: a new buffer means capturing anew)."""
@@ -175,9 +176,17 @@ class GraphedDecoder:
         generator: torch.Generator,
         logprobs_out: torch.Tensor | None = None,
         decode_text: Callable[[list[list[int]]], list[str]] | None = None,
+        versions=None,
+        versions_out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """prompt_ids (B, P) long, left-padded; prompt_mask (B, P) bool -> tokens (B, T) long, as
-        :func:`~glassrl.rollout.hf.decode` (same arguments, same generator use)."""
+        :func:`~glassrl.rollout.hf.decode` (same arguments, same generator use).
+
+        ``versions`` (asynchronous training, the async branch's ``PolicyVersions``: ``refresh()`` ->
+        int, which may load newer weights into ``model``) is refreshed before every forward pass, as
+        the async branch's ``decode`` does; weights it replaces are captured anew. ``versions_out``
+        (B, max_new_tokens) long receives the version of the pass that gave each token its
+        distribution."""
         B, P = prompt_ids.shape
         device = prompt_ids.device
         steps = params.max_new_tokens
@@ -197,6 +206,7 @@ class GraphedDecoder:
         # The prefill: decode's, eager, into the first rows of the static buffers.
         padded = not bool(prompt_mask.all())
         first, inverse = distinct_rows(prompt_ids, prompt_mask)  # (U,), (B,)
+        version = versions.refresh() if versions is not None else 0  # of the next forward pass's weights
         logits = (
             model(
                 input_ids=prompt_ids[first],
@@ -216,20 +226,12 @@ class GraphedDecoder:
             self._keep_graphs(model, device)
         length, positions = P, positions[:, -1:]  # (B, 1)
         for t in range(steps):
-            # The sampling: decode's (glassrl.rollout.hf), on the same generator.
-            scores = logits
-            for warper in warpers:
-                scores = warper(None, scores)
-            if params.greedy:
-                chosen = scores.argmax(-1)  # (n,)
-            else:
-                probs = scores.new_zeros((B, scores.shape[-1]))  # (B, V)
-                probs[:, 0] = 1.0  # ended rows: a placeholder distribution; their draw is discarded
-                probs[rows] = torch.softmax(scores, dim=-1)
-                chosen = torch.multinomial(probs, 1, generator=generator).squeeze(1)[rows]  # (n,)
+            chosen = draw(logits, rows, B, params, warpers, generator)  # (n,) decode's draw
             tokens[rows, t] = chosen
             if logprobs_out is not None:
                 logprobs_out[rows, t] = sampled_logprobs(logits, chosen, params)
+            if versions_out is not None:
+                versions_out[rows, t] = version
             ended = torch.isin(chosen, stop_ids)  # (n,)
             if stops.strings:
                 tails = tokens[rows, max(0, t + 1 - stops.window) : t + 1].tolist()
@@ -237,12 +239,8 @@ class GraphedDecoder:
             if t + 1 == steps or bool(ended.all()):
                 return tokens[:, : t + 1]
             positions = positions + 1  # (n, 1)
-            if bool(ended.any()):  # decode's compaction: the running rows behind move into ended slots
-                k = int((~ended).sum())
-                to = ended[:k].nonzero().squeeze(1)  # (m,)
-                source = (~ended[k:]).nonzero().squeeze(1) + k  # (m,)
-                order = torch.arange(k, device=device)
-                order[to] = source  # (k,)
+            if bool(ended.any()):  # decode's compaction
+                k, to, source, order = compaction(ended)
                 rows, chosen, positions = rows[order], chosen[order], positions[order]
                 cache.move_rows(to, source, k)
                 cache.allowed[to] = cache.allowed[source]
@@ -252,6 +250,10 @@ class GraphedDecoder:
             cache.allowed[:, 0, 0, length] = True  # the new token attends itself
             bucket = bucket_of(n, cache.batch)
             cache.go_static(bucket, length)
+            if versions is not None:
+                version = versions.refresh()
+                if self.capture:
+                    self._keep_graphs(model, device)
             logits = self._step(model, bucket)[:n]  # (n, V)
             length += 1
         raise AssertionError("unreachable: the loop returns at its last step")

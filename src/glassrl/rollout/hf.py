@@ -67,7 +67,14 @@ from glassrl.data.records import PromptRecord
 from glassrl.models.loading import pad_id
 from glassrl.models.shared_prefix import attention_mask_for, distinct_rows, full_attention
 from glassrl.rollout.base import RolloutBatch, SamplingParams, masked_token_lists
-from glassrl.rollout.decoding import PreallocatedCache, cache_argument, logits_warpers, sampled_logprobs
+from glassrl.rollout.decoding import (
+    PreallocatedCache,
+    cache_argument,
+    compaction,
+    draw,
+    logits_warpers,
+    sampled_logprobs,
+)
 from glassrl.rollout.graphed import GraphedDecoder, why_not_graphed
 from glassrl.rollout.stops import StopSet, StopStringCriteria, stop_set
 
@@ -207,17 +214,7 @@ def decode(
         logits = logits[inverse]  # (B, V)
     length, positions = P, positions[:, -1:]  # (B, 1)
     for t in range(steps):
-        scores = logits
-        for warper in warpers:
-            scores = warper(None, scores)
-        if params.greedy:
-            chosen = scores.argmax(-1)  # (n,)
-        else:
-            # All B rows, so the generator draws B × V as generate's multinomial does (module docstring).
-            probs = scores.new_zeros((B, scores.shape[-1]))  # (B, V)
-            probs[:, 0] = 1.0  # ended rows: a placeholder distribution; their draw is discarded
-            probs[rows] = torch.softmax(scores, dim=-1)
-            chosen = torch.multinomial(probs, 1, generator=generator).squeeze(1)[rows]  # (n,)
+        chosen = draw(logits, rows, B, params, warpers, generator)  # (n,)
         tokens[rows, t] = chosen
         if logprobs_out is not None:
             logprobs_out[rows, t] = sampled_logprobs(logits, chosen, params)
@@ -230,14 +227,8 @@ def decode(
         length += 1
         positions = positions + 1  # (n, 1)
         if bool(ended.any()):
-            # The running rows behind the first k move into the slots of rows that ended: a step
-            # copies as many cache rows as rows ended, not every running row. A row's numbers do
-            # not depend on its place in the batch (module docstring), so the order may change.
-            k = int((~ended).sum())
-            to = ended[:k].nonzero().squeeze(1)  # (m,) slots below k that ended
-            source = (~ended[k:]).nonzero().squeeze(1) + k  # (m,) running rows at k and past
-            order = torch.arange(k, device=device)
-            order[to] = source  # (k,) the row now in each slot
+            # A row's numbers do not depend on its place in the batch (module docstring).
+            k, to, source, order = compaction(ended)
             rows, chosen, positions = rows[order], chosen[order], positions[order]
             cache.move_rows(to, source, k)
             mask[to, :length] = mask[source, :length]

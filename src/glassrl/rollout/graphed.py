@@ -42,6 +42,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 
 import torch
+from torch.distributed.tensor import DTensor
 from transformers.cache_utils import Cache, DynamicCache
 
 from glassrl.models.shared_prefix import attention_mask_for, distinct_rows
@@ -63,10 +64,13 @@ CAPACITY_STEP = 256  # cache positions are allocated in multiples of this
 def why_not_graphed(model) -> str | None:
     """Why :class:`GraphedDecoder` cannot run ``model``, which :func:`~glassrl.rollout.hf.decode` can
     run (``why_not_decode`` is asked first), with CUDA graphs (None when it can): it needs a CUDA
-    device and an attention that takes the 4D mask as a tensor (sdpa or eager)."""
+    device, whole weights (not FSDP2 shards), and an attention that takes the 4D mask as a tensor
+    (sdpa or eager)."""
     device = next(model.parameters()).device
     if device.type != "cuda":
         return f"the model is on {device.type}, CUDA graphs need a CUDA device"
+    if any(isinstance(p, DTensor) for p in model.parameters()):
+        return "its weights are sharded (FSDP2): each step gathers them, which a CUDA graph cannot hold"
     attention = model.config.get_text_config()._attn_implementation
     if attention not in ("sdpa", "eager"):
         return f"its attention ({attention}) takes no 4D mask tensor; load it with sdpa or eager attention"

@@ -25,6 +25,9 @@ The runs (fresh subprocesses, one after the other; ``--sides`` picks):
   ``use_transformers_continuous_batching``; TRL casts the model to bf16 for it). A run that fails
   is reported as failed, with the end of its log, and the others go on.
 
+First, generation alone on the same batch (``model.generate``, glassrl's decoding loop, and its
+steps replayed from CUDA graphs): tokens/s, and whether the tokens are the decoding loop's.
+
 Reported per run: steps/s and the median step, generated tokens/s (whole step, and within the
 generation phase), the step split by phase (generate, score, logprobs, update; glassrl's
 PhaseTimer, TRL's methods timed the same way, synchronised on CUDA), peak GPU memory
@@ -130,6 +133,53 @@ def report(name: str, s: dict) -> None:
     )
 
 
+def decoding(model_dir: Path, device: str, new_tokens: int, repeats: int) -> dict:
+    """Generation alone, the GRPO runs' batch (16 arith-verify prompts × 8 samples, every response
+    ``new_tokens`` long), bf16 autocast on CUDA: ``model.generate``, glassrl's decoding loop, and the
+    same steps over the static cache replayed from CUDA graphs (on CPU: run eagerly). Tokens/s of
+    each (best of ``repeats`` after a warm-up call: bench_generation.timed), and whether its tokens
+    are the decoding loop's (under bf16 a near tie may round the other way)."""
+    from bench_generation import generated, timed  # benchmarks/, beside this file
+    from glassrl.data.formatting import format_prompt
+    from glassrl.data.tasks import load_task
+    from glassrl.models import load_causal_lm, load_tokenizer
+    from glassrl.models.precision import compute_precision
+    from glassrl.rollout.base import SamplingParams
+    from glassrl.rollout.graphed import GraphedDecoder
+    from glassrl.rollout.hf import decode, generate_with_hf, left_pad
+    from glassrl.rollout.stops import StopSet
+
+    tokenizer = load_tokenizer(model_dir)
+    model = load_causal_lm(model_dir, dtype="float32", device=device).eval()
+    model.generation_config.eos_token_id = None  # generate's fallback stop: none (fixed length)
+    prompts = [format_prompt(tokenizer, r.prompt) for r in load_task("arith-verify", "train", size=16)]
+    ids, mask = left_pad(prompts, tokenizer.pad_token_id)
+    ids, mask = ids.repeat_interleave(8, 0).to(device), mask.repeat_interleave(8, 0).to(device)  # (B, P)
+    params, stops = SamplingParams(max_new_tokens=new_tokens), StopSet(ids=())
+    samplers = {
+        "model.generate": generate_with_hf,
+        "decoding loop": decode,
+        "CUDA graphs" if device == "cuda" else "static steps, no capture": GraphedDecoder(capture=device == "cuda"),
+    }
+    out, reference = {}, None
+    with compute_precision(device, torch.bfloat16 if device == "cuda" else torch.float32):
+        for name, sample in samplers.items():
+            tokens, wall, _ = timed(sample, model, ids, mask, params, stops, tokenizer.pad_token_id, 0, repeats)
+            reference = tokens if name == "decoding loop" else reference
+            out[name] = {"tokens/s": generated(tokens, stops) / wall, "tokens": tokens}
+    print(f"\ngeneration alone, B = {len(ids)}, P = {ids.shape[1]}, {new_tokens} new tokens (best of {repeats}):")
+    print("| sampler | tokens/s | × generate | rows with the decoding loop's tokens |\n|---|---:|---:|---:|")
+    base = out["model.generate"]["tokens/s"]
+    for name, figures in out.items():
+        same = int((figures.pop("tokens") == reference).all(-1).sum())
+        figures["rows identical"] = same
+        print(f"| {name} | {figures['tokens/s']:,.0f} | {figures['tokens/s'] / base:.2f} | {same}/{len(ids)} |")
+    del model, samplers  # the graphs' memory and the static cache too
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--smoke", action="store_true", help="a tiny Qwen2 on the CPU, 3 steps (checks the script)")
@@ -170,6 +220,7 @@ def main() -> None:
         f"versions: glassrl side {vs.versions(sys.executable)}"
         + (f"; TRL side {vs.versions(trl_python)}" if trl_python else "")
     )
+    generation = decoding(model, device, new_tokens, repeats=1 if args.smoke else 2)
     settings = {**vs.SETTINGS, "max_new_tokens": new_tokens}
     responses = settings["prompts_per_step"] * settings["samples"]
     results, failed = {}, {}
@@ -219,7 +270,8 @@ def main() -> None:
             print(f"steps/s {n} / {t}: {summaries[n]['steps/s'] / summaries[t]['steps/s']:.2f}")
     print(f"\nload average at end: {vs.load_average()}")
     if args.json:
-        record = {"device": name, "steps": steps, "new_tokens": new_tokens, "summaries": summaries, "failed": failed}
+        record = {"device": name, "steps": steps, "new_tokens": new_tokens, "generation": generation}
+        record.update(summaries=summaries, failed=failed)
         Path(args.json).write_text(json.dumps(record, indent=1, default=str))
     if not same:
         raise SystemExit("the two sides' settings differ (marked above): the figures do not compare the same work")

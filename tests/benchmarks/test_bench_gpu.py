@@ -45,3 +45,6 @@ def test_smoke_run(tmp_path):
     assert record["new_tokens"] == 8 and glassrl["response tokens (mean)"] == 8.0  # no stop: fixed length
     assert {"generate", "score", "logprobs", "update"} <= set(glassrl["phases"])
     assert glassrl["steps"] == 2 and not record["failed"]
+    # generation alone: generate, the decoding loop, the static steps (no capture on CPU), same tokens
+    assert set(record["generation"]) == {"model.generate", "decoding loop", "static steps, no capture"}
+    assert all(figures["rows identical"] == 128 for figures in record["generation"].values())

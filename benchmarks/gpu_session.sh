@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 30 as ONE command on a lent GPU machine, sized for the 10 minutes one
-# command may run (tests at most 220 s, the bench at most 340 s; not yet run on a GPU), everything
+# command may run (tests at most 200 s, the bench at most 360 s; not yet run on a GPU), everything
 # written to $OUT (the device tool's folder that comes back):
 #   1. the wheels of benchmarks/gpu_wheels.sh (carried as .whl) and glassrl itself into /tmp/site;
 #   2. the CUDA test group: pytest -m gpu (tests/gpu: CUDA-graph decoding included), -> $OUT/pytest.log;
@@ -34,11 +34,11 @@ PY
 cat "$OUT/setup.log"
 
 # 2. the CUDA test group (13 passed in 80 s on an H100 before the CUDA-graph tests were added)
-timeout 220 python3 -m pytest -m gpu -q -rs tests/gpu tests/models/test_models_loading.py \
+timeout 200 python3 -m pytest -m gpu -q -rs tests/gpu tests/models/test_models_loading.py \
   tests/workers/test_workers_data_parallel.py tests/workers/test_workers_weight_sync.py \
   2>&1 | tee "$OUT/pytest.log" | tail -25
 
-# 3. the benchmark: four runs of 6 steps each (the first left out)
-timeout 340 python3 benchmarks/bench_gpu.py --trl-python python3 --out /tmp/bench-gpu \
+# 3. the benchmark: generation alone, then four GRPO runs of 6 steps each (the first left out)
+timeout 360 python3 benchmarks/bench_gpu.py --trl-python python3 --out /tmp/bench-gpu \
   --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.log"
 date -u

@@ -2,7 +2,7 @@
 # The GPU checks of issue 30 as ONE command on a lent GPU machine, sized for the 10 minutes one
 # command may run (tests at most 200 s, the bench at most 360 s; not yet run on a GPU), everything
 # written to $OUT (the device tool's folder that comes back):
-#   1. the wheels of benchmarks/gpu_wheels.sh (carried as .whl) and glassrl itself into /tmp/site;
+#   1. the wheels of benchmarks/gpu_wheels.sh (carried as .whl) into /tmp/site; glassrl from src/;
 #   2. the CUDA test group: pytest -m gpu (tests/gpu: CUDA-graph decoding included), -> $OUT/pytest.log;
 #   3. benchmarks/bench_gpu.py: glassrl (CUDA-graph decoding; shared-prefix layout off and on)
 #      against TRL (generate; continuous batching) on a random Qwen2-0.5B-shaped model, bf16
@@ -18,14 +18,13 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFOR
   date -u
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target /tmp/site .
 } >"$OUT/setup.log" 2>&1
-export PYTHONPATH=/tmp/site
+export PYTHONPATH=$PWD/src:/tmp/site  # glassrl from the checkout's source
 python3 - >>"$OUT/setup.log" 2>&1 <<'PY'
 import importlib.metadata as m
 import torch
 print("device:", torch.cuda.get_device_name(), "| torch", torch.__version__)
-for name in ("glassrl", "trl", "transformers", "tokenizers", "accelerate", "datasets", "pyarrow", "huggingface-hub"):
+for name in ("trl", "transformers", "tokenizers", "accelerate", "datasets", "pyarrow", "huggingface-hub"):
     try:
         print(name, m.version(name))
     except m.PackageNotFoundError:

@@ -75,6 +75,7 @@ from glassrl.rl.build import (
     teacher,
     with_precision,
     with_shared_prefix,
+    with_warm_start,
 )
 from glassrl.rl.build_ray import build_ray_workers
 from glassrl.rl.config import TrainConfig, resolve
@@ -110,6 +111,7 @@ CONSOLE_KEYS = (
 # it logs, and an explicit thread count (under auto it keeps the one it recorded: _set_threads).
 # Anything else would make it another run (state.RunConfig).
 RESUME_MAY_CHANGE = ("steps", "output_dir", "logging", "threads")
+REWARD_TRACEBACK = "reward_traceback.txt"  # the first failure's traceback, when failed rewards stop the run
 
 
 class Trainer:
@@ -118,9 +120,12 @@ class Trainer:
     def __init__(
         self, cfg: TrainConfig, *, resume: bool = False, console: Console | None = None, progress: bool = True
     ) -> None:
+        self.console = console or Console()
+        cfg, warm = with_warm_start(cfg)  # a model named by a run or checkpoint: that model's directory
+        for line in warm:
+            self.console.print(line, markup=False, soft_wrap=True)
         cfg = with_precision(cfg)  # model.dtype / compute_dtype "auto" made concrete
         self.cfg, self.resolved = cfg, resolve(cfg)
-        self.console = console or Console()
         self.out = Path(cfg.output_dir)
         self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)
         self.threads = self._set_threads(resume)  # before any torch work
@@ -345,7 +350,7 @@ class Trainer:
         with self.timer.phase("score"):
             records = [prompts[g] for g in rollout.group_index.tolist()]  # the record each response answers
             results = self.workers.reward.score(phases.reward_requests(rollout, records, self.tokenizer))
-            phases.check_failure_rate(results, step, self.cfg.reward.max_failure_rate)
+            phases.check_failure_rate(results, step, self.cfg.reward.max_failure_rate, self.out / REWARD_TRACEBACK)
         return Sampled(rollout, prompts, prompt_ids, results, tuple(behaviour) if behaviour else None, staleness)
 
     def _samples_ahead(self, step: int) -> bool:

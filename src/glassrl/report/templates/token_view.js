@@ -125,7 +125,8 @@
     if (flagged) { div.classList.add("flagged"); bits.push("reward watch: " + flagged); }
     head.appendChild(document.createTextNode(" · " + bits.join(" · ")));
     div.appendChild(head);
-    div.appendChild(el("div", { "class": "prompt" }, "prompt: " + r.prompt));
+    // s_0 exactly as the policy saw it (a ledger from before it has the rewards' text only)
+    div.appendChild(el("div", { "class": "prompt" }, "prompt: " + (r.prompt_as_seen ?? r.prompt)));
     const line = el("div", { "class": "tokens" });
     const turnAt = {};  // first token of each turn -> its index (multi-turn responses)
     (r.turns || []).forEach(function (t, k) { turnAt[t.start] = k; });

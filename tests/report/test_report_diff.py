@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 from glassrl.cli import main
 from glassrl.errors import GlassrlError
-from glassrl.ledger import Ledger, ResponseLedger, TokenRow
+from glassrl.ledger import RESPONSE_FIELDS, TOKEN_FIELDS, Ledger, ResponseLedger, TokenRow
 from glassrl.report.checkpoint_diff import read_safetensors
 from glassrl.report.diff import diff_runs
 
@@ -91,11 +91,13 @@ def test_the_first_divergence_is_named_to_the_token(tmp_path, capsys):
         "first divergence: step 2, phase 3, response 1, token 3 ('等于'): logprobs -1.25 vs -1.203; "
         "the configs differ in model.compute_dtype",
     ]
-    # how it grows: one line per step from the first divergence on
+    # how it grows: one line per step from the first divergence on; each response's fields and its
+    # 5 tokens' fields are compared (index and the response's own index aside)
+    n = 3 * (len(RESPONSE_FIELDS) - 1 + 5 * (len(TOKEN_FIELDS) - 1))
     assert out[3:] == [
         "after it:",
-        "  step 2: ledger values 2/264 differ, metrics 0/2 differ, tensors 0/2 differ, max |Δ| 7.75 (logprobs)",
-        "  step 3: ledger values 1/264 differ, metrics 0/2 differ, tensors 0/2 differ, max |Δ| 0.75 (logprobs)",
+        f"  step 2: ledger values 2/{n} differ, metrics 0/2 differ, tensors 0/2 differ, max |Δ| 7.75 (logprobs)",
+        f"  step 3: ledger values 1/{n} differ, metrics 0/2 differ, tensors 0/2 differ, max |Δ| 0.75 (logprobs)",
     ]
 
 
@@ -179,3 +181,11 @@ def test_the_report_of_two_runs_shows_their_first_divergence(tmp_path):
     assert "first divergence: step 2, phase 3, response 1, token 3 (&#x27;等于&#x27;): logprobs -1.25 vs -1.203" in page
     one = write_run_report([a], tmp_path / "one.html").read_text(encoding="utf-8")
     assert 'id="divergence"' not in one
+
+
+def test_every_ledger_column_has_a_phase():
+    from glassrl.ledger import RUN_FIELDS
+    from glassrl.report.diff import _COLUMN_PHASE
+
+    columns = {*RUN_FIELDS, *RESPONSE_FIELDS, *TOKEN_FIELDS} - {"step", "response_index", "index"}
+    assert columns <= _COLUMN_PHASE.keys()

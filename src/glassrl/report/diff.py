@@ -42,7 +42,7 @@ PHASES = {
     "log": 7,
 }
 _COLUMN_PHASE = {
-    **dict.fromkeys(("prompt", "response", "length", "finish_reason", "turns", "group_id"), 1),
+    **dict.fromkeys(("prompt", "prompt_as_seen", "response", "length", "finish_reason", "turns", "group_id"), 1),
     **dict.fromkeys(("token_id", "token", "role", "turn", "response_mask"), 1),
     **dict.fromkeys(("score", "baseline_reward", "token_scores", "step_end"), 2),
     **dict.fromkeys(("logprobs", "ref_logprobs", "kl", "values"), 3),
@@ -294,7 +294,7 @@ def _ledger_diff(step: int, a: Ledger, b: Ledger, close: _Close) -> tuple[list[D
             compared += 1
             if not close(_plain(x), _plain(y)):
                 # the prompt before the response's tokens, its other fields after them: they follow from the tokens
-                at = -1 if name == "prompt" else math.inf
+                at = -1 if name in ("prompt", "prompt_as_seen") else math.inf
                 found.append(Difference(step, _COLUMN_PHASE[name], f"response {r}", name, x, y, (0, r, at)))
         for ta, tb in zip(ra.tokens, rb.tokens):
             for c, name in enumerate(TOKEN_FIELDS[1:]):

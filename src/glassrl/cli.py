@@ -30,6 +30,8 @@ COMMANDS = {
     "eval": "glassrl.commands.eval",
     "generate": "glassrl.commands.generate",
     "report": "glassrl.commands.report",
+    "diff": "glassrl.commands.diff",
+    "audit": "glassrl.commands.audit",
     "export": "glassrl.commands.export",
     "config": "glassrl.commands.config",
 }

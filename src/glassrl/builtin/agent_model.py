@@ -67,7 +67,7 @@ from rich.console import Console
 from tokenizers import AddedToken
 from transformers import LlamaForCausalLM
 
-from glassrl.builtin.default_model import ensure_built, ensure_default_model
+from glassrl.builtin.default_model import ensure_built
 from glassrl.data import tasks
 from glassrl.data.records import PromptRecord
 from glassrl.models.default_model import (
@@ -127,10 +127,6 @@ def ensure_agent_model(
         rebuild,
         console,
     )
-
-
-# model.actor names of the embedded models -> the function that finds (or first builds) each.
-BUILTIN_MODELS = {"default": ensure_default_model, AGENT_MODEL: ensure_agent_model}
 
 
 def build_agent_model(
@@ -232,11 +228,15 @@ def training_texts(episodes: list[Episode]) -> list[str]:
     return texts
 
 
-def agent_tokenizer(episodes: list[Episode], spec: AgentModelSpec):
+def agent_tokenizer(episodes: list[Episode], spec: AgentModelSpec, *, isolate: bool = True):
     """The BPE tokenizer of :mod:`glassrl.models.default_tokenizer` trained on the transcripts,
-    with ``TAGS`` added as whole tokens (not special: decoding keeps them, as the call parser needs)."""
+    with ``TAGS`` added as whole tokens (not special: decoding keeps them, as the call parser needs).
+    ``isolate``: that tokenizer's one piece per Chinese character and per digit."""
     tokenizer = build_tokenizer(
-        training_texts(episodes), vocab_size=spec.vocab_size, model_max_length=spec.max_position_embeddings
+        training_texts(episodes),
+        vocab_size=spec.vocab_size,
+        model_max_length=spec.max_position_embeddings,
+        isolate=isolate,
     )
     tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in TAGS])
     return tokenizer

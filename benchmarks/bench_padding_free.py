@@ -38,7 +38,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from glassrl.models import CausalLMWithValueHead, response_logprobs, response_values
-from glassrl.rl.update import actor_forward
+from glassrl.rl.loss import actor_forward
 
 SIZES = {
     # name: (hidden, layers, heads, intermediate, vocab, positions, prompt range, max response)

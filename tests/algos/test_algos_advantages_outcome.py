@@ -1,5 +1,6 @@
 """Critic-free estimators and the registry: hand tables, errors, invariants."""
 
+import dataclasses
 import functools
 import math
 
@@ -41,8 +42,17 @@ def _outcome(scores, lengths, T=3):
 def test_registry_names_and_groups():
     assert list(ADVANTAGE_ESTIMATORS) == NAMES
     assert GROUP_ESTIMATORS == {"grpo", "dr_grpo", "grpo_process", "rloo", "reinforce_pp_baseline"}
-    grpo, dr = ADVANTAGE_ESTIMATORS["grpo"], ADVANTAGE_ESTIMATORS["dr_grpo"]
+    grpo, dr = ADVANTAGE_ESTIMATORS["grpo"].fn, ADVANTAGE_ESTIMATORS["dr_grpo"].fn
     assert isinstance(dr, functools.partial) and dr.func is grpo.func
+
+
+def test_each_entry_declares_inputs_and_knobs_that_exist():
+    """An entry's inputs are optional AdvantageInputs fields, its knobs AdvantageParams fields."""
+    optional = {f.name for f in dataclasses.fields(AdvantageInputs) if f.default is None}
+    params = {f.name for f in dataclasses.fields(AdvantageParams)}
+    for name, entry in ADVANTAGE_ESTIMATORS.items():
+        assert set(entry.inputs) <= optional and set(entry.knobs) <= params, name
+    assert [name for name, entry in ADVANTAGE_ESTIMATORS.items() if entry.critic] == ["gae"]
 
 
 def test_unknown_name_and_missing_input():

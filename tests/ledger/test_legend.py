@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS
 from glassrl.cli import build_parser
 from glassrl.commands import explain, explain_input
 from glassrl.ledger.legend import (
+    ACCOUNTS,
     LANGUAGES,
     PHRASES,
-    TOKEN_CREDIT,
     _width,
     baseline_legend,
     factor,
@@ -119,7 +120,12 @@ def test_every_language_has_every_phrase_with_the_same_slots(lang):
         assert slots(text) == slots(PHRASES["en"][key]), f"{lang} {key}"
 
 
-CASES = ["gae", "gae-observation", "gae-logprobs", *(e for e in TOKEN_CREDIT if e != "gae")]
+def test_every_estimator_has_an_account():
+    """Adding an estimator means telling its credit in the legend (docs/algorithms/README.md)."""
+    assert ACCOUNTS.keys() == ADVANTAGE_ESTIMATORS.keys()
+
+
+CASES = ["gae", "gae-observation", "gae-logprobs", *(e for e in ADVANTAGE_ESTIMATORS if e != "gae")]
 
 
 def case_ledger(name: str, tmp_path: Path):

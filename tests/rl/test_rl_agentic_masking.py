@@ -29,8 +29,9 @@ from glassrl.rewards.base import RewardResult
 from glassrl.rl import phases
 from glassrl.rl.config import AlgoConfig
 from glassrl.rl.experience import Experience
+from glassrl.rl.loss import actor_terms, critic_terms
 from glassrl.rl.metrics import tensor_metrics
-from glassrl.rl.update import actor_batch, actor_terms, critic_batch, critic_terms
+from glassrl.rl.update import actor_batch, critic_batch
 from glassrl.rollout.base import ROLE_GENERATED, ROLE_OBSERVATION, RolloutBatch, Turn
 
 F64 = torch.float64

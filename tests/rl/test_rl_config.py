@@ -187,9 +187,10 @@ def test_every_field_has_a_one_line_comment(top):
 
 def test_the_presets_are_found():
     names = presets.rl_names()
-    assert {"grpo", "ppo", "dapo"} <= set(names) and "sft" not in names and "rm" not in names
+    supervised = {"sft", "rm", "dpo", "kto"}
+    assert {"grpo", "ppo", "dapo"} <= set(names) and not supervised & set(names)
     companions = {name for names in presets.COMPANIONS.values() for name in names}
-    assert set(presets.names()) == {*names, "sft", "rm", *presets.TASKS.values(), *companions}
+    assert set(presets.names()) == {*names, *supervised, *presets.TASKS.values(), *companions}
 
 
 @pytest.mark.parametrize("name", presets.rl_names())

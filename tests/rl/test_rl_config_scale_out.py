@@ -32,7 +32,6 @@ CASES = [
     ),
     ([*RAY, "ray.rollout.placement=apart", "ray.rollout.world_size=0"], r"^ray\.rollout\.world_size = 0: must be >= 1"),
     ([*RAY, "ray.rollout.placement=apart", "ray.rollout.sync_bucket_mb=0"], r"^ray\.rollout\.sync_bucket_mb = 0"),
-    ([*RAY, "algo.ptx_coef=0.1", "data.ptx=task:arith-verify"], r"^algo\.ptx_coef = 0\.1: PPO-ptx is not wired"),
     (["rollout.vllm.sleep=false"], r"^rollout\.vllm: ignored: rollout\.engine = hf"),
     (["rollout.engine=vllm", "rollout.vllm.gpu_memory_utilization=1.5"], r"gpu_memory_utilization = 1\.5: must lie in"),
     (["model.lora.dropout=1.0"], r"^model\.lora\.dropout = 1\.0: must lie in \[0, 1\)"),
@@ -61,3 +60,8 @@ def test_a_ray_config_loads():
 def test_fsdp_loads_with_the_rollout_apart():
     cfg = load_config(TrainConfig, None, [*RAY, "ray.fsdp=true", "ray.rollout={placement: apart, world_size: 2}"])
     assert cfg.ray.fsdp and cfg.ray.rollout.world_size == 2 and cfg.ray.rollout.resources == {"CPU": 1.0}
+
+
+def test_ptx_loads_on_ray():  # PPO-ptx runs on the Ray ranks (tests/rl/test_rl_ray.py)
+    cfg = load_config(TrainConfig, None, [*RAY, "algo.ptx_coef=0.1", "data.ptx=task:arith-verify"])
+    assert cfg.algo.ptx_coef == 0.1

@@ -205,7 +205,8 @@ def test_gradient_accumulation_is_exact(tiny_model_dir, loss_agg):
     from glassrl.algos.losses import PolicyLossParams
     from glassrl.models import load_causal_lm
     from glassrl.optim import lr_lambda
-    from glassrl.rl.update import actor_forward, actor_terms, run_updates
+    from glassrl.rl.loss import actor_forward, actor_terms
+    from glassrl.rl.update import run_updates
 
     generator = torch.Generator().manual_seed(0)
     B, P, T = 8, 4, 6

@@ -36,8 +36,9 @@ def _setup(tiny_model_dir):
 def test_the_gradient_includes_gamma_times_the_sft_gradient(tiny_model_dir, tmp_path):
     """One SGD step (lr 1, no clipping) with γ = 0.5 minus the same step with no ptx is −γ·∇CE."""
     from glassrl.data.collate import collate
+    from glassrl.rl.loss import Term, actor_forward
     from glassrl.rl.ptx import PtxLoss, load_ptx_examples
-    from glassrl.rl.update import Term, actor_forward, run_updates
+    from glassrl.rl.update import run_updates
     from glassrl.supervised.sft import response_loss
 
     model, tokenizer = _setup(tiny_model_dir)

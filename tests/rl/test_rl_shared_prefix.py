@@ -89,7 +89,6 @@ def test_shared_prefix_run_equals_padded_run(extra, fast, tmp_path, monkeypatch)
 @pytest.mark.parametrize(
     ("extra", "match"),
     [
-        (["trainer.backend=ray"], "model.shared_prefix = True: not wired into trainer.backend = ray"),
         (["model.padding_free=true"], "model.shared_prefix = True: with model.padding_free"),
     ],
 )

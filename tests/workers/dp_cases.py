@@ -15,8 +15,9 @@ import torch
 from glassrl.algos.losses import PolicyLossParams
 from glassrl.models.loading import load_causal_lm
 from glassrl.models.logprobs import response_logprobs
-from glassrl.optim import check_weights, on_bad_step
-from glassrl.rl.update import DIAGNOSTIC_METRICS, actor_forward, actor_terms, run_updates
+from glassrl.rl.loss import actor_forward, actor_terms
+from glassrl.rl.ptx import PtxTerm
+from glassrl.rl.update import run_updates
 
 MICRO = 2  # responses per micro-batch (per rank)
 LR = 1e-3
@@ -80,10 +81,9 @@ def constant_rate(step: int) -> float:
     return 1.0
 
 
-def dp_kwargs(on_nonfinite: str = "stop") -> dict:
-    """run_dp_updates' bound arguments, as glassrl.rl.build_ray binds them."""
-    checks = {"on_bad_step": partial(on_bad_step, on_nonfinite), "check_weights": check_weights}
-    return {**loss_kwargs(), "diagnostics": DIAGNOSTIC_METRICS, **checks}
+def dp_kwargs(dp, on_nonfinite: str = "stop") -> dict:
+    """The update loop's bound arguments on a rank whose replica is ``dp``, as glassrl.rl.build_ray binds them."""
+    return {**loss_kwargs(), "on_nonfinite": on_nonfinite, "ranks": dp}
 
 
 def in_process_update(model_dir: Path, batch, plan) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
@@ -95,9 +95,40 @@ def in_process_update(model_dir: Path, batch, plan) -> tuple[dict[str, torch.Ten
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, metrics
 
 
+PTX = PtxTerm(coef=0.5, micro_batch=MICRO, pad_id=0)  # PPO-ptx's term, as glassrl.rl.build_ray hands it to a rank
+
+
+def ptx_pairs(pairs: int = 5, seed: int = 2) -> list[tuple[list[int], list[int]]]:
+    """Supervised (prompt ids, response ids) pairs of unequal lengths: 5 pairs in micro-batches of 2 are
+    3 passes in one process and, split over 2 ranks, 2 and 1 (FSDP2 pads the shorter rank)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 6, (pairs, 2), generator=g).tolist()
+    return [
+        (torch.randint(3, 60, (p,), generator=g).tolist(), torch.randint(3, 60, (r,), generator=g).tolist())
+        for p, r in lengths
+    ]
+
+
+def on_policy_batch(model_dir: Path) -> dict[str, torch.Tensor]:
+    """The shared actor batch without old_logprobs: the on-policy update computes them (forward_outputs)."""
+    return {k: v for k, v in actor_batch(model_dir).items() if k != "old_logprobs"}
+
+
+def in_process_on_policy(model_dir: Path, batch, pairs) -> tuple[dict[str, torch.Tensor], dict[str, float], dict]:
+    """One process, one optimiser step on ``batch`` with PPO-ptx on ``pairs``: (weights, metrics, forward outputs)."""
+    torch.manual_seed(0)
+    model = load_causal_lm(model_dir, dtype="float32", device="cpu")
+    optimizer, scheduler = optimizer_for(model)
+    outputs: dict[str, torch.Tensor] = {}
+    plan = [torch.arange(batch["input_ids"].shape[0])]
+    kwargs = {**loss_kwargs(), "ptx": PTX, "ptx_pairs": [pairs], "forward_outputs": outputs}
+    metrics = run_updates(model, optimizer, scheduler, batch, plan, **kwargs)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}, metrics, outputs
+
+
 def build_dp_actor(model_dir: str, ctx) -> dict:
     """What a Ray actor rank builds (glassrl.workers.ray.RoleSpec.build): a data-parallel actor."""
-    from glassrl.workers.data_parallel import DataParallelActor, DataParallelModel, run_dp_updates
+    from glassrl.workers.data_parallel import DataParallelActor, DataParallelModel
 
     dp = DataParallelModel(load_causal_lm(model_dir, dtype="float32", device="cpu"), ctx)
     optimizer, scheduler = optimizer_for(dp.module)
@@ -107,7 +138,7 @@ def build_dp_actor(model_dir: str, ctx) -> dict:
         optimizer,
         scheduler,
         micro_batch=MICRO,
-        update=partial(run_dp_updates, **dp_kwargs()),
+        update=partial(run_updates, **dp_kwargs(dp)),
         forward=partial(actor_forward, 1.0, True),
     )
     return {"actor": actor}

@@ -2,8 +2,10 @@
 
 2 ranks (torch.multiprocessing spawn, gloo, CPU) against 1 process on the same batch,
 once with DDP replicas and once with FSDP2 shards (fully_shard runs on CPU under
-gloo too; its GPU/NCCL run is the `gpu` test at the end): the update, whitening
-through the ``reduce`` hook, and a DCP save/load round trip of the sharded state.
+gloo too; its GPU/NCCL run is the `gpu` test at the end): the update (the one loop,
+glassrl.rl.update.run_updates, with the ranks' collectives), its on-policy form with
+PPO-ptx, whitening through the ``reduce`` hook, and a DCP save/load round trip of the
+sharded state.
 
 Tolerance against one process: float32 weights after 4 AdamW steps at lr 1e-3
 (each weight moves by up to 4e-3) agree to atol 2e-6, 0.2 % of one step; measured
@@ -20,12 +22,23 @@ from pathlib import Path
 
 import pytest
 import torch
-from dp_cases import actor_batch, dp_kwargs, in_process_update, optimizer_for, plan_for
+from dp_cases import (
+    PTX,
+    actor_batch,
+    dp_kwargs,
+    in_process_on_policy,
+    in_process_update,
+    on_policy_batch,
+    optimizer_for,
+    plan_for,
+    ptx_pairs,
+)
 from spawned import spawn_ranks
 
 from glassrl.algos.masked import masked_whiten
 from glassrl.models.loading import load_causal_lm
-from glassrl.workers.sharding import shard_plan, shard_rows
+from glassrl.rl.update import run_updates
+from glassrl.workers.sharding import balanced_partitions, shard_plan, shard_rows
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
@@ -42,7 +55,6 @@ def _rank(rank: int, world: int, port: int, model_dir: str, out: str, fsdp: bool
         all_reduce_sum,
         init_group,
         load_sharded,
-        run_dp_updates,
         save_sharded,
     )
 
@@ -66,7 +78,7 @@ def _rank(rank: int, world: int, port: int, model_dir: str, out: str, fsdp: bool
 
     dp = replica()
     optimizer, scheduler = optimizer_for(dp.module)
-    result = {"metrics": run_dp_updates(dp, optimizer, scheduler, local_batch, local_plan, **dp_kwargs())}
+    result = {"metrics": run_updates(dp.module, optimizer, scheduler, local_batch, local_plan, **dp_kwargs(dp))}
     result["weights"] = weights(dp)
 
     # Whitening over both ranks' tokens, through the reduce hook.
@@ -83,11 +95,25 @@ def _rank(rank: int, world: int, port: int, model_dir: str, out: str, fsdp: bool
     result["saved_optim"], result["reloaded_optim"] = optim_state(optimizer), optim_state(fresh_optimizer)
     result["steps"] = (scheduler.last_epoch, fresh_scheduler.last_epoch)
 
+    # The on-policy update (its forward gives log π_old) with PPO-ptx: this rank's rows, and its part of the
+    # supervised pairs, split by tokens as glassrl.workers.ray.RayActor splits them.
+    rows = {**on_policy_batch(Path(model_dir)), "row": torch.arange(8)}
+    on_batch, on_plan = shard_plan({k: v.to(device) for k, v in rows.items()}, [torch.arange(8)], world)[rank]
+    pairs = ptx_pairs()
+    mine = [pairs[i] for i in balanced_partitions([len(p) + len(r) for p, r in pairs], world)[rank]]
+    on_policy = replica()
+    on_optimizer, on_scheduler = optimizer_for(on_policy.module)
+    outputs: dict[str, torch.Tensor] = {}
+    kwargs = {**dp_kwargs(on_policy), "ptx": PTX, "ptx_pairs": [mine], "forward_outputs": outputs}
+    on_metrics = run_updates(on_policy.module, on_optimizer, on_scheduler, on_batch, on_plan, **kwargs)
+    outputs = {k: v.cpu() for k, v in outputs.items()}
+    result["on_policy"] = (on_metrics, weights(on_policy), on_batch["row"].cpu(), outputs)
+
     if fsdp:  # bf16 compute: the parameters FSDP2 keeps (the optimiser's) stay float32
         mixed = replica("bfloat16")
         mixed_optimizer, mixed_scheduler = optimizer_for(mixed.module)
-        run_dp_updates(mixed, mixed_optimizer, mixed_scheduler, local_batch, local_plan, **dp_kwargs())
-        result["mixed_dtypes"] = {p.dtype for p in mixed.parameters()}
+        run_updates(mixed.module, mixed_optimizer, mixed_scheduler, local_batch, local_plan, **dp_kwargs(mixed))
+        result["mixed_dtypes"] = {p.dtype for p in mixed.module.parameters()}
         result["mixed_weights"] = weights(mixed)
     torch.save({k: v for k, v in result.items()}, Path(out) / f"rank{rank}.pt")
     torch.distributed.destroy_process_group()
@@ -123,6 +149,29 @@ def test_two_ranks_update_like_one_process(tiny_model_dir, two_ranks, one_proces
             assert rank["metrics"][key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), key
         assert set(rank["metrics"]) == set(metrics)
     assert ranks[0]["metrics"] == ranks[1]["metrics"]
+
+
+@pytest.fixture(scope="module")
+def one_process_on_policy(tiny_model_dir):
+    return in_process_on_policy(tiny_model_dir, on_policy_batch(tiny_model_dir), ptx_pairs())
+
+
+def test_on_policy_update_with_ptx_on_two_ranks_like_one_process(two_ranks, one_process_on_policy):
+    """The same loop on the ranks: PPO-ptx's term (each rank its pairs; FSDP2 pads the rank with fewer
+    micro-batches) and the on-policy forward outputs, each rank's rows, as one process computes them."""
+    weights, metrics, outputs = one_process_on_policy
+    assert metrics["actor/ptx_loss"] > 0
+    ranks = [rank["on_policy"] for rank in two_ranks[1]]
+    assert sorted(torch.cat([rows for _, _, rows, _ in ranks]).tolist()) == list(range(8))
+    for rank_metrics, rank_weights, rows, rank_outputs in ranks:
+        diff = max((rank_weights[k].cpu() - w).abs().max().item() for k, w in weights.items())
+        assert diff < 2e-6, diff
+        assert set(rank_metrics) == set(metrics)
+        for key in ("actor/policy_loss", "actor/kl_loss", "actor/ptx_loss", "actor/grad_norm", "actor/lr"):
+            assert rank_metrics[key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), key
+        for key in ("logprobs", "entropy"):
+            torch.testing.assert_close(rank_outputs[key], outputs[key][rows], rtol=0, atol=1e-6)
+    assert ranks[0][0] == ranks[1][0]
 
 
 def test_whitening_over_ranks_is_global(tiny_model_dir, two_ranks):

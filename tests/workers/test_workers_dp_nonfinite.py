@@ -1,4 +1,4 @@
-"""Non-finite checks of the data-parallel update (glassrl.workers.data_parallel.run_dp_updates).
+"""Non-finite checks of the update on data-parallel ranks (glassrl.rl.update.run_updates, glassrl.workers.data_parallel).
 
 2 ranks (torch.multiprocessing spawn, gloo, CPU, DDP) train on a batch one of whose rows is
 poisoned with a NaN; each mini-batch's rows are split over the ranks, so at the 2 optimiser
@@ -30,7 +30,8 @@ from dp_cases import actor_batch, dp_kwargs, loss_kwargs, optimizer_for, plan_fo
 from spawned import spawn_ranks
 
 from glassrl.models.loading import load_causal_lm
-from glassrl.rl.update import Term, run_updates
+from glassrl.rl.loss import Term
+from glassrl.rl.update import run_updates
 from glassrl.workers.sharding import shard_plan
 
 POISONS = ("loss", "advantage")
@@ -65,7 +66,7 @@ def _with_probe(kwargs: dict) -> dict:
 def _rank(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
     torch.set_num_threads(1)
     from glassrl.optim import NonFiniteError
-    from glassrl.workers.data_parallel import DataParallelModel, init_group, run_dp_updates
+    from glassrl.workers.data_parallel import DataParallelModel, init_group
 
     ctx = init_group("actor", rank, world, "127.0.0.1", port)
     results = {}
@@ -75,9 +76,9 @@ def _rank(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
         for policy in POLICIES:
             dp = DataParallelModel(load_causal_lm(model_dir, dtype="float32", device="cpu"), ctx)
             optimizer, scheduler = optimizer_for(dp.module)
-            kwargs = _with_probe(dp_kwargs(policy))
+            kwargs = _with_probe(dp_kwargs(dp, policy))
             try:
-                outcome = run_dp_updates(dp, optimizer, scheduler, local_batch, local_plan, **kwargs)
+                outcome = run_updates(dp.module, optimizer, scheduler, local_batch, local_plan, **kwargs)
             except NonFiniteError as err:
                 outcome = str(err)
             weights = {k: v.detach().clone() for k, v in dp.module.state_dict().items()}

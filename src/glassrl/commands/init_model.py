@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from glassrl.builtin.default_model import ensure_default_model
     from glassrl.builtin.research_model import ensure_research_model
     from glassrl.errors import GlassrlError
+    from glassrl.files import DISK_FULL, disk_errors
     from glassrl.models.default_model import AGENT_VERSION, MARKER, RESEARCH_VERSION, VERSION, default_model_dir
-    from glassrl.run.atomic import DISK_FULL, disk_errors
     from glassrl.run.lock import RunLock, sibling_lock_path
 
     console = Console()

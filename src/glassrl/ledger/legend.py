@@ -5,6 +5,12 @@ The one source of the legend. The terminal (``glassrl explain``, through
 (:func:`glassrl.report.html.token_payload` embeds the lines; ``token_view.js`` only shows
 them) both print what :func:`token_legend` and :func:`baseline_legend` return.
 
+Each advantage estimator has its account here (:data:`ACCOUNTS`): the lines that tell a
+token's credit, and the baseline of each response. Its entry in the registry
+(glassrl.algos.advantages) holds a torch function; the report shows a ledger where torch
+cannot be imported (DESIGN §2), so the accounts are keyed by the estimator's name and a
+test checks that every registered estimator has one.
+
 Languages are data. ``PHRASES[lang]`` holds every sentence with named slots (``{i}``,
 ``{adv}``, …); the functions below decide once, for every language, which sentences
 apply to a token and fill the slots with the numbers of its row. A language is a new
@@ -17,8 +23,10 @@ baseline (tests check that the two agree).
 
 from __future__ import annotations
 
+import bisect
 import statistics
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from glassrl.ledger.model import Ledger, ResponseLedger, TokenRow
@@ -240,7 +248,7 @@ def token_legend(ledger: Ledger, b: int, i: int, lang: str = "en") -> list[Legen
     resp = ledger.responses[b]
     row = resp.tokens[i]
     say = _Say(lang, i=i, b=b, token=repr(row.token))
-    prefix = "".join(t.token for t in resp.tokens[:i])
+    prefix = _tail(resp, i)
     lines = [
         say("token", "token"),
         say("state", "state.prompt", prompt=repr(_clip(resp.prompt)))
@@ -268,7 +276,7 @@ def token_legend(ledger: Ledger, b: int, i: int, lang: str = "en") -> list[Legen
                 r=fmt(row.token_rewards),
             )
         )
-    lines += TOKEN_CREDIT.get(ledger.estimator, _credit_generic)(ledger, resp, i, say)
+    lines += ACCOUNTS.get(ledger.estimator, GENERIC).credit(ledger, resp, i, say)
     return lines
 
 
@@ -283,6 +291,28 @@ class _Say:
 
     def __call__(self, line: str, key: str, **slots: object) -> LegendLine:
         return LegendLine(line, self.text(key, **slots))
+
+
+def _tail(resp: ResponseLedger, i: int, n: int = 40) -> str:
+    """The text of tokens 0…i−1 as :func:`_clip` shows it (its last ``n`` − 1 characters): only the
+    tokens it needs are read, so that the legends of a whole response cost time linear in its length."""
+    parts, size, j = [], 0, i
+    while j > 0 and size <= n:
+        j -= 1
+        parts.append(resp.tokens[j].token)
+        size += len(parts[-1])
+    return "".join(reversed(parts))
+
+
+def _once(key: object, compute):
+    """``compute()`` for ``key`` (a ledger or a response), remembered for the last key asked: the
+    legends of a response's tokens are written one after the other, each needing the same value."""
+    if _LAST[0] is not key:
+        _LAST[:] = [key, compute()]
+    return _LAST[1]
+
+
+_LAST: list = [None, None]
 
 
 def _next_valid(resp: ResponseLedger, i: int) -> int | None:
@@ -345,7 +375,9 @@ def _credit_broadcast(ledger: Ledger, resp: ResponseLedger, i: int, say: _Say) -
 
 def _credit_reinforce_pp(ledger: Ledger, resp: ResponseLedger, i: int, say: _Say) -> list[LegendLine]:
     row = resp.tokens[i]
-    mean, std = _stats([t.returns for r in ledger.responses for t in r.tokens if t.response_mask])
+    mean, std = _once(
+        ledger, lambda: _stats([t.returns for r in ledger.responses for t in r.tokens if t.response_mask])
+    )
     return [
         say("return", "return.reinforce_pp", ret=fmt(row.returns), gamma=num(ledger.gamma)),
         say("adv", "adv.reinforce_pp", ret=fmt(row.returns), mean=fmt(mean), std=fmt(std), adv=fmt(row.advantages)),
@@ -355,7 +387,8 @@ def _credit_reinforce_pp(ledger: Ledger, resp: ResponseLedger, i: int, say: _Say
 
 def _credit_process(ledger: Ledger, resp: ResponseLedger, i: int, say: _Say) -> list[LegendLine]:
     row = resp.tokens[i]
-    ends = [t.index for t in resp.tokens if t.step_end and t.index >= i]
+    all_ends = _once(resp, lambda: [t.index for t in resp.tokens if t.step_end])
+    ends = all_ends[bisect.bisect_left(all_ends, i) :]
     return [
         say("adv", "adv.process", ends=ends, adv=fmt(row.advantages)),
         say("return", "return.no_critic", ret=fmt(row.returns)),
@@ -369,18 +402,6 @@ def _credit_generic(ledger: Ledger, resp: ResponseLedger, i: int, say: _Say) -> 
         say("adv", "adv.generic", adv=fmt(row.advantages), ret=fmt(row.returns), estimator=ledger.estimator),
         *_whitened(row, say),
     ]
-
-
-TOKEN_CREDIT = {
-    "gae": _credit_gae,
-    "grpo": _credit_broadcast,
-    "dr_grpo": _credit_broadcast,
-    "rloo": _credit_broadcast,
-    "remax": _credit_broadcast,
-    "reinforce_pp_baseline": _credit_broadcast,
-    "reinforce_pp": _credit_reinforce_pp,
-    "grpo_process": _credit_process,
-}
 
 
 # ---------------------------------------------------------------- turns
@@ -440,10 +461,10 @@ def sequence_score(resp: ResponseLedger) -> float:
 
 def baseline_legend(ledger: Ledger, lang: str = "en") -> list[str]:
     """How each response's advantage follows from its group: a line per group, then per response (indented)."""
-    describe = BASELINES.get(ledger.estimator)
-    if describe is None:
+    account = ACCOUNTS.get(ledger.estimator, GENERIC)
+    group_line, response_line = account.group, account.response
+    if response_line is None:
         return []
-    group_line, response_line = describe
     lines = []
     for gid in dict.fromkeys(r.group_id for r in ledger.responses):
         if group_line is not None:
@@ -542,15 +563,33 @@ def _response_process(ledger: Ledger, b: int, lang: str) -> str:
     )
 
 
-# estimator -> (line per group or None, line per response)
-BASELINES = {
-    "grpo": (_group_scores_line, _response_grpo),
-    "dr_grpo": (_group_scores_line, _response_dr_grpo),
-    "rloo": (_group_scores_line, _response_rloo),
-    "remax": (None, _response_remax),
-    "reinforce_pp_baseline": (_group_scores_line, _response_reinforce_pp_baseline),
-    "grpo_process": (_group_steps_line, _response_process),
+# ---------------------------------------------------------------- accounts
+
+
+@dataclass(frozen=True)
+class Account:
+    """How the legend tells an estimator's credit. ``credit``: a token's lines after its reward
+    (value, TD, advantage, return, whitened). ``response``: the line per response under
+    "Baselines", how its advantage follows from its baseline (None: no such section), each
+    group's responses after ``group``'s line for the group (None: the responses alone)."""
+
+    credit: Callable[[Ledger, ResponseLedger, int, _Say], list[LegendLine]]
+    response: Callable[[Ledger, int, str], str] | None = None
+    group: Callable[[Ledger, int | None, str], str] | None = None
+
+
+# Estimator (a name in glassrl.algos.advantages.ADVANTAGE_ESTIMATORS) -> its account.
+ACCOUNTS: dict[str, Account] = {
+    "gae": Account(_credit_gae),
+    "grpo": Account(_credit_broadcast, _response_grpo, _group_scores_line),
+    "dr_grpo": Account(_credit_broadcast, _response_dr_grpo, _group_scores_line),
+    "grpo_process": Account(_credit_process, _response_process, _group_steps_line),
+    "rloo": Account(_credit_broadcast, _response_rloo, _group_scores_line),
+    "remax": Account(_credit_broadcast, _response_remax),
+    "reinforce_pp": Account(_credit_reinforce_pp),
+    "reinforce_pp_baseline": Account(_credit_broadcast, _response_reinforce_pp_baseline, _group_scores_line),
 }
+GENERIC = Account(_credit_generic)  # an estimator not in ACCOUNTS (a ledger of another version): the numbers
 
 
 def _stats(xs: list[float]) -> tuple[float, float]:

@@ -23,9 +23,10 @@ from glassrl.errors import GlassrlError
 from glassrl.optim import make_optimizer, optimizer_path
 from glassrl.rl.checks import agentic_tasks, loss_params
 from glassrl.rl.config import AgentConfig, KLConfig, ModelConfig, Resolved, TrainConfig, agent_config
-from glassrl.rl.ptx import PtxLoss, load_ptx_examples
+from glassrl.rl.loss import actor_forward, actor_terms, critic_forward, critic_terms
+from glassrl.rl.ptx import PtxLoss, PtxTerm, load_ptx_examples
 from glassrl.rl.sampling import DynamicSampler, OneRound
-from glassrl.rl.update import actor_forward, actor_terms, critic_forward, critic_terms, run_updates
+from glassrl.rl.update import run_updates
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def with_shared_prefix(cfg: TrainConfig, actor: Path, resumed: Path | None = Non
     without padding_free, when the actor's, the reference's and the critic's checkpoints have full
     attention in every layer (a sliding window cannot be kept in the layout's own mask:
     glassrl.models.shared_prefix). Off on a GPU, where it has not been measured since it became one
-    pass, and on Ray, where it is not wired. ``resumed``: the config.yaml of the run being resumed;
+    pass, and on Ray, where it has not been measured (``true`` runs it there). ``resumed``: the config.yaml of the run being resumed;
     one written before model.shared_prefix existed ran padded, and goes on so."""
     import dataclasses
 
@@ -94,7 +95,7 @@ def with_shared_prefix(cfg: TrainConfig, actor: Path, resumed: Path | None = Non
         return cfg, f"set to {str(m.shared_prefix).lower()}"
     off = None
     if cfg.trainer.backend != "local":
-        off = f"trainer.backend is {cfg.trainer.backend}, where it is not wired"
+        off = f"trainer.backend is {cfg.trainer.backend}, where the layout has not been measured yet"
     elif m.padding_free:
         off = "model.padding_free packs without padding already"
     elif _policy_on_gpu(cfg):
@@ -199,6 +200,17 @@ def build_reward(cfg: TrainConfig):
     return build_combined(cfg.reward.sources, base_dir=cfg.reward.base_dir or ".")
 
 
+def teacher(workers: Workers, tokenizer):
+    """The reward's teacher source and its weight (glassrl.rewards.teacher), checked against the
+    policy's tokenizer, or None. In-process only: rl.checks refuses a teacher on Ray."""
+    from glassrl.rewards.teacher import find_teacher
+
+    found = find_teacher(getattr(workers.reward, "source", None))
+    if found is not None:
+        found[0].check_tokenizer(tokenizer)
+    return found
+
+
 def build_gold(cfg: TrainConfig):
     """reward.gold as a reward source (glassrl.rewards), or None: scored on the step's responses
     for the metrics only (glassrl.rl.metrics.gold_metrics), never trained on."""
@@ -227,14 +239,15 @@ def build_ptx(cfg: TrainConfig, resolved: Resolved, tokenizer, max_length: int) 
     tokens (the prompt limit + rollout.max_new_tokens: what the model's positions allow)."""
     if cfg.algo.ptx_coef <= 0:
         return None
+    from glassrl.models import pad_id
+
     examples = load_ptx_examples(cfg.data.ptx, tokenizer, max_length)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return PtxLoss(
         examples,
         cfg.algo.ptx_coef,
         resolved.mini_batch_responses,
         cfg.batch.micro_batch_responses,
-        pad_id,
+        pad_id(tokenizer),
         seed=cfg.seed + 3,
     )
 
@@ -324,13 +337,7 @@ def prompt_format(cfg: TrainConfig, tokenizer) -> Callable[[Sequence[PromptRecor
 
 def lora_settings(cfg: TrainConfig):
     """model.lora as glassrl.models.lora.LoraSettings, or None (every weight trains)."""
-    from glassrl.models.lora import LoraSettings
-
-    lora = cfg.model.lora
-    if lora is None:
-        return None
-    targets = lora.target_modules if isinstance(lora.target_modules, str) else tuple(lora.target_modules)
-    return LoraSettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout, target_modules=targets)
+    return None if cfg.model.lora is None else cfg.model.lora.settings()
 
 
 def with_lora(model, settings, base: Path, load_base: Callable[[Path], torch.nn.Module]):
@@ -348,7 +355,7 @@ def with_lora(model, settings, base: Path, load_base: Callable[[Path], torch.nn.
 
 
 def actor_loss(cfg: TrainConfig, resolved: Resolved) -> list:
-    """The actor's loss terms (glassrl.rl.update.actor_terms) as the config chooses them."""
+    """The actor's loss terms (glassrl.rl.loss.actor_terms) as the config chooses them."""
     a = cfg.algo
     return actor_terms(
         policy_loss=a.policy_loss,
@@ -364,9 +371,45 @@ def actor_loss(cfg: TrainConfig, resolved: Resolved) -> list:
 
 
 def critic_loss(cfg: TrainConfig, resolved: Resolved) -> list:
-    """The critic's loss terms (glassrl.rl.update.critic_terms)."""
+    """The critic's loss terms (glassrl.rl.loss.critic_terms)."""
     a = cfg.algo
     return critic_terms(value_clip=a.value_clip, loss_agg=a.loss_agg, norm_length=resolved.norm_length)
+
+
+def role_update(cfg: TrainConfig, resolved: Resolved, role: str, ptx: PtxTerm | None = None, ranks=None) -> Callable:
+    """The update of ``role`` ("actor" or "critic"), ``update(model, optimizer, scheduler, batch, plan,
+    **more)``: the one update loop (glassrl.rl.update.run_updates) bound to the config's loss,
+    micro-batch, clipping, forward layout, PPO-ptx term (the actor's) and non-finite policy.
+    ``ranks``: a Ray rank's data-parallel group (glassrl.rl.build_ray), None in one process. What a
+    worker calls to update (LocalActor, LocalCritic; DataParallelActor, DataParallelCritic)."""
+    shared = cfg.model.shared_prefix is True
+    layout = dict(packed=cfg.model.padding_free, shared_prefix=shared)
+    if role == "actor":
+        forward = partial(actor_forward, cfg.rollout.temperature, cfg.algo.entropy_coef > 0, **layout)
+        terms, optim = actor_loss(cfg, resolved), cfg.actor_optim
+    else:
+        forward, terms, optim = partial(critic_forward, **layout), critic_loss(cfg, resolved), cfg.critic_optim
+    return partial(
+        run_updates,
+        micro_batch=cfg.batch.micro_batch_responses,
+        grad_clip=optim.grad_clip,
+        forward=under_autocast(cfg, forward, ranks),
+        terms=terms,
+        prefix=role,
+        ptx=ptx,
+        on_nonfinite=cfg.on_nonfinite,
+        shared_prefix=shared,
+        ranks=ranks,
+    )
+
+
+def under_autocast(cfg: TrainConfig, forward: Callable, ranks=None) -> Callable:
+    """``forward`` under model.compute_dtype's autocast (glassrl.models.precision.Autocast), in one
+    process and on DDP ranks; on the ranks of ``ray.fsdp`` as it is (FSDP2's MixedPrecisionPolicy
+    casts the parameters; autocast would cast twice)."""
+    from glassrl.models.precision import Autocast
+
+    return forward if ranks is not None and cfg.ray.fsdp else Autocast(forward, cfg.model.compute_dtype)
 
 
 def actor_optimizer_steps(cfg: TrainConfig, resolved: Resolved) -> int:
@@ -407,15 +450,15 @@ def build_local_workers(
     """
     from glassrl.models import load_causal_lm, load_scalar_model
     from glassrl.models.packing import check_packing
-    from glassrl.models.precision import Autocast, check_master_weights
+    from glassrl.models.precision import check_master_weights
     from glassrl.models.shared_prefix import check_shared_prefix
     from glassrl.workers.local import LocalActor, LocalCritic, LocalReference, LocalReward, LocalRollout
     from glassrl.workers.lora import LoraReference
     from glassrl.workers.overlap import OverlapRollout
 
-    m, a, r = cfg.model, cfg.algo, cfg.rollout
+    m, r = cfg.model, cfg.rollout
     passes = forward_passes(cfg)
-    micro, compute, packed, shared = passes.micro_batch, passes.compute, passes.packed, passes.shared_prefix
+    compute, packed, shared = passes.compute, passes.packed, passes.shared_prefix
     lora = lora_settings(cfg)
 
     def check_layout(model) -> None:  # the packed layouts rely on the model's attention honouring them
@@ -430,27 +473,13 @@ def build_local_workers(
     check_master_weights(model, compute)
     check_layout(model)
     optimizer, scheduler = make_optimizer(model, cfg.actor_optim, actor_optimizer_steps(cfg, resolved))
-    update = partial(
-        run_updates,
-        micro_batch=micro,
-        grad_clip=cfg.actor_optim.grad_clip,
-        forward=Autocast(
-            partial(actor_forward, r.temperature, a.entropy_coef > 0, packed=packed, shared_prefix=shared),
-            m.compute_dtype,
-        ),
-        terms=actor_loss(cfg, resolved),
-        prefix="actor",
-        ptx=ptx,
-        on_nonfinite=cfg.on_nonfinite,
-        shared_prefix=shared,
-    )
     actor = LocalActor(
         model,
         tokenizer,
         optimizer,
         scheduler,
         passes=passes,
-        update=update,
+        update=role_update(cfg, resolved, "actor", ptx),
         load=load_actor,
     )
     device = next(model.parameters()).device
@@ -483,23 +512,13 @@ def build_local_workers(
         check_master_weights(critic_model, compute)
         check_layout(critic_model)
         c_opt, c_sched = make_optimizer(critic_model, cfg.critic_optim, resolved.total_optimizer_steps)
-        c_update = partial(
-            run_updates,
-            micro_batch=micro,
-            grad_clip=cfg.critic_optim.grad_clip,
-            forward=Autocast(partial(critic_forward, packed=packed, shared_prefix=shared), m.compute_dtype),
-            terms=critic_loss(cfg, resolved),
-            prefix="critic",
-            on_nonfinite=cfg.on_nonfinite,
-            shared_prefix=shared,
-        )
         critic = LocalCritic(
             critic_model,
             tokenizer,
             c_opt,
             c_sched,
             passes=passes,
-            update=c_update,
+            update=role_update(cfg, resolved, "critic"),
             load=load_critic_part,
         )
     return Workers(actor, rollout, LocalReward(build_reward(cfg)), reference, critic, stop, paths)

@@ -24,11 +24,18 @@ below (module-level, so Ray pickles them by reference), from the same config:
 - reward ranks (``ray.reward``): the reward sources, requests in contiguous chunks.
 
 Checkpoint parts of a trained role: ``actor`` (Hugging Face format, rank 0) and
-``actor_state`` (DCP shards of every rank); likewise for the critic. Not wired here (the
-config refuses them): PPO-ptx, and FSDP2 with the rollout on the actor's ranks (sampling from
-shards is not built; placed apart, the rollout samples from gathered weights). The data-parallel
-update checks every optimiser step as the in-process one does (``on_nonfinite``: stop or skip,
-decided alike on every rank from values summed over the ranks).
+``actor_state`` (DCP shards of every rank); likewise for the critic.
+
+The update: each trained rank receives the one update loop (glassrl.rl.update.run_updates) bound
+as the in-process build binds it (glassrl.rl.build.role_update), its ranks being
+the rank's DataParallelModel: the same loss, checks (``on_nonfinite``: stop or skip, decided alike
+on every rank from values summed over the ranks), on-policy forward outputs (the driver puts each
+rank's rows back: glassrl.workers.ray.RayActor.update_on_policy), PPO-ptx (the driver draws
+each optimiser step's supervised pairs from its stream and splits them over the ranks) and
+model.shared_prefix (every rank's forward passes in the layout; the rows of a prompt that a rank
+holds are grouped, so a prompt split over ranks is computed once on each). Not wired
+here (the config refuses them: glassrl.rl.checks): FSDP2 with the rollout on the actor's ranks
+(sampling from shards is not built; placed apart, the rollout samples from gathered weights).
 """
 
 from __future__ import annotations
@@ -38,23 +45,22 @@ from pathlib import Path
 
 import torch
 
-from glassrl.errors import GlassrlError
-from glassrl.optim import check_weights, make_optimizer, on_bad_step, optimizer_path, seed_everything
+from glassrl.optim import make_optimizer, optimizer_path, seed_everything
 from glassrl.rl.build import (
     Workers,
-    actor_loss,
     actor_optimizer_steps,
     build_reward,
-    critic_loss,
     critic_path,
     forward_passes,
     lora_settings,
+    role_update,
     rollout_engine,
+    under_autocast,
     with_lora,
 )
 from glassrl.rl.config import RayRoleConfig, RayRolloutConfig, Resolved, TrainConfig
-from glassrl.rl.ptx import PtxLoss
-from glassrl.rl.update import DIAGNOSTIC_METRICS, actor_forward, critic_forward
+from glassrl.rl.loss import actor_forward, critic_forward
+from glassrl.rl.ptx import PtxLoss, PtxTerm
 
 
 def build_ray_workers(
@@ -62,6 +68,7 @@ def build_ray_workers(
 ) -> Workers:
     """Groups of Ray actors for the roles ``cfg`` needs, behind the worker interface; ``Workers.close``
     stops them. GlassrlError when the cluster cannot be joined or the groups cannot be placed."""
+    from glassrl.models import pad_id
     from glassrl.workers.local import LocalReward
     from glassrl.workers.ray import (
         RayActor,
@@ -74,12 +81,12 @@ def build_ray_workers(
         connect,
     )
 
-    if ptx is not None:
-        raise GlassrlError("algo.ptx_coef: PPO-ptx is not wired into trainer.backend = ray")
     ray, m = cfg.ray, cfg.model
     lora_reference = cfg.model.lora is not None and m.reference is None
     apart = ray.rollout.placement == "apart"
-    specs = [_spec("actor", ray.actor, partial(actor_rank, cfg, resolved, str(path)))]
+    # each rank adds its part of PPO-ptx's term; the driver draws the pairs (RayActor)
+    term = None if ptx is None else PtxTerm(ptx.coef, ptx.micro_batch, ptx.pad_id)
+    specs = [_spec("actor", ray.actor, partial(actor_rank, cfg, resolved, str(path), term))]
     if apart:
         specs.append(_spec("rollout", ray.rollout, partial(rollout_rank, cfg, str(path))))
     if resolved.uses_reference and not lora_reference:
@@ -92,19 +99,19 @@ def build_ray_workers(
     cluster = RayCluster(specs, ray.placement)
     try:
         actors = cluster["actor"]
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        pad = pad_id(tokenizer)
         reference = None
         if resolved.uses_reference:
             reference = RayReference(actors) if lora_reference else RayReference(cluster["reference"])
-        sync, rollout = None, RayRollout(actors, pad_id, ranks=ray.rollout_ranks)
+        sync, rollout = None, RayRollout(actors, pad, ranks=ray.rollout_ranks)
         if apart:
             rollouts = cluster["rollout"]
             # NCCL when both sides hold a GPU, else gloo (a GPU actor's buckets staged through the CPU).
             device = "cuda" if _device(ray.actor) == _device(ray.rollout) == "cuda" else "cpu"
-            sync, rollout = RayWeightSync(actors, rollouts, device), RayRollout(rollouts, pad_id)
+            sync, rollout = RayWeightSync(actors, rollouts, device), RayRollout(rollouts, pad)
         paths = _rank0(actors, "paths") | (_rank0(cluster["rollout"], "paths") if apart else {})
         return Workers(
-            actor=RayActor(actors, weight_sync=sync),
+            actor=RayActor(actors, weight_sync=sync, ptx=ptx),
             rollout=rollout,
             reward=RayReward(cluster["reward"]) if ray.reward is not None else LocalReward(build_reward(cfg)),
             reference=reference,
@@ -136,13 +143,14 @@ def _spec(role: str, group: RayRoleConfig | RayRolloutConfig, build):
 # ---------------------------------------------------------------- what each rank builds (in its process)
 
 
-def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ctx) -> dict:
-    """Rank ``ctx.rank`` of π_θ: "actor" (its replica, optimiser, update), "rollout" (sampling with
-    the replica, on the first ``ray.rollout_ranks`` ranks) or, with the rollout apart, "weights"
-    (the sending side of the weight sync) and, under LoRA, "reference"."""
+def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ptx: PtxTerm | None, ctx) -> dict:
+    """Rank ``ctx.rank`` of π_θ: "actor" (its replica, optimiser, update; ``ptx``: PPO-ptx's term, on
+    the pairs the driver sends), "rollout" (sampling with the replica, on the first ``ray.rollout_ranks``
+    ranks) or, with the rollout apart, "weights" (the sending side of the weight sync) and, under LoRA,
+    "reference"."""
     from glassrl.models import load_causal_lm, load_tokenizer
     from glassrl.models.precision import check_master_weights, compute_dtype
-    from glassrl.workers.data_parallel import DataParallelActor, DataParallelModel, run_dp_updates
+    from glassrl.workers.data_parallel import DataParallelActor, DataParallelModel
     from glassrl.workers.local import LocalRollout
     from glassrl.workers.lora import LoraReference
     from glassrl.workers.weight_sync import WeightSender
@@ -154,24 +162,22 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ctx) -> dict:
     load_lm = partial(load_causal_lm, dtype=m.dtype, device=str(ctx.device))
     model, _ = with_lora(load_lm(Path(path)), lora_settings(cfg), Path(path), load_lm)
     check_master_weights(model, compute)
+    _check_layout(cfg, model)
     dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
     # After wrapping: under FSDP2 the optimiser must hold the sharded parameters.
     optimizer, scheduler = make_optimizer(dp.module, cfg.actor_optim, actor_optimizer_steps(cfg, resolved))
-    update = partial(
-        run_dp_updates,
-        micro_batch=micro,
-        grad_clip=cfg.actor_optim.grad_clip,
-        forward=partial(actor_forward, r.temperature, a.entropy_coef > 0),
-        terms=actor_loss(cfg, resolved),
-        prefix="actor",
-        diagnostics=DIAGNOSTIC_METRICS,
-        on_bad_step=partial(on_bad_step, cfg.on_nonfinite),
-        check_weights=check_weights,
-    )
-    forward = partial(actor_forward, r.temperature, True)  # phase 3 logs the entropy
+    shared = m.shared_prefix is True
+    # phase 3 logs the entropy
+    forward = under_autocast(cfg, partial(actor_forward, r.temperature, True, shared_prefix=shared), dp)
     objects = {
         "actor": DataParallelActor(
-            dp, tokenizer, optimizer, scheduler, micro_batch=micro, update=update, forward=forward
+            dp,
+            tokenizer,
+            optimizer,
+            scheduler,
+            micro_batch=micro,
+            update=role_update(cfg, resolved, "actor", ptx, ranks=dp),
+            forward=forward,
         )
     }
     objects["paths"] = {"optimiser": optimizer_path(optimizer)}  # read by the driver's start-up lines
@@ -213,31 +219,25 @@ def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
     """Rank ``ctx.rank`` of V: "critic" (its replica, optimiser, update)."""
     from glassrl.models import load_scalar_model, load_tokenizer
     from glassrl.models.precision import check_master_weights, compute_dtype
-    from glassrl.workers.data_parallel import DataParallelCritic, DataParallelModel, run_dp_updates
+    from glassrl.workers.data_parallel import DataParallelCritic, DataParallelModel
 
     seed_everything(cfg.seed)  # the fresh head: the draws of the in-process build (glassrl.models.loading)
     m = cfg.model
-    micro = cfg.batch.micro_batch_responses
     load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=str(ctx.device))
     base = critic_path(cfg, Path(actor))
     model, _ = with_lora(load_critic(base), lora_settings(cfg), base, load_critic)
     check_master_weights(model, compute_dtype(m.compute_dtype))
+    _check_layout(cfg, model)
     dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
     optimizer, scheduler = make_optimizer(dp.module, cfg.critic_optim, resolved.total_optimizer_steps)
-    update = partial(
-        run_dp_updates,
-        micro_batch=micro,
-        grad_clip=cfg.critic_optim.grad_clip,
-        forward=critic_forward,
-        terms=critic_loss(cfg, resolved),
-        prefix="critic",
-        diagnostics=DIAGNOSTIC_METRICS,
-        on_bad_step=partial(on_bad_step, cfg.on_nonfinite),
-        check_weights=check_weights,
-    )
-    tokenizer = load_tokenizer(actor)
     critic = DataParallelCritic(
-        dp, tokenizer, optimizer, scheduler, micro_batch=micro, update=update, forward=critic_forward
+        dp,
+        load_tokenizer(actor),
+        optimizer,
+        scheduler,
+        micro_batch=cfg.batch.micro_batch_responses,
+        update=role_update(cfg, resolved, "critic", ranks=dp),
+        forward=under_autocast(cfg, partial(critic_forward, shared_prefix=m.shared_prefix is True), dp),
     )
     return {"critic": critic}
 
@@ -249,7 +249,16 @@ def reference_rank(cfg: TrainConfig, path: str, ctx) -> dict:
 
     m = cfg.model
     model = load_causal_lm(path, dtype=m.dtype, device=str(ctx.device))
+    _check_layout(cfg, model)
     return {"reference": LocalReference(model, forward_passes(cfg))}
+
+
+def _check_layout(cfg: TrainConfig, model) -> None:
+    """model.shared_prefix relies on the model's attention honouring the layout's mask (as in process)."""
+    from glassrl.models.shared_prefix import check_shared_prefix
+
+    if cfg.model.shared_prefix is True:
+        check_shared_prefix(model)
 
 
 def reward_rank(cfg: TrainConfig, ctx) -> dict:

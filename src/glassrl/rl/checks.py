@@ -11,7 +11,8 @@ import dataclasses
 from collections.abc import Set
 from typing import TYPE_CHECKING
 
-from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS, REQUIRED_INPUTS
+from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS
+from glassrl.algos.losses import POLICY_LOSSES
 from glassrl.config import at_least, check_threads, fail, get_dotted, knob_set
 from glassrl.data.sources import Source, parse_sources
 from glassrl.errors import GlassrlError
@@ -34,7 +35,7 @@ def check_train_config(cfg: TrainConfig, written: Set[str] | None = None) -> Non
 
 def uses_critic(algo: AlgoConfig) -> bool:
     """Whether the advantage estimator reads values V(s_i), i.e. the run trains a critic."""
-    return "values" in REQUIRED_INPUTS[algo.advantage]
+    return ADVANTAGE_ESTIMATORS[algo.advantage].critic
 
 
 def agentic(cfg: TrainConfig) -> bool:
@@ -135,7 +136,6 @@ def loss_params(algo: AlgoConfig):
 def _check_names(cfg: TrainConfig) -> None:
     from glassrl.algos.aggregation import AGGREGATIONS
     from glassrl.algos.kl import KL_ESTIMATORS
-    from glassrl.algos.losses import POLICY_LOSSES
     from glassrl.rewards import REWARD_SOURCES
 
     registries = [
@@ -220,32 +220,13 @@ def _check_reward_model_critic(cfg: TrainConfig) -> None:
         fail("model.critic_head", cfg.model.critic_head, f"model.critic = reward_model needs the reward model's {head}")
 
 
-# The algo.* knobs each advantage estimator reads (AdvantageParams), besides the critic's.
-ESTIMATOR_KNOBS: dict[str, tuple[str, ...]] = {
-    "gae": ("gamma", "lam"),
-    "grpo": (),
-    "dr_grpo": (),
-    "grpo_process": (),
-    "rloo": (),
-    "remax": (),
-    "reinforce_pp": ("gamma",),  # discounted return-to-go, GAE with V = 0 and λ = 1
-    "reinforce_pp_baseline": (),
-}
+# The algo.* knobs each advantage estimator and each policy loss reads: their registry entries'.
+ESTIMATOR_KNOBS: dict[str, tuple[str, ...]] = {name: e.knobs for name, e in ADVANTAGE_ESTIMATORS.items()}
+POLICY_LOSS_KNOBS: dict[str, tuple[str, ...]] = {name: e.knobs for name, e in POLICY_LOSSES.items()}
 
 
-# The algo.* knobs each policy loss reads (PolicyLossParams; glassrl.algos.losses).
-POLICY_LOSS_KNOBS: dict[str, tuple[str, ...]] = {
-    "ppo_clip": ("clip_low", "clip_high"),
-    "dual_clip": ("clip_low", "clip_high", "dual_clip_c"),
-    "gspo": ("clip_low", "clip_high"),
-    "cispo": ("cispo_eps_is_low", "cispo_eps_is_high"),
-    "aspo": ("clip_low", "clip_high", "dual_clip_c"),
-    "clip_cov": ("clip_low", "clip_high", "clip_cov_r", "clip_cov_omega_low", "clip_cov_omega_high"),
-    "reinforce": (),
-}
-
-
-# Read only when the estimator reads values, i.e. the run trains a critic.
+# Read only when the estimator reads values, i.e. the run trains a critic (checked before the
+# estimator's knobs, so that a critic-free run hears why algo.critic_lam is ignored).
 CRITIC_KNOBS = (
     "model.critic",
     "model.critic_head",
@@ -266,19 +247,20 @@ def _check_ignored(cfg: TrainConfig, written: Set[str] | None) -> None:
         if knob_set(cfg, key, written):
             fail(key, get_dotted(cfg, key), f"ignored: {why}; remove it")
 
+    def unread(key: str, chosen: str, table: dict[str, tuple[str, ...]]) -> None:
+        """Each knob of ``table`` (registry name -> knobs) that the ``chosen`` entry does not read."""
+        for knob in dict.fromkeys(k for knobs in table.values() for k in knobs):
+            if knob not in table[chosen]:
+                readers = ", ".join(name for name, knobs in table.items() if knob in knobs)
+                ignored(f"algo.{knob}", f"{key} = {chosen} does not read it (only {readers})")
+
     if not uses_critic(a):
         for key in CRITIC_KNOBS:
             ignored(key, f"only a critic uses it, and algo.advantage = {a.advantage} has none")
-    for knob in ("gamma", "lam"):
-        if knob not in ESTIMATOR_KNOBS[a.advantage]:
-            readers = ", ".join(name for name, knobs in ESTIMATOR_KNOBS.items() if knob in knobs)
-            ignored(f"algo.{knob}", f"algo.advantage = {a.advantage} does not read it (only {readers})")
+    unread("algo.advantage", a.advantage, ESTIMATOR_KNOBS)
     if a.critic_lam is not None and a.length_alpha is not None:
         ignored("algo.lam", "algo.length_alpha sets the policy's λ and algo.critic_lam the critic's")
-    for knob in dict.fromkeys(k for knobs in POLICY_LOSS_KNOBS.values() for k in knobs):
-        if knob not in POLICY_LOSS_KNOBS[a.policy_loss]:
-            readers = ", ".join(name for name, knobs in POLICY_LOSS_KNOBS.items() if knob in knobs)
-            ignored(f"algo.{knob}", f"algo.policy_loss = {a.policy_loss} does not read it (only {readers})")
+    unread("algo.policy_loss", a.policy_loss, POLICY_LOSS_KNOBS)
     if a.loss_agg != "seq-mean-token-sum-norm":
         ignored("algo.norm_length", f"the L of loss_agg seq-mean-token-sum-norm; algo.loss_agg = {a.loss_agg}")
     if kl.placement == "none":
@@ -390,7 +372,7 @@ def _check_overlap(cfg: TrainConfig) -> None:
     a, r = cfg.algo, cfg.rollout
     if a.dynamic_sampling:
         fail("rollout.overlap", True, "algo.dynamic_sampling samples more rounds within a step; choose one")
-    if "baseline_rewards" in REQUIRED_INPUTS[a.advantage]:
+    if "baseline_rewards" in ADVANTAGE_ESTIMATORS[a.advantage].inputs:
         fail(
             "rollout.overlap",
             True,
@@ -452,13 +434,16 @@ def _check_ray(cfg: TrainConfig, written: Set[str] | None) -> None:
             "sampling from FSDP2 shards is not built; sample on ranks of their own (ray.rollout.placement: apart), "
             "which the actor's gathered weights keep in sync (docs/scale-out.md)",
         )
-    if a.ptx_coef > 0:
-        fail("algo.ptx_coef", a.ptx_coef, "PPO-ptx is not wired into trainer.backend = ray; use trainer.backend: local")
     if agentic(cfg):
         fail("rollout.agent", "on", "multi-turn rollouts are not wired into trainer.backend = ray")
     if cfg.model.padding_free:
         fail("model.padding_free", True, "not wired into trainer.backend = ray; use trainer.backend: local")
-    if cfg.model.shared_prefix is True:
-        fail("model.shared_prefix", True, "not wired into trainer.backend = ray; use trainer.backend: local")
     if cfg.rollout.overlap:
         fail("rollout.overlap", True, "not wired into trainer.backend = ray; use trainer.backend: local")
+    teachers = [i for i, s in enumerate(cfg.reward.sources) if s.get("name") == "teacher"]
+    if teachers:
+        fail(
+            f"reward.sources[{teachers[0]}].name",
+            "teacher",
+            "on-policy distillation is not wired into trainer.backend = ray; use trainer.backend: local",
+        )

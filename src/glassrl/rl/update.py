@@ -15,68 +15,46 @@ when every micro-batch has the same number of tokens).
 
 Terms are selected by config values (a coefficient > 0, a KL placement), never
 by algorithm name: :func:`actor_terms` and :func:`critic_terms`.
+
+:func:`run_updates` is the one update loop, in one process and on each rank of a data-parallel
+group alike: what differs is its ``ranks`` (:class:`Ranks`), the collectives it calls at fixed
+points (the units of a mini-batch summed over the ranks, the gradient reduced in the last pass,
+each step's values summed before the non-finite check), the identity in one process
+(:class:`OneProcess`) and torch.distributed's on a rank (glassrl.workers.data_parallel).
+
+One update, followed from the trainer: Trainer.step (glassrl.rl.loop) runs phase 6 in
+Trainer._update, which builds the plan (:func:`minibatch_plan`) and calls ``workers.critic.update(critic_batch(exp), plan)``, then
+``workers.actor.update(actor_batch(exp), plan)`` (or ``update_on_policy``, which also returns
+phase 3's log-probs and entropy). In one process that is glassrl.workers.local.LocalActor, which
+calls the ``update`` glassrl.rl.build bound for it (:func:`run_updates` with the config's loss:
+glassrl.rl.build.role_update); on Ray, glassrl.workers.ray.RayActor splits the batch and plan
+over the ranks and each rank's glassrl.workers.data_parallel.DataParallelActor calls the same
+function, bound by glassrl.rl.build_ray with its ranks. Here, per mini-batch: the micro-batches'
+forward and backward passes, PPO-ptx's term, the clipped gradient norm, the non-finite check,
+``optimizer.step()``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import partial
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import torch
 
 from glassrl.algos.aggregation import aggregate
-from glassrl.algos.losses import (
-    PolicyLossParams,
-    entropy_loss_term,
-    get_policy_loss,
-    kl_loss_term,
-    positive_nll_term,
-    value_loss,
-)
 from glassrl.algos.masked import masked_sum
-from glassrl.algos.rollout_is import truncated_is_weights
-from glassrl.errors import GlassrlError
-from glassrl.models.logprobs import response_logprobs
 from glassrl.models.shared_prefix import prompt_order
-from glassrl.models.values import response_values
 from glassrl.optim import check_weights, nonfinite, on_bad_step
 from glassrl.rl.experience import Experience
+from glassrl.rl.loss import DIAGNOSTIC_METRICS, Forward, Term
 from glassrl.rl.phases import model_batch
-from glassrl.rl.ptx import PtxLoss
+from glassrl.rl.ptx import PtxTerm
+from glassrl.supervised.sft import Example
 
 Batch = dict[str, torch.Tensor]
-Forward = dict[str, torch.Tensor]  # model outputs of one micro-batch: "logprobs", "entropy", "values"
-
-# Diagnostics of the losses reported as metrics (docs/metrics.md): each is a masked
-# mean over a micro-batch's valid tokens, averaged over the update's micro-batches.
-DIAGNOSTIC_METRICS = {
-    "clipped_low": "clip_frac_low",
-    "clipped_high": "clip_frac_high",
-    "dual_clipped": "dual_clip_frac",
-    "cov_clipped": "cov_clip_frac",
-    "approx_kl": "approx_kl",
-    "clipped": "vf_clip_frac",
-    "is_truncated": "rollout_is_clip_frac",
-}
-
-
-@dataclass(frozen=True)
-class Term:
-    """coef × aggregate(per_token, mask, mode): one part of a loss.
-
-    name: metric key of the term's value (e.g. "actor/policy_loss").
-    mask(micro) -> (B, T) bool: the tokens it averages over (from the batch alone).
-    per_token(forward, micro) -> ((B, T) loss terms, {name: (B, T) diagnostics}).
-    """
-
-    name: str
-    coef: float
-    mode: str
-    norm_length: int | None
-    mask: Callable[[Batch], torch.Tensor]
-    per_token: Callable[[Forward, Batch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 
 def actor_batch(exp: Experience) -> Batch:
@@ -127,14 +105,66 @@ class _Stats:
         self.sums[key] = self.sums.get(key, 0.0) + total.detach().double()
         self.counts[key] = self.counts.get(key, 0) + count
 
-    def means(self) -> dict[str, float]:
-        """Sum / count per key; a key whose count stayed 0 (no valid token) is left out."""
+    def means(self, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[str, float]:
+        """Sum / count per key, sums and counts first summed over the ranks by ``reduce`` when given;
+        a key whose count stayed 0 (no valid token) is left out."""
         keys = list(self.sums)
-        if not keys:  # every optimiser step skipped as non-finite
+        if not keys:  # every optimiser step skipped as non-finite (on every rank alike)
             return {}
-        sums = torch.stack([torch.as_tensor(self.sums[k]).cpu() for k in keys]).tolist()
-        counts = torch.stack([torch.as_tensor(self.counts[k]).cpu() for k in keys]).tolist()
-        return {k: total / count for k, total, count in zip(keys, sums, counts) if count > 0}
+        sums = torch.stack([torch.as_tensor(self.sums[k]).cpu() for k in keys])  # (K,) float64
+        counts = torch.stack([torch.as_tensor(self.counts[k]).cpu() for k in keys])  # (K,)
+        if reduce is not None:
+            sums, counts = reduce(torch.stack([sums, counts.to(sums.dtype)])).unbind()
+        return {k: total / count for k, total, count in zip(keys, sums.tolist(), counts.tolist()) if count > 0}
+
+
+class Ranks(Protocol):
+    """The ranks an update runs on, as the loop sees them: what differs between one process
+    (:class:`OneProcess`, every collective the identity) and a rank of a data-parallel group
+    (glassrl.workers.data_parallel.DataParallelModel, DDP replicas or FSDP2 shards)."""
+
+    world_size: int
+
+    def forward(self, fn: Callable[[torch.nn.Module, Batch], Any], micro: Batch) -> Any:
+        """``fn(model, micro)``, a forward pass with gradient (through the DDP / FSDP2 wrapper)."""
+
+    def gradient_sync(self, on: bool) -> AbstractContextManager[None]:
+        """Around a forward and its backward: the gradients are reduced over the ranks only when ``on``."""
+
+    def passes(self, n: int) -> int:
+        """Passes to run when this rank has ``n``: n, or the most any rank has (FSDP2 gathers in each)."""
+
+    def sum(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` summed over the ranks."""
+
+    def combine(self, values: dict[str, torch.Tensor], alike: str) -> tuple[dict[str, torch.Tensor], str]:
+        """An optimiser step's values over all ranks: each this rank's share, summed, except
+        ``alike``, equal on every rank (rank 0's); and " on ranks r, … of W" naming the ranks
+        whose own shares are not finite ("" in one process)."""
+
+
+class OneProcess:
+    """The update in one process: every collective is the identity."""
+
+    world_size = 1
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def forward(self, fn: Callable[[torch.nn.Module, Batch], Any], micro: Batch) -> Any:
+        return fn(self.model, micro)
+
+    def gradient_sync(self, on: bool) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def passes(self, n: int) -> int:
+        return n
+
+    def sum(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def combine(self, values: dict[str, torch.Tensor], alike: str) -> tuple[dict[str, torch.Tensor], str]:
+        return values, ""
 
 
 def run_updates(
@@ -149,10 +179,12 @@ def run_updates(
     forward: Callable[[torch.nn.Module, Batch], Forward],
     terms: list[Term],
     prefix: str,
-    ptx: PtxLoss | None = None,
+    ptx: PtxTerm | None = None,
     on_nonfinite: str = "stop",
     forward_outputs: Forward | None = None,
     shared_prefix: bool = False,
+    ranks: Ranks | None = None,
+    ptx_pairs: list[list[Example]] | None = None,
 ) -> dict[str, float]:
     """One optimiser step per index tensor of ``plan``; returns metrics averaged over them.
 
@@ -162,11 +194,23 @@ def run_updates(
     clipping, Pascanu et al. 2013) averaged over optimiser steps; ``{prefix}/lr``
     after the last step. With ``ptx`` each optimiser step also takes γ × the SFT loss of a
     supervised batch (PPO-ptx, Ouyang et al. 2022, eq. 2); ``{prefix}/ptx_loss`` averages it.
+    The pairs of step k are ``ptx_pairs[k]`` (this rank's part of the batch the driver drew:
+    glassrl.workers.ray.RayActor), or, without ``ptx_pairs``, the next batch of ``ptx``'s stream
+    (a glassrl.rl.ptx.PtxLoss).
+
+    ``ranks`` (None: :class:`OneProcess`): this process is one rank of a data-parallel group
+    (glassrl.workers.data_parallel.DataParallelModel), ``model`` its replica or shard, and
+    ``batch`` and ``plan`` its part of the driver's (glassrl.workers.sharding.shard_plan). What must
+    be global is: each micro-batch's weight is its share of the units of the *whole* mini-batch
+    (summed over the ranks), so the gradients DDP / FSDP2 average, × W, sum to the one of the
+    whole mini-batch; the values checked and logged are summed over the ranks; every rank
+    returns the same metrics.
 
     Before each optimiser step its loss terms and gradient norm are checked, after it the
-    weights (glassrl.optim): a non-finite one raises NonFiniteError naming it, or
-    with ``on_nonfinite="skip"`` the step is dropped and counted in ``{prefix}/skipped_steps``
-    (present when > 0); a dropped step adds nothing to the other metrics.
+    weights (glassrl.optim), on the values of every rank: a non-finite one raises NonFiniteError
+    naming it (and the ranks whose own share is not finite), or with ``on_nonfinite="skip"`` the
+    step is dropped and counted in ``{prefix}/skipped_steps`` (present when > 0); a dropped step
+    adds nothing to the other metrics. Every rank decides alike, so none waits alone in a collective.
 
     ``forward_outputs`` (a dict to fill) asks for the on-policy update of a batch without
     ``old_logprobs``, which takes exactly one optimiser step (Trainer.step): every forward pass
@@ -181,11 +225,13 @@ def run_updates(
     The mini-batch's gradient is a sum over its rows, whatever the cut, so the step is the same; only
     the diagnostics, means per micro-batch, may differ when micro_batch < the mini-batch.
     """
+    ranks = OneProcess(model) if ranks is None else ranks
     on_policy = forward_outputs is not None
     if on_policy and len(plan) != 1:
         raise ValueError(f"run_updates: a batch without old_logprobs takes one optimiser step, not {len(plan)}")
     kept: list[tuple[torch.Tensor, Forward]] = []  # on-policy: (rows, forward outputs) per micro-batch
-    stats = _Stats()
+    stats = _Stats()  # per optimiser step taken, the step's values over all ranks
+    diagnostics = _Stats()  # per micro-batch of this rank, summed over the ranks at the end
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
     skipped = 0
@@ -201,225 +247,78 @@ def run_updates(
             index = index[place[index.to(place.device)].argsort().to(index.device)]  # mini-batch rows in that order
         parts = index.split(micro_batch)
         micros = [select(batch, part) for part in parts]
-        totals = {t.name: sum(_units(t.mask(m), t.mode) for m in micros).clamp(min=1) for t in terms}
+        units = torch.stack([sum(_units(t.mask(m), t.mode) for m in micros) for t in terms])  # (terms,) this rank's
+        totals = dict(zip([t.name for t in terms], ranks.sum(units).clamp(min=1)))  # of the whole mini-batch
         values = {t.name: torch.zeros((), device=batch["response_mask"].device) for t in terms}
-        diagnostics_of_step = []  # (key, total, count), added to stats only when the step is taken
+        diagnostics_of_step = []  # (key, total, count), added to the metrics only when the step is taken
+        pairs = None if ptx is None else ptx.take() if ptx_pairs is None else ptx_pairs[k]  # PPO-ptx's
         optimizer.zero_grad(set_to_none=True)
-        for part, micro in zip(parts, micros):
-            out = forward(model, micro)
-            if on_policy:  # π_old = π_θ before the one optimiser step: log π_old is this forward's, detached
-                micro["old_logprobs"] = out["logprobs"].detach()
-                kept.append((part, {key: value.detach() for key, value in out.items()}))
-            # The loss, each term aggregated by its own mode and weighted by its share of the
-            # mini-batch's units (so the accumulated gradient is the mini-batch's):
-            #     actor:  L = L_π + β·KL − c·H + μ·NLL   (actor_terms; a term whose coefficient is 0 is absent)
-            #     critic: L = L_V                        (critic_terms)
-            # and, once per actor optimiser step below, + γ·L_ptx (PPO-ptx).
-            loss = torch.zeros((), device=micro["response_mask"].device)
-            for term in terms:
-                mask = term.mask(micro)
-                per_token, diagnostics = term.per_token(out, micro)
-                share = _units(mask, term.mode) / totals[term.name]
-                value = share * aggregate(per_token, mask, term.mode, term.norm_length)
-                loss = loss + term.coef * value
-                values[term.name] = values[term.name] + value.detach()
-                tokens = mask.sum()
-                for key, diag in diagnostics.items():
-                    if key in DIAGNOSTIC_METRICS:  # a micro-batch without valid tokens counts 0 times
-                        micro_mean = masked_sum(diag.double(), mask) / tokens.clamp(min=1)
-                        diagnostics_of_step.append(
-                            (f"{prefix}/{DIAGNOSTIC_METRICS[key]}", micro_mean, (tokens > 0).long())
-                        )
-            loss.backward()
-        ptx_loss = ptx.backward(model) if ptx is not None else None
+        passes = ranks.passes(len(micros))
+        for j in range(passes):
+            real = j < len(micros)  # FSDP2: a rank with fewer micro-batches runs its last again, weighted 0
+            part, micro = parts[min(j, len(parts) - 1)], micros[min(j, len(micros) - 1)]
+            with ranks.gradient_sync(j == passes - 1 and pairs is None):  # reduced over the ranks once, last
+                out = ranks.forward(forward, micro)
+                if on_policy and real:  # π_old = π_θ before the one optimiser step: log π_old is this forward's
+                    micro["old_logprobs"] = out["logprobs"].detach()
+                    kept.append((part, {key: value.detach() for key, value in out.items()}))
+                # The loss, each term aggregated by its own mode and weighted by its share of the
+                # mini-batch's units (so the accumulated gradient is the mini-batch's):
+                #     actor:  L = L_π + β·KL − c·H + μ·NLL   (actor_terms; a term whose coefficient is 0 is absent)
+                #     critic: L = L_V                        (critic_terms)
+                # and, once per actor optimiser step below, + γ·L_ptx (PPO-ptx).
+                loss = torch.zeros((), device=micro["response_mask"].device)
+                for term in terms:
+                    mask = term.mask(micro)
+                    per_token, diags = term.per_token(out, micro)
+                    share = _units(mask, term.mode) / totals[term.name]
+                    value = share * aggregate(per_token, mask, term.mode, term.norm_length)
+                    loss = loss + term.coef * value
+                    if not real:
+                        continue
+                    values[term.name] = values[term.name] + value.detach()
+                    tokens = mask.sum()
+                    for key, diag in diags.items():
+                        if key in DIAGNOSTIC_METRICS:  # a micro-batch without valid tokens counts 0 times
+                            micro_mean = masked_sum(diag.double(), mask) / tokens.clamp(min=1)
+                            diagnostics_of_step.append(
+                                (f"{prefix}/{DIAGNOSTIC_METRICS[key]}", micro_mean, (tokens > 0).long())
+                            )
+                # DDP and FSDP2 average the ranks' gradients: × W makes that the sum of their shares.
+                (loss * (ranks.world_size if real else 0)).backward()
+        device = batch["response_mask"].device
+        ptx_loss = ptx.backward(pairs, ranks, device) if pairs is not None else None
         # With no limit the norm is still computed (and logged): clip at +inf is a no-op.
         norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf)
-        checked = {**values, f"{prefix}/grad_norm": norm}
+        step_values = {**values, f"{prefix}/grad_norm": norm}
         if ptx_loss is not None:
-            checked[f"{prefix}/ptx_loss"] = ptx_loss
+            step_values[f"{prefix}/ptx_loss"] = ptx_loss
+        # The terms (and ptx) summed over the ranks; the norm is of the summed gradient already.
+        checked, on = ranks.combine(step_values, alike=f"{prefix}/grad_norm")
         if bad := nonfinite(checked):
-            on_bad_step(on_nonfinite, bad, f"{prefix} update, optimiser step {k + 1} of {len(plan)}")
+            on_bad_step(on_nonfinite, bad, f"{prefix} update{on}, optimiser step {k + 1} of {len(plan)}")
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()  # the schedule keeps its length: a skipped step is a step not taken
             skipped += 1
             continue
         optimizer.step()
         scheduler.step()
-        check_weights(model, params, f"{prefix} update, optimiser step {k + 1} of {len(plan)}")
+        check_weights(model, params, f"{prefix} update, optimiser step {k + 1} of {len(plan)}", reduce=ranks.sum)
         for diagnostic in diagnostics_of_step:
-            stats.add(*diagnostic)
+            diagnostics.add(*diagnostic)
         one = torch.ones((), dtype=torch.long, device=norm.device)
         if ptx_loss is not None:
-            stats.add(f"{prefix}/ptx_loss", ptx_loss, one.cpu())
-        for name, value in values.items():  # the mini-batch's aggregate, once per optimiser step
-            stats.add(name, value, one)
-        stats.add(f"{prefix}/grad_norm", norm, one)
+            stats.add(f"{prefix}/ptx_loss", checked[f"{prefix}/ptx_loss"], one.cpu())
+        for name in values:  # the mini-batch's aggregate, once per optimiser step
+            stats.add(name, checked[name], one)
+        stats.add(f"{prefix}/grad_norm", checked[f"{prefix}/grad_norm"], one)
     if on_policy:
         rows = torch.cat([part for part, _ in kept]).to(batch["response_mask"].device)  # a permutation of 0..B−1
         for key in kept[0][1]:
             stacked = torch.cat([out[key] for _, out in kept])  # (B, T) in plan order
             forward_outputs[key] = torch.empty_like(stacked).index_copy(0, rows, stacked)  # (B, T) in row order
-    metrics = stats.means()
+    metrics = {**diagnostics.means(ranks.sum), **stats.means()}
     metrics[f"{prefix}/lr"] = scheduler.get_last_lr()[0]
     if skipped:
         metrics[f"{prefix}/skipped_steps"] = skipped
     return metrics
-
-
-# ---------------------------------------------------------------- forward passes
-# Module-level functions bound with functools.partial (not closures): a remote
-# worker can receive them pickled.
-
-
-def actor_forward(
-    temperature: float,
-    with_entropy: bool,
-    model: torch.nn.Module,
-    micro: Batch,
-    *,
-    packed: bool = False,
-    shared_prefix: bool = False,
-) -> Forward:
-    """log π_θ(a_i|s_i) (B, T) at the sampling temperature, and the entropy H(π_θ(·|s_i)) (B, T)
-    when a term needs it (``with_entropy``) or the batch has no old_logprobs (the on-policy update
-    of :func:`run_updates` stands in for phase 3, whose metrics show the entropy: detached then,
-    unless a term needs it). Both from the same logits. ``packed``: padding-free (model.padding_free);
-    ``shared_prefix``: each distinct prompt once (model.shared_prefix)."""
-    T = micro["response_mask"].shape[1]
-    logprobs, entropy = response_logprobs(
-        model,
-        micro["input_ids"],
-        micro["attention_mask"],
-        T,
-        temperature=temperature,
-        with_entropy=with_entropy or "old_logprobs" not in micro,
-        entropy_grad=with_entropy,
-        packed=packed,
-        shared_prefix=shared_prefix,
-    )
-    return {"logprobs": logprobs} if entropy is None else {"logprobs": logprobs, "entropy": entropy}
-
-
-def critic_forward(
-    model: torch.nn.Module, micro: Batch, *, packed: bool = False, shared_prefix: bool = False
-) -> Forward:
-    """V(s_i) (B, T), read at the position before token i (DESIGN §1). ``packed``: padding-free;
-    ``shared_prefix``: each distinct prompt once (model.shared_prefix)."""
-    T = micro["response_mask"].shape[1]
-    values = response_values(
-        model, micro["input_ids"], micro["attention_mask"], T, packed=packed, shared_prefix=shared_prefix
-    )
-    return {"values": values}
-
-
-# ---------------------------------------------------------------- actor terms
-
-
-def _response_mask(micro: Batch) -> torch.Tensor:
-    return micro["response_mask"]
-
-
-def _positive_mask(micro: Batch) -> torch.Tensor:
-    # VAPO positive-example LM loss: normalised over the tokens of positive responses only.
-    return micro["response_mask"] & (micro["scores"] > 0).unsqueeze(-1)  # (B, T)
-
-
-def _policy_per_token(name: str, params: PolicyLossParams, is_cap: float | None, out: Forward, micro: Batch):
-    mask = micro["response_mask"]
-    result = get_policy_loss(name)(out["logprobs"], micro["old_logprobs"], micro["advantages"], mask, params)
-    # approx. KL(π_old || π_θ) of the update, k3 = (r − 1) − log r (Schulman 2020), as CleanRL logs it.
-    log_ratio = torch.where(mask, out["logprobs"].detach() - micro["old_logprobs"], 0.0)
-    diagnostics = {**result.diagnostics, "approx_kl": torch.expm1(log_ratio) - log_ratio}
-    if is_cap is None:
-        return result.loss, diagnostics
-    if "rollout_logprobs" not in micro:
-        raise GlassrlError("algo.rollout_is: the rollout engine kept no log-probs of its samples (rollout_logprobs)")
-    # TIS (Yao et al. 2025): each token's policy-loss term × min(π_old/π_rollout, C), a constant.
-    weights, truncated = truncated_is_weights(micro["old_logprobs"], micro["rollout_logprobs"], mask, is_cap)
-    return result.loss * weights, {**diagnostics, "is_truncated": truncated}
-
-
-def _kl_per_token(kind: str, out: Forward, micro: Batch):
-    return kl_loss_term(out["logprobs"], micro["ref_logprobs"], micro["response_mask"], kind), {}
-
-
-def _entropy_per_token(out: Forward, micro: Batch):
-    return entropy_loss_term(out["entropy"], micro["response_mask"]), {}
-
-
-def _positive_nll_per_token(out: Forward, micro: Batch):
-    return positive_nll_term(out["logprobs"], micro["response_mask"], micro["scores"] > 0), {}
-
-
-def actor_terms(
-    *,
-    policy_loss: str,
-    params: PolicyLossParams,
-    loss_agg: str,
-    norm_length: int,
-    kl_in_loss: str | None,
-    kl_coef: float,
-    entropy_coef: float,
-    positive_nll_coef: float,
-    rollout_is_cap: float | None = None,
-) -> list[Term]:
-    """The actor's loss: the policy loss, then each auxiliary term whose coefficient is on.
-
-    kl_in_loss: the KL estimator when the KL sits in the loss (GRPO, Shao et al. 2024,
-    eq. 3), else None. The entropy bonus enters with −c₂ (PPO, Schulman et al. 2017, eq. 9).
-    rollout_is_cap: C of truncated importance sampling (glassrl.algos.rollout_is): the policy
-    loss's per-token terms are weighted by min(π_old/π_rollout, C); None = off.
-    """
-    agg = dict(mode=loss_agg, norm_length=norm_length)
-    get_policy_loss(policy_loss)  # unknown name: error now, not at the first update
-    terms = [
-        Term(
-            "actor/policy_loss",
-            1.0,
-            mask=_response_mask,
-            per_token=partial(_policy_per_token, policy_loss, params, rollout_is_cap),
-            **agg,
-        )
-    ]
-    if kl_in_loss is not None and kl_coef > 0:
-        terms.append(
-            Term("actor/kl_loss", kl_coef, mask=_response_mask, per_token=partial(_kl_per_token, kl_in_loss), **agg)
-        )
-    if entropy_coef > 0:
-        terms.append(
-            Term("actor/entropy_loss", -entropy_coef, mask=_response_mask, per_token=_entropy_per_token, **agg)
-        )
-    if positive_nll_coef > 0:
-        terms.append(
-            Term(
-                "actor/positive_nll_loss",
-                positive_nll_coef,
-                "token-mean",
-                None,
-                mask=_positive_mask,
-                per_token=_positive_nll_per_token,
-            )
-        )
-    return terms
-
-
-# ---------------------------------------------------------------- critic terms
-
-
-def _value_per_token(clip: float | None, out: Forward, micro: Batch):
-    result = value_loss(out["values"], micro["old_values"], micro["returns"], micro["response_mask"], clip)
-    return result.loss, result.diagnostics
-
-
-def critic_terms(*, value_clip: float | None, loss_agg: str, norm_length: int) -> list[Term]:
-    """The critic's loss: the (clipped) value loss against the returns R_i (DESIGN §1)."""
-    return [
-        Term(
-            "critic/value_loss",
-            1.0,
-            loss_agg,
-            norm_length,
-            mask=_response_mask,
-            per_token=partial(_value_per_token, value_clip),
-        )
-    ]

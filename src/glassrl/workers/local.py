@@ -4,6 +4,12 @@ The rollout worker samples with the actor's own model object (weights shared in
 memory, nothing to synchronise). Tensors come back on the model's device.
 See glassrl.workers.base for the protocol and the batch keys.
 
+An update is not written here: :class:`LocalActor` and :class:`LocalCritic` call the ``update``
+the build injects (glassrl.rl.build.role_update: the one update loop, glassrl.rl.update.run_updates,
+with the config's loss), in one process, where every collective of the loop is the identity; the
+Ray ranks call the same loop (glassrl.workers.data_parallel). One update: Trainer.step →
+Trainer._update → ``LocalActor.update`` → that loop → ``optimizer.step()``.
+
 How a run's forward passes without gradient run is one :class:`Passes`, the same for every role
 (glassrl.rl.build.forward_passes): micro-batches of ``micro_batch`` rows, log-probs at the
 sampling ``temperature``; ``compute`` is the dtype of the matrix products (``model.compute_dtype``): bfloat16 runs
@@ -34,7 +40,8 @@ from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
 from glassrl.workers.base import Batch
 
-# update(model, optimizer, scheduler, batch, plan) -> metrics (glassrl.rl.update.run_updates, bound)
+# update(model, optimizer, scheduler, batch, plan, **more) -> metrics: the one update loop,
+# glassrl.rl.update.run_updates, bound by glassrl.rl.build.role_update
 UpdateFn = Callable[[nn.Module, torch.optim.Optimizer, Any, Batch, list[torch.Tensor]], dict[str, float]]
 # path of an "hf" checkpoint part -> a freshly loaded module of the same kind
 LoadFn = Callable[[Path], nn.Module]
@@ -51,12 +58,6 @@ class Passes:
     shared_prefix: bool = False
 
 
-def _micro_batches(batch: Batch, size: int):
-    rows = batch["input_ids"].shape[0]
-    for start in range(0, rows, size):
-        yield {key: value[start : start + size] for key, value in batch.items()}
-
-
 def _to(batch: Batch, device: torch.device) -> Batch:
     return {key: value.to(device) for key, value in batch.items()}
 
@@ -65,60 +66,73 @@ def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def _grouped(batch: Batch, passes: Passes) -> tuple[Batch, torch.Tensor | None]:
-    """``batch`` with the rows of each prompt together when ``passes.shared_prefix`` (so that
-    micro-batches share their prompts), and the order taken (B,) long, or None."""
-    if not passes.shared_prefix:
-        return batch, None
-    order = prompt_order(batch["input_ids"], batch["attention_mask"], batch["response_mask"].shape[1])  # (B,)
-    return {key: value[order] for key, value in batch.items()}, order
-
-
-def _in_row_order(values: torch.Tensor | None, order: torch.Tensor | None) -> torch.Tensor | None:
-    """(B, T) of a batch taken in ``order`` -> (B, T) in the batch's own row order."""
-    if values is None or order is None:
-        return values
-    return torch.empty_like(values).index_copy(0, order, values)
-
-
 @torch.no_grad()
+def no_grad_passes(
+    forward: Callable[[Batch], dict[str, torch.Tensor]],
+    batch: Batch,
+    micro_batch: int,
+    *,
+    group_prompts: bool = False,
+    passes: Callable[[int], int] = lambda n: n,
+) -> dict[str, torch.Tensor]:
+    """``forward(micro)`` over ``batch`` in micro-batches of ``micro_batch`` rows, without gradient; each
+    output concatenated (B, ...) in the batch's own row order. The one no-grad pass of every worker, in
+    this process and on a data-parallel rank.
+
+    ``group_prompts`` (model.shared_prefix): the rows of each prompt are taken together, so that a
+    micro-batch holds whole groups where it can (each distinct prompt then runs once per chunk).
+    ``passes(n)``: how many passes this worker runs for its n micro-batches; more than n on an FSDP2
+    rank, which must run as many as the busiest rank (every pass gathers shards): the extra passes
+    repeat the last micro-batch and their outputs are dropped.
+    """
+    order = None
+    if group_prompts:
+        order = prompt_order(batch["input_ids"], batch["attention_mask"], batch["response_mask"].shape[1])  # (B,)
+        batch = {key: value[order] for key, value in batch.items()}
+    rows = batch["input_ids"].shape[0]
+    micros = [{key: value[s : s + micro_batch] for key, value in batch.items()} for s in range(0, rows, micro_batch)]
+    outs = [forward(micros[min(j, len(micros) - 1)]) for j in range(passes(len(micros)))][: len(micros)]
+    joined = {key: torch.cat([out[key] for out in outs]) for key in outs[0]}  # (B, ...) each
+    if order is not None:  # back to the batch's row order
+        joined = {key: torch.empty_like(value).index_copy(0, order, value) for key, value in joined.items()}
+    return joined
+
+
 def micro_batched_logprobs(
     model: nn.Module, batch: Batch, passes: Passes, with_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(a_i|s_i) (B, T) at ``passes.temperature``, and H(π(·|s_i)) (B, T) or None."""
     model.eval()
-    batch, order = _grouped(_to(batch, _device(model)), passes)
-    logprobs, entropy = [], []
-    for micro in _micro_batches(batch, passes.micro_batch):
-        T = micro["response_mask"].shape[1]
-        with compute_precision(_device(model), passes.compute):
-            lp, ent = response_logprobs(
+    device = _device(model)
+
+    def forward(micro: Batch) -> dict[str, torch.Tensor]:
+        with compute_precision(device, passes.compute):
+            logprobs, entropy = response_logprobs(
                 model,
                 micro["input_ids"],
                 micro["attention_mask"],
-                T,
+                micro["response_mask"].shape[1],
                 temperature=passes.temperature,
                 with_entropy=with_entropy,
                 packed=passes.packed,
                 shared_prefix=passes.shared_prefix,
             )
-        logprobs.append(lp)
-        entropy.append(ent)
-    logprobs, entropy = torch.cat(logprobs), (torch.cat(entropy) if with_entropy else None)  # (B, T) each
-    return _in_row_order(logprobs, order), _in_row_order(entropy, order)
+        return {"logprobs": logprobs} if entropy is None else {"logprobs": logprobs, "entropy": entropy}
+
+    out = no_grad_passes(forward, _to(batch, device), passes.micro_batch, group_prompts=passes.shared_prefix)
+    return out["logprobs"], out.get("entropy")
 
 
-@torch.no_grad()
 def _values(model: nn.Module, batch: Batch, passes: Passes) -> torch.Tensor:
     """V(s_i) (B, T), read before each token."""
     model.eval()
-    batch, order = _grouped(_to(batch, _device(model)), passes)
-    values = []
-    for micro in _micro_batches(batch, passes.micro_batch):
-        T = micro["response_mask"].shape[1]
-        with compute_precision(_device(model), passes.compute):
-            values.append(
-                response_values(
+    device = _device(model)
+
+    def forward(micro: Batch) -> dict[str, torch.Tensor]:
+        with compute_precision(device, passes.compute):
+            T = micro["response_mask"].shape[1]
+            return {
+                "values": response_values(
                     model,
                     micro["input_ids"],
                     micro["attention_mask"],
@@ -126,8 +140,9 @@ def _values(model: nn.Module, batch: Batch, passes: Passes) -> torch.Tensor:
                     packed=passes.packed,
                     shared_prefix=passes.shared_prefix,
                 )
-            )
-    return _in_row_order(torch.cat(values), order)
+            }
+
+    return no_grad_passes(forward, _to(batch, device), passes.micro_batch, group_prompts=passes.shared_prefix)["values"]
 
 
 class PretrainedExport:

@@ -8,8 +8,11 @@ here split each call over a role's ranks and put the answers back together:
 
 - forward passes without gradient (log-probs, values): rows split by token count
   (glassrl.workers.sharding.shard_rows), outputs re-assembled in batch order;
-- updates: every mini-batch of the plan split by token count (shard_plan); the
-  ranks reduce gradients and metrics among themselves and return the same metrics;
+- updates: every mini-batch of the plan split by token count (shard_plan), and PPO-ptx's
+  pairs of each optimiser step too; each rank runs the one update loop
+  (glassrl.rl.update.run_updates) on its part; the ranks reduce gradients and metrics among
+  themselves and return the same metrics; an on-policy update's log-probs and entropy come
+  back per rank and are put back in batch order;
 - reward scoring and sampling: requests and prompts split in contiguous chunks.
 
 A group is W Ray actors (:class:`RankHost`), one process each, forming one
@@ -51,7 +54,7 @@ from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rollout.base import RolloutBatch, SamplingParams, concat_rollouts
 from glassrl.workers.base import Batch
 from glassrl.workers.data_parallel import DistContext, free_port, init_group
-from glassrl.workers.sharding import gather_rows, shard_plan, shard_rows
+from glassrl.workers.sharding import balanced_partitions, gather_rows, shard_plan, shard_rows
 
 PLACEMENTS = ("colocate", "separate")
 
@@ -65,17 +68,19 @@ def _ray():
 
 
 def connect(address: str | None = None, **init_kwargs: Any) -> None:
-    """Join the Ray cluster at ``address`` (``ray.address``), or start a local one when None.
+    """Join the Ray cluster at ``address`` (``ray.address``), or start a local one of its own when None.
 
     ``init_kwargs`` go to ``ray.init`` for a local cluster (num_cpus, object_store_memory, ...).
-    Nothing happens when this process is already connected.
+    Nothing happens when this process is already connected. ``ray.init()`` without an address would
+    join a cluster it finds (``RAY_ADDRESS``, or the last one ``ray start`` left on this machine);
+    ``address="local"`` starts a new one whatever the environment says.
     """
     ray = _ray()
     if ray.is_initialized():
         return
     try:
         if address is None:
-            ray.init(**{"include_dashboard": False, **init_kwargs})
+            ray.init(**{"address": "local", "include_dashboard": False, **init_kwargs})
         else:
             ray.init(address=address)
     except (ConnectionError, RuntimeError, ValueError) as err:
@@ -268,6 +273,9 @@ class _Collective:
         self.group.call_all(self.name, self.method, str(path))
 
 
+_ROW = "_row"  # a column that travels with the rows into shard_plan: each rank's rows of the batch
+
+
 class _RayTrainee:
     """Parts: "<role>" (the model, Hugging Face format: export, from_pretrained) and
     "<role>_state" (trainable weights, optimiser and schedule, sharded with DCP: resume)."""
@@ -279,7 +287,14 @@ class _RayTrainee:
         self.part_names = (self.role, f"{self.role}_state")
 
     def update(self, batch: Batch, plan: list[torch.Tensor]) -> dict[str, float]:
-        return self.group.call_each(self.name, "update", shard_plan(batch, plan, self.group.world_size))[0]
+        return self.group.call_each(self.name, "update", self._parts(batch, plan)[0])[0]
+
+    def _parts(self, batch: Batch, plan: list[torch.Tensor]) -> tuple[list[tuple], list[torch.Tensor]]:
+        """Each rank's arguments of an update (its rows of ``batch``, its plan: shard_plan), and the
+        rows each holds (B_r,), indices into ``batch``, in the order of its part."""
+        parts = shard_plan({**batch, _ROW: torch.arange(batch["input_ids"].shape[0])}, plan, self.group.world_size)
+        rows = [part.pop(_ROW) for part, _ in parts]
+        return parts, rows
 
     def save_pretrained(self, path: str) -> None:
         self.group.call_all(self.name, "save_pretrained", str(path))
@@ -342,17 +357,41 @@ class RayActor(_RayTrainee):
     """π_θ on W data-parallel ranks (glassrl.workers.data_parallel.DataParallelActor in each).
 
     With a rollout placed apart (``weight_sync``), its copies of π_θ follow every update and
-    every load; the update's metrics then carry ``perf/weight_sync_s``.
+    every load; the update's metrics then carry ``perf/weight_sync_s``. With ``ptx`` (PPO-ptx's
+    glassrl.rl.ptx.PtxLoss, whose stream the driver checkpoints) an update draws the supervised
+    pairs of each optimiser step here and splits them over the ranks by tokens, as the rows.
     """
 
     role = "actor"
 
-    def __init__(self, group: RankGroup, name: str | None = None, weight_sync: RayWeightSync | None = None) -> None:
+    def __init__(
+        self, group: RankGroup, name: str | None = None, weight_sync: RayWeightSync | None = None, ptx=None
+    ) -> None:
         super().__init__(group, name)
-        self.weight_sync = weight_sync
+        self.weight_sync, self.ptx = weight_sync, ptx
 
     def update(self, batch: Batch, plan: list[torch.Tensor]) -> dict[str, float]:
-        metrics = super().update(batch, plan)
+        return self._synced(super().update(batch, plan))
+
+    def update_on_policy(
+        self, batch: Batch, plan: list[torch.Tensor]
+    ) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
+        """glassrl.workers.base.OnPolicyActor: each rank's log π_θ and H of its rows, put back in batch order."""
+        parts, rows = self._parts(batch, plan)
+        outs = self.group.call_each(self.name, "update_on_policy", parts)
+        logprobs, entropy = (gather_rows([out[i] for out in outs], rows) for i in (1, 2))
+        return self._synced(outs[0][0]), logprobs, entropy
+
+    def _parts(self, batch: Batch, plan: list[torch.Tensor]) -> tuple[list[tuple], list[torch.Tensor]]:
+        parts, rows = super()._parts(batch, plan)
+        if self.ptx is None:
+            return parts, rows
+        steps = [self.ptx.take() for _ in plan]  # the pairs of each optimiser step, as one process draws them
+        split = [balanced_partitions([len(p) + len(r) for p, r in pairs], self.group.world_size) for pairs in steps]
+        mine = [[[pairs[i] for i in cut[rank]] for pairs, cut in zip(steps, split)] for rank in range(len(parts))]
+        return [(*part, pairs) for part, pairs in zip(parts, mine)], rows
+
+    def _synced(self, metrics: dict[str, float]) -> dict[str, float]:
         if self.weight_sync is not None:
             metrics["perf/weight_sync_s"] = self.weight_sync()
         return metrics

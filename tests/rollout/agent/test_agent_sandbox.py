@@ -1,25 +1,31 @@
-"""The Python sandbox: escapes refused (network, writes outside, fork bomb, memory, CPU, the
-parent's environment), nothing left behind, output capped, and the positive controls that show
-each refusal is the sandbox's doing."""
+"""The Python sandbox: escapes refused (network, the host's UNIX sockets, files outside the system
+directories, writes outside, fork bomb, memory, CPU, the parent's environment), nothing left
+behind, output capped, and the positive controls that show each refusal is the sandbox's doing."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
+import tempfile
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
 
 from glassrl.errors import GlassrlError
-from glassrl.rollout.agent.sandbox import PythonTool, SandboxLimits, isolation, run_python
+from glassrl.rollout.agent import sandbox
+from glassrl.rollout.agent.sandbox import Isolation, PythonTool, SandboxLimits, _run, isolation, run_python
 
 ISO = isolation()
 needs_namespaces = pytest.mark.skipif(not ISO.namespaces, reason=f"no namespaces here: {ISO.note}")
 needs_tmp_uid = pytest.mark.skipif(not ISO.tmp_uid, reason="not root: the code runs as the caller's uid")
 needs_fs = pytest.mark.skipif("fs" not in ISO.guarantees, reason=f"no read-only mount namespace: {ISO}")
 FAST = SandboxLimits(wall_s=20.0, cpu_s=5)
+# The same program run with no namespaces, under the same uid: the control that shows the sandbox refused.
+UNSANDBOXED = Isolation(namespaces=False, tmp_uid=ISO.tmp_uid, python=ISO.python)
 
 
 def test_runs_code_in_a_fresh_directory_that_is_removed():
@@ -53,12 +59,94 @@ def test_network_is_unreachable_even_to_a_listening_socket_on_this_host():
     assert "net" in result.guarantees
 
 
+def _unix_address(where: str) -> str:
+    name = f"glassrl-test-{uuid.uuid4().hex}"
+    return {"tmp": f"/tmp/{name}.sock", "dev-shm": f"/dev/shm/{name}.sock", "abstract": f"\0{name}"}[where]
+
+
+@needs_fs
+@pytest.mark.parametrize("where", ["tmp", "dev-shm", "abstract"])
+def test_a_host_unix_socket_is_unreachable_even_one_anybody_may_connect_to(where):
+    """X11, D-Bus, /dev/log, a dev server: a listener on a 0777 socket file (a network namespace
+    does not scope those) or in the abstract namespace (it does)."""
+    if where == "dev-shm" and not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm here")
+    address = _unix_address(where)
+    code = (
+        "import socket\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        f"s.connect({address!r})\n"
+        "s.sendall(b'escaped')\n"
+        "print('connected')\n"
+    )
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(address)
+        try:
+            if not address.startswith("\0"):
+                os.chmod(address, 0o777)
+            server.listen()
+            server.setblocking(False)  # accept(): a connection made is already queued, none is BlockingIOError
+            inside = run_python(code, FAST)
+            with pytest.raises(BlockingIOError):
+                server.accept()
+            outside = _run(code, FAST, UNSANDBOXED)  # control: the same program, the same uid, no namespaces
+            conn, _ = server.accept()
+            with conn:
+                conn.setblocking(True)
+                received = conn.recv(100)
+        finally:
+            if not address.startswith("\0"):
+                os.unlink(address)
+    assert (outside.status, outside.stdout, received) == ("ok", "connected\n", b"escaped")
+    assert inside.status == "error" and "connected" not in inside.stdout, inside
+    assert "FileNotFoundError" in inside.stderr or "ConnectionRefusedError" in inside.stderr
+    assert {"net", "fs", "min-root"} <= set(inside.guarantees)
+
+
+@needs_fs
+def test_world_readable_files_outside_the_system_directories_are_not_visible():
+    """A run directory (metrics, ledgers, checkpoints) readable by anybody, and this checkout."""
+    run_dir = Path(tempfile.mkdtemp(prefix="glassrl-test-run-"))
+    secret = uuid.uuid4().hex
+    try:
+        run_dir.chmod(0o755)
+        (run_dir / "metrics.jsonl").write_text(secret)
+        (run_dir / "metrics.jsonl").chmod(0o644)
+        paths = [str(run_dir / "metrics.jsonl"), str(Path(__file__).resolve())]
+        code = (
+            f"for path in {paths!r}:\n"
+            "    try:\n"
+            "        print('read', len(open(path).read()))\n"
+            "    except OSError as err:\n"
+            "        print('refused', type(err).__name__)\n"
+        )
+        inside = run_python(code, FAST)
+        outside = _run(code, FAST, UNSANDBOXED)  # control: the same uid reads both where nothing hides them
+    finally:
+        for path in run_dir.iterdir():
+            path.unlink()
+        run_dir.rmdir()
+    assert outside.status == "ok" and outside.stdout.splitlines()[0] == f"read {len(secret)}"
+    assert inside.stdout.splitlines()[0] == "refused FileNotFoundError", inside
+    if outside.stdout.splitlines()[1].startswith("read"):  # this checkout is readable by anybody here
+        assert inside.stdout.splitlines()[1] == "refused FileNotFoundError", inside
+    # what the code needs is there: the standard library, the system's programs
+    tools = run_python(
+        "import json, subprocess\nprint(subprocess.run(['echo', 'ok'], capture_output=True).stdout)", FAST
+    )
+    assert tools.status == "ok" and tools.stdout == "b'ok\\n'\n", tools
+
+
 @needs_tmp_uid
 def test_cannot_write_into_a_directory_of_the_parent(tmp_path):
     target = tmp_path / "escape.txt"  # pytest's tmp_path: root's, mode 0700
-    result = run_python(f"open({str(target)!r}, 'w').write('x')", FAST)
-    assert result.status == "error" and not target.exists()
-    assert "PermissionError" in result.stderr or "Read-only file system" in result.stderr
+    for iso in (ISO, UNSANDBOXED):  # the uid of its own refuses it even where nothing hides the directory
+        result = _run(f"open({str(target)!r}, 'w').write('x')", FAST, iso)
+        assert result.status == "error" and not target.exists()
+        if "min-root" in result.guarantees:  # the directory is not in the sandbox's root
+            assert "FileNotFoundError" in result.stderr
+        else:
+            assert "PermissionError" in result.stderr or "Read-only file system" in result.stderr
 
 
 @needs_fs
@@ -67,6 +155,16 @@ def test_the_whole_filesystem_is_read_only_even_world_writable_tmp():
     result = run_python(f"open({str(target)!r}, 'w').write('x')", FAST)
     assert result.status == "error" and "Read-only file system" in result.stderr
     assert not target.exists()
+
+
+@needs_namespaces
+def test_only_its_own_processes_are_visible():
+    code = "import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"
+    inside, outside = run_python(code, FAST), _run(code, FAST, UNSANDBOXED)
+    assert os.getpid() in json.loads(outside.stdout)  # control: unsandboxed, this test's process is in view
+    assert inside.status == "ok" and "pid" in inside.guarantees
+    seen = json.loads(inside.stdout)
+    assert os.getpid() not in seen and seen[0] == 1  # its first process is the namespace's init
 
 
 def test_the_parents_environment_is_not_visible(monkeypatch):
@@ -163,9 +261,7 @@ def test_concurrent_runs_get_a_uid_each():
 
 def test_without_namespaces_the_run_still_works_and_says_so():
     """The fallback of a machine where ``unshare`` fails (an unprivileged container), forced here."""
-    from glassrl.rollout.agent.sandbox import Isolation, _run
-
-    fallback = Isolation(namespaces=False, tmp_uid=ISO.tmp_uid, python=ISO.python)
+    fallback = UNSANDBOXED
     marker = 700000 + os.getpid() % 99999
     code = f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\nprint('ran')"
     result = _run(code, FAST, fallback)
@@ -177,3 +273,18 @@ def test_without_namespaces_the_run_still_works_and_says_so():
     else:  # best effort: a setsid'd process outlives the run (the docstring says so); end it by its id
         for pid in alive.split():
             os.kill(int(pid), 9)
+
+
+def test_the_python_tool_warns_when_it_runs_code_unsandboxed(monkeypatch):
+    """A run that builds the python tool where namespaces fail is told so, once, at start."""
+    fallback = Isolation(namespaces=False, tmp_uid=False, python=ISO.python, note="unshare: Operation not permitted")
+    monkeypatch.setattr(sandbox, "isolation", lambda: fallback)
+    with pytest.warns(
+        RuntimeWarning, match="without tmp-uid, net, pid, fs, min-root .*unshare: Operation not permitted"
+    ):
+        PythonTool(FAST)
+    complete = Isolation(namespaces=True, tmp_uid=True, python=ISO.python)
+    monkeypatch.setattr(sandbox, "isolation", lambda: complete)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        PythonTool(FAST)

@@ -1,6 +1,10 @@
 """Advantage estimators: the types, the one registry, and ``compute_advantages``.
 
-    ADVANTAGE_ESTIMATORS[name](inputs: AdvantageInputs, params: AdvantageParams) -> AdvantageOutputs
+    ADVANTAGE_ESTIMATORS[name].fn(inputs: AdvantageInputs, params: AdvantageParams) -> AdvantageOutputs
+
+Each entry (``types.AdvantageEstimator``) also declares the inputs the estimator needs and
+the algo.* knobs it reads; the config checks, the trainer's phases and ``glassrl explain``
+read the entry. Adding an estimator: docs/algorithms/README.md, "Adding an estimator".
 
 Shapes: B batch (responses), T response length. Token convention: DESIGN §1.
 The math sits beside its adapter: ``gae.py`` (GAE, TD errors, VAPO's
@@ -43,12 +47,19 @@ from glassrl.algos.advantages.group import (
     estimate_remax,
     estimate_rloo,
 )
-from glassrl.algos.advantages.types import AdvantageInputs, AdvantageOutputs, AdvantageParams, Estimator
+from glassrl.algos.advantages.types import (
+    AdvantageEstimator,
+    AdvantageInputs,
+    AdvantageOutputs,
+    AdvantageParams,
+    Estimator,
+)
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "GROUP_ESTIMATORS",
     "REQUIRED_INPUTS",
+    "AdvantageEstimator",
     "AdvantageInputs",
     "AdvantageOutputs",
     "AdvantageParams",
@@ -58,32 +69,23 @@ __all__ = [
     "td_errors",
 ]
 
-ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
-    "gae": estimate_gae,
-    "grpo": functools.partial(estimate_grpo, normalize_by_std=True),
-    "dr_grpo": functools.partial(estimate_grpo, normalize_by_std=False),
-    "grpo_process": estimate_grpo_process,
-    "rloo": estimate_rloo,
-    "remax": estimate_remax,
-    "reinforce_pp": estimate_reinforce_pp,
-    "reinforce_pp_baseline": estimate_reinforce_pp_baseline,
+# One entry per estimator: its function, the inputs it needs, the algo.* knobs it reads
+# (types.AdvantageEstimator). Everything else keyed by estimator reads these entries.
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
+    "gae": AdvantageEstimator(estimate_gae, inputs=("values",), knobs=("gamma", "lam", "critic_lam", "length_alpha")),
+    "grpo": AdvantageEstimator(functools.partial(estimate_grpo, normalize_by_std=True), inputs=("group_index",)),
+    "dr_grpo": AdvantageEstimator(functools.partial(estimate_grpo, normalize_by_std=False), inputs=("group_index",)),
+    "grpo_process": AdvantageEstimator(estimate_grpo_process, inputs=("group_index", "step_end_mask")),
+    "rloo": AdvantageEstimator(estimate_rloo, inputs=("group_index",)),
+    "remax": AdvantageEstimator(estimate_remax, inputs=("baseline_rewards",)),
+    # the discounted return-to-go: GAE with V = 0 and λ = 1, so γ is its only knob
+    "reinforce_pp": AdvantageEstimator(estimate_reinforce_pp, knobs=("gamma",)),
+    "reinforce_pp_baseline": AdvantageEstimator(estimate_reinforce_pp_baseline, inputs=("group_index",)),
 }
 
-# Optional AdvantageInputs fields each estimator needs.
-REQUIRED_INPUTS: dict[str, tuple[str, ...]] = {
-    "gae": ("values",),
-    "grpo": ("group_index",),
-    "dr_grpo": ("group_index",),
-    "grpo_process": ("group_index", "step_end_mask"),
-    "rloo": ("group_index",),
-    "remax": ("baseline_rewards",),
-    "reinforce_pp": (),
-    "reinforce_pp_baseline": ("group_index",),
-}
-
-GROUP_ESTIMATORS: frozenset[str] = frozenset(
-    name for name, needed in REQUIRED_INPUTS.items() if "group_index" in needed
-)
+# Views of the entries, for readers that ask one question of every estimator.
+REQUIRED_INPUTS: dict[str, tuple[str, ...]] = {name: e.inputs for name, e in ADVANTAGE_ESTIMATORS.items()}
+GROUP_ESTIMATORS: frozenset[str] = frozenset(name for name, e in ADVANTAGE_ESTIMATORS.items() if e.group)
 
 _SHAPES = {  # expected shape of each input, from (B, T)
     "token_rewards": lambda B, T: (B, T),
@@ -96,7 +98,7 @@ _SHAPES = {  # expected shape of each input, from (B, T)
 
 
 def _check(name: str, inputs: AdvantageInputs) -> None:
-    missing = [f for f in REQUIRED_INPUTS[name] if getattr(inputs, f) is None]
+    missing = [f for f in ADVANTAGE_ESTIMATORS[name].inputs if getattr(inputs, f) is None]
     if missing:
         raise ValueError(f"advantage estimator {name!r} needs AdvantageInputs.{missing[0]}")
     if inputs.response_mask.dtype != torch.bool:
@@ -114,4 +116,4 @@ def compute_advantages(name: str, inputs: AdvantageInputs, params: AdvantagePara
     if name not in ADVANTAGE_ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(ADVANTAGE_ESTIMATORS)}")
     _check(name, inputs)
-    return ADVANTAGE_ESTIMATORS[name](inputs, params)
+    return ADVANTAGE_ESTIMATORS[name].fn(inputs, params)

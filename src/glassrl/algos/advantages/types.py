@@ -1,8 +1,8 @@
-"""What an advantage estimator reads, is configured by, and returns.
+"""What an advantage estimator reads, is configured by, and returns, and its registry entry.
 
 Shapes: B batch (responses), T response length. Token convention: DESIGN §1.
-Every estimator has one signature (the ADVANTAGE_ESTIMATORS registry in
-``glassrl.algos.advantages``):
+Every estimator has one signature (its entry's ``fn`` in the ADVANTAGE_ESTIMATORS
+registry in ``glassrl.algos.advantages``):
 
     estimator(inputs: AdvantageInputs, params: AdvantageParams) -> AdvantageOutputs
 """
@@ -68,3 +68,32 @@ class AdvantageOutputs:
 
 
 Estimator = Callable[[AdvantageInputs, AdvantageParams], AdvantageOutputs]
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    """An entry of ADVANTAGE_ESTIMATORS: the estimator and all that the rest of glassrl reads of it.
+
+    fn: the estimator, ``fn(inputs, params) -> AdvantageOutputs``.
+    inputs: the optional AdvantageInputs fields it needs (``compute_advantages`` checks them).
+        They decide how a run treats it: "values" trains a critic (:attr:`critic`),
+        "group_index" samples and compares groups (:attr:`group`), "baseline_rewards"
+        samples a greedy response per prompt (ReMax).
+    knobs: the AdvantageParams fields it reads, each set by the config key ``algo.<knob>``;
+        the trainer passes these and no other, and the config check calls any other
+        estimator knob the user sets ignored.
+    """
+
+    fn: Estimator
+    inputs: tuple[str, ...] = ()
+    knobs: tuple[str, ...] = ()
+
+    @property
+    def critic(self) -> bool:
+        """Whether it reads values V(s_i), so that the run trains a critic."""
+        return "values" in self.inputs
+
+    @property
+    def group(self) -> bool:
+        """Whether it compares the responses to one prompt (a group estimator): it reads group_index."""
+        return "group_index" in self.inputs

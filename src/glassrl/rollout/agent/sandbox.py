@@ -26,18 +26,28 @@ one that left the process group with ``setsid``.
 
 When ``unshare`` (util-linux) can create namespaces (root with CAP_SYS_ADMIN, as here and in
 CI; not in an unprivileged container):
-- **net**: a new network namespace with only a loopback interface, down: every connection
-  attempt fails, to the internet and to the host's own listening sockets alike;
-- **fs** (with a uid of its own: root could remount): a private mount namespace in which every
-  mount is read-only; the work directory is a fresh tmpfs of ``disk_bytes`` (total disk use
-  capped), the only writable place;
+- **net**: a new network namespace with only a loopback interface, down: every TCP/UDP
+  connection attempt fails, to the internet and to the host's own listening sockets alike, and
+  the host's abstract UNIX sockets (which belong to a network namespace) are out of reach;
 - **pid**: a new PID namespace with its own ``/proc``: the code sees only its own processes,
-  and when it ends the kernel kills all of them.
+  and when it ends the kernel kills all of them;
+- **min-root** (with a uid of its own: root could mount the host's disk again): a root of its
+  own holding only the system's directories (``/usr``, ``/etc``, ``/bin``, ``/lib*``, ``/sbin``)
+  and the interpreter's prefix, the device nodes null, zero, full, random, urandom, ``/proc``
+  and the work directory. The rest of the host is not there: no file under /tmp, /run, /var,
+  /dev/shm, /home, /root or a run directory can be read, even one readable by anybody, and
+  no UNIX socket bound in them can be connected to (a network namespace does not scope those:
+  X11, D-Bus, /dev/log, a dev server's socket);
+- **fs** (same condition): every mount of that root is read-only; the work directory is a
+  fresh tmpfs of ``disk_bytes`` (total disk use capped), the only writable place.
 
-Without namespaces (``isolation().note`` says why), the code can open network connections and
-write wherever its uid may (world-writable directories such as /tmp); without root it also
-runs as the caller's uid (reads what the caller may) and a process it detaches with ``setsid``
-can outlive the run. The tool then still runs: best effort, said in every result.
+Without namespaces (``isolation().note`` says why), the code can open network connections,
+connect to the host's UNIX sockets, read whatever its uid may (world-readable run directories
+included) and write wherever its uid may (world-writable directories such as /tmp); without
+root it also runs as the caller's uid (reads what the caller may) and a process it detaches
+with ``setsid`` can outlive the run. The tool then still runs, best effort: every result's
+``guarantees`` lacks what did not hold, and :class:`PythonTool` warns (RuntimeWarning) when it
+is built, naming what is missing and why.
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -65,9 +76,11 @@ INIT = Path(__file__).with_name("sandbox_init.py")
 # and the cleanup kills every process of the run's uid.
 UID_BASE = 1_900_000_000
 UID_SLOTS = 1024
-UNSHARE_FLAGS = ("--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc")
+# --mount makes every mount private (util-linux's default propagation); sandbox_init.py mounts /proc.
+UNSHARE_FLAGS = ("--net", "--mount", "--pid", "--fork", "--kill-child")
 
 Status = Literal["ok", "error", "timeout"]
+GUARANTEES = ("rlimits", "env", "tmpdir", "tmp-uid", "net", "pid", "fs", "min-root")  # what may hold, in order
 
 
 @dataclass(frozen=True)
@@ -97,8 +110,8 @@ class SandboxResult:
     exit_code:  the code's exit status; None when it did not exit by itself
     message:    what happened, in words ("exit code 1", "killed by SIGXCPU (CPU time limit)")
     truncated:  stdout or stderr was longer than the limit and was cut
-    guarantees: what held for this run, a subset of ("rlimits", "env", "tmpdir", "tmp-uid",
-                "net", "pid", "fs"); see the module docstring
+    guarantees: what held for this run, a subset of GUARANTEES ("rlimits", "env", "tmpdir",
+                "tmp-uid", "net", "pid", "fs", "min-root"); see the module docstring
     workdir:    the directory it ran in (already deleted)
     """
 
@@ -115,7 +128,7 @@ class SandboxResult:
 
 @dataclass(frozen=True)
 class Isolation:
-    """What this machine allows: namespaces (net, fs, pid), a uid of its own (root), and why not."""
+    """What this machine allows: namespaces (net, pid, min-root, fs), a uid of its own (root), and why not."""
 
     namespaces: bool
     tmp_uid: bool
@@ -130,7 +143,8 @@ class Isolation:
         if self.namespaces:
             out += ["net", "pid"]
         if self.namespaces and self.tmp_uid:
-            out.append("fs")  # code running as root could remount the read-only mounts writable
+            # code running as root could remount the read-only mounts writable, or mount the old root again
+            out += ["fs", "min-root"]
         return tuple(out)
 
 
@@ -186,7 +200,7 @@ def isolation() -> Isolation:
     """Probe once per process: run ``pass`` in namespaces; fall back, saying why."""
     root = os.geteuid() == 0
     python = _interpreter(for_other_uid=root)
-    notes = []
+    notes = [] if root else ["not root: the code runs as this process's uid"]
     if root and python is None:
         notes.append("no Python interpreter reachable by another uid: the code runs as root")
         python = _interpreter(for_other_uid=False)
@@ -218,6 +232,7 @@ def _run(code: str, limits: SandboxLimits, iso: Isolation) -> SandboxResult:
             "uid": uid,
             "namespaces": iso.namespaces,
             "python": iso.python,
+            "keep": [str(Path(iso.python).parent.parent)],  # the interpreter's prefix, in the minimal root
             "env": {"PATH": "/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"},
             "limits": {
                 "cpu_s": int(limits.cpu_s),
@@ -372,6 +387,15 @@ class PythonTool:
 
     def __init__(self, limits: SandboxLimits = SandboxLimits()) -> None:
         self.limits = limits
+        iso = isolation()
+        missing = [g for g in GUARANTEES if g not in iso.guarantees]
+        if missing:  # at start, where the run is built: model-written code is about to run less contained
+            warnings.warn(
+                f"python tool: model-written code runs without {', '.join(missing)} ({iso.note}); "
+                "see glassrl.rollout.agent.sandbox",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def call(self, arguments: dict[str, Any]) -> str:
         result = run_python(arguments["code"], self.limits)

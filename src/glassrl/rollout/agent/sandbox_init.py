@@ -8,10 +8,17 @@ the user's code arrives on stdin; the outcome goes to the file descriptor ``stat
 
 Steps, in order:
 
-1. (namespaces) every mount is remounted read-only, keeping its nosuid/nodev/noexec/atime
-   flags; then a fresh tmpfs of ``disk_bytes`` is mounted on the work directory, the one
-   writable place. The mount namespace is private (``unshare --mount``), so none of this is
-   seen outside, and the tmpfs vanishes with the namespace.
+1. (namespaces) a minimal root: a small tmpfs, mounted on the (empty) work directory, receives
+   the system's directories (``SYSTEM_DIRS``) and the interpreter's prefix as bind mounts,
+   the device nodes ``DEVICES``, a fresh ``/proc`` (of the new PID namespace) and the work
+   directory's path; ``pivot_root`` makes it the root and the old root is unmounted. Nothing
+   else of the host is there: not /tmp, /run, /var, /dev/shm, /home, /root, nor a run
+   directory, so neither their files nor a UNIX socket bound in them (a network namespace
+   scopes abstract UNIX sockets, not those) can be reached. Then every mount is remounted
+   read-only, keeping its nosuid/nodev/noexec/atime flags, and a fresh tmpfs of
+   ``disk_bytes`` is mounted on the work directory, the one writable place. The mount
+   namespace is private (``unshare --mount``), so none of this is seen outside, and it all
+   vanishes with the namespace.
 2. ``main.py`` (the user's code) is written into the work directory.
 3. A child is forked; it closes every inherited descriptor above 2, sets the rlimits, drops to
    the sandbox uid (root only), sets no_new_privs (a setuid binary cannot raise it back), and
@@ -27,8 +34,9 @@ import resource
 import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
+MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC = 32, 1024, 2048, 4096, 16384
 MS_RELATIME, MS_STRICTATIME = 1 << 21, 1 << 24
+MNT_DETACH = 2
 # Per-mount flags of /proc/self/mountinfo that a bind remount must repeat, or it clears them.
 KEPT_FLAGS = {
     "nosuid": MS_NOSUID,
@@ -40,6 +48,12 @@ KEPT_FLAGS = {
     "strictatime": MS_STRICTATIME,
 }
 PR_SET_NO_NEW_PRIVS = 38
+# What the minimal root holds of the host, read-only: the programs, libraries and configuration
+# the interpreter and the system's commands need (merged-/usr links stay links).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+DEVICES = ("null", "zero", "full", "random", "urandom")
+# pivot_root(2) has no libc wrapper: its system call number, by os.uname().machine.
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 
 
 def unescape(field):
@@ -65,8 +79,45 @@ def mount(libc, source, target, fstype, flags, data):
         raise OSError(errno, f"mount {target}: {os.strerror(errno)}")
 
 
-def read_only_world(workdir, disk_bytes, uid):
+def minimal_root(libc, workdir, keep):
+    """Make the (empty) work directory the mount point of a new root holding only SYSTEM_DIRS,
+    ``keep``, DEVICES, /proc and the work directory's path; unmount the old root."""
+    os.umask(0o022)  # the sandbox uid must be able to walk down to its work directory
+    new = workdir
+    mount(libc, "tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for path in (*SYSTEM_DIRS, *keep):
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), new + path)
+        elif os.path.isdir(path) and not os.path.exists(new + path):  # the prefix may lie in /usr
+            os.makedirs(new + path)
+            mount(libc, path, new + path, None, MS_BIND | MS_REC, None)
+    os.mkdir(new + "/dev")
+    mount(libc, "tmpfs", new + "/dev", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,mode=0755")
+    for name in DEVICES:
+        open(f"{new}/dev/{name}", "w").close()
+        mount(libc, f"/dev/{name}", f"{new}/dev/{name}", None, MS_BIND, None)
+    for name, target in {"fd": "", "stdin": "/0", "stdout": "/1", "stderr": "/2"}.items():
+        os.symlink(f"/proc/self/fd{target}", f"{new}/dev/{name}")
+    os.mkdir(new + "/proc")
+    mount(libc, "proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    os.makedirs(new + workdir)
+    os.mkdir(new + "/.old-root")
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise OSError(f"pivot_root: no system call number known for {os.uname().machine}")
+    if libc.syscall(number, new.encode(), f"{new}/.old-root".encode()) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"pivot_root: {os.strerror(errno)}")
+    os.chdir("/")
+    if libc.umount2(b"/.old-root", MNT_DETACH) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"unmount the old root: {os.strerror(errno)}")
+    os.rmdir("/.old-root")
+
+
+def read_only_world(workdir, disk_bytes, uid, keep):
     libc = ctypes.CDLL(None, use_errno=True)
+    minimal_root(libc, workdir, keep)
     for target, flags in mounts():
         mount(libc, None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None)
     owner = "" if uid is None else f",uid={uid},gid={uid}"
@@ -106,7 +157,7 @@ def main():
     workdir, uid = cfg["workdir"], cfg["uid"]
     try:
         if cfg["namespaces"]:
-            read_only_world(workdir, cfg["limits"]["disk_bytes"], uid)
+            read_only_world(workdir, cfg["limits"]["disk_bytes"], uid, cfg["keep"])
         path = os.path.join(workdir, "main.py")
         with open(path, "wb") as f:
             f.write(code)

@@ -122,7 +122,7 @@ def tiny_research(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.mark.slow  # ~1 min on 2 busy cores: the tiny model's build and two 3-step runs
+@pytest.mark.slow  # ~1 min on 2 busy cores: the tiny model's build and two 5-step runs (PPO: 4 of them the critic's warm-up)
 def test_demo_research_trains_both_and_keeps_every_turn_in_the_ledger(tiny_research, tmp_path, capsys):
     out = tmp_path / "demo-research"
     overrides = [
@@ -136,7 +136,7 @@ def test_demo_research_trains_both_and_keeps_every_turn_in_the_ledger(tiny_resea
         "logging.ledger_every=1",
         "logging.ledger_samples=4",
     ]
-    assert main(["demo", "--task", "research", "--steps", "3", "--out", str(out), *overrides]) == 0
+    assert main(["demo", "--task", "research", "--steps", "5", "--out", str(out), *overrides]) == 0
     text = capsys.readouterr().out
     for name in ("ppo", "grpo"):
         rows = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]

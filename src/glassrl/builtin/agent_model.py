@@ -67,7 +67,7 @@ from rich.console import Console
 from tokenizers import AddedToken
 from transformers import LlamaForCausalLM
 
-from glassrl.builtin.default_model import ensure_built
+from glassrl.builtin.default_model import ensure_built, one_thread
 from glassrl.data import tasks
 from glassrl.data.records import PromptRecord
 from glassrl.models.default_model import (
@@ -133,12 +133,7 @@ def build_agent_model(
     out_dir: str | Path, *, seed: int = 0, spec: AgentModelSpec = AGENT_SPEC, console: Console | None = None
 ) -> dict:
     """Build, train, evaluate and save the agent model into ``out_dir``; returns glassrl.json's content."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # weights independent of the core count (glassrl.builtin.default_model)
-    try:
-        return _build(Path(out_dir), seed, spec, console or Console())
-    finally:
-        torch.set_num_threads(threads)
+    return one_thread(lambda: _build(Path(out_dir), seed, spec, console or Console()))
 
 
 def _build(out_dir: Path, seed: int, spec: AgentModelSpec, console: Console) -> dict:

@@ -63,12 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if args.agent:
         return _agent_summary(path, info, console)
     acc, train = info["heldout_arith_verify"], info["train_arith_verify"]
-    console.print(f"default model: {path}", markup=False, soft_wrap=True)
-    console.print(
-        f"  seed {info['seed']}, {info['parameters']:,} parameters, {info['sft_steps']} SFT steps, "
-        f"train loss {info['train_loss']:.4f}, built in {info['build_time_s']}s",
-        soft_wrap=True,
-    )
+    _built("default model", path, info, console)
     console.print(
         f"  arith-verify test ({acc['n']} prompts, greedy): exact {acc['exact']:.1%}, "
         f"verdict {acc['verdict']:.1%}, format {acc['format']:.1%}",
@@ -84,14 +79,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _agent_summary(path, info: dict, console) -> int:
     """What ``--agent`` built: its size, SFT mix and held-out tool use."""
-    console.print(f"agent model: {path}", markup=False, soft_wrap=True)
-    console.print(
-        f"  seed {info['seed']}, {info['parameters']:,} parameters, {info['sft_steps']} SFT steps, "
-        f"train loss {info['train_loss']:.4f}, built in {info['build_time_s']}s",
-        soft_wrap=True,
-    )
-    mix = ", ".join(f"{name} {share:.0%}" for name, share in info["sft_behaviours"].items())
-    console.print(f"  SFT transcripts: {mix}", soft_wrap=True)
+    _built("agent model", path, info, console)
+    _mix(info, console)
     for how in ("greedy", "sampled"):
         rates = info[f"heldout_tool_add_{how}"]
         console.print(
@@ -104,14 +93,8 @@ def _agent_summary(path, info: dict, console) -> int:
 
 def _research_summary(path, info: dict, console) -> int:
     """What ``--agent research`` built: its size, SFT mix, held-out rubric and decision probability."""
-    console.print(f"research-agent model: {path}", markup=False, soft_wrap=True)
-    console.print(
-        f"  seed {info['seed']}, {info['parameters']:,} parameters, {info['sft_steps']} SFT steps, "
-        f"train loss {info['train_loss']:.4f}, built in {info['build_time_s']}s",
-        soft_wrap=True,
-    )
-    mix = ", ".join(f"{name} {share:.0%}" for name, share in info["sft_behaviours"].items())
-    console.print(f"  SFT transcripts: {mix}", soft_wrap=True)
+    _built("research-agent model", path, info, console)
+    _mix(info, console)
     rates = info["heldout_research_sampled"]
     console.print(
         f"  research test ({rates['n']} episodes, sampled): rubric score {rates['score']:.2f} of 2.5, "
@@ -126,3 +109,19 @@ def _research_summary(path, info: dict, console) -> int:
         soft_wrap=True,
     )
     return 0
+
+
+def _built(what: str, path, info: dict, console) -> None:
+    """The model's directory, seed, size and SFT."""
+    console.print(f"{what}: {path}", markup=False, soft_wrap=True)
+    console.print(
+        f"  seed {info['seed']}, {info['parameters']:,} parameters, {info['sft_steps']} SFT steps, "
+        f"train loss {info['train_loss']:.4f}, built in {info['build_time_s']}s",
+        soft_wrap=True,
+    )
+
+
+def _mix(info: dict, console) -> None:
+    """An agent model's SFT transcripts: each behaviour's share."""
+    mix = ", ".join(f"{name} {share:.0%}" for name, share in info["sft_behaviours"].items())
+    console.print(f"  SFT transcripts: {mix}", soft_wrap=True)

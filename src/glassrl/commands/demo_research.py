@@ -50,7 +50,7 @@ ROWS = {
     "eval/reward/rubric/temporal/mean": "temporal (w = 1): period named, nothing unreported as fact",
     "eval/reward/rubric/citation/mean": "citation (w = 0.5): \\cite{the official release}",
 }
-KINDS = ("official", "rumour")  # the two trajectories whose credit is shown
+TRAPS = ("rumour", "forecast")  # the trap whose credit is shown beside the official page's, in this preference
 EXPLAIN_SAMPLES = 8  # episodes sampled by the explain commands printed last
 
 
@@ -238,61 +238,85 @@ def decision_tables(model_dir: Path, base: Path, cfg) -> list:
 # ---------------------------------------------------------------- 5. the credit
 
 
-def pick_responses(run_dir: Path):
-    """(step, ledger, {kind: response index}) of the latest ledger of the run that holds a response
-    that opened the official page and one that opened the rumour page; None when no ledger has both."""
+def pick_responses(run_dir: Path) -> dict:
+    """{"official": (step, response), "trap": (step, response)}: from the run's ledgers, newest
+    first, a response that opened the official page and one that opened a trap (the rumour page,
+    else the forecast: a policy that has learnt soon stops opening the rumour), ended by the model
+    (finish reason "stop"; of the official openers, the best-scored); from one ledger where one holds
+    both. A role no ledger has is left out."""
     from glassrl.builtin.research_model import opened_kind
     from glassrl.data.tasks import research
     from glassrl.ledger import read_jsonl
 
+    found: dict[str, dict[str, tuple]] = {}  # step -> kind -> (step, response), newest step first
     for path in sorted((run_dir / "ledgers").glob("step_*.jsonl"), reverse=True):
         ledger = read_jsonl(path)
-        found: dict[str, int] = {}
-        for b, response in enumerate(ledger.responses):
+        kinds: dict[str, tuple] = {}
+        for response in ledger.responses:
             record = research.record_for_prompt(response.prompt)
-            if record is None or response.turns is None:
+            if record is None or response.turns is None or response.finish_reason != "stop":
                 continue
             kind = opened_kind(response.turns, research.episode_of(record))
-            if kind in KINDS and kind not in found and response.finish_reason == "stop":
-                found[kind] = b
-        if len(found) == len(KINDS):
-            return ledger.step, ledger, found
-    return None
+            if kind not in kinds or (kind == "official" and response.score > kinds[kind][1].score):
+                kinds[kind] = (ledger.step, response)  # the official page: its best-scored report
+        found[ledger.step] = kinds
+    roles = {"official": ("official",), "trap": TRAPS}
+    both = [kinds for kinds in found.values() if "official" in kinds and any(t in kinds for t in TRAPS)]
+    pool = [both[0]] if both else list(found.values())
+    picked = {}
+    for role, wanted in roles.items():
+        for kind in wanted:
+            hit = next((kinds[kind] for kinds in pool if kind in kinds), None)
+            if hit is not None:
+                picked[role] = hit
+                break
+    return picked
 
 
 def credit_tables(base: Path, configs: dict) -> list:
-    """Per kind (official, rumour): the turns' credit under PPO and GRPO side by side, and the
-    open_page call token by token; then where the ledgers are."""
+    """Per role (the official page, a trap), the turns' credit under PPO and GRPO side by side, and
+    the open_page call token by token; then which ledgers the responses come from."""
     from rich.text import Text
+
+    from glassrl.builtin.research_model import opened_kind
+    from glassrl.data.tasks import research
 
     picked = {name: pick_responses(base / name) for name in configs}
     out = []
-    missing = [name for name, found in picked.items() if found is None]
-    if missing:
-        return [Text(f"no ledger of {', '.join(missing)} holds both an official and a rumour opener")]
-    for kind in KINDS:
-        responses = {name: picked[name][1].responses[picked[name][2][kind]] for name in configs}
-        out.append(_turn_table(kind, responses, picked))
-        out.append(_call_table(kind, responses))
-    lines = []
-    for name, (step, _, found) in picked.items():
-        where = ", ".join(f"response {b} opened the {kind} page" for kind, b in found.items())
-        lines.append(f"{name.upper()}: {base / name / 'ledgers' / f'step_{step:06d}.jsonl'} ({where})")
+    for role in ("official", "trap"):
+        responses = {name: found[role] for name, found in picked.items() if role in found}
+        if len(responses) < len(configs):
+            missing = ", ".join(name.upper() for name in configs if name not in responses)
+            out.append(Text(f"no ledger of {missing} holds a response that opened the {role} page"))
+            continue
+        kinds = {
+            name: opened_kind(r.turns, research.episode_of(research.record_for_prompt(r.prompt)))
+            for name, (_, r) in responses.items()
+        }
+        out.append(_turn_table(responses, kinds))
+        out.append(_call_table({name: r for name, (_, r) in responses.items()}, kinds))
+    lines = [
+        f"{name.upper()} {role}: {base / name / 'ledgers' / f'step_{step:06d}.jsonl'}, prompt {r.prompt!r}"
+        for name, found in picked.items()
+        for role, (step, r) in found.items()
+    ]
     return [*out, Text("the ledgers these rows come from (the report's token view shows them):\n" + "\n".join(lines))]
 
 
-def _turn_table(kind: str, responses: dict, picked: dict):
+def _turn_table(responses: dict, kinds: dict):
     from rich.table import Table
 
     from glassrl.ledger.credit import observation_values, turn_credit
 
-    table = Table(title=f"a response that opened the {kind} page: the credit of each turn")
+    opened = " / ".join(dict.fromkeys(kinds.values()))
+    table = Table(title=f"a response that opened the {opened} page: the credit of each turn")
     table.add_column("turn")
-    for name in responses:
-        step, ledger, found = picked[name]
-        r = responses[name]
-        table.add_column(f"{name.upper()} (step {step}, score {r.score:g}): Σ A_i", justify="right")
+    for name, (step, r) in responses.items():
+        table.add_column(
+            f"{name.upper()} (step {step}, opened {kinds[name]}, score {r.score:g}): Σ A_i", justify="right"
+        )
         table.add_column("mean A_i", justify="right")
+    responses = {name: r for name, (_, r) in responses.items()}
     credits = {name: turn_credit(r) for name, r in responses.items()}
     for k in range(max(len(c) for c in credits.values())):
         label = ("search", "open_page", "report")[k] if k < 3 else str(k)
@@ -316,12 +340,13 @@ def _turn_table(kind: str, responses: dict, picked: dict):
     return table
 
 
-def _call_table(kind: str, responses: dict):
+def _call_table(responses: dict, kinds: dict):
     from rich.table import Table
 
     from glassrl.ledger.credit import action_rows, turn_credit
 
-    table = Table(title=f"its open_page call ({kind}), token by token")
+    opened = " / ".join(dict.fromkeys(kinds.values()))
+    table = Table(title=f"its open_page call ({opened}), token by token")
     rows = {name: action_rows(r, 1) if len(turn_credit(r)) > 1 else [] for name, r in responses.items()}
     peaks = {name: turn_credit(r)[1].peak if len(turn_credit(r)) > 1 else None for name, r in responses.items()}
     table.add_column("j", justify="right")

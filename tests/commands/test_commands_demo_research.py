@@ -115,6 +115,46 @@ def test_credit_per_turn_and_across_the_observation_hand_table():
     assert [(c.mean_advantage, c.peak) for c in turn_credit(grpo)] == [(pytest.approx(0.7), 1), (0.7, 4)]
 
 
+def _opener(record, kind: str, score: float, finish: str = "stop") -> ResponseLedger:
+    """A two-turn response to ``record`` that opened the episode's page of ``kind``."""
+    url = research.episode_of(record).url(kind)
+    response = _response([(0, 2, 4), (4, 5, 5)], [None] * 5, [score] * 5)
+    call = ({"name": "open_page", "arguments": url},)
+    first = dataclasses.replace(response.turns[0], tool_calls=call)
+    return dataclasses.replace(
+        response, prompt=record.prompt, score=score, finish_reason=finish, turns=(first, response.turns[1])
+    )
+
+
+def test_pick_responses_takes_an_official_and_a_trap_opener_from_one_ledger(tmp_path):
+    from glassrl.commands.demo_research import pick_responses
+    from glassrl.ledger.model import Ledger
+
+    a, b = research.records("train", 0, 2)
+    ledgers = tmp_path / "ledgers"
+    ledgers.mkdir()
+
+    def write(step, *responses):
+        Ledger("grpo", 1.0, None, 0.0, None, responses, step).to_jsonl(ledgers / f"step_{step:06d}.jsonl")
+
+    # step 8, the newest: officials only; step 4: the best-scored official and a forecast opener
+    # (no rumour: the trap falls back to the forecast), a truncated rumour opener left out
+    write(4, _opener(a, "official", 2.0), _opener(b, "forecast", 0.0), _opener(a, "official", 2.5))
+    write(4 + 4, _opener(a, "official", 2.5), _opener(b, "rumour", 0.0, finish="length"))
+    picked = pick_responses(tmp_path)
+    assert {role: (step, r.score) for role, (step, r) in picked.items()} == {"official": (4, 2.5), "trap": (4, 0.0)}
+    assert picked["trap"][1].prompt == b.prompt
+    # a rumour opener is preferred to a forecast opener
+    write(12, _opener(a, "official", 2.5), _opener(b, "forecast", 0.0), _opener(a, "rumour", 0.0))
+    assert [r.prompt for _, r in pick_responses(tmp_path).values()] == [a.prompt, a.prompt]
+    # no ledger with both: each role from the newest ledger that has it
+    for path in ledgers.iterdir():
+        path.unlink()
+    write(4, _opener(b, "rumour", 0.0))
+    write(8, _opener(a, "official", 2.0))
+    assert {role: step for role, (step, _) in pick_responses(tmp_path).items()} == {"official": 8, "trap": 4}
+
+
 @pytest.fixture(scope="module")
 def tiny_research(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("tiny_research")
@@ -158,4 +198,4 @@ def test_demo_research_trains_both_and_keeps_every_turn_in_the_ledger(tiny_resea
     first = research.records("test", 0, 2)[0]
     assert "held-out reports" in text and "after PPO" in text and "after GRPO" in text
     assert f"prompt: {first.prompt}" in text and re.search(r"│\s+product\s+│", text)
-    assert "demo finished in" in text
+    assert "where the credit went" in text and "demo finished in" in text

@@ -141,21 +141,53 @@ def _build(out_dir: Path, seed: int, spec: AgentModelSpec, console: Console) -> 
     seed_everything(seed)
     episodes = sft_episodes(spec, seed)
     tokenizer = agent_tokenizer(episodes, spec)
+    # eval_data: a JSONL has no test split; held out are the tool-add test prompts, answered below
+    model, info = train_on_transcripts(
+        out_dir, seed, spec, AGENT_VERSION, "agent model", episodes, BEHAVIOURS, tokenizer, console
+    )
+    records = tasks.load_task(spec.task, "test", seed=seed, size=spec.eval_size)
+    info = {
+        **info,
+        "heldout_tool_add_greedy": heldout_tool_use(model, tokenizer, records, greedy=True, seed=seed),
+        "heldout_tool_add_sampled": heldout_tool_use(model, tokenizer, records, greedy=False, seed=seed),
+        "build_time_s": round(time.perf_counter() - start, 1),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+    (out_dir / MARKER).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return info
+
+
+def train_on_transcripts(
+    out_dir: Path,
+    seed: int,
+    spec,
+    version: str,
+    label: str,
+    episodes: list[Episode],
+    behaviours: tuple[str, ...],
+    tokenizer,
+    console: Console,
+) -> tuple[LlamaForCausalLM, dict]:
+    """A fresh Llama of ``spec``'s size (weights seeded by ``seed``), SFT on the transcripts
+    (written to ``out_dir/sft_data.jsonl``), on one CPU thread for bit-identical builds; returns it
+    and glassrl.json's first fields (version, seed, spec, size, SFT steps, the share of each of
+    ``behaviours``, loss)."""
     torch.manual_seed(seed)
     model = LlamaForCausalLM(llama_config(spec, tokenizer))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     n_params = sum(p.numel() for p in model.parameters())
-    console.print(f"agent model: {n_params:,} parameters, vocabulary {len(tokenizer)}")
+    console.print(f"{label}: {n_params:,} parameters, vocabulary {len(tokenizer)}")
 
     rows = sft_rows(episodes, tokenizer)
-    share = {b: sum(e.behaviour == b for e in episodes) / len(episodes) for b in BEHAVIOURS}
+    share = {b: sum(e.behaviour == b for e in episodes) / len(episodes) for b in behaviours}
     data = out_dir / "sft_data.jsonl"
     data.parent.mkdir(parents=True, exist_ok=True)
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     sft = SFTConfig(
-        model=f"fresh LlamaForCausalLM ({AGENT_VERSION}, seed {seed})",
+        model=f"fresh LlamaForCausalLM ({version}, seed {seed})",
         data=str(data),
-        eval_data=None,  # a JSONL has no test split: held out are the tool-add test prompts, answered below
+        eval_data=None,  # held out are the task's test prompts, answered by the caller
         seed=seed,
         steps=spec.sft_steps,
         batch_size=spec.batch_size,
@@ -166,12 +198,11 @@ def _build(out_dir: Path, seed: int, spec: AgentModelSpec, console: Console) -> 
         output_dir=str(out_dir),
         log_every=50,
         device="cpu",  # bit-identical builds (glassrl.builtin.default_model)
-        threads=1,  # the build's one thread (build_default_model), not the free cores
+        threads=1,  # the build's one thread (glassrl.builtin.default_model.one_thread), not the free cores
     )
     metrics = train_sft(sft, model=model, tokenizer=tokenizer, console=console)
-    records = tasks.load_task(spec.task, "test", seed=seed, size=spec.eval_size)
     info = {
-        "version": AGENT_VERSION,
+        "version": version,
         "seed": seed,
         "spec": spec_json(spec),
         "parameters": n_params,
@@ -179,14 +210,8 @@ def _build(out_dir: Path, seed: int, spec: AgentModelSpec, console: Console) -> 
         "sft_steps": spec.sft_steps,
         "sft_behaviours": share,
         "train_loss": metrics["train/loss"],
-        "heldout_tool_add_greedy": heldout_tool_use(model, tokenizer, records, greedy=True, seed=seed),
-        "heldout_tool_add_sampled": heldout_tool_use(model, tokenizer, records, greedy=False, seed=seed),
-        "build_time_s": round(time.perf_counter() - start, 1),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
     }
-    (out_dir / MARKER).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return info
+    return model, info
 
 
 def sft_episodes(spec: AgentModelSpec, seed: int) -> list[Episode]:

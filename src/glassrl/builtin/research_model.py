@@ -50,9 +50,8 @@ from pathlib import Path
 import torch
 import transformers
 from rich.console import Console
-from transformers import LlamaForCausalLM
 
-from glassrl.builtin.agent_model import Episode, agent_tokenizer, sft_rows
+from glassrl.builtin.agent_model import Episode, agent_tokenizer, train_on_transcripts
 from glassrl.builtin.default_model import ensure_built, one_thread
 from glassrl.data.records import PromptRecord
 from glassrl.data.tasks import research
@@ -62,13 +61,10 @@ from glassrl.models.default_model import (
     RESEARCH_VERSION,
     ResearchModelSpec,
     default_model_dir,
-    llama_config,
-    spec_json,
 )
-from glassrl.optim import OptimConfig, seed_everything
+from glassrl.optim import seed_everything
 from glassrl.rollout.agent import AgentRolloutEngine, HFTurnSampler, TaggedFormat, task_environment
 from glassrl.rollout.base import SamplingParams
-from glassrl.supervised.sft import SFTConfig, train_sft
 
 RESEARCH_MODEL = "default-research"  # its name for model.actor
 MAX_NEW_TOKENS = 256  # response budget of the evaluation (generated and observation tokens)
@@ -105,44 +101,12 @@ def _build(out_dir: Path, seed: int, spec: ResearchModelSpec, console: Console) 
     seed_everything(seed)
     episodes = sft_episodes(spec, seed)
     tokenizer = agent_tokenizer(episodes, spec, isolate=False)  # why: the module docstring
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(llama_config(spec, tokenizer))
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    n_params = sum(p.numel() for p in model.parameters())
-    console.print(f"research-agent model: {n_params:,} parameters, vocabulary {len(tokenizer)}")
-
-    rows = sft_rows(episodes, tokenizer)
-    share = {b: sum(e.behaviour == b for e in episodes) / len(episodes) for b in research.BEHAVIOURS}
-    data = out_dir / "sft_data.jsonl"
-    data.parent.mkdir(parents=True, exist_ok=True)
-    data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    sft = SFTConfig(
-        model=f"fresh LlamaForCausalLM ({RESEARCH_VERSION}, seed {seed})",
-        data=str(data),
-        eval_data=None,  # held out are research test episodes, answered below
-        seed=seed,
-        steps=spec.sft_steps,
-        batch_size=spec.batch_size,
-        max_length=spec.max_position_embeddings,
-        optim=OptimConfig(
-            lr=spec.lr, warmup_steps=spec.warmup_steps, decay="cosine", weight_decay=spec.weight_decay, grad_clip=1.0
-        ),
-        output_dir=str(out_dir),
-        log_every=50,
-        device="cpu",  # bit-identical builds (glassrl.builtin.default_model)
-        threads=1,  # the build's one thread (build_research_model), not the free cores
+    model, info = train_on_transcripts(
+        out_dir, seed, spec, RESEARCH_VERSION, "research-agent model", episodes, research.BEHAVIOURS, tokenizer, console
     )
-    metrics = train_sft(sft, model=model, tokenizer=tokenizer, console=console)
     records = research.records("test", seed, spec.eval_size)
     info = {
-        "version": RESEARCH_VERSION,
-        "seed": seed,
-        "spec": spec_json(spec),
-        "parameters": n_params,
-        "vocab_size": len(tokenizer),
-        "sft_steps": spec.sft_steps,
-        "sft_behaviours": share,
-        "train_loss": metrics["train/loss"],
+        **info,
         "heldout_research_sampled": heldout_research(model, tokenizer, records, greedy=False, seed=seed),
         "heldout_decision": decision_summary(model, tokenizer, records),
         "build_time_s": round(time.perf_counter() - start, 1),

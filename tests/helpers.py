@@ -44,6 +44,17 @@ def tiny_llama_config(vocab_size: int, **overrides) -> LlamaConfig:
     return LlamaConfig(**(fields | overrides))
 
 
+def write_pairs(path: Path, split: str, size: int) -> Path:
+    """The first ``size`` bundled preference pairs of ``split`` as JSON lines (prompt, chosen, rejected)."""
+    from glassrl.data.preferences import preference_pairs
+
+    rows = [
+        {"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected} for p in preference_pairs(split, size=size)
+    ]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
 def tiny_run_overrides(model: Path, prompt_files: tuple[Path, Path], out: Path) -> list[str]:
     """Overrides that make any TrainConfig a seconds-long run of ``model`` on the (train, test)
     prompt files, writing to ``out``: 2 steps of 4 prompts × 4 responses, a ledger every step."""

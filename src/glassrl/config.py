@@ -38,6 +38,8 @@ import functools
 import inspect
 import io
 import math
+import re
+import sys
 import textwrap
 import tokenize
 import types
@@ -49,7 +51,7 @@ from typing import Any, NamedTuple, NoReturn, TypeVar
 import yaml
 
 from glassrl.errors import GlassrlError
-from glassrl.jsonl import TooDeep, read_utf8, too_deep
+from glassrl.jsonl import TooDeep, check_plain, read_utf8, too_deep
 
 C = TypeVar("C")
 
@@ -68,12 +70,13 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
     for item in overrides:
         key, sep, raw = item.partition("=")
         key = key.strip()
-        if not sep or not key:
+        if not sep or not key or not key.isprintable():  # a key with a newline in it is no key
             raise GlassrlError(f"{COMMAND_LINE}: {item!r}: expected dotted.key=value")
         try:
             value = safe_load(raw) if raw.strip() else None
         except yaml.YAMLError as err:
             raise GlassrlError(f"{COMMAND_LINE}: {key}: {raw!r} is not a YAML value: {yaml_error(err)}") from None
+        check_plain(value, COMMAND_LINE, key)
         _set_dotted(data, key.split("."), value, defaults)
         from_command_line.append(key)
         written.update(_prefixes(key), _dotted_keys(value, key + ".") if isinstance(value, dict) else ())
@@ -322,12 +325,19 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def safe_load(text: str) -> Any:
-    """yaml.safe_load, except that a duplicate key in a mapping, and values nested deeper than
-    glassrl.jsonl.MAX_NESTING (the parser raised RecursionError), are a yaml.YAMLError saying so."""
+    """yaml.safe_load, except that a duplicate key in a mapping, values nested deeper than
+    glassrl.jsonl.MAX_NESTING (the parser raised RecursionError) and a value a constructor refuses
+    (an integer past the int-string limit, a date like 2024-13-45) are each a yaml.YAMLError naming it."""
     try:
         value = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except RecursionError:
         raise yaml.YAMLError(str(TooDeep())) from None
+    except ValueError as err:  # raised by a constructor: an int past the int-string limit, a date like 2024-13-45
+        long = max(map(len, re.findall(r"\d+", text)), default=0)
+        too_long = long > sys.get_int_max_str_digits() > 0
+        raise yaml.YAMLError(
+            f"an integer of {long} digits; at most {sys.get_int_max_str_digits()} are read" if too_long else str(err)
+        ) from None
     if too_deep(value):
         raise yaml.YAMLError(str(TooDeep()))
     return value
@@ -345,6 +355,7 @@ def _read(path: str | Path | None) -> dict[str, Any]:
         raise GlassrlError(f"{path}: not valid YAML: {yaml_error(err)}") from None
     if loaded is not None and not isinstance(loaded, dict):
         raise GlassrlError(f"{path}: the top level must be a mapping of keys to values")
+    check_plain(loaded, str(path))  # a lone surrogate (a "\\ud800" escape)
     return loaded or {}
 
 
@@ -518,6 +529,15 @@ def at_least(minimum: int, values: dict[str, float | int | None]) -> None:
     for key, value in values.items():
         if value is not None and value < minimum:
             fail(key, value, f"must be >= {minimum}")
+
+
+def check_seed(value: int) -> None:
+    """The top-level ``seed`` of every trainer's config: numpy's range, 0 to 2**32 - 1 (torch's is wider)."""
+    if not 0 <= value <= SEED_MAX:
+        fail("seed", value, f"must be a whole number in [0, {SEED_MAX}]")
+
+
+SEED_MAX = 2**32 - 1
 
 
 def check_threads(value: Any) -> None:

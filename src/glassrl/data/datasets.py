@@ -70,10 +70,15 @@ def lookup(row: Mapping[str, Any], key: str) -> Any:
             raise MissingField(f"{'.'.join(reached)!r} is a {type(node).__name__}, not an object")
         if part not in node:
             where = f" of {'.'.join(reached)!r}" if reached else ""
-            raise MissingField(f"fields{where}: {', '.join(map(str, node)) or 'none'}")
+            raise MissingField(f"fields{where}: {', '.join(map(_name, node)) or 'none'}")
         node = node[part]
         reached.append(part)
     return node
+
+
+def _name(key: Any) -> str:
+    """A field's name as a message shows it: quoted when it holds a newline or another control character."""
+    return str(key) if str(key).isprintable() else repr(key)
 
 
 def _rows(path: str) -> Iterator[tuple[Any, str]]:

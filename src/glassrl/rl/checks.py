@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS
 from glassrl.algos.losses import POLICY_LOSSES
-from glassrl.config import at_least, check_threads, fail, get_dotted, knob_set
+from glassrl.config import at_least, check_seed, check_threads, fail, get_dotted, knob_set
 from glassrl.data.sources import Source, parse_sources
 from glassrl.errors import GlassrlError
 from glassrl.optim import OptimConfig
@@ -117,6 +117,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
             f"must satisfy 0 < cache_length <= algo.overlong.max_length ({a.overlong.max_length})",
         )
     check_threads(cfg.threads)
+    check_seed(cfg.seed)
     cfg.actor_optim.check("actor_optim")
     cfg.critic_optim.check("critic_optim")
     loss_params(a)

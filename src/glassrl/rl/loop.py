@@ -88,7 +88,7 @@ from glassrl.rl.update import actor_batch, critic_batch, minibatch_plan
 from glassrl.rollout.base import SamplingParams
 from glassrl.rollout.stops import describe as describe_stops
 from glassrl.rollout.stops import saved_generation_config
-from glassrl.run import state
+from glassrl.run import state, stop
 from glassrl.run.atomic import write_text
 from glassrl.run.checkpoint import CheckpointManager
 from glassrl.run.lock import RunLock
@@ -189,8 +189,13 @@ class Trainer:
 
         The run directory is released at the end, whatever happens (:meth:`close`)."""
         try:
-            with disk_errors(f"output_dir = {self.out}", self.out, only=DISK_FULL):  # a full disk: one line
+            # a full disk: one line; Ctrl-C or SIGTERM: the step ends, is checkpointed, one line (_stop)
+            with stop.handling(), stop.graceful(), disk_errors(f"output_dir = {self.out}", self.out, only=DISK_FULL):
                 self._train_steps()
+        except stop.Interrupted as signal:  # a second one: the step in progress is abandoned
+            raise self._stopped(
+                signal.signum, f"a second {stop.name(signal.signum)} abandoned the step in progress"
+            ) from None
         finally:
             self.close()
         return self.last_metrics
@@ -209,6 +214,8 @@ class Trainer:
             self.initial_eval = initial["eval/accuracy"]
             self.sinks.log(0, initial)
         while self.counters.step < self.cfg.steps:
+            if signum := stop.requested():
+                raise self._stop(signum)
             try:
                 self.last_metrics = self.step()
             except NonFiniteError as err:
@@ -223,6 +230,22 @@ class Trainer:
                 ) from None
         if self.cfg.logging.report and self.counters.step == self.cfg.steps:
             write_run_report([self.out], self.out / "report.html")
+
+    def _stop(self, signum: int) -> stop.Stopped:
+        """A stop asked for during the step that just ended: that step is checkpointed, so that the
+        resumed run is the one that never stopped; with rollout.overlap sampling the next step's
+        batch, which no checkpoint holds, the run stops at its last checkpoint instead."""
+        step = self.counters.step
+        if self.ahead is not None:
+            return self._stopped(signum, f"rollout.overlap was sampling step {step + 1}, which no checkpoint holds")
+        if step and not self._checkpoints(step):
+            state.save(self.checkpoints, step, self.components)
+        return self._stopped(signum)
+
+    def _stopped(self, signum: int, why: str | None = None) -> stop.Stopped:
+        return stop.Stopped(
+            signum, stop.resume_line(self.checkpoints.latest(), self.counters.step, self.out / "config.yaml", why)
+        )
 
     def close(self) -> None:
         """Close the metric sinks, release the run directory and stop the workers (idempotent; train() calls it)."""

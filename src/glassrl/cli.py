@@ -27,6 +27,8 @@ COMMANDS = {
     "dpo": "glassrl.commands.dpo",
     "train": "glassrl.commands.train",
     "report": "glassrl.commands.report",
+    "diff": "glassrl.commands.diff",
+    "audit": "glassrl.commands.audit",
     "export": "glassrl.commands.export",
     "config": "glassrl.commands.config",
 }

@@ -18,9 +18,10 @@
   says nothing by its keys: there only values other than the default count as
   written. Every config class has one validation path: its ``validate``, called
   here and again by the trainer with ``written=None``.
-- A config class with an ``anchor_paths(config_dir)`` method is given the directory of
-  its file (the working directory without one) before it is checked, to make the paths
-  that are relative to the config file absolute (TrainConfig: ``reward.base_dir``).
+- A config class with an ``anchor_paths(config_dir, command_line, saved)`` method is given the
+  directory of its file (the working directory without one), the keys the command line set and
+  whether the file is a run's own config.yaml, before it is checked, to make the paths that are
+  relative to the config file absolute (TrainConfig: glassrl.rl.config_paths).
 - Each field's help is the comment on its own line(s) in the class body
   (:func:`field_help`); :func:`describe` lists every option with its type, default
   and help (``glassrl config show``, docs/config.md).
@@ -82,7 +83,7 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
         written.update(_prefixes(key), _dotted_keys(value, key + ".") if isinstance(value, dict) else ())
     origin = Origin(str(path) if path is not None else "config", tuple(from_command_line))
     cfg = _build(cls, data, prefix="", origin=origin)
-    _anchor(cfg, path)
+    _anchor(cfg, path, frozenset(from_command_line), saved=_in_run_directory(path))
     if hasattr(cfg, "validate"):
         cfg.validate(frozenset(written))
     return cfg
@@ -102,18 +103,21 @@ def load_saved_config(cls: type[C], path: str | Path) -> C:
     """A config glassrl wrote itself (a run's ``config.yaml``): every key is in the file, so
     ``validate`` judges a knob by its value against the default, not by its presence."""
     cfg = _build(cls, _read(path), prefix="", origin=Origin(str(path)))
-    _anchor(cfg, path)
+    _anchor(cfg, path, saved=True)
     if hasattr(cfg, "validate"):
         cfg.validate(None)
     return cfg
 
 
-def _anchor(cfg: Any, path: str | Path | None) -> None:
-    """A config class with an ``anchor_paths(config_dir)`` method makes its paths that are relative
-    to the config file absolute: ``config_dir`` is the file's directory (the working directory
-    when the config has no file)."""
+def _anchor(cfg: Any, path: str | Path | None, command_line: frozenset[str] = frozenset(), saved: bool = False) -> None:
+    """A config class with an ``anchor_paths(config_dir, command_line, saved)`` method makes its
+    paths that are relative to the config file absolute: ``config_dir`` is the file's directory
+    (the working directory when the config has no file), ``command_line`` the keys the command
+    line set (its paths are the working directory's), ``saved`` whether the file is a run's own
+    config.yaml (glassrl.rl.config_paths)."""
     if hasattr(cfg, "anchor_paths"):
-        cfg.anchor_paths(Path(path).resolve().parent if path is not None else Path.cwd())
+        config_dir = Path(path).resolve().parent if path is not None else Path.cwd()
+        cfg.anchor_paths(config_dir, command_line, saved)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

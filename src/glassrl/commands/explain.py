@@ -78,8 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--seed", metavar="S", help="seed of the sampling generator (default 0)")
     model.add_argument(
         "--reward",
-        metavar="NAME",
-        help=f"reward source (default: the run's reward.sources; a plain model: {DEFAULT_REWARD})",
+        metavar="NAME|FILE.py:FN",
+        help="reward source, or your function (module:fn or file.py:fn, any style) (default: the run's "
+        f"reward.sources; a plain model: {DEFAULT_REWARD} for a prompt in a bundled task's form, else "
+        "math against --answer)",
     )
     model.add_argument("--answer", metavar="TEXT", help="reference answer, for a prompt not in a bundled task's form")
     model.add_argument(

@@ -86,8 +86,13 @@ def _check_ranges(cfg: TrainConfig) -> None:
             "logging.eval_every": cfg.logging.eval_every,
             "logging.checkpoint_every": cfg.logging.checkpoint_every,
             "logging.report_every": cfg.logging.report_every,
+            "logging.watch_window": cfg.logging.watch_window,
         },
     )
+    if 0 < cfg.logging.watch_window < 3:  # a slope and a jump need two earlier values
+        fail("logging.watch_window", cfg.logging.watch_window, "must be 0 (off) or at least 3")
+    if not cfg.logging.watch_threshold > 0:
+        fail("logging.watch_threshold", cfg.logging.watch_threshold, "must be > 0")
     for key in ("gamma", "lam", "critic_lam"):
         value = getattr(a, key)
         if value is not None and not 0.0 <= value <= 1.0:

@@ -63,6 +63,7 @@ from glassrl.report.sinks import JsonlSink
 from glassrl.run import stop
 from glassrl.run.atomic import StagedDir, safetensors_os_errors, write_text
 from glassrl.run.lock import RunLock, sibling_lock_path
+from glassrl.run.open import model_in_run
 from glassrl.supervised.checkpoints import Checkpointing, OptimizerState, TrainableWeights
 
 
@@ -270,10 +271,12 @@ def window_means(window: list[Tally], keys: tuple[str, ...]) -> dict[str, float]
 
 
 def model_dir(model: str) -> Path:
-    """The checkpoint directory ``model`` names: "default" (the default model, built already), or
-    a directory or cached hub id (glassrl.models.resolve_model_path)."""
+    """The checkpoint directory ``model`` names: "default" (the default model, built already), a
+    run or one of its checkpoints (its policy: glassrl.run.open.model_in_run), or a directory or
+    cached hub id (glassrl.models.resolve_model_path)."""
     if model != "default":
-        return resolve_model_path(model, "model")
+        in_run = model_in_run(model, "model")
+        return in_run[0] if in_run is not None else resolve_model_path(model, "model")
     path = default_model_dir()
     if not (path / MARKER).is_file():
         raise GlassrlError(f"model: default: the default model is not built yet in {path}; run glassrl init-model")

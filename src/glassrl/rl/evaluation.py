@@ -25,7 +25,8 @@ Metrics (docs/metrics.md, ``eval/``): ``eval/accuracy`` is mean@k, the mean over
 c_i / k (c_i correct responses of prompt i); ``eval/pass_at_<j>`` for j = 1, 2, 4, … < k and
 j = k, the unbiased estimator of Chen et al. 2021 (:func:`pass_at_k`); the configured reward's
 mean over every response, in all and per source (``eval/reward/mean``,
-``eval/reward/<source>/mean``), and its failure rate; ``eval/accuracy/<value>`` per value of the
+``eval/reward/<source>/mean``) and per rubric criterion (``eval/reward/<source>/<criterion>/mean``,
+a 0/1 criterion's pass rate), and its failure rate; ``eval/accuracy/<value>`` per value of the
 metadata field ``logging.eval_group_by`` (a dotted path reaches nested fields).
 """
 
@@ -39,6 +40,7 @@ from glassrl.data.datasets import MissingField, lookup
 from glassrl.data.records import PromptRecord
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rewards.tasks import TASK_VERIFIERS
+from glassrl.rl.metrics import criterion_means
 from glassrl.rl.phases import reward_requests
 from glassrl.rollout.agent.metrics import tool_use
 from glassrl.rollout.base import SamplingParams
@@ -195,6 +197,7 @@ def summarize(
             if own.is_ok:
                 per_source.setdefault(label, []).append(own.score)
     metrics.update({f"eval/reward/{label}/mean": _mean(scores) for label, scores in per_source.items()})
+    metrics.update({f"eval/reward/{key}/mean": value for key, value in criterion_means(flat).items()})
     metrics["eval/reward/failure_rate"] = sum(not r.is_ok for r in flat) / len(flat) if flat else math.nan
     if group_by is not None:
         groups: dict[str, list[float]] = {}

@@ -23,7 +23,7 @@
 - A config class with an ``anchor_paths(config_dir, command_line, saved)`` method is given the
   directory of its file (the working directory without one), the keys the command line set and
   whether the file is a run's own config.yaml, before it is checked, to make the paths that are
-  relative to the config file absolute (TrainConfig: glassrl.rl.config_paths).
+  relative to the config file absolute (TrainConfig: glassrl.config_paths).
 - Each field's help is the comment on its own line(s) in the class body
   (:func:`field_help`); :func:`describe` lists every option with its type, default
   and help (``glassrl config show``, docs/config.md).
@@ -122,7 +122,7 @@ def _anchor(cfg: Any, path: str | Path | None, command_line: frozenset[str] = fr
     paths that are relative to the config file absolute: ``config_dir`` is the file's directory
     (the working directory when the config has no file), ``command_line`` the keys the command
     line set (its paths are the working directory's), ``saved`` whether the file is a run's own
-    config.yaml (glassrl.rl.config_paths)."""
+    config.yaml (glassrl.config_paths)."""
     if hasattr(cfg, "anchor_paths"):
         config_dir = Path(path).resolve().parent if path is not None else Path.cwd()
         cfg.anchor_paths(config_dir, command_line, saved)

@@ -9,6 +9,7 @@ import json
 import math
 import struct
 import sys
+import time
 
 import pytest
 
@@ -129,6 +130,20 @@ def _wandb_records(run_dir):
     return records
 
 
+def _wandb_written(run_dir, deadline_s: float = 120.0) -> None:
+    """Wait until W&B's service has written the offline run through its exit record: ``finish()``
+    returns before the service's writer has flushed the file (seen at load average ~10: a 7-byte
+    file, then the whole run a moment later). A deadline, not a timing assertion."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if list((run_dir / "wandb").glob("offline-run-*/run-*.wandb")):
+            records = _wandb_records(run_dir)
+            if records and records[-1].WhichOneof("record_type") == "exit":
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"W&B wrote no complete offline run under {run_dir} within {deadline_s:g} s")
+
+
 def _wandb_history(run_dir) -> list[dict]:
     """The history rows of the offline run: {key: value} with W&B's own _step."""
     rows = []
@@ -149,6 +164,7 @@ def test_wandb_offline_logs_metrics_samples_and_config(tmp_path, monkeypatch):
     sink.log(2, {"reward/mean": 0.75, "kl/mean": 0.01})
     sink.close()
 
+    _wandb_written(tmp_path)
     records = _wandb_records(tmp_path)
     rows = _wandb_history(tmp_path)
     assert rows[0]["_step"] == 1 and rows[0]["reward/mean"] == 0.5 and rows[0]["response/count"] == 8
@@ -268,6 +284,7 @@ def test_a_run_logs_to_both_trackers_and_refreshes_its_report(
     assert [a.path for a in client.list_artifacts(ids["mlflow"], "samples")] == [
         f"samples/step_{s:06d}.json" for s in (1, 2, 3)
     ]
+    _wandb_written(out)
     wandb_steps = _wandb_history(out)
     assert {h["_step"] for h in wandb_steps if "reward/mean" in h} == {1, 2, 3}
     assert sum("samples/_type" in h for h in wandb_steps) == 3

@@ -1,4 +1,4 @@
-"""One rule for a training config's relative paths (issue 31, item 4; glassrl.rl.config_paths):
+"""One rule for a training config's relative paths (issue 31, item 4; glassrl.config_paths):
 the files a config travels with are read from its directory, what the command line gives from
 the working directory, runs and models from the working directory."""
 
@@ -95,3 +95,27 @@ def test_an_old_checkpoints_relative_data_path_resumes_as_what_it_meant(tmp_path
     assert run_config.changes == {}
     elsewhere = saved_in_todays_terms(cfg)({"data.train": "other/x.jsonl"})
     assert elsewhere == {"data.train": "other/x.jsonl", "model.shared_prefix": False}  # another file: a change
+
+
+@pytest.mark.parametrize(
+    "cls_path",
+    [
+        "glassrl.supervised.sft:SFTConfig",
+        "glassrl.supervised.rm:RMConfig",
+        "glassrl.supervised.preference:PreferenceConfig",
+    ],
+)
+def test_sft_rm_and_dpo_read_their_data_by_the_same_rule(tmp_path, monkeypatch, cls_path):
+    import importlib
+
+    module, name = cls_path.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    here, work = tmp_path / "configs", tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    config = _write(here / "c.yaml", {"data": "pairs/train.jsonl", "eval_data": "task:arith-verify-preferences/test"})
+    cfg = load_config(cls, config, [])
+    assert cfg.data == str(here / "pairs" / "train.jsonl")  # the config file's directory
+    assert cfg.eval_data == "task:arith-verify-preferences/test"  # a task is not a path
+    cfg = load_config(cls, config, ["eval_data=held.jsonl"])
+    assert cfg.eval_data == "held.jsonl"  # the command line's: the working directory's

@@ -159,9 +159,9 @@ How a config is read (`glassrl.config.load_config`):
 - Dotted keys reach into sections (`algo.kl.coef=0.01`); a number reaches into a list
   (`reward.sources.0.weight=2`), and the list's length appends an element
   (`reward.sources.1.name=length_penalty`).
-- **Paths** (`glassrl train`'s one rule, `glassrl.rl.config_paths`; the `data` and `eval_data`
-  of `glassrl sft`, `rm` and `dpo` are still read from the working directory). The files a config travels with — data
-  (`data.train`, `data.test`, `data.ptx`, a mixture's paths), reward functions (`file.py:fn`
+- **Paths** (one rule for every command, `glassrl.config_paths`). The files a config travels
+  with — data (`data.train`, `data.test`, `data.ptx`, a mixture's paths; the `data` and
+  `eval_data` of `glassrl sft`, `rm` and `dpo`), reward functions (`file.py:fn`
   specs), tools and environments (`rollout.agent.tools`, `.environment`) — are read from the
   directory of the config file that names them; a path given on the command line (`key=value`)
   from the working directory, as any path typed in a shell. Where runs live — `output_dir`, and

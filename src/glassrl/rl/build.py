@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from glassrl import config_paths
 from glassrl.algos.kl import AdaptiveKLController, FixedKLController
 from glassrl.config import flatten, to_dict
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
 from glassrl.optim import make_optimizer, optimizer_path
-from glassrl.rl import config_paths
 from glassrl.rl.checks import agentic_tasks, loss_params
 from glassrl.rl.config import AgentConfig, KLConfig, ModelConfig, Resolved, TrainConfig, agent_config
 from glassrl.rl.loss import actor_forward, actor_terms, critic_forward, critic_terms
@@ -57,7 +57,7 @@ class Workers:
             stop()
 
 
-DATA_PATHS = ("data.train", "data.test", "data.ptx")  # the config keys naming data files (glassrl.rl.config_paths)
+DATA_PATHS = ("data.train", "data.test", "data.ptx")  # the config keys naming data files (glassrl.config_paths)
 # reward sources whose ``path`` names a model, and the part of a run's checkpoint it means
 MODEL_SOURCES = {"reward_model": CRITIC, "teacher": ACTOR}
 
@@ -180,7 +180,7 @@ def saved_in_todays_terms(cfg: TrainConfig) -> Callable[[dict], dict]:
     it differs from today's float32 masters. One without model.shared_prefix ran the padded passes
     (False), as :func:`with_shared_prefix` resumes it. A relative data, tool or environment path
     was read from the working directory then: where it names the file today's absolute path names
-    (glassrl.rl.config_paths: a config file's paths), it is compared as that path."""
+    (glassrl.config_paths: a config file's paths), it is compared as that path."""
     on_gpu = _policy_on_gpu(cfg)
     cwd = Path.cwd()
     now = flatten(to_dict(cfg))
@@ -203,7 +203,7 @@ def saved_in_todays_terms(cfg: TrainConfig) -> Callable[[dict], dict]:
 
 
 def _file_specs(specs, base: Path):
-    """:func:`glassrl.rl.config_paths.file_spec` of a spec or of each of a list of them."""
+    """:func:`glassrl.config_paths.file_spec` of a spec or of each of a list of them."""
     return (
         [config_paths.file_spec(s, base) for s in specs]
         if isinstance(specs, list)

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from glassrl import config_paths
 from glassrl.models.lora import LoraConfig
 from glassrl.optim import OptimConfig
-from glassrl.rl import config_paths
 from glassrl.rl.checks import agentic_tasks, check_train_config, uses_critic
 from glassrl.rl.foreign_names import FOREIGN_NAMES
 from glassrl.rollout.base import SamplingParams
@@ -370,7 +370,7 @@ class TrainConfig:
         """Called by the loader (glassrl.config.load_config) with the directory of the config file
         (the working directory when there is none), the keys the command line set, and whether
         the file is a run's own config.yaml: the files the config file names become absolute paths
-        against its directory (glassrl.rl.config_paths), so that the run's config.yaml, and a
+        against its directory (glassrl.config_paths), so that the run's config.yaml, and a
         resume from it, read the same files from anywhere; what the command line gave stays the
         working directory's (a reward spec made absolute: reward.base_dir is the file's);
         reward.base_dir is that directory when null."""

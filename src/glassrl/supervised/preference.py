@@ -54,6 +54,7 @@ from typing import Any, Literal
 import torch
 from rich.console import Console
 
+from glassrl import config_paths
 from glassrl.algos.losses import (
     PAIR_LOSSES,
     PREFERENCE_LOSSES,
@@ -138,6 +139,10 @@ class PreferenceConfig:
     on_nonfinite: Literal["stop", "skip"] = "stop"  # NaN/inf loss or grad norm: stop (exit 2, no output) or skip it
 
     title = "glassrl dpo: resolved"
+
+    def anchor_paths(self, config_dir: Path, command_line: Set[str] = frozenset(), saved: bool = False) -> None:
+        """data and eval_data named in a config file are read from its directory (glassrl.config_paths)."""
+        config_paths.anchor_data(self, ("data", "eval_data"), config_dir, command_line, saved)
 
     def validate(self, written: Set[str] | None = None) -> None:
         """Ranges, the loss and its knobs, the held-out set; GlassrlError naming the key (see glassrl.config)."""

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from rich.console import Console
 
+from glassrl import config_paths
 from glassrl.config import at_least, check_seed, check_threads, fail, knob_set
 from glassrl.data.collate import collate, encode_responses
 from glassrl.data.formatting import format_prompts, render_text_prompts
@@ -70,6 +71,10 @@ class SFTConfig:
     on_nonfinite: Literal["stop", "skip"] = "stop"  # NaN/inf loss or grad norm: stop (exit 2, no output) or skip it
 
     title = "glassrl sft: resolved"
+
+    def anchor_paths(self, config_dir: Path, command_line: Set[str] = frozenset(), saved: bool = False) -> None:
+        """data and eval_data named in a config file are read from its directory (glassrl.config_paths)."""
+        config_paths.anchor_data(self, ("data", "eval_data"), config_dir, command_line, saved)
 
     def validate(self, written: Set[str] | None = None) -> None:
         """Ranges and ignored knobs; GlassrlError naming the key (see glassrl.config)."""

@@ -9,7 +9,8 @@
 - Where runs live — ``output_dir`` and the models (``model.*``, a reward model's or teacher's
   ``path``), which are usually an earlier run's ``output_dir`` — is the working directory's.
 
-``TrainConfig.anchor_paths`` makes the first kind absolute when the config file names them, so that
+``glassrl sft``, ``rm`` and ``dpo`` follow the same rule for their ``data`` and ``eval_data``
+(:func:`anchor_data`). ``TrainConfig.anchor_paths`` makes the first kind absolute when the config file names them, so that
 the run's config.yaml, and a resume from it, read the same files from anywhere; a path from the
 command line, and one in a run's own config.yaml (runs before this rule recorded them as given),
 stays relative: the working directory's. "No such file" errors name the path they looked for.
@@ -50,6 +51,19 @@ def file_spec(spec: Any, base: Path) -> Any:
     if not sep or not where.endswith(".py"):
         return spec
     return f"{_joined(where, base)}:{attribute}"
+
+
+def anchor_data(cfg: Any, keys: tuple[str, ...], config_dir: Path, command_line: Set[str], saved: bool) -> None:
+    """The supervised trainers' rule, the same as ``glassrl train``'s: each data field of ``cfg``
+    named in ``keys`` (a spec or a list of specs) joined to the config file's directory, unless the
+    command line set it or the file is a run's own config.yaml."""
+    for key in keys:
+        value = getattr(cfg, key)
+        if saved or given(key, command_line) or value is None:
+            continue
+        specs = value if isinstance(value, list) else [value]
+        joined = [data_path(spec, config_dir) for spec in specs]
+        setattr(cfg, key, joined if isinstance(value, list) else joined[0])
 
 
 def _joined(path: str, base: Path) -> str:

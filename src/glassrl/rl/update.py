@@ -62,11 +62,11 @@ def actor_batch(exp: Experience) -> Batch:
     positive examples: correct answers, judged before any shaping."""
     batch = {**model_batch(exp), "advantages": exp.policy_advantages, "scores": exp.raw_scores}
     if exp.logprobs is not None:  # None: the on-policy update computes them (run_updates' forward_outputs)
-        batch["old_logprobs"] = exp.logprobs
+        batch["old_logprobs"] = exp.rollout.rollout_logprobs if exp.bypass else exp.logprobs  # the clip's anchor
     if exp.ref_logprobs is not None:
         batch["ref_logprobs"] = exp.ref_logprobs
-    if exp.rollout.rollout_logprobs is not None:  # the engine's own log-probs: algo.rollout_is
-        batch["rollout_logprobs"] = exp.rollout.rollout_logprobs
+    if exp.correction is not None:  # algo.off_policy: each token's weight, and whether it stays in the loss
+        batch["is_weights"], batch["is_keep"] = exp.correction.weights, exp.correction.keep
     return batch
 
 

@@ -16,10 +16,12 @@ TORCH_SPEC ?= torch==2.13.0
 LOCK   := requirements-lock.txt
 EXTRAS := test,ray,lora,wandb,mlflow
 # The preset `make demo` trains: examples/$(ALGO).yaml, e.g. make demo ALGO=ppo; or a whole
-# pipeline instead: make demo PIPELINE=rlhf (SFT policy → reward model → PPO, examples/rlhf/);
+# pipeline instead: make demo PIPELINE=rlhf (SFT policy → reward model → PPO, examples/rlhf/), or its
+# offline branch, make demo PIPELINE=rlhf OFFLINE=1 (SFT policy → DPO on the same pairs, examples/dpo.yaml);
 # or an agentic task's demo: make demo TASK=tool-add (calculator calls, examples/tool_add.yaml)
 ALGO   ?= grpo
 PIPELINE ?=
+OFFLINE ?=
 TASK   ?=
 STAMP  := $(VENV)/.installed
 
@@ -40,7 +42,7 @@ $(STAMP): pyproject.toml $(LOCK) Makefile
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/glassrl demo $(if $(PIPELINE),--pipeline $(PIPELINE),$(if $(TASK),--task $(TASK),--algo $(ALGO)))
+	$(BIN)/glassrl demo $(if $(PIPELINE),--pipeline $(PIPELINE)$(if $(OFFLINE), --offline),$(if $(TASK),--task $(TASK),--algo $(ALGO)))
 
 # ruff's settings and the import contracts (layers, no cycles) are in pyproject.toml.
 lint: $(STAMP)

@@ -31,7 +31,7 @@ What it does:
 Timing: wall time between the ends of consecutive optimiser steps, the first step left out
 (warm-up): each library's whole step (generation, reward, log-probs, update, its own logging).
 "CPU s per step" is the worker's CPU time (all its threads) per step: steadier than wall time on
-a shared machine, and with one thread the work itself. Peak RSS is the worker process's ``ru_maxrss`` (model, reference model, optimiser, libraries).
+a shared machine, and with one thread the work itself. Peak RSS is the worker process's VmHWM (model, reference model, optimiser, libraries).
 glassrl writes no ledger, checkpoint or report here (TRL's run writes none either).
 The load average is printed before and after: figures taken on a shared machine are noise
 beyond what its load explains.
@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -55,6 +54,7 @@ import torch
 from rich.console import Console
 
 from glassrl.models.default_model import DEFAULT_SPEC
+from trl_worker import peak_rss_kib  # benchmarks/, beside this file
 
 HERE = Path(__file__).resolve().parent
 TRL_VERSION, TORCH_VERSION = "1.16.0", "2.13.0"
@@ -289,7 +289,7 @@ def glassrl_worker(spec_path: str, out_path: str) -> None:
         "cpu_ends": cpu_ends,
         "tokens": tokens,
         "rewards": rewards,
-        "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "peak_rss_kib": peak_rss_kib(),
         "peak_cuda_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
     }
     Path(out_path).write_text(json.dumps(out, indent=1))

@@ -16,12 +16,23 @@ token count), and the peak RSS.
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+def peak_rss_kib() -> int:
+    """The peak resident set of this process (VmHWM of /proc/self/status), in KiB.
+
+    Not ``ru_maxrss``: Linux keeps that across fork and execve, so a worker started by the bench
+    reports at least the bench's own RSS at the fork (877 MiB for both models, whatever the model).
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("/proc/self/status has no VmHWM (not Linux?)")
 
 
 def main(spec_path: str, out_path: str) -> None:
@@ -140,7 +151,7 @@ def main(spec_path: str, out_path: str) -> None:
         "cpu_ends": cpu_ends,
         "logs": all_logs,
         "params": sum(p.numel() for p in trainer.model.parameters()),
-        "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "peak_rss_kib": peak_rss_kib(),
         "peak_cuda_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
     }
     Path(out_path).write_text(json.dumps(out, indent=1))

@@ -5,6 +5,7 @@ the tests call.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,6 +15,18 @@ from glassrl.rewards import RewardRequest, RewardResult
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
+
+
+def flat_ledger_rows(text: str) -> list[dict]:
+    """The token rows of a ledger file's text, each with its response's row merged in: the flat
+    rows (``Ledger.rows``) of the file that holds each response's fields once."""
+    flat, head = [], {}
+    for row in map(json.loads, text.splitlines()):
+        if row["kind"] == "response":
+            head = row
+        else:
+            flat.append({**head, **row})
+    return flat
 
 
 def tiny_llama_config(vocab_size: int, **overrides) -> LlamaConfig:

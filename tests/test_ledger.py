@@ -14,6 +14,7 @@ from rich.console import Console
 
 from glassrl.errors import GlassrlError
 from glassrl.ledger import ALL_FIELDS, TOKEN_FIELDS, Ledger, read_jsonl
+from glassrl.ledger.model import RESPONSE_ROW, TOKEN_ROW
 from glassrl.ledger.render import columns, fmt, to_markdown, to_rich
 
 PARAMS = dict(estimator="gae", gamma=1.0, lam=0.95, beta=0.1, kl_kind=None)
@@ -151,10 +152,10 @@ def test_jsonl_round_trip_exact(tmp_path):
     path = tmp_path / "ledger.jsonl"
     ledger.to_jsonl(path)
     lines = path.read_text(encoding="utf-8").splitlines()
-    assert len(lines) == 6  # one line per token row
-    first = json.loads(lines[0])
-    assert list(first) == list(ALL_FIELDS)
-    assert first["values"] == 0.5 and first["returns"] is None and first["step"] == 7
+    assert len(lines) == 2 + 6  # one line per response, then one per token row (issue 33)
+    head, first = json.loads(lines[0]), json.loads(lines[1])
+    assert list(head) == list(RESPONSE_ROW) and list(first) == list(TOKEN_ROW)
+    assert first["values"] == 0.5 and first["returns"] is None and first["step"] == 7 and head["step"] == 7
     assert read_jsonl(path) == ledger
 
 
@@ -278,3 +279,43 @@ def test_columns_and_fmt():
     assert "logprobs" in columns(small_ledger(logprobs=torch.zeros(2, 4)))
     assert fmt(None) == "—" and fmt(-0.00001) == "0.0000" and fmt(0.621081) == "0.6211"
     assert set(TOKEN_FIELDS) >= {"values", "returns", "whitened_advantages", "response_mask"}
+
+
+# ---------------------------------------------------------------- phases 4 and 5 (the trainer's and explain's one sequence)
+
+
+def test_token_rewards_and_credit_by_hand():
+    from glassrl.algos.advantages import AdvantageParams
+    from glassrl.ledger.compute import credit, token_rewards
+
+    def close(got, want, atol=1e-9):
+        torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=0, atol=atol)
+
+    # Three responses to one prompt; the third failed its score, so none of its tokens trains.
+    mask = torch.tensor([[True, True], [True, True], [False, False]])
+    scores = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    kl = torch.tensor([[0.2, 0.4], [0.0, 0.2], [9.0, 9.0]], dtype=torch.float64)
+    r = token_rewards(scores, kl, 0.5, mask)  # r_i = score_i − β·kl_i on training tokens, 0 elsewhere
+    close(r, [[-0.1, 0.8], [0.0, -0.1], [0.0, 0.0]])
+    close(token_rewards(scores, None, 0.5, mask), [[0.0, 1.0], [0.0, 0.0], [0.0, 0.0]])  # no KL estimate
+
+    # GRPO over the rows that train: S = 0.7 and −0.1, mean 0.3, std (unbiased) 0.4·√2; the failed row
+    # is out of its group's baseline and gets 0. Whitening: 4 training tokens, ±√3/2 (unbiased std).
+    out = credit("grpo", r, mask, AdvantageParams(), group_index=torch.tensor([0, 0, 0]), whiten=True)
+    a = 0.4 / (0.4 * 2**0.5 + 1e-6)
+    close(out.advantages, [[a, a], [-a, -a], [0.0, 0.0]])
+    w = 3**0.5 / 2
+    close(out.whitened_advantages, [[w, w], [-w, -w], [0.0, 0.0]], atol=1e-7)  # masked_whiten's ε
+    assert out.deltas is None
+
+    # GAE with values: δ_i = r_i + γ·V(s_{i+1}) − V(s_i); A_1 = δ_1, A_0 = δ_0 + γλ·A_1; R = A + V.
+    values = torch.tensor([[0.5, 0.25], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    one = torch.tensor([[True, True], [False, False], [False, False]])
+    out = credit("gae", r, one, AdvantageParams(gamma=1.0, lam=0.5), values=values, whiten=False)
+    d0, d1 = -0.1 + 0.25 - 0.5, 0.8 - 0.25
+    close(out.deltas, [[d0, d1], [0.0, 0.0], [0.0, 0.0]])
+    close(out.advantages, [[d0 + 0.5 * d1, d1], [0.0, 0.0], [0.0, 0.0]])
+    close(out.returns, [[d0 + 0.5 * d1 + 0.5, d1 + 0.25], [0.0, 0.0], [0.0, 0.0]])
+    assert out.whitened_advantages is None
+    one_token = torch.tensor([[True, False], [False, False], [False, False]])
+    assert credit("gae", r, one_token, AdvantageParams(), values=values, whiten=True).whitened_advantages is None

@@ -22,6 +22,7 @@ COMMANDS = {
     "init-model": "glassrl.commands.init_model",
     "sft": "glassrl.commands.sft",
     "rm": "glassrl.commands.rm",
+    "dpo": "glassrl.commands.dpo",
     "train": "glassrl.commands.train",
     "report": "glassrl.commands.report",
     "export": "glassrl.commands.export",

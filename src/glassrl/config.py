@@ -49,7 +49,7 @@ from typing import Any, NamedTuple, NoReturn, TypeVar
 import yaml
 
 from glassrl.errors import GlassrlError
-from glassrl.jsonl import read_utf8
+from glassrl.jsonl import TooDeep, read_utf8, too_deep
 
 C = TypeVar("C")
 
@@ -77,7 +77,7 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
         _set_dotted(data, key.split("."), value, defaults)
         from_command_line.append(key)
         written.update(_prefixes(key), _dotted_keys(value, key + ".") if isinstance(value, dict) else ())
-    origin = _Origin(str(path) if path is not None else "config", tuple(from_command_line))
+    origin = Origin(str(path) if path is not None else "config", tuple(from_command_line))
     cfg = _build(cls, data, prefix="", origin=origin)
     _anchor(cfg, path)
     if hasattr(cfg, "validate"):
@@ -98,7 +98,7 @@ def _in_run_directory(path: str | Path | None) -> bool:
 def load_saved_config(cls: type[C], path: str | Path) -> C:
     """A config glassrl wrote itself (a run's ``config.yaml``): every key is in the file, so
     ``validate`` judges a knob by its value against the default, not by its presence."""
-    cfg = _build(cls, _read(path), prefix="", origin=_Origin(str(path), ()))
+    cfg = _build(cls, _read(path), prefix="", origin=Origin(str(path)))
     _anchor(cfg, path)
     if hasattr(cfg, "validate"):
         cfg.validate(None)
@@ -238,17 +238,54 @@ def value_text(value: Any) -> str:
 COMMAND_LINE = "command line"
 
 
-class _Origin(NamedTuple):
-    """Where a key's value came from: the override that set it (or a section above it), else the file."""
+class Origin:
+    """Where the values came from, and how the loader words what is wrong with one of them.
 
-    file: str
-    overrides: tuple[str, ...]
+    A config's origin is its file and the keys the command line overrode (``of``): an error
+    reads ``c.yaml: optim.lr must be a number, got 'fast'``. A loader of other typed input
+    (``glassrl explain``'s input file and flags: glassrl.commands.explain_input) words its
+    errors by a subclass, through :func:`build`."""
+
+    def __init__(self, file: str, overrides: tuple[str, ...] = ()) -> None:
+        self.file, self.overrides = file, overrides
 
     def of(self, key: str) -> str:
+        """The file, or ``command line`` when an override set ``key`` (or a section above it)."""
         key = key.replace("[", ".").replace("]", "")  # reward.sources[0].name -> reward.sources.0.name
         if any(key == k or key.startswith(k + ".") for k in self.overrides):
             return COMMAND_LINE
         return self.file
+
+    def invalid(self, key: str, expected: str, value: Any) -> GlassrlError:
+        """``value`` at ``key`` is not ``expected`` ("a number", "a list", ...)."""
+        return GlassrlError(f"{self.of(key)}: {key} must be {expected}, got {value!r}")
+
+    def not_finite(self, key: str, value: Any, number: float | int) -> GlassrlError:
+        """``value`` at ``key`` reads as ``number``, which is NaN, ±inf, or beyond a float."""
+        return GlassrlError(f"{self.of(key)}: {key} = {number}: must be a finite number")
+
+    def not_one_of(self, key: str, value: Any, options: tuple[Any, ...]) -> GlassrlError:
+        return GlassrlError(f"{self.of(key)}: {key}={value!r} is not one of {', '.join(map(repr, options))}")
+
+    def unknown(self, prefix: str, key: Any, fields: list[str], hint: str | None) -> GlassrlError:
+        """Key ``key`` of section ``prefix`` ("optim."; "" at the top) is none of ``fields``;
+        ``hint``: the field it is likely meant to be."""
+        name = _shown(key)
+        return GlassrlError(
+            f"{self.of(prefix + name)}: unknown key {prefix}{name}"
+            + (f" (did you mean {prefix}{hint}?)" if hint else "")
+            + f"; valid keys here: {', '.join(prefix + field for field in fields)}"
+        )
+
+    def missing(self, key: str) -> GlassrlError:
+        """A field without a default is not given."""
+        return GlassrlError(f"{self.of(key)}: {key}: missing")
+
+
+def _shown(key: Any) -> str:
+    """A key as an error shows it: a key of newlines or spaces quoted, on one line."""
+    name = str(key)
+    return repr(name) if not name.isprintable() or not name.strip() else name
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -285,8 +322,15 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def safe_load(text: str) -> Any:
-    """yaml.safe_load, except that a duplicate key in a mapping is a yaml.YAMLError naming it."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    """yaml.safe_load, except that a duplicate key in a mapping, and values nested deeper than
+    glassrl.jsonl.MAX_NESTING (the parser raised RecursionError), are a yaml.YAMLError saying so."""
+    try:
+        value = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise yaml.YAMLError(str(TooDeep())) from None
+    if too_deep(value):
+        raise yaml.YAMLError(str(TooDeep()))
+    return value
 
 
 def _read(path: str | Path | None) -> dict[str, Any]:
@@ -351,27 +395,33 @@ def _dotted_keys(data: dict[str, Any], prefix: str = "") -> list[str]:
     return keys
 
 
-def _build(cls: type[C], data: dict[str, Any], prefix: str, origin: _Origin) -> C:
+def build(cls: type[C], data: Any, origin: Origin) -> C:
+    """``cls`` (a dataclass) from plain ``data``, every value checked against its field's type
+    as a config file's are; errors worded by ``origin``. A field without a default must be
+    given; a field with ``init=False`` is derived, not read."""
+    return _build(cls, data, prefix="", origin=origin)
+
+
+def _build(cls: type[C], data: dict[str, Any], prefix: str, origin: Origin) -> C:
     if not isinstance(data, dict):
-        where = prefix.rstrip(".") or "config"
-        raise GlassrlError(f"{origin.of(where)}: {where} must be a mapping, got {data!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        raise origin.invalid(prefix.rstrip(".") or "config", "a mapping", data)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     hints = typing.get_type_hints(cls)
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        name = str(unknown[0])
-        if not name.isprintable() or not name.strip():  # a key of newlines or spaces: shown quoted, on one line
-            name = repr(name)
-        valid = ", ".join(prefix + field for field in fields)
+        name = _shown(unknown[0])
         hint = _moved(hints, name) or next(iter(difflib.get_close_matches(name, list(fields), n=1)), None)
-        raise GlassrlError(
-            f"{origin.of(prefix + name)}: unknown key {prefix}{name}"
-            + (f" (did you mean {prefix}{hint}?)" if hint else "")
-            + f"; valid keys here: {valid}"
-        )
+        raise origin.unknown(prefix, unknown[0], list(fields), hint)
+    required = [
+        name
+        for name, f in fields.items()
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and name not in data
+    ]
+    if required:
+        raise origin.missing(prefix + required[0])
     kwargs = {}
     for name, value in data.items():
-        kwargs[name] = _coerce(hints[name], value, f"{prefix}{name}", origin)
+        kwargs[name] = coerce(hints[name], value, f"{prefix}{name}", origin)
     return cls(**kwargs)
 
 
@@ -385,8 +435,10 @@ def _moved(hints: dict[str, Any], name: str) -> str | None:
     return None
 
 
-def _coerce(hint: Any, value: Any, key: str, origin: _Origin) -> Any:
-    source = origin.of(key)
+def coerce(hint: Any, value: Any, key: str, origin: Origin) -> Any:
+    """``value`` at ``key`` checked against the type ``hint`` (and converted: a section to its
+    dataclass, a number to float); errors worded by ``origin``. A mapping's values are not
+    checked by the type: a caller that needs them typed checks each with this."""
     origin_type = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin_type in (typing.Union, types.UnionType):
@@ -398,7 +450,7 @@ def _coerce(hint: Any, value: Any, key: str, origin: _Origin) -> Any:
         errors = []
         for option in options:
             try:
-                return _coerce(option, value, key, origin)
+                return coerce(option, value, key, origin)
             except GlassrlError as err:
                 errors.append(str(err))
         raise GlassrlError(errors[0])
@@ -408,47 +460,48 @@ def _coerce(hint: Any, value: Any, key: str, origin: _Origin) -> Any:
         return _build(hint, value, prefix=key + ".", origin=origin)
     if origin_type is typing.Literal:
         if value not in args:
-            raise GlassrlError(f"{source}: {key}={value!r} is not one of {', '.join(map(repr, args))}")
+            raise origin.not_one_of(key, value, args)
         return value
     if origin_type in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise GlassrlError(f"{source}: {key} must be a list, got {value!r}")
+            raise origin.invalid(key, "a list", value)
         inner = args[0] if args else Any
-        items = [_coerce(inner, v, f"{key}[{i}]", origin) for i, v in enumerate(value)]
+        items = [coerce(inner, v, f"{key}[{i}]", origin) for i, v in enumerate(value)]
         return items if origin_type is list else tuple(items)
     if origin_type is dict:
         if not isinstance(value, dict):
-            raise GlassrlError(f"{source}: {key} must be a mapping, got {value!r}")
+            raise origin.invalid(key, "a mapping", value)
         return dict(value)
     if hint is Any:
         return value
     if hint is bool:
         if not isinstance(value, bool):
-            raise GlassrlError(f"{source}: {key} must be true or false, got {value!r}")
+            raise origin.invalid(key, "true or false", value)
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise GlassrlError(f"{source}: {key} must be an integer, got {value!r}")
+            raise origin.invalid(key, "an integer", value)
         return value
     if hint is float:
+        number = value
         if isinstance(value, str):
             # PyYAML follows YAML 1.1, where "1e-3" (no dot) is a string, not a float.
             try:
-                value = float(value)
+                number = float(value)
             except ValueError:
                 pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise GlassrlError(f"{source}: {key} must be a number, got {value!r}")
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise origin.invalid(key, "a number", value)
         try:
-            number = float(value)
+            finite = math.isfinite(float(number))
         except OverflowError:  # an integer beyond any float
-            number = math.inf
-        if not math.isfinite(number):  # .nan / .inf in a setting end as NaN weights: refused here
-            raise GlassrlError(f"{source}: {key} = {value}: must be a finite number")
-        return number
+            finite = False
+        if not finite:  # .nan / .inf in a setting end as NaN weights: refused here
+            raise origin.not_finite(key, value, number)
+        return float(number)
     if hint is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise GlassrlError(f"{source}: {key} must be a string, got {value!r}")
+            raise origin.invalid(key, "a string", value)
         return str(value)
     return value
 

@@ -1,5 +1,6 @@
 """JSON-lines files read one way everywhere (ledgers, prompt sets, SFT and preference pairs),
-and text files read as UTF-8 with an error that names the line (:func:`read_utf8`).
+text files read as UTF-8 with an error that names the line (:func:`read_utf8`), and JSON values
+nested no deeper than :data:`MAX_NESTING` (:func:`load_json`).
 
 A neutral module beside glassrl.errors: the ledger (which sits below data/), data/ and the
 config loader all read through it. Every error names ``path:LINE`` (1-based).
@@ -14,6 +15,43 @@ from pathlib import Path
 from typing import Any
 
 from glassrl.errors import GlassrlError
+
+# Lists and objects nested deeper than this are refused wherever glassrl reads JSON (or YAML) it did
+# not write: a model's tool call, a data file, a config. json.loads itself fails near the interpreter's
+# recursion limit (about 1,000) with a RecursionError, and values nested a little less deep fail later,
+# wherever they are walked recursively (the checkpoint codec, json.dumps); no real value nests this deep.
+MAX_NESTING = 64
+
+
+class TooDeep(ValueError):
+    """A JSON (or YAML) value nested deeper than :data:`MAX_NESTING`."""
+
+    def __init__(self) -> None:
+        super().__init__(f"nested deeper than {MAX_NESTING} levels")
+
+
+def too_deep(value: Any) -> bool:
+    """Whether lists and dicts nest in ``value`` deeper than :data:`MAX_NESTING` (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            if depth > MAX_NESTING:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def load_json(text: str) -> Any:
+    """``json.loads(text)``; a value nested deeper than :data:`MAX_NESTING` raises :class:`TooDeep`
+    (json.JSONDecodeError as json raises it)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise TooDeep from None
+    if too_deep(value):
+        raise TooDeep
+    return value
 
 
 def read_utf8(path: str | Path) -> str:
@@ -43,9 +81,11 @@ def jsonl_objects(path: str | Path) -> Iterator[tuple[dict[str, Any], str]]:
             continue
         where = f"{path}:{number}"
         try:
-            value = json.loads(line)
+            value = load_json(line)
         except json.JSONDecodeError as err:
             raise GlassrlError(f"{where}: not valid JSON: {err.msg} (column {err.colno})") from None
+        except TooDeep as err:
+            raise GlassrlError(f"{where}: {err}") from None
         if not isinstance(value, dict):
             raise GlassrlError(f"{where}: expected a JSON object, got {type(value).__name__}")
         yield value, where

@@ -12,12 +12,18 @@ from glassrl.algos.kl import (
     KL_ESTIMATORS,
     AdaptiveKLController,
     FixedKLController,
-    full_kl,
     kl_penalty,
 )
 
 F64 = torch.float64
 LN2 = math.log(2.0)
+
+
+def full_kl(logprobs_full: torch.Tensor, ref_logprobs_full: torch.Tensor) -> torch.Tensor:
+    """The slow reference: exact KL(π || π_ref) = Σ_v π(v) (log π(v) − log π_ref(v)) per position,
+    (B, T, V) log-distributions -> (B, T); a term with π(v) = 0 is 0 (0·log 0 = 0)."""
+    p = logprobs_full.exp()
+    return torch.where(p > 0, p * (logprobs_full - ref_logprobs_full), torch.zeros_like(p)).sum(-1)
 
 
 def test_names():

@@ -21,6 +21,7 @@ from glassrl.commands import explain, explain_input
 from glassrl.ledger import read_jsonl
 from glassrl.ledger.legend import baseline_legend, sequence_score
 from glassrl.ledger.render import legend_lines
+from helpers import flat_ledger_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = str(ROOT / "examples/explain/reference_dialogue_c.json")
@@ -63,7 +64,7 @@ REFERENCE_FLAGS = [
 
 def run_jsonl(capsys, *argv: str) -> list[dict]:
     assert cli.main(["explain", *argv, "--format", "jsonl"]) == 0
-    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    return flat_ledger_rows(capsys.readouterr().out)
 
 
 def col(rows: list[dict], name: str) -> list:
@@ -404,7 +405,7 @@ def test_file_errors_name_file_and_field(tmp_path, capsys):
     data["responses"][1] = {"tokens": ["x"], "score": 1, "kl": [0], "values": [0]}
     path.write_text(json.dumps(data), encoding="utf-8")
     assert cli.main(["explain", "--input", str(path), "--format", "jsonl"]) == 0  # lengths 6 and 1 are fine
-    assert len(capsys.readouterr().out.splitlines()) == 7
+    assert len(capsys.readouterr().out.splitlines()) == 2 + 7  # a row per response, then one per token
     data["responses"][1] = {"tokens": ["x"], "score": 1, "kl": [0]}
     path.write_text(json.dumps(data), encoding="utf-8")
     assert error(capsys, "--input", str(path)) == f"{path}: responses[1].values is required by estimator gae"

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from glassrl import cli
-from glassrl.commands.explain_model import prompt_record
+from glassrl.rl.explain import prompt_record
+from helpers import flat_ledger_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +58,7 @@ def grpo_run(tiny_model_dir, prompt_files, tmp_path_factory) -> Path:
 
 def explain_rows(capsys, *argv: str) -> list[dict]:
     assert cli.main(["explain", *argv, "--format", "jsonl"]) == 0
-    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    return flat_ledger_rows(capsys.readouterr().out)
 
 
 def error(capsys, *argv: str) -> str:

@@ -79,3 +79,61 @@ def test_export_errors_are_one_line(lora_run, tmp_path, capsys):
     (tmp_path / "empty_run" / "checkpoints").mkdir(parents=True)
     assert main(["export", str(tmp_path / "empty_run"), "--out", str(tmp_path / "c")]) == 2
     assert "has no checkpoint yet" in capsys.readouterr().err
+
+
+def test_export_during_training_goes_to_the_new_checkpoint_and_writes_whole(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    """`glassrl export` during training failed 2 times in 150, leaving a half-copied output that blocked a
+    retry: the run saved a new checkpoint and pruned the one being copied. The export now restarts from the
+    new latest checkpoint, and the output appears whole, equal to what that checkpoint's manifest records."""
+    import hashlib
+    import json
+    import shutil
+
+    import glassrl.models.lora as lora
+
+    model = load_causal_lm(tiny_model_dir, dtype="float32", device="cpu")
+    policy = _Policy(model, AutoTokenizer.from_pretrained(tiny_model_dir))
+    manager = CheckpointManager(tmp_path / "run" / "checkpoints", keep=1)
+    manager.save(2, {"actor": Part("hf", policy)})
+    real, calls = shutil.copytree, []
+
+    def copy_while_the_run_prunes(src, dst, **kwargs):
+        calls.append(src)
+        if len(calls) == 1:  # half a copy, then the run saves step 3 and prunes step 2 under it
+            shutil.copy2(next(p for p in sorted(src.iterdir()) if p.is_file()), dst)
+            manager.save(3, {"actor": Part("hf", policy)})
+            raise FileNotFoundError(2, "No such file or directory", str(src / "model.safetensors"))
+        return real(src, dst, **kwargs)
+
+    monkeypatch.setattr(lora.shutil, "copytree", copy_while_the_run_prunes)
+    out = tmp_path / "exported"
+    assert main(["export", str(tmp_path / "run"), "--out", str(out)]) == 0
+    assert [p.parent.name for p in calls] == ["step_00000002", "step_00000003"]
+    manifest = json.loads((tmp_path / "run" / "checkpoints" / "step_00000003" / "manifest.json").read_text())
+    for file in manifest["parts"]["actor"]["files"]:
+        data = (out / file["path"].removeprefix("actor/")).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == file["sha256"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exported", "run"]  # no staging left
+
+
+def test_an_export_whose_checkpoint_vanishes_leaves_nothing(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """The checkpoint named on the command line is pruned mid-export: one line, no output, a retry is free."""
+    import shutil
+
+    import glassrl.models.lora as lora
+
+    model = load_causal_lm(tiny_model_dir, dtype="float32", device="cpu")
+    manager = CheckpointManager(tmp_path / "run" / "checkpoints", keep=1)
+    checkpoint = manager.save(2, {"actor": Part("hf", _Policy(model, AutoTokenizer.from_pretrained(tiny_model_dir)))})
+
+    def pruned(src, dst, **kwargs):
+        shutil.copy2(next(p for p in sorted(src.iterdir()) if p.is_file()), dst)
+        shutil.rmtree(checkpoint)
+        raise FileNotFoundError(2, "No such file or directory", str(src))
+
+    monkeypatch.setattr(lora.shutil, "copytree", pruned)
+    assert main(["export", str(checkpoint), "--out", str(tmp_path / "out")]) == 2
+    assert "step_00000002 was removed or changed while it was exported" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

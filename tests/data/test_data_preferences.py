@@ -13,11 +13,12 @@ from glassrl.data.preferences import (
     BUNDLED,
     REJECTION_KINDS,
     _wrong_answer,
+    load_labelled,
     load_preference_file,
     load_preferences,
     preference_pairs,
 )
-from glassrl.data.records import PreferencePair, PromptRecord
+from glassrl.data.records import LabelledResponse, PreferencePair, PromptRecord
 from glassrl.data.tasks import load_task
 from glassrl.data.tasks.arith_verify import DELTAS
 from glassrl.errors import GlassrlError
@@ -191,3 +192,63 @@ def test_missing_and_empty_files(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n", encoding="utf-8")
     with pytest.raises(GlassrlError, match="no preference pairs"):
         load_preference_file(tmp_path / "empty.jsonl")
+
+
+def test_chat_prompts_and_conversational_responses(tmp_path):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Is 1+1=2?"}]
+    path = _write(
+        tmp_path,
+        [
+            json.dumps(
+                {
+                    "prompt": messages,
+                    "chosen": [{"role": "assistant", "content": "Yes"}],
+                    "rejected": [{"role": "assistant", "content": "No"}],
+                }
+            )
+        ],
+    )
+    assert load_preference_file(path) == [PreferencePair(tuple(messages), "Yes", "No", None, f"{path}:1")]
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (
+            json.dumps({"prompt": [{"role": "user"}], "chosen": "c", "rejected": "r"}),
+            r":2: field \"prompt\": message 1 has no 'content'",
+        ),
+        (
+            json.dumps({"prompt": "p", "chosen": [{"role": "user", "content": "c"}], "rejected": "r"}),
+            r':2: field "chosen" must be a string or one assistant message',
+        ),
+    ],
+)
+def test_chat_errors_name_file_line_and_field(tmp_path, bad, message):
+    path = _write(tmp_path, [GOOD, bad])
+    with pytest.raises(GlassrlError, match=re.escape(str(path)) + message):
+        load_preference_file(path)
+
+
+def test_labelled_responses_from_pairs_and_unpaired_rows(tmp_path):
+    path = _write(
+        tmp_path,
+        [
+            json.dumps({"prompt": "p", "chosen": "c", "rejected": "r"}),
+            json.dumps({"prompt": "q", "completion": "good", "label": True}),
+            json.dumps({"prompt": "q", "completion": "bad", "label": False}),
+        ],
+    )
+    assert load_labelled(str(path)) == [
+        LabelledResponse("p", "c", True, f"{path}:1 chosen"),
+        LabelledResponse("p", "r", False, f"{path}:1 rejected"),
+        LabelledResponse("q", "good", True, f"{path}:2"),
+        LabelledResponse("q", "bad", False, f"{path}:3"),
+    ]
+    bundled = load_labelled("task:arith-verify-preferences/test")
+    pairs = load_preferences("task:arith-verify-preferences/test")
+    assert len(bundled) == 2 * len(pairs)
+    assert [(e.response, e.desirable) for e in bundled[:2]] == [(pairs[0].chosen, True), (pairs[0].rejected, False)]
+    bad = _write(tmp_path, [json.dumps({"prompt": "q", "completion": "x", "label": "yes"})])
+    with pytest.raises(GlassrlError, match=re.escape(f"{bad}:1") + ': field "label" must be true or false'):
+        load_labelled(str(bad))

@@ -126,8 +126,8 @@ def test_jsonl_round_trip_keeps_turns_and_csv_writes_them_as_json(tmp_path):
     ledger = multi_turn_ledger()
     ledger.to_jsonl(tmp_path / "l.jsonl")
     assert read_jsonl(tmp_path / "l.jsonl") == ledger
-    first = json.loads((tmp_path / "l.jsonl").read_text().splitlines()[0])
-    assert first["turns"][0]["tool_calls"] == [CALL] and first["role"] == "generated" and first["turn"] == 0
+    head, first = (json.loads(line) for line in (tmp_path / "l.jsonl").read_text().splitlines()[:2])
+    assert head["turns"][0]["tool_calls"] == [CALL] and first["role"] == "generated" and first["turn"] == 0
     rows = list(csv.DictReader(io.StringIO(ledger.csv())))
     assert json.loads(rows[0]["turns"])[1] == {
         "start": 4,

@@ -77,7 +77,9 @@ def _tree(keys_and_values: list[tuple[str, object]]) -> dict:
         parts = key.split(".")
         for part in parts[:-1]:
             child = node.get(part)
-            node = node.setdefault(part, {}) if isinstance(child, dict) or child is None else {}
+            if child is None:  # absent, or a key given the value None earlier: a section now
+                child = node[part] = {}
+            node = child if isinstance(child, dict) else {}
         node[parts[-1]] = value
     return tree
 

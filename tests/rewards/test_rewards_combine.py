@@ -82,6 +82,7 @@ def test_registry_builds_every_name_it_lists():
         "judge",
         "majority_vote",
         "user_function",
+        "teacher",
     }
     source = build_reward_source("arith_verify", partial_credit=True)
     assert isinstance(source, ArithVerifyVerifier) and isinstance(source, RewardSource) and source.partial_credit

@@ -114,6 +114,7 @@ def test_explain_on_a_multi_turn_checkpoint_reproduces_the_ledger(tiny_model_dir
     from glassrl.cli import build_parser
     from glassrl.commands import explain_model
     from glassrl.ledger import read_jsonl
+    from glassrl.rl import explain
     from glassrl.rollout.base import Turn, concat_rollouts
 
     run_dir = tmp_path / "run"
@@ -129,12 +130,11 @@ def test_explain_on_a_multi_turn_checkpoint_reproduces_the_ledger(tiny_model_dir
     trained = read_jsonl(run_dir / "ledgers" / "step_000002.jsonl")
     checkpoint = run_dir / "checkpoints" / "step_00000001"
     args = build_parser(only="explain").parse_args(["explain", "--model", str(checkpoint), "--prompt", "-"])
-    run = explain_model.open_model(args)
-    explain_model.resolve_params(args, run)
-    policy = explain_model.load_policy(run)
+    run = explain_model.open_run(args)
+    policy = explain.load_policy(run)
     assert policy.multi_turn
     texts = {r.group_id: r.prompt for r in trained.responses}
-    prompts = [explain_model.prompt_record(texts[g], None) for g in range(len(texts))]
+    prompts = [explain.prompt_record(texts[g], None) for g in range(len(texts))]
     prompt_ids = policy.prompt_ids(prompts)
     parts = []
     for response in trained.responses:
@@ -143,12 +143,12 @@ def test_explain_on_a_multi_turn_checkpoint_reproduces_the_ledger(tiny_model_dir
             Turn(t.start, t.end, t.observation_end, t.finish_reason, "", "", t.tool_calls, t.reward_parts)
             for t in response.turns
         ]
-        part = explain_model.given_response(
+        part = explain.given_response(
             policy, prompt_ids[response.group_id], ids, response.finish_reason, turns=turns, text=response.response
         )
         part.group_index = torch.full_like(part.group_index, response.group_id)
         parts.append(part)
-    explained = explain_model.explain_rollout(run, policy, concat_rollouts(parts, policy.pad_id), prompts, prompt_ids)
+    explained = explain.explain_rollout(run, policy, concat_rollouts(parts, policy.pad_id), prompts, prompt_ids)
     assert dataclasses.replace(explained, step=2) == trained
     assert any(len(r.turns) == 2 for r in trained.responses)
 

@@ -187,8 +187,9 @@ def test_every_field_has_a_one_line_comment(top):
 
 def test_the_presets_are_found():
     names = presets.rl_names()
-    assert {"grpo", "ppo", "dapo"} <= set(names) and "sft" not in names and "rm" not in names
-    assert set(presets.names()) == {*names, "sft", "rm", *presets.TASKS.values()}
+    supervised = {"sft", "rm", "dpo", "kto"}
+    assert {"grpo", "ppo", "dapo"} <= set(names) and not supervised & set(names)
+    assert set(presets.names()) == {*names, *supervised, *presets.TASKS.values()}
 
 
 @pytest.mark.parametrize("name", presets.rl_names())

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glassrl.rl.metrics import PhaseTimer, approx_kl, distinct_n, explained_variance, masked_fraction, masked_stats
+from glassrl.rl.metrics import PhaseTimer, approx_kl, distinct_n, explained_variance, masked_stats
 
 NAN = float("nan")
 MASK = torch.tensor([[True, True, False], [True, True, False]])
@@ -52,13 +52,6 @@ def test_masked_stats_by_hand():
     one = masked_stats(x, torch.tensor([[False, False, True], [False, False, False]]))
     assert one["mean"] == one["min"] == one["max"] == 100.0 and math.isnan(one["std"])
     assert all(math.isnan(v) for v in masked_stats(x, torch.zeros_like(mask)).values())
-
-
-def test_masked_fraction_by_hand():
-    flags = torch.tensor([[True, False, True], [False, True, True]])
-    mask = torch.tensor([[True, True, False], [True, True, True]])
-    assert masked_fraction(flags, mask) == pytest.approx(3 / 5)  # the True at a masked position is not counted
-    assert math.isnan(masked_fraction(flags, torch.zeros_like(mask)))
 
 
 def test_approx_kl_by_hand():

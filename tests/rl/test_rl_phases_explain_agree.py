@@ -3,7 +3,7 @@
 Both run glassrl.rl.phases (phases 2–5). Train two steps with a ledger of every response
 of each step; the ledger of step 2 was computed with what the checkpoint of step 1 holds — the
 actor before step 2's update, the critic, β of the KL controller — and the initial actor as the
-reference. Explain opens that checkpoint as ``--model`` does (open_model, resolve_params) and
+reference. Explain opens that checkpoint as ``--model`` does (explain_model.open_run) and
 runs on the ledger's prompts and response tokens (explain_rollout, what ``--response`` and
 ``--sample`` feed). Its batch has the trainer's padding widths and micro-batches, so every
 forward pass sees the same tensors and every number is equal exactly, not to a tolerance.
@@ -40,6 +40,7 @@ def test_explain_on_the_checkpoint_reproduces_the_trainers_ledger(preset, fast, 
     from glassrl.commands import explain_model
     from glassrl.data.formatting import format_prompt
     from glassrl.ledger import read_jsonl
+    from glassrl.rl import explain
     from glassrl.rl.loop import Trainer
     from glassrl.rollout.base import concat_rollouts
 
@@ -61,19 +62,18 @@ def test_explain_on_the_checkpoint_reproduces_the_trainers_ledger(preset, fast, 
 
     checkpoint = run_dir / "checkpoints" / "step_00000001"
     args = build_parser(only="explain").parse_args(["explain", "--model", str(checkpoint), "--prompt", "-"])
-    run = explain_model.open_model(args)
-    explain_model.resolve_params(args, run)
-    policy = explain_model.load_policy(run)
+    run = explain_model.open_run(args)
+    policy = explain.load_policy(run)
     texts = {r.group_id: r.prompt for r in trained.responses}  # group k answers prompt k
-    prompts = [explain_model.prompt_record(texts[g], None) for g in range(len(texts))]
+    prompts = [explain.prompt_record(texts[g], None) for g in range(len(texts))]
     prompt_ids = [format_prompt(policy.tokenizer, texts[g]) for g in range(len(texts))]
     parts = []
     for response in trained.responses:
         ids = [t.token_id for t in response.tokens]
-        part = explain_model.given_response(policy, prompt_ids[response.group_id], ids, response.finish_reason)
+        part = explain.given_response(policy, prompt_ids[response.group_id], ids, response.finish_reason)
         part.group_index = torch.full_like(part.group_index, response.group_id)
         parts.append(part)
-    explained = explain_model.explain_rollout(run, policy, concat_rollouts(parts, policy.pad_id), prompts, prompt_ids)
+    explained = explain.explain_rollout(run, policy, concat_rollouts(parts, policy.pad_id), prompts, prompt_ids)
 
     assert explained.step == 1 and trained.step == 2  # the checkpoint's step, the step the ledger was taken at
     for got, want in zip(explained.responses, trained.responses, strict=True):

@@ -56,18 +56,6 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str) ->
     return KL_ESTIMATORS[kind](logprobs, ref_logprobs)
 
 
-def full_kl(logprobs_full: torch.Tensor, ref_logprobs_full: torch.Tensor) -> torch.Tensor:
-    """Exact KL(π || π_ref) = Σ_v π(v) (log π(v) − log π_ref(v)) per position.
-
-    Inputs are log-distributions (B, T, V) (log_softmax outputs); output (B, T).
-    Terms with π(v) = 0 are 0 by the convention 0·log 0 = 0 (torch.where, since
-    0 · (−inf) would be NaN).
-    """
-    p = logprobs_full.exp()
-    terms = torch.where(p > 0, p * (logprobs_full - ref_logprobs_full), torch.zeros_like(p))
-    return terms.sum(-1)
-
-
 class FixedKLController:
     """A constant KL coefficient β (InstructGPT, Ouyang et al. 2022, eq. 2)."""
 

@@ -3,8 +3,9 @@
 DESIGN §1: ``token_scores[i]`` is the score placed on token i (the outcome score
 on the last valid token T_b − 1, process rewards on step-end tokens) and
 ``r_i = token_scores[i] − β·kl[i]`` on valid tokens (Ziegler et al. 2019, §2.2;
-InstructGPT, Ouyang et al. 2022, eq. 2). Shapes: B batch, T response length,
-S steps per response.
+InstructGPT, Ouyang et al. 2022, eq. 2); with a teacher (on-policy distillation) every
+token also earns ``w·(log π_T − log π_old)`` (:func:`teacher_token_rewards`).
+Shapes: B batch, T response length, S steps per response.
 """
 
 from __future__ import annotations
@@ -63,3 +64,18 @@ def assemble_token_rewards(
     """r_i = token_scores[i] − β·kl[i] on valid tokens, 0 elsewhere; all (B, T)."""
     rewards = token_scores - beta * kl
     return torch.where(response_mask, rewards, torch.zeros_like(rewards))
+
+
+def teacher_token_rewards(
+    teacher_logprobs: torch.Tensor, logprobs: torch.Tensor, response_mask: torch.Tensor, weight: float
+) -> torch.Tensor:
+    """w·(log π_T(a_i|s_i) − log π_old(a_i|s_i)) on valid tokens, 0 elsewhere; all (B, T).
+
+    The negative reverse KL of the student from the teacher at the sampled token, a reward on
+    every token (on-policy distillation: Agarwal et al. 2024, GKD, eq. 4 with λ = 1 and the reverse
+    KL; the one-sample per-token form of Lu et al. 2025, Thinking Machines, "On-Policy
+    Distillation"). Masked positions are neutralised first, so a NaN there reaches nothing.
+    """
+    zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
+    gap = torch.where(response_mask, teacher_logprobs, zero) - torch.where(response_mask, logprobs, zero)
+    return torch.where(response_mask, weight * gap, zero)

@@ -2,7 +2,7 @@
 default and help, read from the config dataclasses (glassrl.config.describe).
 
 ``show`` prints a table for the command CONFIG belongs to (``--command``: train unless CONFIG is
-the preset sft or rm); with CONFIG or overrides, the value each option gets, and the default
+the preset sft, rm, dpo or kto); with CONFIG or overrides, the value each option gets, and the default
 beside it where they differ. ``docs`` prints docs/config.md (``--output`` writes it), the
 reference of every command's config; a test regenerates it and compares.
 """
@@ -20,7 +20,14 @@ CONFIGS = {
     "train": ("glassrl.rl.config", "TrainConfig", "RL training: PPO, GRPO and their relatives."),
     "sft": ("glassrl.supervised.sft", "SFTConfig", "Supervised fine-tuning on prompt/response pairs."),
     "rm": ("glassrl.supervised.rm", "RMConfig", "Reward-model training on preference pairs (Bradley–Terry)."),
+    "dpo": (
+        "glassrl.supervised.preference",
+        "PreferenceConfig",
+        "Offline preference optimisation: DPO, IPO, SimPO on pairs, KTO on labelled responses.",
+    ),
 }
+# a preset -> the command whose config it is, where that is not train
+PRESET_COMMANDS = {"sft": "sft", "rm": "rm", "dpo": "dpo", "kto": "dpo"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--command",
         dest="config_command",  # not "command": that is the CLI's sub-command
         choices=tuple(CONFIGS),
-        help="whose config it is (default: sft or rm for those presets, else train)",
+        help="whose config it is (default: sft, rm or dpo for the presets sft, rm, dpo and kto, else train)",
     )
     docs = sub.add_parser("docs", help="print docs/config.md, generated from the config dataclasses")
     docs.add_argument("--output", type=Path, help="write it to this file instead (docs/config.md)")
@@ -65,7 +72,7 @@ def _show(args: argparse.Namespace) -> int:
     from glassrl import presets
     from glassrl.config import describe, load_config
 
-    command = args.config_command or (args.config if args.config in ("sft", "rm") else "train")
+    command = args.config_command or PRESET_COMMANDS.get(args.config, "train")
     cls = config_class(command)
     given = args.config is not None or bool(args.overrides)
     path = presets.config_file(args.config) if args.config is not None else None
@@ -138,8 +145,8 @@ def _code(text: str) -> str:
 
 _INTRO = """# Configuration reference
 
-Every option of `glassrl train`, `glassrl sft` and `glassrl rm`, with its type, default and
-help. Generated from the config dataclasses (the help is the comment on each field's line) by
+Every option of `glassrl train`, `glassrl sft`, `glassrl rm` and `glassrl dpo`, with its type,
+default and help. Generated from the config dataclasses (the help is the comment on each field's line) by
 `glassrl config docs --output docs/config.md`; a test regenerates it and fails when this file
 differs. `glassrl config show [PRESET] [key=value ...]` prints the same table in the terminal,
 with the values a preset and overrides give.
@@ -162,7 +169,10 @@ How a config is read (`glassrl.config.load_config`):
 - `glassrl train RUN_DIR/config.yaml --resume steps=120` extends a finished run; a resumed run
   may change `steps`, `output_dir`, `logging.*` and `threads`, and `RUN_DIR/resumes.jsonl` records
   what changed.
-- `threads` (all three commands): intra-op CPU threads. `auto` takes `GLASSRL_THREADS` or
+- `glassrl dpo CONFIG --resume` continues a preference run from its latest checkpoint the same
+  way; it may change `steps`, `output_dir`, `log_every`, `eval_every`, `checkpoint_every`,
+  `keep_checkpoints` and `threads`.
+- `threads` (every command): intra-op CPU threads. `auto` takes `GLASSRL_THREADS` or
   `OMP_NUM_THREADS` when set, else the cores free now (the cores this process may use minus the
   1-minute load average of other processes, at least 1: `glassrl.models.threads`); a start-up
   line says the count and why. `glassrl train` records the count in every checkpoint and in

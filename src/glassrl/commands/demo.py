@@ -71,15 +71,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", help="run directory (default runs/demo-ALGO, runs/demo-TASK)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out instead of starting afresh")
     p.add_argument("--pipeline", metavar="NAME", help="instead of --algo: a whole pipeline, rlhf (SFT → RM → PPO)")
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="with --pipeline rlhf: the offline branch instead, SFT → DPO on the same pairs (no reward model, no sampling)",
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="more config overrides, e.g. actor_optim.lr=1e-3")
 
 
 def run(args: argparse.Namespace) -> int:
     """Model, training, before/after, explain (the module docstring's steps 1–4)."""
-    if args.pipeline is not None:  # glassrl.commands.pipeline: SFT → reward model → PPO
+    if args.pipeline is not None:  # glassrl.commands.pipeline: SFT → reward model → PPO (or → DPO)
         from glassrl.commands import pipeline
 
         return pipeline.run(args)
+    if args.offline:
+        raise GlassrlError("--offline: only with --pipeline rlhf (its offline branch, DPO)")
     from rich.console import Console
     from rich.rule import Rule
     from transformers.utils import logging as hf_logging

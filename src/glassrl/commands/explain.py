@@ -190,7 +190,7 @@ def legend(ledger: Ledger, response: str, token: str | None, lang: str = "en") -
     return legend_text(ledger, b, picks, lang)
 
 
-def build_ledger(spec: explain_input.ExplainSpec) -> Ledger:
+def build_ledger(spec: explain_input.ExplainInput) -> Ledger:
     """Token rewards, advantages, returns (and δ, whitened A) of the spec's responses, as the trainer
     computes them (glassrl.ledger.compute.from_given); a case the checks did not foresee is still one
     line naming the input."""

@@ -1,9 +1,11 @@
 """Inputs of ``glassrl explain``: command-line flags or a JSON/YAML file, checked.
 
-Every problem is a :class:`GlassrlError` whose message names the flag
-(``--values: expected 6 numbers (one per token), got 5``) or the file and
-field (``x.json: responses[1].score: missing``). The checked result is an
-:class:`ExplainSpec`; glassrl.commands.explain turns it into tensors.
+The file's layout is the dataclasses below (:class:`ExplainInput`, its :class:`GivenResponse`
+list, their :class:`GivenTurn`); the flags of one response fill the same, and both are typed
+by the config loader (glassrl.config.build). Every problem is a :class:`GlassrlError` whose
+message names the flag (``--values: expected 6 numbers (one per token), got 5``) or the file
+and field (``x.json: responses[1].score: missing``). The checked :class:`ExplainInput` goes
+to glassrl.ledger.compute.from_given (glassrl.commands.explain.build_ledger).
 
 File layout (JSON or YAML)::
 
@@ -25,295 +27,211 @@ be combined with it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import math
-from collections.abc import Callable
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from glassrl.config import safe_load
+from glassrl.config import Origin, build, coerce, safe_load, yaml_error
 from glassrl.errors import GlassrlError
-from glassrl.jsonl import read_utf8
+from glassrl.jsonl import TooDeep, load_json, read_utf8
 
-PARAM_KEYS = ("gamma", "lam", "beta", "estimator", "kl_kind", "whiten")
+PARAM_KEYS = ("gamma", "lam", "beta", "estimator", "kl_kind", "whiten")  # the parameter flags
 LIST_KEYS = ("token_scores", "step_scores", "kl", "logprobs", "ref_logprobs", "values")  # floats, one per token
-RESPONSE_KEYS = (
-    "prompt",
-    "tokens",
-    "response",
-    "score",
-    "token_scores",
-    "step_ends",
-    "step_scores",
-    "kl",
-    "logprobs",
-    "ref_logprobs",
-    "values",
-    "mask",
-    "group",
-    "baseline_reward",
-    "finish_reason",
-    "turns",
-)
-# A turn of a multi-turn response (file only): generated tokens [start, end), then its observation
-# [end, observation_end); the rest as glassrl.rollout.base.Turn records it.
-TURN_KEYS = ("start", "end", "observation_end", "finish_reason", "tool_calls", "reward_parts")
-FILE_KEYS = PARAM_KEYS + ("prompt", "tokenizer", "responses")
-DEFAULTS = {"gamma": 1.0, "lam": 1.0, "beta": 0.0, "estimator": "gae", "kl_kind": "k1"}
 
 
 @dataclass
-class ResponseSpec:
+class GivenTurn:
+    """A turn of a multi-turn response (file only): generated tokens [start, end), then its
+    observation [end, observation_end); the rest as glassrl.rollout.base.Turn records it."""
+
+    start: int
+    end: int
+    observation_end: int | None = None  # default: the next turn's start (the response's end for the last)
+    finish_reason: str | None = None  # default: tool_call when an observation follows, else the response's
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    reward_parts: dict[str, float] = field(default_factory=dict)  # on the turn's last generated token
+
+
+@dataclass
+class GivenResponse:
     """One response, as given: per-token lists have one entry per token (checked)."""
 
-    label: Callable[[str], str]  # field name -> how the user wrote it ("--values", "x.json: responses[0].values")
-    prompt: str = ""
+    prompt: str | None = None  # default: the file's prompt
     tokens: list[str] = field(default_factory=list)
-    token_ids: list[int] | None = None
-    response: str | None = None
-    score: float | None = None
+    response: str | None = None  # the text instead of tokens: split by the tokenizer
+    score: float | None = None  # outcome score, on the last generated token
     token_scores: list[float] | None = None
-    step_ends: list[int] | None = None
+    step_ends: list[int] | None = None  # process rewards: token index of each step end
     step_scores: list[float] | None = None
     kl: list[float] | None = None
     logprobs: list[float] | None = None
     ref_logprobs: list[float] | None = None
     values: list[float] | None = None
-    mask: list[bool] | None = None
+    mask: list[int | bool] | None = None  # 1 = generated, 0 = tool/observation token; bools once checked
     group: int | None = None
     baseline_reward: float | None = None
     finish_reason: str | None = None
-    turns: list[dict[str, Any]] | None = None  # multi-turn: TURN_KEYS per turn (derived from a mask with 0s)
+    turns: list[GivenTurn] | None = None  # multi-turn (derived from a mask with 0s when not given)
+    token_ids: list[int] | None = field(default=None, init=False)  # the tokenizer's, for response text
 
 
 @dataclass
-class ExplainSpec:
-    """Checked inputs of one explain call."""
+class ExplainInput:
+    """Checked inputs of one explain call: an input file's layout (its keys in this order)."""
 
-    responses: list[ResponseSpec]
-    gamma: float
-    lam: float
-    beta: float
-    estimator: str
-    kl_kind: str
-    whiten: bool
-    source: str  # the input file, or "explain" for flags: prefixes errors from the math
+    gamma: float = 1.0
+    lam: float = 1.0
+    beta: float = 0.0
+    estimator: str = "gae"
+    kl_kind: str = "k1"
+    whiten: bool | None = None  # default: on for gae (as PPO)
+    prompt: str = ""
+    tokenizer: str | None = None  # relative to the file
+    responses: list[GivenResponse] = field(default_factory=list)
+    # the input file, or "explain" (flags): prefixes the errors of the math (glassrl.commands.explain)
+    source: str = field(default="explain", init=False)
 
 
-def from_args(args: argparse.Namespace) -> ExplainSpec:
+class _Given(Origin):
+    """Where each input came from, in its errors' words: ``labels`` names a top-level key's source
+    ("--gamma", "RUN/config.yaml: algo.gamma"); other keys are the file's ("x.json: responses[0].kl"),
+    or without a file one response's flags ("--kl")."""
+
+    def __init__(self, file: Path | None, labels: dict[str, str]) -> None:
+        super().__init__(str(file) if file is not None else "explain")
+        self.path, self.labels = file, labels
+
+    def label(self, key: str) -> str:
+        top = re.match(r"[^.\[]*", key)[0]  # type: ignore[index]
+        if top in self.labels:
+            return self.labels[top] + key[len(top) :]
+        if self.path is None:
+            return _flag(key.removeprefix("responses[0]."))
+        return f"{self.path}: {key}"
+
+    def invalid(self, key: str, expected: str, value: Any) -> GlassrlError:
+        return GlassrlError(f"{self.label(key)}: expected {expected}, got {value!r}")
+
+    def not_finite(self, key: str, value: Any, number: float | int) -> GlassrlError:
+        # NaN or ±inf would run through every formula and print as numbers
+        return GlassrlError(f"{self.label(key)}: expected a finite number, got {value!r:.40}")
+
+    def unknown(self, prefix: str, key: Any, fields: list[str], hint: str | None) -> GlassrlError:
+        where = self.label(prefix.removesuffix(".")) if prefix else str(self.path)
+        return GlassrlError(f"{where}: unknown key {key!r}; valid keys: {', '.join(fields)}")
+
+    def missing(self, key: str) -> GlassrlError:
+        return GlassrlError(f"{self.label(key)}: missing")
+
+
+def _flag(key: str) -> str:
+    return f"--{key.replace('_', '-')}"
+
+
+def from_args(args: argparse.Namespace) -> ExplainInput:
     """Read flags (and the --input file), tokenise, check; raise GlassrlError naming the culprit."""
-    params: dict[str, Any] = {}
     labels: dict[str, str] = {}
-    tokenizer: str | None = None
-    if args.input is not None:
-        given = [f"--{k.replace('_', '-')}" for k in RESPONSE_KEYS if getattr(args, k, None) is not None]
-        if given:
-            raise GlassrlError(f"{given[0]}: cannot be combined with --input (put it in the file)")
-        path = Path(args.input)
-        data = _load(path)
-        params = {k: data[k] for k in PARAM_KEYS if k in data}
-        labels = {k: f"{path}: {k}" for k in params}
-        if "tokenizer" in data:
-            tokenizer = str(path.parent / _typed(data["tokenizer"], str, f"{path}: tokenizer"))
-        responses = _responses_from_file(path, data)
-        source = str(path)
+    path = None if args.input is None else Path(args.input)
+    flags = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(GivenResponse) if f.init}
+    flags = {key: value for key, value in flags.items() if value is not None}
+    if path is not None:
+        if flags:
+            raise GlassrlError(f"{_flag(next(iter(flags)))}: cannot be combined with --input (put it in the file)")
+        data = _read(path)
     else:
-        responses = [_response_from_flags(args)]
-        source = "explain"
+        for key in ("step_ends", "mask"):  # integers, which argparse gives as text
+            if key in flags:
+                flags[key] = [integer(v, f"{_flag(key)}[{i}]") for i, v in enumerate(flags[key])]
+        data = {"responses": [flags]}
     for key in PARAM_KEYS:
         if getattr(args, key) is not None:
-            params[key], labels[key] = getattr(args, key), f"--{key.replace('_', '-')}"
-    if args.tokenizer is not None:
-        tokenizer = args.tokenizer
-    spec = check_params(params, labels, responses, source)
-    texts = [resp for resp in responses if resp.response is not None]
+            data[key], labels[key] = getattr(args, key), _flag(key)
+    given = _Given(path, labels)
+    spec = build(ExplainInput, data, given)
+    if not spec.responses:
+        raise GlassrlError(f"{path}: responses: missing (a list with at least one response)")
+    if path is not None:
+        spec.source = str(path)
+    tokenizer = args.tokenizer
+    if tokenizer is None and spec.tokenizer is not None:
+        tokenizer = str(path.parent / spec.tokenizer)  # type: ignore[union-attr]
+    for resp in spec.responses:
+        if resp.prompt is None:
+            resp.prompt = spec.prompt
+    check_params(spec, given.label)
+    texts = [b for b, resp in enumerate(spec.responses) if resp.response is not None]
     if texts:
-        tok = _load_tokenizer(texts[0], tokenizer)
-        for resp in texts:
-            _tokenize(resp, tok)
-    check(spec)
+        tok = _load_tokenizer(given.label(f"responses[{texts[0]}].response"), tokenizer)
+        for b in texts:
+            _tokenize(spec.responses[b], tok, given.label(f"responses[{b}].response"))
+    check(spec, given)
     return spec
 
 
-def _load(path: Path) -> dict[str, Any]:
+def params(data: dict[str, Any], labels: dict[str, str]) -> ExplainInput:
+    """γ, λ, β, estimator, KL kind, whitening from ``data`` (over the defaults), checked; errors
+    name ``labels[key]`` (else the flag)."""
+    given = _Given(None, labels)
+    spec = build(ExplainInput, data, given)
+    check_params(spec, given.label)
+    return spec
+
+
+def _read(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise GlassrlError(f"--input: file not found: {path}")
     text = read_utf8(path)
     try:
-        data = json.loads(text) if path.suffix == ".json" else safe_load(text)
+        data = load_json(text) if path.suffix == ".json" else safe_load(text)
     except json.JSONDecodeError as err:
         raise GlassrlError(f"{path}:{err.lineno}: not valid JSON: {err.msg}") from None
+    except TooDeep as err:
+        raise GlassrlError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
-        raise GlassrlError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
+        raise GlassrlError(f"{path}: not valid YAML: {yaml_error(err)}") from None
     if not isinstance(data, dict):
         raise GlassrlError(f"{path}: the top level must be a mapping with a 'responses' list")
-    unknown = sorted(set(data) - set(FILE_KEYS))
-    if unknown:
-        raise GlassrlError(f"{path}: unknown key {unknown[0]!r}; valid keys: {', '.join(FILE_KEYS)}")
-    if not isinstance(data.get("responses"), list) or not data["responses"]:
-        raise GlassrlError(f"{path}: responses: missing (a list with at least one response)")
     return data
 
 
-def _responses_from_file(path: Path, data: dict[str, Any]) -> list[ResponseSpec]:
-    prompt = _typed(data.get("prompt", ""), str, f"{path}: prompt")
-    out = []
-    for b, item in enumerate(data["responses"]):
-        where = f"{path}: responses[{b}]"
-        if not isinstance(item, dict):
-            raise GlassrlError(f"{where}: expected a mapping")
-        unknown = sorted(set(item) - set(RESPONSE_KEYS))
-        if unknown:
-            raise GlassrlError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(RESPONSE_KEYS)}")
-        resp = ResponseSpec(label=lambda k, where=where: f"{where}.{k}", prompt=prompt)
-        for key, value in item.items():
-            setattr(resp, key, _convert(key, value, resp.label(key)))
-        out.append(resp)
-    return out
-
-
-def _response_from_flags(args: argparse.Namespace) -> ResponseSpec:
-    resp = ResponseSpec(label=lambda k: f"--{k.replace('_', '-')}")
-    for key in RESPONSE_KEYS:
-        value = getattr(args, key, None)
-        if value is not None:
-            setattr(resp, key, _convert(key, value, resp.label(key)))
-    return resp
-
-
-def _convert(key: str, value: Any, label: str) -> Any:
-    """A flag's strings or a file's value as the field's type; errors name ``label``."""
-    if key in ("prompt", "response", "finish_reason"):
-        return _typed(value, str, label)
-    if key in ("score", "baseline_reward"):
-        return _number(value, label)
-    if key == "group":
-        return integer(value, label)
-    if key == "turns":
-        return _turns(value, label)
-    items = _list(value, label)
-    if key == "tokens":
-        return [_typed(v, str, f"{label}[{i}]") for i, v in enumerate(items)]
-    if key == "step_ends":
-        return [integer(v, f"{label}[{i}]") for i, v in enumerate(items)]
-    if key == "mask":
-        bits = [integer(v, f"{label}[{i}]") if not isinstance(v, bool) else int(v) for i, v in enumerate(items)]
-        bad = next((i for i, v in enumerate(bits) if v not in (0, 1)), None)
-        if bad is not None:
-            raise GlassrlError(f"{label}: expected 0 or 1 at position {bad}, got {bits[bad]}")
-        return [bool(v) for v in bits]
-    return [_number(v, f"{label}[{i}]") for i, v in enumerate(items)]
-
-
-def _turns(value: Any, label: str) -> list[dict[str, Any]]:
-    """A file's turns: mappings of TURN_KEYS (start and end required), typed."""
-    turns = []
-    for k, item in enumerate(_list(value, label)):
-        where = f"{label}[{k}]"
-        if not isinstance(item, dict):
-            raise GlassrlError(f"{where}: expected a mapping with start and end")
-        unknown = sorted(set(item) - set(TURN_KEYS))
-        if unknown:
-            raise GlassrlError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(TURN_KEYS)}")
-        missing = [key for key in ("start", "end") if key not in item]
-        if missing:
-            raise GlassrlError(f"{where}.{missing[0]}: missing")
-        turn: dict[str, Any] = {key: integer(item[key], f"{where}.{key}") for key in ("start", "end")}
-        if "observation_end" in item:
-            turn["observation_end"] = integer(item["observation_end"], f"{where}.observation_end")
-        turn["finish_reason"] = _typed(item.get("finish_reason", ""), str, f"{where}.finish_reason") or None
-        calls = _list(item.get("tool_calls", []), f"{where}.tool_calls")
-        turn["tool_calls"] = [_typed(c, dict, f"{where}.tool_calls[{i}]") for i, c in enumerate(calls)]
-        parts = _typed(item.get("reward_parts", {}), dict, f"{where}.reward_parts")
-        turn["reward_parts"] = {str(name): _number(x, f"{where}.reward_parts.{name}") for name, x in parts.items()}
-        turns.append(turn)
-    return turns
-
-
-def _list(value: Any, label: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise GlassrlError(f"{label}: expected a list, got {value!r}")
-    return value
-
-
-def _typed(value: Any, kind: type, label: str) -> Any:
-    if not isinstance(value, kind):
-        raise GlassrlError(f"{label}: expected a {kind.__name__}, got {value!r}")
-    return value
-
-
-def _number(value: Any, label: str) -> float:
-    """A finite float: NaN or ±inf would run through every formula and print as numbers."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise GlassrlError(f"{label}: expected a number, got {value!r}")
-    try:
-        number = float(value)
-    except (ValueError, OverflowError):
-        raise GlassrlError(f"{label}: expected a number, got {value!r:.40}") from None
-    if not math.isfinite(number):
-        raise GlassrlError(f"{label}: expected a finite number, got {value!r:.40}")
-    return number
-
-
 def integer(value: Any, label: str) -> int:
-    """An int from a flag's string or a file's value; GlassrlError naming ``label`` otherwise."""
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            pass
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise GlassrlError(f"{label}: expected an integer, got {value!r}")
-    return value
+    """An int from a flag's string; GlassrlError naming ``label`` otherwise."""
+    try:
+        return int(value)
+    except ValueError:
+        raise GlassrlError(f"{label}: expected an integer, got {value!r}") from None
 
 
-def check_params(
-    params: dict[str, Any], labels: dict[str, str], responses: list[ResponseSpec], source: str
-) -> ExplainSpec:
-    """γ, λ, β, estimator, KL kind, whitening from ``params`` over DEFAULTS, checked; errors name
-    ``labels[key]`` (or the flag)."""
+def check_params(spec: ExplainInput, label) -> None:
+    """γ, λ in [0, 1], β ≥ 0, a known estimator and KL estimator; whitening's default. Errors
+    name ``label(key)``."""
     from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS
     from glassrl.algos.kl import KL_ESTIMATORS
 
-    def label(key: str) -> str:
-        return labels.get(key, f"--{key.replace('_', '-')}")
-
-    values = {**DEFAULTS, **params}
     for key in ("gamma", "lam"):
-        x = values[key] = _number(values[key], label(key))
+        x = getattr(spec, key)
         if not 0.0 <= x <= 1.0:
             raise GlassrlError(f"{label(key)}: must be in [0, 1], got {x:g}")
-    values["beta"] = _number(values["beta"], label("beta"))
-    if values["beta"] < 0:
-        raise GlassrlError(f"{label('beta')}: must be ≥ 0, got {values['beta']:g}")
+    if spec.beta < 0:
+        raise GlassrlError(f"{label('beta')}: must be ≥ 0, got {spec.beta:g}")
     for key, valid in (("estimator", ADVANTAGE_ESTIMATORS), ("kl_kind", KL_ESTIMATORS)):
-        if values[key] not in valid:
-            raise GlassrlError(f"{label(key)}: unknown {values[key]!r}; valid: {', '.join(valid)}")
-    whiten = values.get("whiten")
-    if whiten is None:
+        if getattr(spec, key) not in valid:
+            raise GlassrlError(f"{label(key)}: unknown {getattr(spec, key)!r}; valid: {', '.join(valid)}")
+    if spec.whiten is None:
         # PPO implementations whiten GAE advantages (OpenAI baselines ppo2; verl
         # compute_gae_advantage_return + masked_whiten); the critic-free estimators
         # normalise by their group or whiten inside the estimator (REINFORCE++).
-        whiten = ADVANTAGE_ESTIMATORS[values["estimator"]].critic
-    whiten = _typed(whiten, bool, label("whiten"))
-    return ExplainSpec(
-        responses,
-        values["gamma"],
-        values["lam"],
-        values["beta"],
-        values["estimator"],
-        values["kl_kind"],
-        whiten,
-        source,
-    )
+        spec.whiten = ADVANTAGE_ESTIMATORS[spec.estimator].critic
 
 
-def _load_tokenizer(resp: ResponseSpec, path: str | None) -> Any:
+def _load_tokenizer(label: str, path: str | None) -> Any:
     if path is None:
-        raise GlassrlError(f"{resp.label('response')}: needs --tokenizer PATH (a local Hugging Face tokenizer)")
+        raise GlassrlError(f"{label}: needs --tokenizer PATH (a local Hugging Face tokenizer)")
     if not Path(path).is_dir():
         raise GlassrlError(f"--tokenizer: not a directory: {path}")
     from transformers import AutoTokenizer
@@ -324,23 +242,34 @@ def _load_tokenizer(resp: ResponseSpec, path: str | None) -> Any:
         raise GlassrlError(f"--tokenizer: cannot load a tokenizer from {path}: {str(err).splitlines()[0]}") from None
 
 
-def _tokenize(resp: ResponseSpec, tok: Any) -> None:
+def _tokenize(resp: GivenResponse, tok: Any, label: str) -> None:
     """Split the response text into tokens; each token's text is its own decode."""
     if resp.tokens:
-        raise GlassrlError(f"{resp.label('response')}: give the response text or its tokens, not both")
+        raise GlassrlError(f"{label}: give the response text or its tokens, not both")
     resp.token_ids = tok(resp.response, add_special_tokens=False)["input_ids"]
     resp.tokens = [tok.decode([i]) for i in resp.token_ids]
 
 
-def check(spec: ExplainSpec) -> None:
+def check(spec: ExplainInput, given: _Given) -> None:
     """Lengths, missing values, what the estimator needs; raise GlassrlError naming the field."""
     from glassrl.algos.advantages import GROUP_ESTIMATORS, REQUIRED_INPUTS
 
     needed = REQUIRED_INPUTS[spec.estimator]
-    for resp in spec.responses:
-        n, lab = len(resp.tokens), resp.label
+    labels = []
+    for b, resp in enumerate(spec.responses):
+        n = len(resp.tokens)
+
+        def lab(key: str, b: int = b) -> str:
+            return given.label(f"responses[{b}].{key}")
+
+        labels.append(lab)
         if n == 0:
             raise GlassrlError(f"{lab('tokens')}: missing (give tokens, or response text with a tokenizer)")
+        if resp.mask is not None:
+            bad = next((i for i, v in enumerate(resp.mask) if v not in (0, 1)), None)
+            if bad is not None:
+                raise GlassrlError(f"{lab('mask')}: expected 0 or 1 at position {bad}, got {resp.mask[bad]}")
+            resp.mask = [bool(v) for v in resp.mask]
         for key in LIST_KEYS + ("mask",):
             got = getattr(resp, key)
             if key != "step_scores" and got is not None and len(got) != n:
@@ -348,7 +277,7 @@ def check(spec: ExplainSpec) -> None:
                     f"{lab(key)}: expected {n} {'0/1 flags' if key == 'mask' else 'numbers'} "
                     f"(one per token), got {len(got)}"
                 )
-        _check_turns(resp, n)
+        _check_turns(resp, n, f"responses[{b}]", given)
         if resp.mask is not None and not any(resp.mask):
             raise GlassrlError(f"{lab('mask')}: no token is generated (all 0)")
         sources = [k for k in ("score", "token_scores", "step_scores") if getattr(resp, k) is not None]
@@ -356,7 +285,7 @@ def check(spec: ExplainSpec) -> None:
             raise GlassrlError(f"{lab('score')}: missing (or give token_scores, or step_ends with step_scores)")
         if len(sources) > 1:
             raise GlassrlError(f"{lab(sources[1])}: give only one of score, token_scores, step_scores")
-        _check_steps(resp, n)
+        _check_steps(resp, n, lab)
         if (resp.logprobs is None) != (resp.ref_logprobs is None):
             missing = "ref_logprobs" if resp.ref_logprobs is None else "logprobs"
             raise GlassrlError(f"{lab(missing)}: missing (log-prob pairs need both logprobs and ref_logprobs)")
@@ -374,12 +303,11 @@ def check(spec: ExplainSpec) -> None:
             raise GlassrlError(f"{lab('step_ends')} is required by estimator {spec.estimator}")
     first = spec.responses[0]
     for key in ("kl", "logprobs", "values", "step_ends"):
-        for resp in spec.responses[1:]:
+        for b, resp in enumerate(spec.responses[1:], start=1):
             if (getattr(resp, key) is None) != (getattr(first, key) is None):
-                holder = first if getattr(first, key) is not None else resp
-                lacking = resp if holder is first else first
+                holder, lacking = (0, b) if getattr(first, key) is not None else (b, 0)
                 raise GlassrlError(
-                    f"{lacking.label(key)}: missing ({holder.label(key).split(': ')[-1]} has it; "
+                    f"{labels[lacking](key)}: missing ({labels[holder](key).split(': ')[-1]} has it; "
                     f"give {key} for every response or for none)"
                 )
     if spec.estimator in GROUP_ESTIMATORS:
@@ -392,11 +320,12 @@ def check(spec: ExplainSpec) -> None:
             )
 
 
-def _check_turns(resp: ResponseSpec, n: int) -> None:
+def _check_turns(resp: GivenResponse, n: int, where: str, given: _Given) -> None:
     """Given turns: in order, inside the response, agreeing with the mask (which they give when it is
-    missing); their observation defaults to the tokens up to the next turn. Without turns, a mask
-    with 0s gives them: each run of generated tokens is a turn, the 0s after it its observation
-    (finish reason tool_call, the last turn's the response's finish reason, else stop)."""
+    missing); their observation defaults to the tokens up to the next turn; their reward parts are
+    numbers. Without turns, a mask with 0s gives them: each run of generated tokens is a turn, the
+    0s after it its observation (finish reason tool_call, the last turn's the response's finish
+    reason, else stop)."""
     if resp.turns is None:
         if resp.mask is None or all(resp.mask):
             return
@@ -404,44 +333,47 @@ def _check_turns(resp: ResponseSpec, n: int) -> None:
         ends = [i + 1 for i in range(n) if resp.mask[i] and (i == n - 1 or not resp.mask[i + 1])]
         bounds = [*starts[1:], n]
         resp.turns = [
-            {"start": s, "end": e, "observation_end": o, "tool_calls": [], "reward_parts": {}}
-            | {"finish_reason": "tool_call" if o > e else resp.finish_reason or "stop"}
+            GivenTurn(s, e, o, "tool_call" if o > e else resp.finish_reason or "stop")
             for s, e, o in zip(starts, ends, bounds)
         ]
         return
-    lab = resp.label("turns")
+    lab = given.label
     if not resp.turns:
-        raise GlassrlError(f"{lab}: empty (leave it out for a single-turn response)")
+        raise GlassrlError(f"{lab(where + '.turns')}: empty (leave it out for a single-turn response)")
     previous = 0
     for k, turn in enumerate(resp.turns):
-        following = resp.turns[k + 1]["start"] if k + 1 < len(resp.turns) else n
-        turn.setdefault("observation_end", following)
-        start, end, stop = turn["start"], turn["end"], turn["observation_end"]
+        following = resp.turns[k + 1].start if k + 1 < len(resp.turns) else n
+        if turn.observation_end is None:
+            turn.observation_end = following
+        start, end, stop = turn.start, turn.end, turn.observation_end
         if not previous <= start < end <= stop <= following:
             raise GlassrlError(
-                f"{lab}[{k}]: needs {previous} <= start < end <= observation_end <= {following} "
+                f"{lab(f'{where}.turns[{k}]')}: needs {previous} <= start < end <= observation_end <= {following} "
                 f"(the next turn's start, or the {n} tokens), got start {start}, end {end}, observation_end {stop}"
             )
         previous = stop
-        if turn["finish_reason"] is None:
-            turn["finish_reason"] = "tool_call" if stop > end else resp.finish_reason or "stop"
-    generated = [any(t["start"] <= i < t["end"] for t in resp.turns) for i in range(n)]
+        if not turn.finish_reason:
+            turn.finish_reason = "tool_call" if stop > end else resp.finish_reason or "stop"
+        parts = f"{where}.turns[{k}].reward_parts"
+        turn.reward_parts = {
+            str(name): coerce(float, x, f"{parts}.{name}", given) for name, x in turn.reward_parts.items()
+        }
+    generated = [any(t.start <= i < t.end for t in resp.turns) for i in range(n)]
     if resp.mask is None:
         resp.mask = generated
     elif resp.mask != generated:
         i = next(i for i in range(n) if resp.mask[i] != generated[i])
         raise GlassrlError(
-            f"{resp.label('mask')}: token {i} is {int(resp.mask[i])} but the turns make it "
+            f"{lab(where + '.mask')}: token {i} is {int(resp.mask[i])} but the turns make it "
             f"{'generated (1)' if generated[i] else 'an observation or outside every turn (0)'}"
         )
 
 
-def _check_steps(resp: ResponseSpec, n: int) -> None:
-    lab = resp.label
+def _check_steps(resp: GivenResponse, n: int, lab) -> None:
     if (resp.step_ends is None) != (resp.step_scores is None):
         missing = "step_scores" if resp.step_scores is None else "step_ends"
         raise GlassrlError(f"{lab(missing)}: missing (process rewards need step_ends and step_scores)")
-    if resp.step_ends is None:
+    if resp.step_ends is None or resp.step_scores is None:
         return
     if len(resp.step_scores) != len(resp.step_ends):
         raise GlassrlError(
@@ -457,7 +389,7 @@ def _check_steps(resp: ResponseSpec, n: int) -> None:
         raise GlassrlError(f"{lab('step_ends')}: a token index appears twice")
 
 
-def _check_groups(spec: ExplainSpec) -> None:
+def _check_groups(spec: ExplainInput) -> None:
     counts: dict[int, int] = {}
     for resp in spec.responses:
         counts[resp.group or 0] = counts.get(resp.group or 0, 0) + 1

@@ -11,8 +11,6 @@ from pathlib import Path
 
 HELP = "write a run's policy (LoRA adapters merged) as a Hugging Face model that from_pretrained loads"
 
-POLICY_PART = "actor"  # the checkpoint part holding the policy (glassrl.workers: the actor's "hf" part)
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -25,19 +23,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def policy_dir(source: Path) -> Path:
-    """The policy directory that ``source`` names (see ``add_arguments``)."""
+    """The policy directory that ``source`` names: a run's or a checkpoint's policy
+    (glassrl.run.open, its files verified), else ``source`` itself."""
     from glassrl.errors import GlassrlError
-    from glassrl.run.checkpoint import MANIFEST, CheckpointManager
+    from glassrl.run.open import open_checkpoint
 
-    if (source / "checkpoints").is_dir():
-        latest = CheckpointManager(source / "checkpoints", keep=1).latest()
-        if latest is None:
-            raise GlassrlError(f"{source}: the run has no checkpoint yet ({source / 'checkpoints'} has no 'latest')")
-        source = latest
-    if (source / MANIFEST).is_file():
-        if not (source / POLICY_PART).is_dir():
-            raise GlassrlError(f"{source}: checkpoint without a {POLICY_PART!r} part")
-        return source / POLICY_PART
+    checkpoint = open_checkpoint(source)
+    if checkpoint is not None:
+        return checkpoint.actor
     if not source.is_dir():
         raise GlassrlError(f"{source}: no such directory")
     return source
@@ -45,6 +38,8 @@ def policy_dir(source: Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from glassrl.models.lora import export_merged
+    from glassrl.run.export import export_policy
 
-    print(export_merged(policy_dir(Path(args.source)), Path(args.out)))
+    # from a verified checkpoint into a staged directory: a run pruning it mid-export costs a retry
+    print(export_policy(Path(args.source), Path(args.out), locate=policy_dir, export=export_merged))
     return 0

@@ -30,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from glassrl.builtin.agent_model import ensure_agent_model
     from glassrl.builtin.default_model import ensure_default_model
     from glassrl.errors import GlassrlError
+    from glassrl.files import DISK_FULL, disk_errors
     from glassrl.models.default_model import AGENT_VERSION, MARKER, VERSION, default_model_dir
-    from glassrl.run.atomic import DISK_FULL, disk_errors
     from glassrl.run.lock import RunLock, sibling_lock_path
 
     console = Console()

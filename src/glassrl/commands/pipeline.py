@@ -24,6 +24,14 @@ every token before it.
 Layout: ``OUT/rm`` (the reward model), ``OUT/ppo`` (the PPO run: metrics.jsonl, report.html,
 checkpoints). The configs are the package's presets/rlhf/*.yaml (examples/rlhf/ in a checkout);
 the pipeline only points each stage at the previous one's output.
+
+``--offline`` (``make demo PIPELINE=rlhf OFFLINE=1``) runs the chapter's other branch instead of
+stages 2–3 (the reference chapter, "Online & Offline RLHF"): **DPO** (``glassrl dpo``, the
+package's presets/dpo.yaml) on the same preference pairs, from the same SFT policy, no reward
+model and no sampling. It prints the SFT policy and the DPO policy side by side
+(:func:`policy_figures`: held-out gold accuracy, KL to the SFT policy per response) with the
+held-out preference accuracy, then the preference ledger of a reference pair (``glassrl explain
+--model OUT/dpo --prompt … --chosen … --rejected …``). Layout: ``OUT/dpo``.
 """
 
 from __future__ import annotations
@@ -39,6 +47,9 @@ from glassrl import presets
 from glassrl.errors import GlassrlError
 
 PIPELINES = ("rlhf",)
+DPO_PRESET = presets.DIR / "dpo.yaml"
+CHOSEN, REJECTED = "是的，等于2！", "不是，等于2！"  # the reference pair: right verdict, and the verdict flipped
+EVAL_SIZE = 200  # held-out prompts of policy_figures, as examples/rlhf/ppo.yaml evaluates
 CONFIGS = presets.DIR / "rlhf"  # sft.yaml, rm.yaml, ppo.yaml
 PROMPT, RESPONSE = "请问1+1=2？", "是的，等于2！"
 WINDOW = 5  # training steps averaged for "first" and "last" gold and proxy of the sampled responses
@@ -197,9 +208,111 @@ def _percent(x: float) -> str:
     return "—" if math.isnan(x) else f"{100 * x:.1f}%"
 
 
+def policy_figures(policy: str | Path, reference: str | Path, out: str | Path, *, samples: int = 4) -> dict[str, float]:
+    """How a policy does on the bundled task, measured the same way whatever trained it: ``gold``,
+    the held-out accuracy as a training run evaluates it (greedy answers to the first
+    ``EVAL_SIZE`` arith-verify test prompts, judged by the task's verifier: the trainer's
+    evaluation, glassrl.rl.evaluation), and ``kl``, the mean over ``samples`` responses sampled at
+    temperature 1 to each of those prompts of Σ_i (log π(a_i|s_i) − log π_ref(a_i|s_i)) (k1, nats
+    per response: ``kl/sequence`` of a training run, on held-out prompts). ``out``: a scratch run
+    directory for the evaluation's trainer (presets/grpo.yaml, never stepped)."""
+    import io
+
+    from rich.console import Console
+
+    from glassrl.config import load_config
+    from glassrl.rl.config import TrainConfig
+    from glassrl.rl.loop import Trainer
+    from glassrl.rl.metrics import sequence_kl
+    from glassrl.rollout.base import SamplingParams
+
+    overrides = [f"model.actor={policy}", f"model.reference={reference}", f"output_dir={out}"]
+    overrides += [f"data.eval_size={EVAL_SIZE}", "logging.eval_group_by=null", "logging.report=false"]
+    cfg = load_config(TrainConfig, presets.path("grpo"), overrides)
+    trainer = Trainer(cfg, console=Console(file=io.StringIO()), progress=False)
+    try:
+        gold = trainer.evaluate()["eval/accuracy"]
+        records = trainer.test_records
+        params = SamplingParams(cfg.rollout.max_new_tokens, temperature=1.0)
+        sampled = trainer.workers.rollout.generate(trainer.data.ids(records), n=samples, params=params, records=records)
+        batch = {
+            "input_ids": sampled.input_ids,
+            "attention_mask": sampled.attention_mask,
+            "response_mask": sampled.response_mask,
+        }
+        logprobs, _ = trainer.workers.actor.compute_logprobs(batch)
+        kl = sequence_kl(logprobs - trainer.workers.reference.compute_logprobs(batch), sampled.response_mask)
+    finally:
+        trainer.close()
+    return {"gold": gold, "kl": kl}
+
+
+@dataclass
+class OfflineResult:
+    """What the offline leg produced: the DPO run and the figures printed."""
+
+    sft: Path
+    dpo: Path
+    before: dict[str, float]  # policy_figures of the SFT policy
+    after: dict[str, float]  # of the DPO policy
+    metrics: dict[str, float]  # glassrl dpo's final metrics (eval/rewards/accuracies, ...)
+    time_s: float  # DPO's wall time, its reference log-probs included
+
+
+def run_dpo(
+    out: str | Path,
+    *,
+    actor: str = "default",
+    dpo_overrides: list[str] | tuple[str, ...] = (),
+    console=None,
+) -> OfflineResult:
+    """The SFT policy → DPO on the pipeline's preference pairs → before and after (module docstring)."""
+    from rich.console import Console
+    from rich.rule import Rule
+
+    from glassrl.config import load_config, print_resolved
+    from glassrl.supervised.preference import PreferenceConfig, train_preference
+
+    console = console or Console()
+    out = Path(out)
+    console.print(Rule("1. the SFT policy"))
+    sft = _sft_policy(actor, console)
+    console.print(f"SFT policy: {sft}", markup=False)
+    console.print(Rule("2. DPO on the preference pairs (glassrl dpo): offline, no reward model, no sampling"))
+    cfg = load_config(PreferenceConfig, DPO_PRESET, [f"model={sft}", f"output_dir={out / 'dpo'}", *dpo_overrides])
+    print_resolved(cfg, console)
+    start = time.perf_counter()
+    metrics = train_preference(cfg, console=console)
+    time_s = time.perf_counter() - start
+    console.print(Rule(f"3. before and after: greedy answers to {EVAL_SIZE} held-out prompts, samples for the KL"))
+    before = policy_figures(sft, sft, out / "eval-sft")
+    after = policy_figures(out / "dpo", sft, out / "eval-dpo")
+    result = OfflineResult(sft, out / "dpo", before, after, metrics, time_s)
+    console.print(offline_summary(result))
+    return result
+
+
+def offline_summary(result: OfflineResult):
+    """The DPO leg's before/after as a rich table."""
+    from rich.table import Table
+
+    accuracy = result.metrics["eval/rewards/accuracies"]
+    pairs = int(result.metrics["eval_pairs"])
+    table = Table(title=f"DPO before → after ({result.time_s:.0f} s of training)", title_justify="left")
+    for name in ("quantity", "before (SFT policy)", "after (DPO)"):
+        table.add_column(name, justify="right" if name != "quantity" else "left")
+    table.add_row("held-out gold accuracy (greedy)", _percent(result.before["gold"]), _percent(result.after["gold"]))
+    table.add_row(
+        f"held-out preference accuracy ({pairs} pairs)", "0.0% (π = π_ref: every reward 0, ties)", _percent(accuracy)
+    )
+    table.add_row("KL to the SFT policy (nats per response)", f"{result.before['kl']:.3f}", f"{result.after['kl']:.3f}")
+    return table
+
+
 def run(args) -> int:
     """``glassrl demo --pipeline rlhf``: :func:`run_rlhf` into ``--out`` (default runs/demo-rlhf),
-    then the ledger of the reference example on the trained policy."""
+    then the ledger of the reference example on the trained policy; with ``--offline``,
+    :func:`run_dpo` into ``--out`` (default runs/demo-dpo) and the preference ledger."""
     from rich.console import Console
     from rich.rule import Rule
     from transformers.utils import logging as hf_logging
@@ -213,6 +326,8 @@ def run(args) -> int:
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     hf_logging.disable_progress_bar()
     start = time.perf_counter()
+    if args.offline:
+        return _run_offline(args, console, start)
     out = Path(args.out or f"runs/demo-{args.pipeline}")
     for stage in ("rm", "ppo"):
         fresh_run_dir(out / stage)
@@ -220,6 +335,26 @@ def run(args) -> int:
     result = run_rlhf(out, ppo_overrides=overrides, console=console)
     console.print(Rule("4. the reference example on the trained policy"))
     command = ["explain", "--model", str(result.ppo), "--prompt", PROMPT, "--response", RESPONSE]
+    console.print(f"$ glassrl {shlex.join(command)}", style="bold cyan", markup=False)
+    sys.stdout.flush()
+    code = run_explain(command[1:])
+    console.print(f"pipeline finished in {clock(time.perf_counter() - start)}")
+    return code
+
+
+def _run_offline(args, console, start: float) -> int:
+    """``--offline``: the DPO leg (:func:`run_dpo`), then the preference ledger of the reference pair."""
+    from rich.rule import Rule
+
+    from glassrl.commands.common import clock, fresh_run_dir, run_explain
+
+    out = Path(args.out or "runs/demo-dpo")
+    for stage in ("dpo", "eval-sft", "eval-dpo"):
+        fresh_run_dir(out / stage)
+    overrides = [*([f"steps={args.steps}"] if args.steps else []), *args.overrides]
+    result = run_dpo(out, dpo_overrides=overrides, console=console)
+    console.print(Rule("4. the reference pair on the trained policy: implicit rewards per token"))
+    command = ["explain", "--model", str(result.dpo), "--prompt", PROMPT, "--chosen", CHOSEN, "--rejected", REJECTED]
     console.print(f"$ glassrl {shlex.join(command)}", style="bold cyan", markup=False)
     sys.stdout.flush()
     code = run_explain(command[1:])

@@ -3,7 +3,7 @@
 Formats, chosen by the path:
 
 - ``*.jsonl`` / ``*.json``: one JSON object per line (blank lines skipped);
-- ``*.parquet``: read with pyarrow;
+- ``*.parquet``: read with pyarrow, :data:`PARQUET_BATCH_ROWS` rows at a time;
 - a directory written by ``datasets``' ``save_to_disk``: read with ``load_from_disk``;
   pick a split of a ``DatasetDict`` with ``path::split`` (needed when it has several).
 
@@ -96,15 +96,22 @@ def _rows(path: str) -> Iterator[tuple[Any, str]]:
         raise GlassrlError(f"{path}: unknown format {p.suffix!r}; use {formats}")
 
 
+# Parquet rows become Python objects this many at a time: never the whole table at once.
+PARQUET_BATCH_ROWS = 4096
+
+
 def _parquet_rows(path: Path) -> Iterator[tuple[Any, str]]:
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        batches = pq.ParquetFile(path).iter_batches(batch_size=PARQUET_BATCH_ROWS)
+        index = 0
+        for batch in batches:
+            for row in batch.to_pylist():
+                yield row, f"{path}#{index}"
+                index += 1
     except Exception as err:  # noqa: BLE001 - pyarrow raises several types for a bad file
         raise GlassrlError(f"{path}: cannot read as Parquet: {err}") from None
-    for index, row in enumerate(table.to_pylist()):
-        yield row, f"{path}#{index}"
 
 
 def _hf_rows(path: Path, split: str) -> Iterator[tuple[Any, str]]:
@@ -143,7 +150,7 @@ def _record(
         except MissingField as err:
             raise GlassrlError(f"{where}: missing field {key!r} ({err})") from None
 
-    prompt = _prompt(field(prompt_key), f"{where}: field {prompt_key!r}")
+    prompt = parse_prompt(field(prompt_key), f"{where}: field {prompt_key!r}")
     try:
         answer = lookup(row, answer_key)
     except MissingField:
@@ -157,7 +164,8 @@ def _record(
     return PromptRecord(prompt=prompt, answer=None if answer is None else str(answer), metadata=metadata, source=where)
 
 
-def _prompt(value: Any, where: str) -> str | tuple[dict[str, str], ...]:
+def parse_prompt(value: Any, where: str) -> str | tuple[dict[str, str], ...]:
+    """A row's prompt: non-empty text, or chat messages (role and content kept); GlassrlError naming ``where``."""
     if isinstance(value, str):
         if not value.strip():
             raise GlassrlError(f"{where}: the prompt is empty")

@@ -1,4 +1,4 @@
-"""Preference pairs for reward-model training: the bundled set and JSONL files.
+"""Preference data for reward-model, DPO and KTO training: the bundled set and JSONL files.
 
 The bundled set, ``task:arith-verify-preferences``, is generated from the
 arith-verify task ("Is 3+4=8?"), so it needs no download and its train and
@@ -24,16 +24,27 @@ test splits are exactly the task's (disjoint) splits. For each prompt:
 
 A ``data`` config string is ``task:arith-verify-preferences`` (train split),
 ``task:arith-verify-preferences/test``, or the path of a JSONL file: one
-object per line with ``"prompt"``, ``"chosen"``, ``"rejected"`` (strings) and
-an optional ``"margin"`` (number).
+object per line with ``"prompt"``, ``"chosen"``, ``"rejected"`` and an optional
+``"margin"`` (number). The prompt is a string or chat messages
+(``[{"role", "content"}, ...]``, as in a prompt dataset: glassrl.data.datasets);
+a response is a string or, in TRL's conversational form, a list holding one
+assistant message (``[{"role": "assistant", "content": ...}]``).
+
+Unpaired data (KTO, :func:`load_labelled`): the same sources, each pair giving
+its chosen response as desirable and its rejected one as undesirable (TRL's
+``unpair_preference_dataset``), and JSONL rows in TRL's unpaired form,
+``"prompt"``, ``"completion"``, ``"label"`` (true = desirable); a file may mix
+the two kinds of row.
 """
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
-from glassrl.data.records import PreferencePair, PromptRecord
+from glassrl.data.datasets import parse_prompt
+from glassrl.data.records import LabelledResponse, PreferencePair, PromptRecord
 from glassrl.data.tasks import PREFIX, load_task, parse_task
 from glassrl.data.tasks.arith_verify import DELTAS, VERDICTS
 from glassrl.errors import GlassrlError
@@ -95,31 +106,60 @@ def _wrong_answer(record: PromptRecord, *, flip: bool, wrong_sum: bool, rng: ran
 
 def load_preference_file(path: str | Path) -> list[PreferencePair]:
     """Read preference pairs from a JSONL file; errors name ``file:line`` and the field."""
-    path = Path(path)
-    if not path.is_file():
-        raise GlassrlError(f"preference file not found: {path}")
-    pairs = []
-    for row, where in jsonl_objects(path):
-        for field in ("prompt", "chosen", "rejected"):
-            if field not in row:
-                raise GlassrlError(f'{where}: missing field "{field}"')
-            if not isinstance(row[field], str):
-                raise GlassrlError(f'{where}: field "{field}" must be a string, got {type(row[field]).__name__}')
-        margin = row.get("margin")
-        if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))):
-            raise GlassrlError(f'{where}: field "margin" must be a number, got {margin!r}')
-        pairs.append(
-            PreferencePair(
-                prompt=row["prompt"],
-                chosen=row["chosen"],
-                rejected=row["rejected"],
-                margin=None if margin is None else float(margin),
-                source=where,
-            )
-        )
+    pairs = [_pair(row, where) for row, where in _rows(path)]
     if not pairs:
         raise GlassrlError(f"{path}: no preference pairs in the file")
     return pairs
+
+
+def _rows(path: str | Path):
+    path = Path(path)
+    if not path.is_file():
+        raise GlassrlError(f"preference file not found: {path}")
+    return jsonl_objects(path)
+
+
+def _pair(row: dict[str, Any], where: str) -> PreferencePair:
+    for field in ("prompt", "chosen", "rejected"):
+        if field not in row:
+            raise GlassrlError(f'{where}: missing field "{field}"')
+    margin = row.get("margin")
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))):
+        raise GlassrlError(f'{where}: field "margin" must be a number, got {margin!r}')
+    return PreferencePair(
+        prompt=_prompt(row["prompt"], where),
+        chosen=_response(row, "chosen", where),
+        rejected=_response(row, "rejected", where),
+        margin=None if margin is None else float(margin),
+        source=where,
+    )
+
+
+def _prompt(value: Any, where: str) -> str | tuple[dict[str, str], ...]:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return parse_prompt(value, f'{where}: field "prompt"')
+    raise GlassrlError(f'{where}: field "prompt" must be a string or a list of messages, got {type(value).__name__}')
+
+
+def _response(row: dict[str, Any], field: str, where: str) -> str:
+    """A response's text: a string, or the content of a list holding one assistant message."""
+    value = row[field]
+    if isinstance(value, str):
+        return value
+    if (
+        isinstance(value, list)
+        and len(value) == 1
+        and isinstance(value[0], dict)
+        and value[0].get("role") == "assistant"
+        and isinstance(value[0].get("content"), str)
+    ):
+        return value[0]["content"]
+    raise GlassrlError(
+        f'{where}: field "{field}" must be a string or one assistant message '
+        f'[{{"role": "assistant", "content": ...}}], got {type(value).__name__}'
+    )
 
 
 def load_preferences(spec: str) -> list[PreferencePair]:
@@ -131,3 +171,33 @@ def load_preferences(spec: str) -> list[PreferencePair]:
             raise GlassrlError(f"data: unknown preference task {PREFIX + ref.name!r} in {spec!r}; valid: {BUNDLED}")
         return preference_pairs(ref.split)
     return load_preference_file(spec)
+
+
+def unpair(pairs: list[PreferencePair]) -> list[LabelledResponse]:
+    """Each pair as two labelled responses: its chosen one desirable, its rejected one not."""
+    return [
+        LabelledResponse(pair.prompt, response, desirable, f"{pair.source} {side}")
+        for pair in pairs
+        for response, desirable, side in ((pair.chosen, True, "chosen"), (pair.rejected, False, "rejected"))
+    ]
+
+
+def load_labelled(spec: str) -> list[LabelledResponse]:
+    """Unpaired data (module docstring) from a ``data`` config string."""
+    if parse_task(spec) is not None:
+        return unpair(load_preferences(spec))
+    examples: list[LabelledResponse] = []
+    for row, where in _rows(spec):
+        if "label" not in row:
+            examples += unpair([_pair(row, where)])
+            continue
+        for field in ("prompt", "completion"):
+            if field not in row:
+                raise GlassrlError(f'{where}: missing field "{field}"')
+        if not isinstance(row["label"], bool):
+            raise GlassrlError(f'{where}: field "label" must be true or false, got {row["label"]!r}')
+        completion = _response(row, "completion", where)
+        examples.append(LabelledResponse(_prompt(row["prompt"], where), completion, row["label"], where))
+    if not examples:
+        raise GlassrlError(f"{spec}: no examples in the file")
+    return examples

@@ -27,13 +27,24 @@ class PromptRecord:
 
 @dataclass(frozen=True)
 class PreferencePair:
-    """A prompt with a preferred and a dispreferred response (reward-model training).
+    """A prompt with a preferred and a dispreferred response (reward-model and DPO training).
 
+    prompt: plain text, or chat messages (rendered by the tokenizer's chat template)
     margin: optional preference strength for the margin loss (Llama 2, §3.2.2)
     """
 
-    prompt: str
+    prompt: str | Messages
     chosen: str
     rejected: str
     margin: float | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class LabelledResponse:
+    """A prompt with one response labelled desirable or undesirable (KTO's unpaired data)."""
+
+    prompt: str | Messages
+    response: str
+    desirable: bool
     source: str = ""

@@ -1,18 +1,28 @@
-"""Ledgers computed: from a step's Experience, or from numbers given on the command line.
+"""Ledgers computed, and the one sequence of phases 4–5 that computes their credit columns.
 
     from_experience(exp, tokenizer, ...)   the trainer's ledger samples, ``glassrl explain --model``
     from_given(responses, ...)             ``glassrl explain`` with given scores, KL, values, …
+    token_rewards(token_scores, kl, ...)   phase 4: r_i = score_i − β·kl_i
+    credit(estimator, token_rewards, ...)  phase 5: A, R, δ, whitened A
 
 The ledger sits just above glassrl.algos (DESIGN §2), so this module imports no trainer,
 data or command: it reads an Experience (glassrl.rl.experience) and explain's given
 responses (glassrl.commands.explain_input) by the attributes of the protocols below.
 Shapes: ``B`` responses, ``T`` padded response length, ``S`` steps of a response.
+
+Phases 4 and 5 live here, once, as functions over tensors: the trainer's step
+(glassrl.rl.phases.token_rewards and .advantages, which fill an Experience) and
+:func:`from_given` both call them, so the numbers ``glassrl explain`` prints for given
+inputs are the trainer's by construction. Here, because this is the lowest layer both can
+import (rl sits above the ledger); not in glassrl.algos, because the sequence decides on the
+host what the formulas there leave to their caller (which rows train, which inputs the
+estimator reads, whether there are 2 tokens to whiten), and algos holds the formulas only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -104,8 +114,19 @@ def from_experience(
     )
 
 
+class GivenTurn(Protocol):
+    """What :func:`from_given` reads of one turn of a given response (checked: every field set)."""
+
+    start: int
+    end: int
+    observation_end: int
+    finish_reason: str
+    tool_calls: list[dict[str, Any]]
+    reward_parts: dict[str, float]
+
+
 class GivenResponse(Protocol):
-    """What :func:`from_given` reads of one given response (glassrl.commands.explain_input.ResponseSpec).
+    """What :func:`from_given` reads of one given response (glassrl.commands.explain_input.GivenResponse).
 
     Per-token lists have one entry per token; ``kl``, ``logprobs``/``ref_logprobs`` and
     ``values`` are given for every response or for none.
@@ -127,9 +148,7 @@ class GivenResponse(Protocol):
     group: int | None
     baseline_reward: float | None
     finish_reason: str | None
-    turns: (
-        list[dict[str, Any]] | None
-    )  # multi-turn: start, end, observation_end, finish_reason, tool_calls, reward_parts
+    turns: Sequence[GivenTurn] | None  # multi-turn
 
 
 def from_given(
@@ -143,8 +162,9 @@ def from_given(
     whiten: bool,
 ) -> Ledger:
     """Token rewards, advantages, returns (and δ, whitened A) of given responses, as the trainer
-    computes them (glassrl.rl.phases, phases 2, 4 and 5). An input the estimator cannot
-    use is a ValueError (glassrl.algos), for the caller to name."""
+    computes them: its placement of scores (phase 2), then :func:`token_rewards` and
+    :func:`credit` (phases 4 and 5). An input the estimator cannot use is a ValueError
+    (glassrl.algos), for the caller to name."""
     dt = torch.float64  # the printed digits are the arithmetic's, not fp32 noise
     B, T = len(resps), max(len(r.tokens) for r in resps)
 
@@ -176,7 +196,15 @@ def from_given(
         step_valid = torch.arange(S).expand(B, S) < torch.tensor([[len(r.step_ends)] for r in resps])  # (B, S)
         token_scores = token_scores + place_process_rewards(step_scores, ends, step_valid, T)
         step_end_mask = place_process_rewards(torch.ones(B, S, dtype=dt), ends, step_valid, T) > 0  # (B, T)
-    turns = [None if r.turns is None else [LedgerTurn.from_dict(t) for t in r.turns] for r in resps]
+    turns = [
+        None
+        if r.turns is None
+        else [
+            LedgerTurn(t.start, t.end, t.observation_end, t.finish_reason, tuple(t.tool_calls), dict(t.reward_parts))
+            for t in r.turns
+        ]
+        for r in resps
+    ]
     turn_scores, turn_ends = turn_rewards(turns, T, dt)
     token_scores = token_scores + turn_scores  # a turn's environment rewards, as the trainer places them
     if step_end_mask is not None:
@@ -184,22 +212,23 @@ def from_given(
 
     logprobs, ref_logprobs = pad("logprobs"), pad("ref_logprobs")
     kl = kl_penalty(logprobs, ref_logprobs, kl_kind) if logprobs is not None else pad("kl")
-    token_rewards = assemble_token_rewards(
-        token_scores, kl if kl is not None else torch.zeros(B, T, dtype=dt), beta, mask
-    )
+    rewards = token_rewards(token_scores, kl, beta, mask)
     values = pad("values")
     grouped = "group_index" in REQUIRED_INPUTS[estimator] or any(r.group is not None for r in resps)
     group_index = torch.tensor([r.group or 0 for r in resps]) if grouped else None  # (B,)
     baselines = [r.baseline_reward for r in resps]
-    inputs = AdvantageInputs(
-        token_rewards=token_rewards,
-        response_mask=mask,
+    baseline_rewards = None if None in baselines else torch.tensor(baselines, dtype=dt)  # (B,)
+    out = credit(
+        estimator,
+        rewards,
+        mask,
+        AdvantageParams(gamma=gamma, lam=lam),
         values=values,
         group_index=group_index,
-        baseline_rewards=None if None in baselines else torch.tensor(baselines, dtype=dt),
+        baseline_rewards=baseline_rewards,
         step_end_mask=step_end_mask,
+        whiten=whiten,
     )
-    out = compute_advantages(estimator, inputs, AdvantageParams(gamma=gamma, lam=lam))
     uses_lam = "values" in REQUIRED_INPUTS[estimator]  # λ belongs to GAE, the critic's estimator
     return Ledger.from_tensors(
         prompts=[r.prompt for r in resps],
@@ -215,16 +244,16 @@ def from_given(
         ref_logprobs=ref_logprobs,
         kl=kl,
         token_scores=token_scores,
-        token_rewards=token_rewards,
+        token_rewards=rewards,
         values=values,
-        deltas=td_errors(token_rewards, values, mask, gamma) if values is not None else None,
+        deltas=out.deltas,
         advantages=out.advantages,
         returns=out.returns,
-        whitened_advantages=masked_whiten(out.advantages, mask) if whiten else None,
+        whitened_advantages=out.whitened_advantages,
         step_end_mask=step_end_mask,
         scores=None if None in [r.score for r in resps] else scores,
         group_ids=group_index,
-        baseline_rewards=inputs.baseline_rewards,
+        baseline_rewards=baseline_rewards,
         lengths=lengths,
         finish_reasons=[r.finish_reason for r in resps],
         responses=[r.response if r.response is not None else "".join(r.tokens) for r in resps],
@@ -250,3 +279,69 @@ def turn_rewards(
                 ends[b, k], rewards[b, k], valid[b, k] = turn.end - 1, sum(turn.reward_parts.values()), True
     where = torch.zeros((B, T), dtype=torch.bool).scatter(1, ends, valid)  # (B, T)
     return place_process_rewards(rewards, ends, valid, T), where
+
+
+# ---------------------------------------------------------------- phases 4 and 5
+
+
+class Credit(NamedTuple):
+    """Phase 5's outputs, (B, T) each and 0 off the training tokens."""
+
+    advantages: torch.Tensor  # A_i, the estimator's raw output
+    returns: torch.Tensor  # R_i (A_i + V(s_i) under GAE, raw A)
+    deltas: torch.Tensor | None  # δ_i = r_i + γ·V(s_{i+1}) − V(s_i); None without values
+    whitened_advantages: torch.Tensor | None  # what the policy loss sees; None when not whitened
+
+
+def token_rewards(
+    token_scores: torch.Tensor, kl: torch.Tensor | None, beta: float, response_mask: torch.Tensor
+) -> torch.Tensor:
+    """Phase 4: r_i = token_scores_i − β·kl_i on training tokens, 0 elsewhere (B, T); without a
+    KL estimate (``kl`` None) r_i = token_scores_i (glassrl.algos.token_rewards)."""
+    kl = torch.zeros_like(token_scores) if kl is None else kl
+    return assemble_token_rewards(token_scores, kl, beta, response_mask)
+
+
+def credit(
+    estimator: str,
+    token_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    params: AdvantageParams,
+    *,
+    values: torch.Tensor | None = None,
+    group_index: torch.Tensor | None = None,
+    baseline_rewards: torch.Tensor | None = None,
+    step_end_mask: torch.Tensor | None = None,
+    whiten: bool,
+) -> Credit:
+    """Phase 5: advantages and returns of ``token_rewards`` (B, T) by ``estimator``; δ with
+    ``values`` (B, T); whitened advantages when ``whiten`` and the batch has 2 training tokens.
+
+    The estimator runs on the rows that train only (a row without a training token, e.g. a failed
+    score, gets 0 and stays out of every group baseline and batch statistic) and reads the
+    optional inputs it requires (glassrl.algos.advantages.REQUIRED_INPUTS; ``group_index`` (B,),
+    ``baseline_rewards`` (B,), ``step_end_mask`` (B, T)); one it lacks is glassrl.algos'
+    ValueError. Whitening is PPO's (verl masked_whiten: unbiased variance over every valid token).
+    """
+    optional = {
+        "values": values,
+        "group_index": group_index,
+        "baseline_rewards": baseline_rewards,
+        "step_end_mask": step_end_mask,
+    }
+    rows = response_mask.any(-1).nonzero().flatten()  # (K,)
+    advantages = torch.zeros_like(token_rewards)
+    returns = torch.zeros_like(token_rewards)
+    if len(rows):
+        needed = {name: optional[name] for name in REQUIRED_INPUTS.get(estimator, ())}
+        inputs = AdvantageInputs(
+            token_rewards=token_rewards[rows],
+            response_mask=response_mask[rows],
+            **{name: None if x is None else x[rows] for name, x in needed.items()},
+        )
+        out = compute_advantages(estimator, inputs, params)
+        advantages = advantages.index_copy(0, rows, out.advantages)
+        returns = returns.index_copy(0, rows, out.returns)
+    deltas = td_errors(token_rewards, values, response_mask, params.gamma) if values is not None else None
+    whitened = masked_whiten(advantages, response_mask) if whiten and int(response_mask.sum()) >= 2 else None
+    return Credit(advantages, returns, deltas, whitened)

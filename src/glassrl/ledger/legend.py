@@ -23,6 +23,7 @@ baseline (tests check that the two agree).
 
 from __future__ import annotations
 
+import bisect
 import statistics
 import unicodedata
 from collections.abc import Callable
@@ -247,7 +248,7 @@ def token_legend(ledger: Ledger, b: int, i: int, lang: str = "en") -> list[Legen
     resp = ledger.responses[b]
     row = resp.tokens[i]
     say = _Say(lang, i=i, b=b, token=repr(row.token))
-    prefix = "".join(t.token for t in resp.tokens[:i])
+    prefix = _tail(resp, i)
     lines = [
         say("token", "token"),
         say("state", "state.prompt", prompt=repr(_clip(resp.prompt)))
@@ -290,6 +291,28 @@ class _Say:
 
     def __call__(self, line: str, key: str, **slots: object) -> LegendLine:
         return LegendLine(line, self.text(key, **slots))
+
+
+def _tail(resp: ResponseLedger, i: int, n: int = 40) -> str:
+    """The text of tokens 0…i−1 as :func:`_clip` shows it (its last ``n`` − 1 characters): only the
+    tokens it needs are read, so that the legends of a whole response cost time linear in its length."""
+    parts, size, j = [], 0, i
+    while j > 0 and size <= n:
+        j -= 1
+        parts.append(resp.tokens[j].token)
+        size += len(parts[-1])
+    return "".join(reversed(parts))
+
+
+def _once(key: object, compute):
+    """``compute()`` for ``key`` (a ledger or a response), remembered for the last key asked: the
+    legends of a response's tokens are written one after the other, each needing the same value."""
+    if _LAST[0] is not key:
+        _LAST[:] = [key, compute()]
+    return _LAST[1]
+
+
+_LAST: list = [None, None]
 
 
 def _next_valid(resp: ResponseLedger, i: int) -> int | None:
@@ -352,7 +375,9 @@ def _credit_broadcast(ledger: Ledger, resp: ResponseLedger, i: int, say: _Say) -
 
 def _credit_reinforce_pp(ledger: Ledger, resp: ResponseLedger, i: int, say: _Say) -> list[LegendLine]:
     row = resp.tokens[i]
-    mean, std = _stats([t.returns for r in ledger.responses for t in r.tokens if t.response_mask])
+    mean, std = _once(
+        ledger, lambda: _stats([t.returns for r in ledger.responses for t in r.tokens if t.response_mask])
+    )
     return [
         say("return", "return.reinforce_pp", ret=fmt(row.returns), gamma=num(ledger.gamma)),
         say("adv", "adv.reinforce_pp", ret=fmt(row.returns), mean=fmt(mean), std=fmt(std), adv=fmt(row.advantages)),
@@ -362,7 +387,8 @@ def _credit_reinforce_pp(ledger: Ledger, resp: ResponseLedger, i: int, say: _Say
 
 def _credit_process(ledger: Ledger, resp: ResponseLedger, i: int, say: _Say) -> list[LegendLine]:
     row = resp.tokens[i]
-    ends = [t.index for t in resp.tokens if t.step_end and t.index >= i]
+    all_ends = _once(resp, lambda: [t.index for t in resp.tokens if t.step_end])
+    ends = all_ends[bisect.bisect_left(all_ends, i) :]
     return [
         say("adv", "adv.process", ends=ends, adv=fmt(row.advantages)),
         say("return", "return.no_critic", ret=fmt(row.returns)),

@@ -1,4 +1,4 @@
-"""The token ledger: one row per response token with every quantity of the token convention.
+"""The token ledger: every quantity of the token convention for each token of a batch's responses.
 
 A :class:`Ledger` is the record of what the trainer (or ``glassrl explain``)
 computed for a batch of responses: for each response a :class:`ResponseLedger`
@@ -11,23 +11,28 @@ log-probs when KL was given directly) is ``None``, never 0 or NaN.
 
 Shapes: ``B`` responses, ``T`` padded response length.
 
-Writers: :meth:`Ledger.to_jsonl` (one JSON object per token row, carrying the
-run and response fields; :func:`read_jsonl` loads it back exactly),
-:meth:`Ledger.to_csv` (the same rows); the Markdown and rich views are
-glassrl.ledger.render's. Torch is imported only by :meth:`Ledger.from_tensors`,
-so a ledger file can be read without it; glassrl.ledger.compute builds ledgers
-from a step's Experience or from given numbers.
+The ledger file (:meth:`Ledger.to_jsonl`, JSON lines, read back exactly by :func:`read_jsonl`)
+holds each response once: a ``"kind": "response"`` row (the run's fields and the response's:
+prompt, response text, score, turns, ...), then its ``"kind": "token"`` rows (the step, the
+response's index and the token's own fields). A file therefore grows linearly with the
+response length, and rows are written one at a time (:meth:`Ledger.write_jsonl`). Files of the
+first layout, every field on every token row (:meth:`Ledger.rows`), still read. docs/metrics.md,
+"Reading a ledger file", reads both with pandas or duckdb. :meth:`Ledger.to_csv` writes the flat
+rows; the Markdown and rich views are glassrl.ledger.render's. Torch is imported only by
+:meth:`Ledger.from_tensors`, so a ledger file can be read without it; glassrl.ledger.compute
+builds ledgers from a step's Experience or from given numbers.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from glassrl.errors import GlassrlError
 from glassrl.jsonl import jsonl_objects
@@ -250,23 +255,44 @@ class Ledger:
         )
 
     def rows(self) -> list[dict[str, Any]]:
-        """Flat rows: run fields, response fields and token fields of every token (JSONL/CSV)."""
+        """Flat rows, every field on every token row: the CSV's rows (and the first ledger files' layout)."""
         run = {name: getattr(self, name) for name in RUN_FIELDS}
         out = []
         for b, resp in enumerate(self.responses):
-            head = {"response_index": b, **{name: getattr(resp, name) for name in RESPONSE_FIELDS[1:]}}
-            head["turns"] = None if resp.turns is None else [dataclasses.asdict(t) for t in resp.turns]
+            head = _response_fields(b, resp)
             for row in resp.tokens:
                 out.append({**run, **head, **dataclasses.asdict(row)})
         return out
 
+    def records(self) -> Iterator[dict[str, Any]]:
+        """The rows of the ledger file, in order: each response's row (:data:`RESPONSE_ROW`), then
+        its token rows (:data:`TOKEN_ROW`)."""
+        run = {name: getattr(self, name) for name in RUN_FIELDS}
+        for b, resp in enumerate(self.responses):
+            yield {"kind": "response", **run, **_response_fields(b, resp)}
+            for row in resp.tokens:
+                yield {"kind": "token", "step": self.step, "response_index": b} | {
+                    name: getattr(row, name) for name in TOKEN_FIELDS
+                }
+
+    def jsonl_lines(self) -> Iterator[str]:
+        """The lines of the ledger file, one row each, made as they are asked for."""
+        for record in self.records():
+            yield json.dumps(record, ensure_ascii=False) + "\n"
+
+    def write_jsonl(self, file: TextIO) -> None:
+        """Write the ledger file's lines to an open text file, one at a time."""
+        for line in self.jsonl_lines():
+            file.write(line)
+
     def to_jsonl(self, path: str | Path) -> None:
-        """One JSON object per token row; read it back with :func:`read_jsonl`."""
-        Path(path).write_text(self.jsonl(), encoding="utf-8")
+        """Write the ledger file (module docstring); read it back with :func:`read_jsonl`."""
+        with Path(path).open("w", encoding="utf-8") as f:
+            self.write_jsonl(f)
 
     def jsonl(self) -> str:
-        """The JSON-lines text that :meth:`to_jsonl` writes."""
-        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.rows())
+        """The text that :meth:`to_jsonl` writes."""
+        return "".join(self.jsonl_lines())
 
     def to_csv(self, path: str | Path) -> None:
         """The rows of :meth:`rows` as CSV; a missing quantity is an empty cell."""
@@ -299,7 +325,10 @@ RESPONSE_FIELDS = (
     "turns",
 )
 TOKEN_FIELDS = tuple(f.name for f in dataclasses.fields(TokenRow))
-ALL_FIELDS = RUN_FIELDS + RESPONSE_FIELDS + TOKEN_FIELDS
+ALL_FIELDS = RUN_FIELDS + RESPONSE_FIELDS + TOKEN_FIELDS  # a flat row (CSV; the first ledger files)
+# The ledger file's two kinds of row: a response's fields once, then one row per token.
+RESPONSE_ROW = ("kind", *RUN_FIELDS, *RESPONSE_FIELDS)
+TOKEN_ROW = ("kind", "step", "response_index", *TOKEN_FIELDS)
 
 # DESIGN §1 symbols, shown as column headers by the renderers.
 SYMBOLS = {
@@ -323,18 +352,64 @@ SYMBOLS = {
 }
 # token_roles values (glassrl.rollout.base: ROLE_GENERATED, ROLE_OBSERVATION) -> TokenRow.role
 ROLES = {1: "generated", 2: "observation"}
-# Fields added after the first ledger files were written: absent from an old file, read as None.
+# Fields added after the first ledger files were written: absent from such a file, read as None.
 OPTIONAL_FIELDS = ("role", "turn", "turns")
 
 
 def read_jsonl(path: str | Path) -> Ledger:
-    """Load a ledger written by :meth:`Ledger.to_jsonl` (exactly: ``read_jsonl(p) == ledger``)."""
+    """Load a ledger written by :meth:`Ledger.to_jsonl` (exactly: ``read_jsonl(p) == ledger``), or a
+    file of the first layout (flat rows); errors name the file and line."""
     path = Path(path)
     if not path.is_file():
         raise GlassrlError(f"ledger file not found: {path}")
+    objects = jsonl_objects(path)
+    first = next(objects, None)
+    if first is None:
+        raise GlassrlError(f"{path}: no ledger rows")
+    read = _read_records if "kind" in first[0] else _read_flat_rows
+    return read(itertools.chain([first], objects))
+
+
+def _read_records(objects: Iterable[tuple[dict[str, Any], str]]) -> Ledger:
+    """A ledger from the rows of :meth:`Ledger.records`."""
+    run: dict[str, Any] | None = None
+    responses: list[ResponseLedger] = []
+    head: dict[str, Any] | None = None
+    rows: list[TokenRow] = []
+    where = ""
+    for obj, where in objects:
+        kind = obj.get("kind")
+        if kind == "response":
+            _require(obj, RESPONSE_ROW, where)
+            this_run = {name: obj[name] for name in RUN_FIELDS}
+            if run is None:
+                run = this_run
+            elif this_run != run:
+                raise GlassrlError(f"{where}: run fields differ from the first response (one ledger per file)")
+            if head is not None:
+                responses.append(_response(head, rows, where))
+            head, rows = obj, []
+        elif kind == "token":
+            if head is None:
+                raise GlassrlError(f"{where}: a token row before any response row")
+            _require(obj, TOKEN_ROW, where)
+            if obj["response_index"] != head["response_index"]:
+                raise GlassrlError(
+                    f"{where}: a token row of response {obj['response_index']} under response {head['response_index']}"
+                )
+            rows.append(TokenRow(**{name: obj[name] for name in TOKEN_FIELDS}))
+        else:
+            raise GlassrlError(f"{where}: kind {kind!r}: expected 'response' or 'token'")
+    assert run is not None and head is not None  # the first row is a response row
+    responses.append(_response(head, rows, where))
+    return Ledger(**run, responses=tuple(responses))
+
+
+def _read_flat_rows(objects: Iterable[tuple[dict[str, Any], str]]) -> Ledger:
+    """A ledger from the flat rows of the first ledger files (:meth:`Ledger.rows`)."""
     run: dict[str, Any] | None = None
     groups: dict[int, tuple[dict[str, Any], list[TokenRow]]] = {}
-    for obj, where in jsonl_objects(path):
+    for obj, where in objects:
         missing = [name for name in ALL_FIELDS if name not in obj and name not in OPTIONAL_FIELDS]
         if missing:
             raise GlassrlError(f"{where}: missing field {missing[0]!r}")
@@ -345,13 +420,35 @@ def read_jsonl(path: str | Path) -> Ledger:
             raise GlassrlError(f"{where}: run fields differ from the first row (one ledger per file)")
         head, rows = groups.setdefault(obj["response_index"], ({n: obj.get(n) for n in RESPONSE_FIELDS[1:]}, []))
         rows.append(TokenRow(**{name: obj.get(name) for name in TOKEN_FIELDS}))
-    if run is None:
-        raise GlassrlError(f"{path}: no ledger rows")
+    assert run is not None
     responses = tuple(
         ResponseLedger(**{**head, "turns": _read_turns(head["turns"])}, tokens=tuple(rows))
         for _, (head, rows) in sorted(groups.items())
     )
     return Ledger(**run, responses=responses)
+
+
+def _require(obj: dict[str, Any], fields: tuple[str, ...], where: str) -> None:
+    missing = next((name for name in fields if name not in obj), None)
+    if missing is not None:
+        raise GlassrlError(f"{where}: missing field {missing!r}")
+
+
+def _response(head: dict[str, Any], rows: list[TokenRow], where: str) -> ResponseLedger:
+    """The response of a response row and its token rows (as many as its length)."""
+    if len(rows) != head["length"]:
+        raise GlassrlError(
+            f"{where}: response {head['response_index']} has {len(rows)} token rows, its length is {head['length']}"
+        )
+    fields = {name: head[name] for name in RESPONSE_FIELDS[1:]}
+    return ResponseLedger(**{**fields, "turns": _read_turns(fields["turns"])}, tokens=tuple(rows))
+
+
+def _response_fields(b: int, resp: ResponseLedger) -> dict[str, Any]:
+    """The response's own fields as a file row holds them (turns as plain dicts)."""
+    head = {"response_index": b, **{name: getattr(resp, name) for name in RESPONSE_FIELDS[1:]}}
+    head["turns"] = None if resp.turns is None else [dataclasses.asdict(t) for t in resp.turns]
+    return head
 
 
 def _lists(tensor: torch.Tensor | None) -> list[Any] | None:

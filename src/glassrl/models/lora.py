@@ -47,6 +47,23 @@ class LoraSettings:
     target_modules: str | tuple[str, ...] = "all-linear"
 
 
+@dataclass
+class LoraConfig:
+    """LoRA adapters (Hu et al. 2021, eq. 3: W₀ + BA·α/r) with peft (glassrl.models.lora); only they train."""
+
+    r: int = 8  # rank of the adapters B (d×r) and A (r×k)
+    alpha: float = 16.0  # scale α: the update is BA·α/r
+    dropout: float = 0.0  # dropout on the adapters' input, in [0, 1)
+    target_modules: str | list[str] = (
+        "all-linear"  # modules that get an adapter: names, or all-linear (every Linear but the output layer)
+    )
+
+    def settings(self) -> LoraSettings:
+        """The adapters these keys describe (``model.lora`` of glassrl train, ``lora`` of glassrl dpo)."""
+        targets = self.target_modules if isinstance(self.target_modules, str) else tuple(self.target_modules)
+        return LoraSettings(r=self.r, alpha=self.alpha, dropout=self.dropout, target_modules=targets)
+
+
 def _peft():
     try:
         import peft

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from glassrl.errors import GlassrlError
+from glassrl.files import disk_errors, replaced
 from glassrl.ledger import RESPONSE_FIELDS, RUN_FIELDS, SYMBOLS, TOKEN_FIELDS, Ledger
 from glassrl.ledger.legend import baseline_legend, labels, phrase, token_legend, turn_legend
 from glassrl.report.run_dir import RunDir, read_runs
@@ -55,31 +56,39 @@ QUANTITIES = (
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
 
 
-def write_run_report(run_dirs: list[str | Path], out: str | Path, step: int | None = None, lang: str = "en") -> Path:
+def write_run_report(
+    run_dirs: list[str | Path], out: str | Path, step: int | None = None, lang: str = "en", name: str | None = None
+) -> Path:
     """Write the report of ``run_dirs`` (overlaid; the first run's ledgers shown first) to ``out``.
 
     ``step``: the ledger step shown when the page opens (default: the first run's last
     ledger step); GlassrlError when no run has a ledger for it. ``lang``: the language
-    of the token legend (glassrl.ledger.legend.LANGUAGES). Returns ``out``.
+    of the token legend (glassrl.ledger.legend.LANGUAGES). ``name``: the one run's name, where its
+    directory's is not (a trainer writing the report into its staged outputs). Returns ``out``.
     """
     from plotly.offline import get_plotlyjs
 
     from glassrl.report.charts import build_charts
 
     runs = read_runs(list(run_dirs))
+    if name is not None and len(runs) == 1:
+        runs[0].name = name
     initial = _initial(runs, step)
     charts = build_charts(runs)
     names = ", ".join(run.name for run in runs)
+    preference = [run for run in runs if run.preference_ledgers]
     body = "\n".join(
         [
             '<nav><a href="#curves">learning curves</a> · <a href="#tokens">token view</a> · '
-            '<a href="#config">config and environment</a></nav>',
+            + ('<a href="#preference">preference ledger</a> · ' if preference else "")
+            + '<a href="#config">config and environment</a></nav>',
             '<section id="curves"><h2>Learning curves</h2>',
             _curves(charts),
             "</section>",
             '<section id="tokens"><h2>Token view</h2>',
             _template("token_view.html"),
             "</section>",
+            *([_preference(preference, lang)] if preference else []),
             '<section id="config"><h2>Config and environment</h2>',
             *(_config(run) for run in runs),
             "</section>",
@@ -188,6 +197,40 @@ def _curves(charts: list) -> str:
     return '<div class="charts">' + "\n".join(figures) + "</div>"
 
 
+def _preference(runs: list[RunDir], lang: str) -> str:
+    """The preference ledgers of ``glassrl dpo`` runs: each held-out pair's tokens coloured by their
+    implicit reward ρ_i (green above 0, red below), then the ledger's table and legend as text."""
+    blocks = ['<section id="preference"><h2>Preference ledger</h2>']
+    for r, run in enumerate(runs):
+        for k, ledger in enumerate(run.preference_ledgers):
+            scale = max((abs(t.reward) for side in (ledger.chosen, ledger.rejected) for t in side.tokens), default=0.0)
+            rows = "".join(_preference_tokens(side, scale) for side in (ledger.chosen, ledger.rejected))
+            text = html.escape("\n".join(ledger.lines(lang)))
+            blocks.append(
+                f'<div class="response" id="pair-{r}-{k}"><div class="response-head">'
+                f"<b>{html.escape(run.name)}</b> · pair {k} · {html.escape(ledger.source)}</div>"
+                f'<div class="prompt">{html.escape(ledger.prompt)}</div>{rows}'
+                f'<details><summary>ledger</summary><pre class="ledger">{text}</pre></details></div>'
+            )
+    return "\n".join([*blocks, "</section>"])
+
+
+def _preference_tokens(side, scale: float) -> str:
+    spans = []
+    for t in side.tokens:
+        alpha = abs(t.reward) / scale if scale > 0 else 0.0
+        colour = f"rgba(26,127,55,{alpha:.3f})" if t.reward > 0 else f"rgba(207,34,46,{alpha:.3f})"
+        title = f"ρ_{t.i} = {t.reward:.4f}, log π_θ = {t.logprob:.4f}" + (
+            f", log π_ref = {t.ref_logprob:.4f}" if t.ref_logprob is not None else ""
+        )
+        spans.append(
+            f'<span class="tok sample" style="background:{colour}" title="{html.escape(title)}">'
+            f"{html.escape(t.token)}</span>"
+        )
+    head = f"{html.escape(side.name)} · r = {side.reward:.4f}"
+    return f'<div class="tokens"><span class="key">{head}</span> {"".join(spans)}</div>'
+
+
 def _config(run: RunDir) -> str:
     env = "".join(
         f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in run.environment.items()
@@ -218,6 +261,10 @@ def _write(out: str | Path, title: str, body: str, payload: dict[str, Any], head
     # One pass over the template: text put in is never scanned for placeholders again.
     page = _PLACEHOLDER.sub(lambda m: parts[m[1]], _template("page.html"))
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    # Written beside it and renamed over it: a reader never sees half a page, a link at ``out`` is
+    # replaced rather than written through, and a write that fails leaves the old page.
+    with disk_errors(str(out), out.parent):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with replaced(out) as f:
+            f.write(page)
     return out

@@ -8,7 +8,9 @@ A run directory holds ``config.yaml`` (the resolved config), ``metrics.jsonl``
 (``{"step": n, key: value, ...}`` per logged step, glassrl.report.sinks),
 ``ledgers/step_XXXXXX.jsonl`` (a sample of the step's responses, Ledger.to_jsonl)
 and, when the trainer wrote it, ``environment.json`` (:func:`collect_environment`
-at the start of the run). Without that file the environment is collected when the
+at the start of the run). A ``glassrl dpo`` run (``glassrl.json`` of kind "preference") holds
+``<loss>_config.yaml`` instead of ``config.yaml`` and ``ledgers/preference.jsonl``, the
+preference ledgers of its first held-out pairs (glassrl.ledger.preference). Without that file the environment is collected when the
 report is written, and the report says so. Reads only files: no torch model, so a
 run can be inspected offline.
 """
@@ -28,12 +30,16 @@ from typing import Any
 
 from glassrl import __version__
 from glassrl.errors import GlassrlError
+from glassrl.jsonl import read_utf8
 from glassrl.ledger import Ledger, read_jsonl
+from glassrl.ledger.preference import PreferenceLedger
 
 CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
 LEDGERS = "ledgers"
 ENVIRONMENT = "environment.json"
+MARKER = "glassrl.json"  # what a supervised trainer's output is (glassrl.supervised)
+PREFERENCE_LEDGERS = "preference.jsonl"  # under ledgers/, written by glassrl dpo
 _LEDGER_NAME = re.compile(r"^step_(\d+)\.jsonl$")
 
 
@@ -48,6 +54,7 @@ class RunDir:
     ledger_paths: dict[int, Path]
     environment: dict[str, Any]
     environment_source: str  # where ``environment`` comes from, in words
+    preference_ledgers: list[PreferenceLedger] = field(default_factory=list)  # glassrl dpo's held-out pairs
     _ledgers: dict[int, Ledger] = field(default_factory=dict, repr=False)
 
     def ledger(self, step: int) -> Ledger:
@@ -61,11 +68,14 @@ class RunDir:
 
 
 def read_run(path: str | Path, name: str | None = None) -> RunDir:
-    """Read a run directory; GlassrlError naming the directory and what is missing when it is not one."""
+    """Read a run directory; GlassrlError naming the directory and what is missing when it is not one,
+    or the file and line that is not UTF-8."""
     path = Path(path)
+    resolved = _resolve(path)
     if not path.is_dir():
         raise GlassrlError(f"run directory {path}: not a directory")
-    missing = [n for n in (CONFIG, METRICS) if not (path / n).is_file()]
+    config = _config_name(path)
+    missing = [n for n in (config, METRICS) if not (path / n).is_file()]
     if missing:
         raise GlassrlError(
             f"run directory {path}: missing {' and '.join(missing)} (is it a `glassrl train` output_dir?)"
@@ -78,25 +88,57 @@ def read_run(path: str | Path, name: str | None = None) -> RunDir:
         source = f"collected when the report was written ({path} has no {ENVIRONMENT})"
     return RunDir(
         path=path,
-        name=name or path.resolve().name,
-        config_text=(path / CONFIG).read_text(encoding="utf-8"),
+        name=name or resolved.name,
+        config_text=read_utf8(path / config),
         metrics=read_metrics(path / METRICS),
         ledger_paths=ledger_paths(path),
         environment=environment,
         environment_source=source,
+        preference_ledgers=_preference_ledgers(path / LEDGERS / PREFERENCE_LEDGERS),
     )
+
+
+def _config_name(path: Path) -> str:
+    """config.yaml, or a preference run's <loss>_config.yaml."""
+    marker = path / MARKER
+    if not (path / CONFIG).is_file() and marker.is_file():
+        summary = _read_json_object(marker)
+        if summary.get("kind") == "preference":
+            return f"{summary.get('loss')}_config.yaml"
+    return CONFIG
+
+
+def _preference_ledgers(path: Path) -> list[PreferenceLedger]:
+    """The preference ledgers of ``path`` (one JSON object per line); none when it is absent."""
+    if not path.is_file():
+        return []
+    ledgers = []
+    for lineno, line in enumerate(read_utf8(path).splitlines(), start=1):
+        try:
+            ledgers.append(PreferenceLedger.from_dict(json.loads(line)))
+        except (ValueError, TypeError, KeyError) as err:
+            raise GlassrlError(f"{path}:{lineno}: not a preference ledger ({err})") from None
+    return ledgers
+
+
+def _resolve(path: Path) -> Path:
+    """The absolute path without links; a link loop is a GlassrlError (Python raises RuntimeError
+    before 3.13, OSError ELOOP after)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        raise GlassrlError(f"run directory {path}: a symbolic link loop") from None
 
 
 def read_runs(paths: list[str | Path]) -> list[RunDir]:
     """Several runs, named by their directory; the path as given where two names would clash."""
-    names = [Path(p).resolve().name for p in paths]
+    names = [_resolve(Path(p)).name for p in paths]
     return [read_run(p, name if names.count(name) == 1 else str(p)) for p, name in zip(paths, names)]
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The rows of metrics.jsonl in file order; a last line cut short by a killed run is skipped."""
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
+    lines = read_utf8(path).split("\n")
     rows = []
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
@@ -166,7 +208,7 @@ def _device() -> tuple[str, str | None, str | None]:
 
 def _read_json_object(path: Path) -> dict[str, Any]:
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = json.loads(read_utf8(path))
     except json.JSONDecodeError as err:
         raise GlassrlError(f"{path}: not valid JSON: {err.msg} (line {err.lineno})") from None
     if not isinstance(obj, dict):

@@ -9,9 +9,9 @@ Every sink takes ``dict[str, float]`` keyed by the names of docs/metrics.md. Val
 are not finite (NaN: a statistic over no token; ±inf) are written as ``null`` in JSONL
 (JSON has no NaN), skipped by TensorBoard and shown as ``nan`` on the terminal.
 
-On ``--resume`` from step ``s`` the trainer calls ``JsonlSink.truncate_after(s)`` and
-builds ``TensorBoardSink(..., purge_step=s + 1)`` so the logs read as those of a run that
-never stopped.
+On ``--resume`` from step ``s`` the trainer calls ``JsonlSink.truncate_after(s)`` (which also
+drops lines that are not metrics rows, and says which) and builds
+``TensorBoardSink(..., purge_step=s + 1)`` so the logs read as those of a run that never stopped.
 
 Sample completions (the responses of a ledger sample, :func:`sample_rows`) go to the sinks
 that show tables (``log_samples``): a W&B Table, an MLflow table artifact, TensorBoard text.
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import time
 from collections.abc import Sequence
@@ -44,6 +43,7 @@ from rich.progress import (
 
 from glassrl.config import flatten
 from glassrl.errors import GlassrlError
+from glassrl.files import open_append, replaced
 from glassrl.ledger import Ledger
 
 
@@ -53,12 +53,6 @@ class MetricSink(Protocol):
     def log(self, step: int, metrics: dict[str, float]) -> None: ...
 
     def close(self) -> None: ...
-
-
-class SampleSink(Protocol):
-    """A destination that shows sample completions as a table."""
-
-    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None: ...
 
 
 # The columns of a sample table, one row per response of a ledger sample.
@@ -86,13 +80,14 @@ def _json_value(value: float) -> float | int | None:
 class JsonlSink:
     """Appends ``{"step": n, key: value, ...}`` to ``path``, one line per step.
 
-    Each line is flushed when written, so a killed run keeps every step it logged.
+    Each line is flushed when written, so a killed run keeps every step it logged. A symbolic
+    link at ``path`` is refused (glassrl.files.open_append), never appended through.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = open_append(self.path)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         if "step" in metrics:
@@ -101,32 +96,42 @@ class JsonlSink:
         self._file.write(json.dumps(row, allow_nan=False, ensure_ascii=False) + "\n")
         self._file.flush()
 
-    def truncate_after(self, step: int) -> None:
-        """Drop the rows of steps after ``step`` (and a last line cut short by a kill).
+    def truncate_after(self, step: int) -> list[int]:
+        """Keep the rows of steps up to ``step``; drop the later ones, a last line cut short by a
+        kill, and every line that is not a metrics row (not UTF-8, not JSON, not an object with an
+        integer ``step``). Returns the numbers of those last lines (1-based), for the caller to say.
 
-        The file is rewritten to a temporary file and renamed over the old one, so a kill
-        during the truncation leaves either the old or the new file, never a mix.
+        The rows kept go to a temp file renamed over the old one, so a kill during the truncation
+        leaves either the old or the new file, never a mix.
         """
         self._file.close()
-        kept = []
-        with self.path.open("r", encoding="utf-8") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a partial line written as the run was killed
-                if line.endswith("\n") and row["step"] <= step:
-                    kept.append(line)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
+        kept, bad = [], []
+        with self.path.open("rb") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.endswith(b"\n") or not line.strip():
+                    continue  # a partial line written as the run was killed, or an empty one
+                row = _metrics_row(line)
+                if row is None:
+                    bad.append(number)
+                elif row["step"] <= step:
+                    kept.append(line.decode("utf-8"))
+        with replaced(self.path) as f:
             f.writelines(kept)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = open_append(self.path)
+        return bad
 
     def close(self) -> None:
         self._file.close()
+
+
+def _metrics_row(line: bytes) -> dict[str, Any] | None:
+    """The row a line of metrics.jsonl holds, or None when it holds none (see JsonlSink.truncate_after)."""
+    try:
+        row = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # RecursionError: [[[… nested too deep
+        return None
+    step = row.get("step") if isinstance(row, dict) else None
+    return row if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 class TensorBoardSink:
@@ -228,7 +233,8 @@ def _tracker_id(run_dir: Path, tracker: str) -> str | None:
 def _keep_tracker_id(run_dir: Path, tracker: str, run_id: str) -> None:
     path = run_dir / "tracking.json"
     ids = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    path.write_text(json.dumps(ids | {tracker: run_id}, indent=2) + "\n", encoding="utf-8")
+    with replaced(path) as f:
+        f.write(json.dumps(ids | {tracker: run_id}, indent=2) + "\n")
 
 
 class WandbSink:

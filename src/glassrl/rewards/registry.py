@@ -34,6 +34,7 @@ from glassrl.rewards.math_answer import MathVerifier
 from glassrl.rewards.research import research_rubric
 from glassrl.rewards.reward_model import RewardModelSource
 from glassrl.rewards.rubric import Criterion, RubricSource
+from glassrl.rewards.teacher import TeacherSource
 from glassrl.rewards.user_function import UserFunctionSource
 from glassrl.rewards.verifiers import ArithVerifyVerifier, ExactMatchVerifier, NumericVerifier
 
@@ -68,6 +69,7 @@ REWARD_SOURCES: dict[str, Callable[..., RewardSource]] = {
     "rubric": _rubric,
     "research_rubric": research_rubric,
     "reward_model": RewardModelSource,
+    "teacher": TeacherSource,
     "judge": JudgeSource,
     "majority_vote": MajorityVoteSource,
     "user_function": UserFunctionSource,

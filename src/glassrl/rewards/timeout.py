@@ -19,6 +19,9 @@ What the caller (the trainer) is kept safe from, and how:
 - **Memory.** Each worker runs under ``RLIMIT_AS`` = ``memory_limit_mb``, so an allocation past
   it is a ``MemoryError`` in the worker (an error result), not the machine swapping.
 - **Slow leaks.** A worker is replaced after ``recycle_after`` calls.
+- **A flood of output.** The worker's stdout and stderr (and those of anything it starts) are pipes
+  whose first ``MAX_OUTPUT_BYTES`` per call reach the trainer's streams; the rest is dropped, and
+  a line says so (:class:`_CappedOutput`).
 - **Orphans.** Each worker leads its own process group (a new session: the terminal's Ctrl-C
   goes to the trainer, which handles it). The pool kills the groups on ``close`` and at
   interpreter exit (atexit). If the caller dies without running atexit (``kill -9``), each
@@ -61,6 +64,8 @@ from typing import Any, Literal
 _START_TIMEOUT_S = 120.0
 # A reply larger than this is refused (details with a whole document in them, or a flood).
 MAX_REPLY_BYTES = 16 * 1024 * 1024
+# What a call may print: per stream (stdout, stderr), per call; the rest is dropped, said once.
+MAX_OUTPUT_BYTES = 64 * 1024
 # Long exception messages are cut: a result's message is one line in a log.
 _MAX_MESSAGE_CHARS = 2000
 # A guard against a runaway reward, not a budget: address space, not resident memory, and
@@ -178,6 +183,32 @@ def _start_reaper(lifeline_fd: int) -> None:
         os._exit(0)
 
 
+class _CappedOutput:
+    """The worker's stdout or stderr (``fd``: 1 or 2, inherited by anything the user's code starts)
+    made a pipe; a thread passes at most ``budget`` bytes on to where ``fd`` pointed (the trainer's
+    stream) and drops the rest, saying so once. The worker's loop sets ``budget`` at each call."""
+
+    def __init__(self, fd: int) -> None:
+        self.target = os.dup(fd)
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, fd)
+        os.close(write_end)
+        self.budget = MAX_OUTPUT_BYTES
+        threading.Thread(target=self._pump, args=(read_end,), daemon=True).start()
+
+    def _pump(self, read_end: int) -> None:
+        while chunk := os.read(read_end, 1 << 16):
+            budget = self.budget
+            self.budget = budget - len(chunk)
+            if budget > 0:
+                _write_all(self.target, chunk[:budget])
+            if budget >= 0 > self.budget:
+                _write_all(
+                    self.target,
+                    f"\n[glassrl: a reward call wrote more than {MAX_OUTPUT_BYTES} bytes here; the rest is dropped]\n".encode(),
+                )
+
+
 def _worker_main(read_fd: int, write_fd: int, lifeline_fd: int, memory_limit_mb: int) -> None:
     """Worker loop: receive pickled ``(sys.path, setup, call)``, reply to each part with JSON."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -194,12 +225,15 @@ def _worker_main(read_fd: int, write_fd: int, lifeline_fd: int, memory_limit_mb:
             )
         except (ValueError, OSError):
             pass  # macOS does not enforce RLIMIT_AS; the limit holds on Linux
+    streams = [_CappedOutput(1), _CappedOutput(2)]
     _send(write_fd, b'{"status": "ready"}')
     while True:
         try:
             sys_path, setup, call = pickle.loads(_receive(read_fd, None))
         except EOFError:  # the caller closed the pipe or exited
             return
+        for stream in streams:
+            stream.budget = MAX_OUTPUT_BYTES
         sys.path[:] = sys_path
         if setup is not None:
             ok, reply = _run(setup)

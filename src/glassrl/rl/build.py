@@ -207,6 +207,17 @@ def build_reward(cfg: TrainConfig):
     return build_combined(cfg.reward.sources, base_dir=cfg.reward.base_dir or ".")
 
 
+def teacher(workers: Workers, tokenizer):
+    """The reward's teacher source and its weight (glassrl.rewards.teacher), checked against the
+    policy's tokenizer, or None. In-process only: rl.checks refuses a teacher on Ray."""
+    from glassrl.rewards.teacher import find_teacher
+
+    found = find_teacher(getattr(workers.reward, "source", None))
+    if found is not None:
+        found[0].check_tokenizer(tokenizer)
+    return found
+
+
 def build_gold(cfg: TrainConfig):
     """reward.gold as a reward source (glassrl.rewards), or None: scored on the step's responses
     for the metrics only (glassrl.rl.metrics.gold_metrics), never trained on."""
@@ -340,13 +351,7 @@ def prompt_format(cfg: TrainConfig, tokenizer) -> Callable[[Sequence[PromptRecor
 
 def lora_settings(cfg: TrainConfig):
     """model.lora as glassrl.models.lora.LoraSettings, or None (every weight trains)."""
-    from glassrl.models.lora import LoraSettings
-
-    lora = cfg.model.lora
-    if lora is None:
-        return None
-    targets = lora.target_modules if isinstance(lora.target_modules, str) else tuple(lora.target_modules)
-    return LoraSettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout, target_modules=targets)
+    return None if cfg.model.lora is None else cfg.model.lora.settings()
 
 
 def with_lora(model, settings, base: Path, load_base: Callable[[Path], torch.nn.Module]):

@@ -511,3 +511,10 @@ def _check_ray(cfg: TrainConfig, written: Set[str] | None) -> None:
             cfg.rollout.max_staleness,
             "samples ahead on rollout ranks of their own, kept in sync with the actor: set ray.rollout.placement: apart",
         )
+    teachers = [i for i, s in enumerate(cfg.reward.sources) if s.get("name") == "teacher"]
+    if teachers:
+        fail(
+            f"reward.sources[{teachers[0]}].name",
+            "teacher",
+            "on-policy distillation is not wired into trainer.backend = ray; use trainer.backend: local",
+        )

@@ -30,20 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from glassrl.models.lora import LoraConfig
 from glassrl.optim import OptimConfig
 from glassrl.rl.checks import agentic_tasks, check_train_config, uses_critic
-
-
-@dataclass
-class LoraConfig:
-    """LoRA adapters (Hu et al. 2021, eq. 3: W₀ + BA·α/r) with peft (glassrl.models.lora); only they train."""
-
-    r: int = 8  # rank of the adapters B (d×r) and A (r×k)
-    alpha: float = 16.0  # scale α: the update is BA·α/r
-    dropout: float = 0.0  # dropout on the adapters' input, in [0, 1)
-    target_modules: str | list[str] = (
-        "all-linear"  # modules that get an adapter: names, or all-linear (every Linear but the output layer)
-    )
 
 
 @dataclass
@@ -317,7 +306,9 @@ class RayRolloutConfig:
 class RayConfig:
     """The Ray backend (glassrl.workers.ray, glassrl.rl.build_ray); read when trainer.backend = ray."""
 
-    address: str | None = None  # null: start a local Ray cluster; "auto" or "HOST:6379": join a running one
+    address: str | None = (
+        None  # null: start a Ray cluster of its own (never RAY_ADDRESS's); "auto", "HOST:6379": join one
+    )
     placement: Literal["colocate", "separate"] = (
         "colocate"  # colocate: rank r of every role shares bundle r; separate: a placement group per role
     )

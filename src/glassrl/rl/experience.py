@@ -43,6 +43,8 @@ class Experience:
     entropy: torch.Tensor | None = None  # (B, T) H(π_old(·|s_i))
     ref_logprobs: torch.Tensor | None = None  # (B, T) log π_ref(a_i|s_i); None without a reference
     kl: torch.Tensor | None = None  # (B, T) kl_i, the algo.kl.kind estimate; None without a reference
+    teacher_logprobs: torch.Tensor | None = None  # (B, T) log π_T(a_i|s_i); None without a teacher source
+    teacher_weight: float = 0.0  # w of the teacher source
 
     # behaviour (phase 3, last): the policy μ that sampled, when it is not π_old (rollout.rollout_logprobs: log μ)
     staleness: torch.Tensor | None = (
@@ -57,7 +59,10 @@ class Experience:
     # rewards (phase 4)
     beta: float = 0.0  # β of the step: the KL controller's value (0 without a reference)
     kl_in_reward: bool = False  # β·kl_i is in the token rewards (else it is a loss term, or absent)
-    token_rewards: torch.Tensor | None = None  # (B, T) r_i = token_scores_i − β·kl_i (β only when in the reward)
+    teacher_rewards: torch.Tensor | None = None  # (B, T) w·(log π_T − log π_old): on-policy distillation
+    token_rewards: torch.Tensor | None = (
+        None  # (B, T) r_i = token_scores_i (+ teacher_rewards_i) − β·kl_i (β only when in the reward)
+    )
 
     # advantages (phase 5)
     deltas: torch.Tensor | None = None  # (B, T) δ_i = r_i + γ·V(s_{i+1}) − V(s_i); None without a critic

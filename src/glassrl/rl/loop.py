@@ -49,13 +49,14 @@ from rich.console import Console
 from glassrl.algos.masked import masked_mean
 from glassrl.config import flatten, safe_load, to_dict
 from glassrl.errors import GlassrlError
+from glassrl.files import DISK_FULL, disk_errors, open_append, replaced
 from glassrl.ledger.compute import from_experience
 from glassrl.models.allocator import keep_freed_memory, memory_path
 from glassrl.models.loading import load_tokenizer, pad_id, resolve_device
 from glassrl.models.threads import set_threads, startup_line
 from glassrl.optim import NonFiniteError, seed_everything
 from glassrl.report.html import write_run_report
-from glassrl.report.run_dir import collect_environment
+from glassrl.report.run_dir import collect_environment, ledger_paths
 from glassrl.report.sinks import (
     ConsoleSink,
     JsonlSink,
@@ -76,6 +77,7 @@ from glassrl.rl.build import (
     prompt_format,
     saved_in_todays_terms,
     step_sampler,
+    teacher,
     with_precision,
     with_shared_prefix,
 )
@@ -84,6 +86,7 @@ from glassrl.rl.checks import max_staleness
 from glassrl.rl.config import TrainConfig, off_policy_correction, resolve
 from glassrl.rl.evaluation import correct, evaluate
 from glassrl.rl.experience import Experience
+from glassrl.rl.memory import check_step_fits
 from glassrl.rl.metrics import PhaseTimer, accuracy, gold_metrics, response_metrics, reward_metrics, tensor_metrics
 from glassrl.rl.phases import Sampled
 from glassrl.rl.prompts import build_prompts
@@ -93,7 +96,7 @@ from glassrl.rollout.base import SamplingParams
 from glassrl.rollout.stops import describe as describe_stops
 from glassrl.rollout.stops import saved_generation_config
 from glassrl.run import state
-from glassrl.run.atomic import DISK_FULL, disk_errors, write_text
+from glassrl.run.atomic import write_text
 from glassrl.run.checkpoint import CheckpointManager
 from glassrl.run.lock import RunLock
 from glassrl.workers.base import AsyncRolloutWorker, OnPolicyActor
@@ -136,10 +139,12 @@ class Trainer:
         self.tokenizer, self.data = self._build_prompts(path)
         self.prompts, self.test_records = self.data.train, self.data.test  # a PromptStream or MixtureStream
         self.ptx = build_ptx(cfg, self.resolved, self.tokenizer, self.data.limit + cfg.rollout.max_new_tokens)
+        check_step_fits(cfg, self.resolved, path, self.data.limit)  # before any model is loaded
         build_workers = build_ray_workers if cfg.trainer.backend == "ray" else build_local_workers
         self.workers = build_workers(cfg, self.resolved, path, self.tokenizer, self.ptx)
         self.paths = self._say_paths(layout, memory)
         self.gold = build_gold(cfg)  # reward.gold: scored for reward/gold, never trained on
+        self.teacher = teacher(self.workers, self.tokenizer)  # on-policy distillation: (teacher, w) or None
         self.kl = kl_controller(cfg.algo.kl)
         self.shapers = phases.score_shapers(cfg.algo)
         self.sampler = step_sampler(cfg, pad_id(self.tokenizer))  # one round a step, or DAPO's dynamic sampling
@@ -272,6 +277,8 @@ class Trainer:
         phases.off_policy(exp, version, self.correction)
         if exp.staleness is not None and int(exp.staleness.max()) > self.max_staleness:  # AsyncRounds' bound
             raise RuntimeError(f"step {step}: a token lags {int(exp.staleness.max())} > {self.max_staleness} versions")
+        if self.teacher is not None:  # log π_T of the sampled tokens, for its reward in phase 4
+            phases.teacher_outputs(exp, *self.teacher)
 
     def _adapt_kl(self, exp: Experience) -> None:
         """Adaptive KL (Ziegler et al. 2019, §2.2): β follows the KL of the batch just sampled, per
@@ -394,7 +401,8 @@ class Trainer:
                 step=step,
                 samples=lg.ledger_samples,
             )
-            ledger.to_jsonl(self.out / "ledgers" / f"step_{step:06d}.jsonl")
+            with replaced(self.out / "ledgers" / f"step_{step:06d}.jsonl") as f:  # a row at a time, then renamed
+                ledger.write_jsonl(f)
             self.sinks.log_samples(step, sample_rows(ledger))  # W&B / MLflow tables, TensorBoard text
         if lg.report and lg.report_every and step % lg.report_every == 0 and step < self.cfg.steps:
             write_run_report([self.out], self.out / "report.html")  # train() writes the last one
@@ -463,6 +471,7 @@ class Trainer:
             and self.cfg.algo.kl.placement != "reward"
             and self.correction is None
             and self.max_staleness == 0
+            and self.teacher is None  # the teacher's reward reads log π_old in phase 4
             and isinstance(self.workers.actor, OnPolicyActor)
         )
 
@@ -556,17 +565,20 @@ class Trainer:
             self.console.print(f"glassrl: {note}", markup=False, soft_wrap=True)
         record = {"resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "step": restored.step}
         record |= {"checkpoint": restored.path.name, "changed": changed, "notes": notes}
-        with disk_errors("resumes.jsonl", self.out), (self.out / "resumes.jsonl").open("a", encoding="utf-8") as f:
+        with disk_errors("resumes.jsonl", self.out), open_append(self.out / "resumes.jsonl") as f:
             f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
 
     def _sinks(self, resume: bool, progress: bool) -> MetricSinks:
         self.out.mkdir(parents=True, exist_ok=True)
         step = self.counters.step
         jsonl = JsonlSink(self.out / "metrics.jsonl")
-        if resume:
-            jsonl.truncate_after(step)
-        elif step == 0:
-            jsonl.truncate_after(-1)  # a fresh run starts a fresh log
+        # A resumed run's files read as those of a run that never stopped; a fresh run starts fresh ones.
+        bad = jsonl.truncate_after(step if resume else -1)
+        if bad:
+            lines = f"line {bad[0]} was" if len(bad) == 1 else f"lines {', '.join(map(str, bad))} were"
+            self.console.print(f"glassrl: metrics.jsonl: {lines} not a metrics row; dropped", markup=False)
+        for later in [path for at, path in ledger_paths(self.out).items() if at > step]:
+            later.unlink()  # a ledger of a step this run has not taken (yet)
         sinks = [jsonl]
         if self.cfg.logging.tensorboard:
             sinks.append(TensorBoardSink(self.out / "tensorboard", purge_step=step + 1 if resume else None))

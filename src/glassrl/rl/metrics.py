@@ -71,17 +71,6 @@ def masked_stats(x: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
     return {"mean": mean, "std": std, "min": lo, "max": hi}
 
 
-def masked_fraction(flags: torch.Tensor, mask: torch.Tensor) -> float:
-    """Fraction of valid positions where the bool ``flags`` hold: |flags ∧ mask| / |mask|.
-
-    For the clip diagnostics of the policy losses (``clipped_low``, ``clipped_high``,
-    ``dual_clipped``) and of the value loss (``clipped``): the share of valid tokens
-    whose clipped branch is active, as verl's ``pg_clipfrac`` (a masked mean of the
-    indicator). NaN with no valid position.
-    """
-    return masked_mean(flags.to(torch.float64), mask).item()
-
-
 def approx_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> float:
     """How far an update moved the policy: KL(π_old ‖ π_θ) estimated on the sampled tokens.
 
@@ -264,6 +253,9 @@ def tensor_metrics(exp: Experience) -> dict[str, float]:
         metrics["kl/mean"] = masked_stats(exp.kl, mask)["mean"]
         metrics["kl/sequence"] = sequence_kl(exp.kl, mask)
         metrics["kl/beta"] = exp.beta
+    if exp.teacher_logprobs is not None:  # on-policy distillation: the student's reverse KL from the teacher
+        metrics["teacher/reverse_kl"] = sequence_kl(exp.logprobs - exp.teacher_logprobs, mask)
+        metrics["teacher/logprob/mean"] = masked_stats(exp.teacher_logprobs, mask)["mean"]
     metrics.update({f"advantage/{k}": v for k, v in masked_stats(exp.advantages, mask).items()})
     if exp.values is not None:
         returns = masked_stats(exp.returns, mask)

@@ -3,12 +3,13 @@
     exp = score(sampled, tokenizer, ...)                         # 2. scores on tokens, rows that train
     model_outputs(exp, actor, reference, critic, kl_kind)        # 3. log π_old, H, log π_ref, kl, V
     off_policy(exp, version, correction)                         # 3. staleness; weights for what μ sampled
+    teacher_outputs(exp, teacher, weight)                        # 3. log π_T (on-policy distillation)
     policy_outputs(exp, logprobs, entropy, kl_kind)              # 3, late: log π_old from the update (on-policy)
-    token_rewards(exp, beta, kl_in_reward)                       # 4. r_i = score_i − β·kl_i
+    token_rewards(exp, beta, kl_in_reward)                       # 4. r_i = score_i (+ w·(log π_T − log π_old)) − β·kl_i
     advantages(exp, algo)                                        # 5. A, R, δ, whitened A
 
 ``Trainer.step`` (glassrl.rl.loop) calls them between generation (phase 1) and the
-update (phase 6); ``glassrl explain --model`` (glassrl.commands.explain_model) calls the
+update (phase 6); ``glassrl explain --model`` (glassrl.rl.explain) calls the
 same functions with a checkpoint's models, so the ledger it prints is the trainer's.
 Each fills fields of the :class:`~glassrl.rl.experience.Experience`.
 
@@ -30,23 +31,15 @@ from dataclasses import dataclass
 
 import torch
 
-from glassrl.algos.advantages import (
-    ADVANTAGE_ESTIMATORS,
-    GROUP_ESTIMATORS,
-    REQUIRED_INPUTS,
-    AdvantageInputs,
-    AdvantageParams,
-    compute_advantages,
-    td_errors,
-)
+from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS, REQUIRED_INPUTS, AdvantageParams
 from glassrl.algos.kl import kl_penalty
-from glassrl.algos.masked import masked_whiten
 from glassrl.algos.off_policy import correct
 from glassrl.algos.shaping import RunningRewardNormalizer, overlong_penalty
-from glassrl.algos.token_rewards import assemble_token_rewards, place_outcome_scores, place_process_rewards
+from glassrl.algos.token_rewards import place_outcome_scores, place_process_rewards, teacher_token_rewards
 from glassrl.data.formatting import prompt_text
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
+from glassrl.ledger import compute
 from glassrl.ledger.compute import turn_rewards as place_turn_rewards
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rl.config import AlgoConfig
@@ -450,19 +443,33 @@ def off_policy(exp: Experience, version: int | None, correction: tuple[str, dict
         raise GlassrlError(f"algo.off_policy: {err}") from None
 
 
+def teacher_outputs(exp: Experience, teacher, weight: float) -> None:
+    """Phase 3 with a teacher source (glassrl.rewards.teacher): log π_T(a_i|s_i) (B, T) of the
+    sampled tokens, no gradient, and its weight w, for the per-token reward of phase 4."""
+    r = exp.rollout
+    exp.teacher_logprobs = teacher.token_logprobs(r.input_ids, r.attention_mask, r.response_mask.shape[1])
+    exp.teacher_weight = weight
+
+
 # ---------------------------------------------------------------- phase 4: token rewards
 
 
 def token_rewards(exp: Experience, beta: float, kl_in_reward: bool) -> None:
-    """Phase 4: r_i = token_scores_i − β·kl_i on training tokens, 0 elsewhere (B, T).
+    """Phase 4: r_i = token_scores_i − β·kl_i on training tokens, 0 elsewhere (B, T)
+    (glassrl.ledger.compute.token_rewards, which ``glassrl explain`` runs on given numbers too);
+    with a teacher, plus w·(log π_T − log π_old) on every one of them (glassrl.rewards.teacher).
 
     ``beta`` is the step's KL coefficient (the controller's value); it enters the
     rewards only when ``kl_in_reward`` (otherwise the KL is a loss term, or absent).
     """
     exp.beta = beta if exp.ref_logprobs is not None else 0.0
     exp.kl_in_reward = kl_in_reward
-    kl = torch.zeros_like(exp.token_scores) if exp.kl is None else exp.kl
-    exp.token_rewards = assemble_token_rewards(exp.token_scores, kl, exp.reward_beta, exp.response_mask)
+    exp.token_rewards = compute.token_rewards(exp.token_scores, exp.kl, exp.reward_beta, exp.response_mask)
+    if exp.teacher_logprobs is not None:  # on-policy distillation: a reward on every token
+        exp.teacher_rewards = teacher_token_rewards(
+            exp.teacher_logprobs, exp.logprobs, exp.response_mask, exp.teacher_weight
+        )
+        exp.token_rewards = exp.token_rewards + exp.teacher_rewards
 
 
 # ---------------------------------------------------------------- phase 5: advantages
@@ -477,22 +484,21 @@ def advantage_params(algo: AlgoConfig) -> AdvantageParams:
 
 def advantages(exp: Experience, algo: AlgoConfig) -> None:
     """Phase 5: exp.advantages, returns (B, T) from the token rewards by ``algo.advantage``;
-    deltas δ_i (with a critic); whitened_advantages when ``algo.whiten_advantages``.
+    deltas δ_i (with a critic); whitened_advantages when ``algo.whiten_advantages``
+    (glassrl.ledger.compute.credit, which ``glassrl explain`` runs on given numbers too).
 
     The estimator runs on the rows that train only; other rows get 0 and are already
     out of ``exp.response_mask``. Whitening (PPO; verl masked_whiten: unbiased variance
     over every valid token of the step) needs 2 valid tokens.
     """
-    estimator, mask = algo.advantage, exp.response_mask
-    rows = mask.any(-1).nonzero().flatten()  # (K,)
+    estimator = algo.advantage
     optional = {
         "values": exp.values,
         "group_index": exp.rollout.group_index,
         "baseline_rewards": exp.baseline_rewards,
         "step_end_mask": exp.step_end_mask,
     }
-    needed = REQUIRED_INPUTS[estimator]
-    missing = [name for name in needed if optional[name] is None]
+    missing = [name for name in REQUIRED_INPUTS[estimator] if optional[name] is None]
     if missing:
         raise GlassrlError(
             f"algo.advantage = {estimator} needs {missing[0]}"
@@ -502,19 +508,13 @@ def advantages(exp: Experience, algo: AlgoConfig) -> None:
                 else ""
             )
         )
-    advantage = torch.zeros_like(exp.token_rewards)
-    returns = torch.zeros_like(exp.token_rewards)
-    if len(rows):
-        inputs = AdvantageInputs(
-            token_rewards=exp.token_rewards[rows],
-            response_mask=mask[rows],
-            **{name: optional[name][rows] for name in needed},
-        )
-        out = compute_advantages(estimator, inputs, advantage_params(algo))
-        advantage = advantage.index_copy(0, rows, out.advantages)
-        returns = returns.index_copy(0, rows, out.returns)
-    exp.advantages, exp.returns = advantage, returns
-    if exp.values is not None:
-        exp.deltas = td_errors(exp.token_rewards, exp.values, mask, algo.gamma)
-    if algo.whiten_advantages and int(mask.sum()) >= 2:
-        exp.whitened_advantages = masked_whiten(advantage, mask)
+    out = compute.credit(
+        estimator,
+        exp.token_rewards,
+        exp.response_mask,
+        advantage_params(algo),
+        whiten=algo.whiten_advantages,
+        **optional,
+    )
+    exp.advantages, exp.returns = out.advantages, out.returns
+    exp.deltas, exp.whitened_advantages = out.deltas, out.whitened_advantages

@@ -196,8 +196,16 @@ def load_source(
         )
     records = records[:size] if size is not None else records
     records = render(records, chat, cfg.data.system_prompt, tokenizer, cfg.data.chat_template, source.key)
-    lengths = [len(ids) for ids in prompt_ids(tokenizer, records, prompt_format)]
+    # Only the lengths are kept: the token ids of a million prompts would hold gigabytes at once.
+    lengths = [
+        len(ids)
+        for start in range(0, len(records), LENGTH_CHUNK)
+        for ids in prompt_ids(tokenizer, records[start : start + LENGTH_CHUNK], prompt_format)
+    ]
     return apply_length_rule(source, records, lengths, limit, cfg)
+
+
+LENGTH_CHUNK = 4096  # prompts tokenised at once to measure their lengths
 
 
 # records -> their prompts' token ids as the policy sees them (an agentic run's: glassrl.rl.build.prompt_format)

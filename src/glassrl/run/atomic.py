@@ -3,10 +3,9 @@
     write_text(run / "config.yaml", text)          # temp file, fsync, rename, fsync the directory
     with StagedDir(Path("runs/sft")) as stage:      # sft / rm: every output goes to stage.path ...
         ...                                          # ... which replaces runs/sft when the block ends
-    with disk_errors("metrics", path): ...          # ENOSPC and friends -> GlassrlError, one line
 
-The fsync-then-rename sequence is the one recommended for crash-safe file replacement
-(Pillai et al. 2014, "All File Systems Are Not Created Equal", OSDI, §2 and §5).
+Single files are written by glassrl.files (never through a link; one-line write errors,
+``disk_errors``), on which this module builds.
 
 :class:`StagedDir` writes into a hidden sibling ``.<name>.staging-<random>`` and, on success,
 exchanges it with the output directory in one ``renameat2(RENAME_EXCHANGE)`` (Linux ≥ 3.15;
@@ -24,25 +23,17 @@ import errno
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from glassrl.errors import GlassrlError
-
-
-def fsync(path: Path) -> None:
-    """fsync(2) a file (its data) or a directory (its entries: new names, renames)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+from glassrl.files import disk_errors, fsync, replaced
 
 
 def write_durably(tmp: Path, data: bytes, final: Path | None = None) -> None:
-    """Write ``data`` to ``tmp`` and fsync it; with ``final``, atomically rename it there and fsync the directory."""
-    with tmp.open("wb") as f:
+    """Write ``data`` to ``tmp`` (never through a link) and fsync it; with ``final``, atomically rename
+    it there and fsync the directory."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -52,32 +43,13 @@ def write_durably(tmp: Path, data: bytes, final: Path | None = None) -> None:
 
 
 def write_text(path: str | Path, text: str) -> None:
-    """Replace ``path`` with ``text`` (UTF-8) atomically: a reader sees the old file or the new one.
+    """Replace ``path`` with ``text`` (UTF-8) atomically: a reader sees the old file or the new one,
+    and a link at ``path`` is replaced, not written through (glassrl.files.replaced).
 
     A write error (no space left) is a GlassrlError naming the file; the temp file is removed."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
-    with disk_errors(str(path), path.parent):
-        try:
-            write_durably(tmp, text.encode("utf-8"), path)
-        finally:
-            tmp.unlink(missing_ok=True)
-
-
-# What a full or read-only disk raises from any write: no space, quota, read-only, file too large.
-DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
-
-
-@contextmanager
-def disk_errors(what: str, where: Path, only: frozenset[int] | None = None) -> Iterator[None]:
-    """An OSError while writing (no space left, read-only file system, no permission) as one line;
-    with ``only``, just those errno values (around code that also reads)."""
-    try:
-        yield
-    except OSError as err:
-        if only is not None and err.errno not in only:
-            raise
-        raise GlassrlError(f"{what}: cannot write under {where}: {err.strerror or err}") from None
+    with disk_errors(str(path), path.parent), replaced(path) as f:
+        f.write(text)
 
 
 class StagedDir:

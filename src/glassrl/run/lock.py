@@ -12,7 +12,8 @@ says whose it was (:attr:`RunLock.stale`). A live owner is named in the error.
 After ``flock`` succeeds the path is checked to still name the locked file: a releasing
 owner unlinks the file (under its lock), and a run that opened the old file just before
 would otherwise hold a lock on a name nobody else can see. Local file systems only
-(flock on NFS depends on the mount).
+(flock on NFS depends on the mount). A symbolic link at the lock's path is refused (a
+GlassrlError naming it), never opened: the lock would write its pid into the file it points to.
 
 RL runs lock ``output_dir/.lock``; ``sft``, ``rm`` and ``init-model`` replace their output
 directory as a whole (glassrl.run.atomic.StagedDir), so they lock a sibling file,
@@ -21,12 +22,14 @@ directory as a whole (glassrl.run.atomic.StagedDir), so they lock a sibling file
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import time
 from pathlib import Path
 
 from glassrl.errors import GlassrlError
+from glassrl.files import refusal
 
 
 def sibling_lock_path(directory: str | Path) -> Path:
@@ -45,7 +48,12 @@ class RunLock:
         self._fd: int | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while self._fd is None:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:  # never through a link: the lock file would be someone else's file
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            except OSError as err:
+                if err.errno == errno.ELOOP:
+                    raise GlassrlError(refusal(self.path)) from None
+                raise
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -63,10 +71,6 @@ class RunLock:
             os.pwrite(fd, f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
             os.fsync(fd)
             self._fd = fd
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
 
     def release(self) -> None:
         """Unlink the lock file and drop the lock (idempotent)."""

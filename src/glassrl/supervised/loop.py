@@ -1,4 +1,4 @@
-"""The one loop of the supervised trainers (SFT, reward model; the preference trainers join it).
+"""The one loop of the supervised trainers (SFT, reward model, preference: DPO family and KTO).
 
     return train_supervised(cfg, lambda device: SFTObjective.build(cfg, device, model, tokenizer), console)
 
@@ -23,7 +23,11 @@ does the rest, the same way for every trainer:
 - the outputs (``<name>_config.yaml``, ``metrics.jsonl``, the model and tokenizer from
   ``save_pretrained``, the objective's own files) are staged in a sibling directory that
   replaces ``output_dir`` as a whole at the end (glassrl.run.atomic.StagedDir): a run killed or
-  stopped midway leaves the previous outputs as they were, never old weights beside new metrics.
+  stopped midway leaves the previous outputs as they were, never old weights beside new metrics;
+- with a :class:`~glassrl.supervised.checkpoints.Checkpointing` (the preference trainers'),
+  checkpoints under ``output_dir/checkpoints`` every ``every`` steps and at the last, and a
+  resumed run that continues from the latest exactly (that module's docstring); without one
+  (SFT, the reward model) a run starts afresh each time.
 
 ``model: default`` names the default model, which must be built already (:func:`model_dir`):
 building it is the caller's step (``glassrl sft``/``rm``, the pipeline), because its recipe
@@ -35,6 +39,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence, Set
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -46,13 +51,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from glassrl.config import to_dict
 from glassrl.data.collate import batch_indices
 from glassrl.errors import GlassrlError
+from glassrl.files import disk_errors
 from glassrl.models import resolve_device, resolve_model_path
 from glassrl.models.default_model import MARKER, default_model_dir
 from glassrl.models.threads import set_threads, startup_line
 from glassrl.optim import OptimConfig, check_weights, make_optimizer, nonfinite, on_bad_step, seed_everything
 from glassrl.report.sinks import JsonlSink
-from glassrl.run.atomic import StagedDir, disk_errors, write_text
+from glassrl.run.atomic import StagedDir, write_text
 from glassrl.run.lock import RunLock, sibling_lock_path
+from glassrl.supervised.checkpoints import Checkpointing, OptimizerState, TrainableWeights
 
 
 class LoopConfig(Protocol):
@@ -74,10 +81,35 @@ class LoopConfig(Protocol):
 class Tally(NamedTuple):
     """One taken step's share of the next ``train/`` row: ``row[key] = Σ sums[key] / Σ weight``
     over the steps since the last row. SFT weighs a step by its response tokens (a token mean
-    over the window), the reward model by 1 (a mean over steps)."""
+    over the window), the reward model by 1 (a mean over steps). ``weights`` gives a key a weight
+    of its own (KTO: the mean reward of the desirable examples, weighed by their count)."""
 
     weight: float
     sums: dict[str, float]
+    weights: dict[str, float] = {}  # noqa: RUF012 (a NamedTuple default, never mutated)
+
+
+@dataclass
+class Logged:
+    """What the loop has logged and not yet logged, as checkpoint part "progress": ``rows``
+    written to metrics.jsonl so far ([step, row]), ``window`` the steps taken since the last row,
+    ``skipped`` the non-finite steps dropped since then."""
+
+    rows: list[list[Any]] = field(default_factory=list)
+    window: list[Tally] = field(default_factory=list)
+    skipped: int = 0
+
+    part_names = ("progress",)
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        window = [[t.weight, t.sums, t.weights] for t in self.window]
+        return {"progress": ("json", {"rows": self.rows, "window": window, "skipped": self.skipped})}
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        saved = parts["progress"]
+        self.rows = [[int(step), row] for step, row in saved["rows"]]
+        self.window = [Tally(weight, sums, weights) for weight, sums, weights in saved["window"]]
+        self.skipped = int(saved["skipped"])
 
 
 class Objective(Protocol):
@@ -109,20 +141,29 @@ class Objective(Protocol):
 
 
 def train_supervised(
-    cfg: LoopConfig, objective: Callable[[torch.device], Objective], console: Console | None = None
+    cfg: LoopConfig,
+    objective: Callable[[torch.device], Objective],
+    console: Console | None = None,
+    run: Checkpointing | None = None,
 ) -> dict[str, float]:
     """Check ``cfg``, lock ``output_dir``, set threads and seeds, build the objective on the device
-    and train it; returns the last row's metrics with steps, the objective's sizes and time_s."""
+    and train it; returns the last row's metrics with steps, the objective's sizes and time_s.
+    ``run``: checkpoints, and a resume from the latest (glassrl.supervised.checkpoints)."""
     cfg.validate()
     out = Path(cfg.output_dir)
     with RunLock(sibling_lock_path(out), f"output_dir = {out}"):  # before any work: a second run fails at once
         console = console or Console()
-        console.print(startup_line(*set_threads(cfg.threads)), markup=False, soft_wrap=True)  # before torch work
+        if run is not None:
+            run.check_run_dir()
+        threads = set_threads(cfg.threads, run.recorded_threads() if run is not None else None)
+        console.print(startup_line(*threads), markup=False, soft_wrap=True)  # before torch work
         seed_everything(cfg.seed)
-        return _train(cfg, objective(resolve_device(cfg.device)), console)
+        return _train(cfg, objective(resolve_device(cfg.device)), console, run, threads)
 
 
-def _train(cfg: LoopConfig, obj: Objective, console: Console) -> dict[str, float]:
+def _train(
+    cfg: LoopConfig, obj: Objective, console: Console, run: Checkpointing | None, threads: tuple[int, str]
+) -> dict[str, float]:
     model, steps, name = obj.model, obj.steps, obj.name
     optimizer, scheduler = make_optimizer(model, cfg.optim, steps)
     batches = batch_indices(len(obj.train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
@@ -130,8 +171,16 @@ def _train(cfg: LoopConfig, obj: Objective, console: Console) -> dict[str, float
 
     out = Path(cfg.output_dir)
     result: dict[str, float] = {"steps": steps, **obj.sizes}
-    window: list[Tally] = []  # the steps taken since the last row
-    skipped = 0  # steps dropped as non-finite since the last row
+    log_state = Logged()  # rows so far; the steps taken, and dropped as non-finite, since the last row
+    done = 0
+    if run is not None:
+        done = run.attach(cfg, threads, [TrainableWeights(model), OptimizerState(optimizer, scheduler), log_state])
+        for note in run.notes:
+            console.print(f"glassrl: {note}", markup=False, soft_wrap=True)
+        for _ in range(done):  # the data order is a function of the seed and the step
+            next(batches)
+    for _, row in log_state.rows:
+        result.update(row)
     start = time.perf_counter()
     progress = Progress(
         TextColumn(name),
@@ -147,8 +196,10 @@ def _train(cfg: LoopConfig, obj: Objective, console: Console) -> dict[str, float
             config = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
             write_text(stage.path / f"{name}_config.yaml", config)
             log = JsonlSink(stage.path / "metrics.jsonl")
-            bar = progress.add_task(name, total=steps, info="")
-            for step in range(1, steps + 1):
+            for logged, row in log_state.rows:  # a resumed run's rows so far
+                log.log(logged, row)
+            bar = progress.add_task(name, total=steps, completed=done, info=obj.summary(result))
+            for step in range(done + 1, steps + 1):
                 loss, tally = obj.loss([obj.train[i] for i in next(batches)])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -156,25 +207,28 @@ def _train(cfg: LoopConfig, obj: Objective, console: Console) -> dict[str, float
                 if bad := nonfinite({"train/loss": loss, "train/grad_norm": grad_norm}):
                     on_bad_step(cfg.on_nonfinite, bad, f"{name} step {step}")
                     optimizer.zero_grad(set_to_none=True)
-                    skipped += 1
+                    log_state.skipped += 1
                 else:
                     optimizer.step()
                     check_weights(model, params, f"{name} step {step}")
-                    window.append(tally)
+                    log_state.window.append(tally)
                 scheduler.step()
                 row: dict[str, float] = {}
                 if step % cfg.log_every == 0 or step == steps:
-                    row = window_means(window, obj.train_keys)
+                    row = window_means(log_state.window, obj.train_keys)
                     row.update({"train/grad_norm": grad_norm.item(), "train/lr": scheduler.get_last_lr()[0]})
-                    if skipped:
-                        row["train/skipped_steps"] = skipped
-                    window, skipped = [], 0
+                    if log_state.skipped:
+                        row["train/skipped_steps"] = log_state.skipped
+                    log_state.window, log_state.skipped = [], 0
                 if (cfg.eval_every and step % cfg.eval_every == 0) or step == steps:
                     row.update(obj.evaluate())
                 if row:
                     log.log(step, row)
+                    log_state.rows.append([step, row])
                     result.update(row)
                     progress.update(bar, info=obj.summary(result))
+                if run is not None and run.due(step, steps):
+                    run.save(step)
                 progress.advance(bar)
             log.close()
             result["time_s"] = time.perf_counter() - start
@@ -186,9 +240,13 @@ def _train(cfg: LoopConfig, obj: Objective, console: Console) -> dict[str, float
 
 
 def window_means(window: list[Tally], keys: tuple[str, ...]) -> dict[str, float]:
-    """``Σ sums[key] / Σ weight`` over the window for each key; NaN (null in metrics.jsonl) when empty."""
-    weight = sum(t.weight for t in window)
-    return {key: sum(t.sums[key] for t in window) / weight if window else math.nan for key in keys}
+    """``Σ sums[key] / Σ weight`` over the window for each key (a key's own weight where the tally
+    gives one); NaN (null in metrics.jsonl) when empty or the key's weights sum to 0."""
+    means = {}
+    for key in keys:
+        weight = sum(t.weights.get(key, t.weight) for t in window)
+        means[key] = sum(t.sums[key] for t in window) / weight if weight else math.nan
+    return means
 
 
 def model_dir(model: str) -> Path:

@@ -71,17 +71,19 @@ def _ray():
 
 
 def connect(address: str | None = None, **init_kwargs: Any) -> None:
-    """Join the Ray cluster at ``address`` (``ray.address``), or start a local one when None.
+    """Join the Ray cluster at ``address`` (``ray.address``), or start a local one of its own when None.
 
     ``init_kwargs`` go to ``ray.init`` for a local cluster (num_cpus, object_store_memory, ...).
-    Nothing happens when this process is already connected.
+    Nothing happens when this process is already connected. ``ray.init()`` without an address would
+    join a cluster it finds (``RAY_ADDRESS``, or the last one ``ray start`` left on this machine);
+    ``address="local"`` starts a new one whatever the environment says.
     """
     ray = _ray()
     if ray.is_initialized():
         return
     try:
         if address is None:
-            ray.init(**{"include_dashboard": False, **init_kwargs})
+            ray.init(**{"address": "local", "include_dashboard": False, **init_kwargs})
         else:
             ray.init(address=address)
     except (ConnectionError, RuntimeError, ValueError) as err:

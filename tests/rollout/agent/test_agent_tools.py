@@ -226,3 +226,26 @@ def test_file_tools_of_the_same_file_load_once(tmp_path):
     path.write_text("LOADS = []\nLOADS.append(1)\ndef f(x: str) -> str:\n    return str(len(LOADS))\n")
     a, b = build_tool("count.py:f", base_dir=tmp_path), build_tool(f"{path}:f")
     assert a.call({"x": ""}) == b.call({"x": ""}) == "1"
+
+
+class Exits:
+    """Calls sys.exit: stopped training with a misleading KeyError('text') (issue 33, item 4)."""
+
+    name, description = "exits", "calls sys.exit"
+    parameters = {"type": "object", "properties": {}, "required": []}
+
+    def call(self, arguments):
+        raise SystemExit(3)
+
+
+class Interrupts(Exits):
+    name = "interrupts"
+
+    def call(self, arguments):
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(("tool", "raised"), [(Exits(), "SystemExit: 3"), (Interrupts(), "KeyboardInterrupt")])
+def test_a_tool_that_exits_is_an_error_observation(tool, raised):
+    result = run_call(tool_map([tool]), ToolCall(tool.name, arguments={}), timeout_s=10.0)
+    assert result.status == "error" and result.text == f"error: {tool.name}: {raised}"

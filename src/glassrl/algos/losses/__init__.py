@@ -8,8 +8,9 @@ Each entry of POLICY_LOSSES (:class:`PolicyLoss`) is the loss and the algo.* kno
 reads. ``common.py`` holds what the policy losses share (parameters, output, ratio,
 clip flags); the policy losses are in ``clipped.py`` (PPO clip, dual clip,
 GSPO, Clip-Cov) and ``weighted.py`` (REINFORCE, CISPO, ASPO); the other
-terms (KL, entropy, NLL, value, Bradley–Terry) are in ``terms.py``. Import
-them all from here:
+terms (KL, entropy, NLL, value, Bradley–Terry) are in ``terms.py``; the offline
+preference losses (DPO, IPO, SimPO, KTO: their own registries, PAIR_LOSSES and
+UNPAIRED_LOSSES) in ``preference.py``. Import them all from here:
 
     from glassrl.algos.losses import get_policy_loss, PolicyLossParams
     out = get_policy_loss("ppo_clip")(logprobs, old_logprobs, adv, mask, PolicyLossParams())
@@ -25,6 +26,21 @@ import torch
 
 from glassrl.algos.losses.clipped import clip_cov, dual_clip, gspo, ppo_clip
 from glassrl.algos.losses.common import PolicyLossOutput, PolicyLossParams
+from glassrl.algos.losses.preference import (
+    PAIR_LOSSES,
+    PREFERENCE_LOSSES,
+    UNPAIRED_LOSSES,
+    PreferenceLoss,
+    PreferenceLossParams,
+    Rewards,
+    Side,
+    get_preference_loss,
+    kto_reference_point,
+    pair_loss,
+    sequence_rewards,
+    side_rewards,
+    token_rewards,
+)
 from glassrl.algos.losses.terms import (
     ValueLossOutput,
     entropy_loss_term,
@@ -36,17 +52,30 @@ from glassrl.algos.losses.terms import (
 from glassrl.algos.losses.weighted import aspo, cispo, reinforce
 
 __all__ = [
+    "PAIR_LOSSES",
     "POLICY_LOSSES",
+    "PREFERENCE_LOSSES",
+    "UNPAIRED_LOSSES",
     "PolicyLoss",
     "PolicyLossFn",
     "PolicyLossOutput",
     "PolicyLossParams",
+    "PreferenceLoss",
+    "PreferenceLossParams",
+    "Rewards",
+    "Side",
     "ValueLossOutput",
     "entropy_loss_term",
     "get_policy_loss",
+    "get_preference_loss",
     "kl_loss_term",
+    "kto_reference_point",
+    "pair_loss",
     "pairwise_rm_loss",
     "positive_nll_term",
+    "sequence_rewards",
+    "side_rewards",
+    "token_rewards",
     "value_loss",
 ]
 

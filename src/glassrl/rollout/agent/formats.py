@@ -29,7 +29,14 @@ described in the prompt (``describe_tools``): before a plain-text prompt, or as 
 message of a chat prompt; a task whose model learnt the format from data turns it off.
 
 Either way, a call that cannot be parsed (malformed JSON, no name, arguments that are not an
-object) is still a call: the environment answers it with an observation saying what was wrong.
+object, nested deeper than glassrl.jsonl.MAX_NESTING) is still a call: the environment answers it
+with an observation saying what was wrong.
+
+A tool's output is tokenised as plain text: the text of a special token in it (the EOS
+``<|im_end|>``, ``<|im_start|>``) becomes ordinary tokens, the same characters, so no output can
+end a turn or open a fake one in the context (:func:`plain_ids`). Where a chat template does not
+keep a tool message's text verbatim, such an output cannot be told from the template's own tokens,
+and is refused: replaced by :data:`REFUSED`.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from typing import Any, Protocol
 
 from glassrl.data.formatting import Prompt, format_prompt
 from glassrl.errors import GlassrlError
+from glassrl.jsonl import TooDeep, load_json
 from glassrl.rollout.agent.tools import TOOL_NAME, Tool, ToolCall, schema
 
 _PROBE_TOOL = "glassrl_probe_tool"
@@ -116,9 +124,11 @@ class TaggedFormat:
         if not rest.startswith("{"):
             return ToolCall(name.group(0), text=rest, raw=raw)
         try:
-            arguments = json.loads(rest)
+            arguments = load_json(rest)
         except json.JSONDecodeError as err:
             return ToolCall(name.group(0), error=_json_error(err), raw=raw)
+        except TooDeep as err:
+            return ToolCall(name.group(0), error=f"arguments {err}", raw=raw)
         return ToolCall(name.group(0), arguments=arguments, raw=raw)
 
     def opens_call(self, text: str) -> bool:
@@ -126,7 +136,7 @@ class TaggedFormat:
 
     def observation(self, results: Sequence[str]) -> tuple[str, list[int]]:
         text = "".join(f"<result>{r}</result>" for r in results)
-        return text, list(self.tokenizer.encode(text, add_special_tokens=False))
+        return text, plain_ids(self.tokenizer, text)  # the format's text holds no special token of its own
 
 
 class HermesFormat:
@@ -170,31 +180,72 @@ class HermesFormat:
 
     def _one(self, raw: str, body: str) -> ToolCall:
         try:
-            call = json.loads(body)
+            call = load_json(body)
         except json.JSONDecodeError as err:
             return ToolCall("", error=f"malformed JSON in <tool_call>: {err.msg} at character {err.pos}", raw=raw)
+        except TooDeep as err:
+            return ToolCall("", error=f"a <tool_call> {err}", raw=raw)
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
             return ToolCall("", error='a tool call is {"name": ..., "arguments": {...}}', raw=raw)
         arguments = call.get("arguments", {})
         if isinstance(arguments, str):  # some models write the arguments as a JSON string
             try:
-                arguments = json.loads(arguments)
+                arguments = load_json(arguments)
             except json.JSONDecodeError as err:
                 return ToolCall(call["name"], error=_json_error(err), raw=raw)
+            except TooDeep as err:
+                return ToolCall(call["name"], error=f"arguments {err}", raw=raw)
         return ToolCall(call["name"], arguments=arguments, raw=raw)
 
     def opens_call(self, text: str) -> bool:
         return "<tool_call>" in text
 
     def observation(self, results: Sequence[str]) -> tuple[str, list[int]]:
+        text = self._observation_text(results)
+        if not any(special_text(self.tokenizer, r) for r in results):
+            return text, list(self.tokenizer.encode(text, add_special_tokens=False))
+        # A result holds a special token's text: the template's own text is encoded as it is, each
+        # result as plain text. The results' places come from a rendering with marks in their stead.
+        marks = [f"\ue000{k}\ue001" for k in range(len(results))]
+        pieces = re.split("(" + "|".join(map(re.escape, marks)) + ")", self._observation_text(marks))
+        spliced = "".join(results[k // 2] if k % 2 else piece for k, piece in enumerate(pieces))
+        if pieces[1::2] != marks or spliced != text:  # the template does not hold results verbatim: refuse
+            return self.observation([REFUSED if special_text(self.tokenizer, r) else r for r in results])
+        ids = []
+        for k, piece in enumerate(pieces):
+            ids += (
+                plain_ids(self.tokenizer, results[k // 2])
+                if k % 2
+                else self.tokenizer.encode(piece, add_special_tokens=False)
+            )
+        return text, ids
+
+    def _observation_text(self, results: Sequence[str]) -> str:
         base = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
         tool_messages = [{"role": "tool", "content": r} for r in results]
         before = self._render(base)
         after = self._render(base + tool_messages, add_generation_prompt=True)
         if not after.startswith(before):
             raise GlassrlError("chat template: rendering tool messages changes the earlier messages; use tagged")
-        text = self._after_eos + after[len(before) :]
-        return text, list(self.tokenizer.encode(text, add_special_tokens=False))
+        return self._after_eos + after[len(before) :]
+
+
+# What a tool's output becomes when it holds a special token's text and the chat template does not
+# keep tool output verbatim (so that it cannot be encoded apart from the template's own tokens).
+REFUSED = "error: the tool's output held a special token of the tokenizer; it is not shown"
+
+
+def special_text(tokenizer, text: str) -> bool:
+    """Whether ``text`` holds the text of one of the tokenizer's special tokens (EOS, <|im_start|>, …)."""
+    specials = {str(t) for t in tokenizer.all_special_tokens}
+    specials |= {t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special}
+    return any(s and s in text for s in specials)
+
+
+def plain_ids(tokenizer, text: str) -> list[int]:
+    """Token ids of ``text`` read as plain text: the text of a special token in it (a tool's output
+    that writes "<|im_end|>") becomes ordinary tokens, never the special token itself."""
+    return list(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
 
 
 def supports_tools(tokenizer) -> bool:

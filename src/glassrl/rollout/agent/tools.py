@@ -11,7 +11,8 @@ A tool is any object with
 
 ``call`` returns the text the model reads back. It may raise: the environment turns the
 exception into an observation ("error: calculator: ZeroDivisionError: division by zero"), never
-a crash. Arguments are checked against ``parameters`` before ``call`` (:func:`check_arguments`),
+a crash; so is ``sys.exit`` (SystemExit) or KeyboardInterrupt raised inside a tool, which runs in a
+thread of its own and can stop nothing else. Arguments are checked against ``parameters`` before ``call`` (:func:`check_arguments`),
 so a tool receives only the properties it declares, with the JSON types it declares.
 
 A plain Python function becomes a tool with :class:`FunctionTool`: its name, its docstring's
@@ -168,8 +169,8 @@ def _call_with_deadline(tool: Tool, arguments: dict[str, Any], timeout_s: float)
     def target() -> None:
         try:
             box["text"] = str(tool.call(arguments))
-        except Exception as err:  # noqa: BLE001 - a tool's failure is the model's observation
-            box["error"] = f"{type(err).__name__}: {err}"
+        except BaseException as err:  # noqa: BLE001 - a tool's failure, sys.exit included, is the model's observation
+            box["error"] = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
 
     start = time.monotonic()
     thread = threading.Thread(target=target, name=f"tool-{tool.name}", daemon=True)

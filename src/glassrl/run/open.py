@@ -1,0 +1,91 @@
+"""Opening a run: a run directory, or one of its checkpoints, by a path a user gives.
+
+    checkpoint = open_checkpoint(Path("runs/grpo"))           # the run's latest checkpoint
+    checkpoint.actor, checkpoint.critic                         # the policy's (and critic's) model directories
+    checkpoint.part("kl_controller")                            # any part, its files verified, decoded
+    checkpoint.config(TrainConfig)                              # the run's config.yaml
+
+What ``glassrl explain --model`` and ``glassrl export`` open (and what a warm start from
+``RUN/checkpoints/step_N`` needs: ``open_checkpoint(path).actor``). A path names
+
+- a run directory (``config.yaml`` or ``checkpoints/`` in it): its latest checkpoint, the one
+  ``checkpoints/latest`` names, or the newest that verifies when that pointer is broken
+  (:meth:`glassrl.run.checkpoint.CheckpointManager.find_latest`);
+- its ``checkpoints/latest`` pointer: the same;
+- one checkpoint (a directory with ``manifest.json``), ``RUN/checkpoints/step_XXXXXXXX``.
+
+Anything else is not a run: :func:`open_checkpoint` returns None, and the caller tries what
+else the path may be (a Hugging Face model directory).
+
+The manifest is read when the checkpoint is opened (its format, its step); each part's
+files are checked against it (sizes, sha256) when the part is read, so that a reader pays
+for what it reads (export: the policy; explain: policy, critic, KL controller, counters),
+never an optimiser's state, and never reads a corrupt file. Errors are one GlassrlError
+line naming the path; the caller puts its flag in front.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from glassrl.config import load_saved_config
+from glassrl.errors import GlassrlError
+from glassrl.run.checkpoint import LATEST, MANIFEST, CheckpointManager, read_manifest
+
+C = TypeVar("C")
+
+CHECKPOINTS = "checkpoints"  # the run directory's checkpoint root (glassrl.rl.loop)
+CONFIG = "config.yaml"  # the run's resolved config (glassrl.rl.loop)
+ACTOR, CRITIC = "actor", "critic"  # the policy's and the critic's parts: Hugging Face model directories
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One complete checkpoint of a run: ``path`` = ``run/checkpoints/step_XXXXXXXX``."""
+
+    path: Path
+    run: Path  # the run directory holding it
+    manifest: dict  # glassrl.run.checkpoint.read_manifest: its parts, their files' sizes and sha256
+
+    def part(self, name: str, required: bool = True) -> object:
+        """Part ``name``, its files verified and decoded (glassrl.run.checkpoint: an hf part is
+        its directory's Path); None when absent and not ``required``."""
+        if name not in self.manifest["parts"]:
+            if required:
+                raise GlassrlError(f"checkpoint {self.path} has no part {name!r}")
+            return None
+        return CheckpointManager(self.path.parent, keep=1).load_part(self.path, name)
+
+    @property
+    def actor(self) -> Path:
+        """The policy: a Hugging Face model directory (LoRA adapters, or the whole model)."""
+        return self.part(ACTOR)  # type: ignore[return-value]
+
+    @property
+    def critic(self) -> Path | None:
+        """The critic (model and value head), None when the run has none."""
+        return self.part(CRITIC, required=False)  # type: ignore[return-value]
+
+    def config(self, cls: type[C]) -> C:
+        """The run's config (``run/config.yaml``, as glassrl wrote it) as a ``cls``."""
+        file = self.run / CONFIG
+        if not file.is_file():
+            raise GlassrlError(f"checkpoint {self.path} is not inside a run directory (no {file})")
+        return load_saved_config(cls, file)
+
+
+def open_checkpoint(path: Path) -> Checkpoint | None:
+    """The checkpoint ``path`` names (see the module docstring); None when it names no run."""
+    path = Path(path)
+    if path.name == LATEST and path.is_file():  # RUN/checkpoints/latest
+        path = path.parent.parent
+    if (path / CONFIG).is_file() or (path / CHECKPOINTS).is_dir():
+        latest = CheckpointManager(path / CHECKPOINTS, keep=1).latest()
+        if latest is None:
+            raise GlassrlError(f"run directory {path} has no checkpoint yet (no {path / CHECKPOINTS / LATEST})")
+        path = latest
+    elif not (path / MANIFEST).is_file():
+        return None
+    return Checkpoint(path, path.parent.parent, read_manifest(path))

@@ -1,0 +1,135 @@
+"""Checkpoints of a supervised run, for an exact resume (the preference trainers turn them on).
+
+    run = Checkpointing(out, every=50, keep=2, resume=args.resume, may_change=RESUME_MAY_CHANGE)
+    train_supervised(cfg, objective, console, run)
+
+The checkpoints are the RL trainer's (glassrl.run.checkpoint: atomic, verified, a ``latest``
+pointer, pruning; glassrl.run.state: the parts and their restoration), under
+``output_dir/checkpoints`` beside the staged outputs (glassrl.supervised.loop), so that a run
+killed midway leaves them. A checkpoint is written every ``every`` steps and at the last one,
+with these parts:
+
+    config      the resolved config, compared with the resumed run's (state.RunConfig: only
+                the keys of ``may_change`` may differ)
+    threads     the intra-op thread count the steps ran with (state.Threads)
+    counters    completed steps
+    model       the trainable weights (every weight, or LoRA's adapters: the frozen base is
+                loaded again from its checkpoint), safetensors
+    optim       AdamW's state and the schedule's
+    progress    the metric rows written so far and the steps taken since the last row
+    rng         python, numpy and torch (and CUDA) RNG states (last: loading may draw)
+
+The data order is not stored: it is a function of the seed and the step
+(glassrl.data.collate.batch_indices), so a resumed run replays the first ``step`` batches of
+indices. On CPU a run resumed from step k ends with the same weights and metric rows, bit for
+bit, as one that never stopped (tests/supervised/test_supervised_preference.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from glassrl.config import to_dict
+from glassrl.errors import GlassrlError
+from glassrl.run import state
+from glassrl.run.checkpoint import CheckpointManager
+
+
+class TrainableWeights:
+    """The weights that train (``requires_grad``) as part "model"; loaded into the live model."""
+
+    part_names = ("model",)
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        weights = {n: p.detach().contiguous() for n, p in self.model.named_parameters() if p.requires_grad}
+        return {"model": ("safetensors", weights)}
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        saved = parts["model"]
+        trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
+        if set(saved) != trainable:
+            odd = sorted(set(saved) ^ trainable)[:3]
+            raise GlassrlError(f"checkpoint part model: its weights do not fit the model ({', '.join(odd)})")
+        with torch.no_grad():
+            params = dict(self.model.named_parameters())
+            for name, tensor in saved.items():
+                params[name].copy_(tensor)
+
+
+class OptimizerState:
+    """AdamW's state and its schedule's, as part "optim"."""
+
+    part_names = ("optim",)
+
+    def __init__(self, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
+        self.optimizer, self.scheduler = optimizer, scheduler
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        return {
+            "optim": ("torch", {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()})
+        }
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(parts["optim"]["optimizer"])
+        self.scheduler.load_state_dict(parts["optim"]["scheduler"])
+
+
+class Checkpointing:
+    """A supervised run's checkpoints under ``out/checkpoints`` (module docstring). ``every``: steps
+    between checkpoints (0: only the last step's); ``keep``: how many are kept; ``resume``: continue
+    from the latest; ``may_change``: the config keys (dotted prefixes) a resumed run may change."""
+
+    def __init__(self, out: Path, *, every: int, keep: int, resume: bool, may_change: tuple[str, ...]) -> None:
+        self.out, self.every, self.resume, self.may_change = Path(out), every, resume, may_change
+        self.manager = CheckpointManager(self.out / "checkpoints", keep)
+        self.counters = state.Counters()
+        self.components: list[Any] = []
+        self.notes: list[str] = []  # what a resume says: a fallback checkpoint, the keys changed
+
+    def recorded_threads(self) -> int | None:
+        """The thread count the checkpoint to resume from recorded (None for a fresh run)."""
+        return state.recorded_threads(self.manager).threads if self.resume else None
+
+    def check_run_dir(self) -> None:
+        """A fresh run must not mix with an old one's checkpoints; a resumed run needs one."""
+        if not self.resume and self.manager.checkpoints():
+            raise GlassrlError(
+                f"output_dir = {self.out} already holds checkpoints: resume with --resume, or choose another output_dir"
+            )
+        if self.resume and self.manager.latest() is None:
+            raise GlassrlError(f"--resume: no checkpoint in {self.manager.root}")
+
+    def attach(self, cfg: Any, threads: tuple[int, str], parts: list[Any]) -> int:
+        """Set the run's parts (model, optimiser, progress: :class:`TrainableWeights`,
+        :class:`OptimizerState`, glassrl.supervised.loop.Logged) and, when resuming, load the latest checkpoint
+        into them; returns the steps already taken (0 for a fresh run)."""
+        run_config = state.RunConfig(to_dict(cfg), self.may_change, to_dict(type(cfg)()))
+        self.components = [
+            run_config,
+            state.Threads(*threads),
+            self.counters,
+            *parts,
+            state.GlobalRNG({}),
+        ]
+        if not self.resume:
+            return 0
+        restored = state.restore(self.manager, self.components)
+        self.counters.step = restored.step
+        self.notes = [restored.note] if restored.note else []
+        self.notes += [
+            f"{key} changed on resume: {then!r} -> {now!r}" for key, (then, now) in run_config.changes.items()
+        ]
+        return restored.step
+
+    def due(self, step: int, steps: int) -> bool:
+        return bool(self.every and step % self.every == 0) or step == steps
+
+    def save(self, step: int) -> None:
+        self.counters.step = step
+        state.save(self.manager, step, self.components)

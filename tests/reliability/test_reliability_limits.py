@@ -1,0 +1,164 @@
+"""Inputs too deep and outputs too large (issue 33, item 8): a config or a data file nested deeper
+than anyone writes is one line, not a RecursionError; a reward function that floods stdout reaches
+the terminal capped."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+
+import pytest
+from harness import assert_one_error_line
+
+from glassrl.data.records import PromptRecord
+from glassrl.jsonl import MAX_NESTING
+from glassrl.rewards import RewardRequest, UserFunctionSource
+from glassrl.rewards.timeout import MAX_OUTPUT_BYTES
+from helpers import tiny_run_overrides
+
+DEEP = 5000  # yaml and json both raised RecursionError
+
+
+@pytest.mark.parametrize(
+    ("where", "match"),
+    [
+        ("file", r"deep\.yaml: not valid YAML: nested deeper than 64 levels"),
+        ("override", r"algo: '\[\[\[.*' is not a YAML value: nested deeper than 64 levels"),
+        ("file-65", r"deep\.yaml: not valid YAML: nested deeper than 64 levels"),  # loads, but deeper than 64
+    ],
+    ids=["file", "override", "file-65"],
+)
+def test_a_config_nested_too_deep_is_one_line(where, match, capsys, tmp_path):
+    depth = MAX_NESTING + 1 if where == "file-65" else DEEP
+    value = "[" * depth + "]" * depth
+    (tmp_path / "deep.yaml").write_text(f"steps: 1\nalgo: {value}\n")
+    argv = ["train", str(tmp_path / "deep.yaml")] if where.startswith("file") else ["train", "grpo", f"algo={value}"]
+    assert_one_error_line(capsys, argv, match)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_an_explain_input_nested_too_deep_is_one_line(suffix, capsys, tmp_path):
+    path = tmp_path / f"deep{suffix}"
+    path.write_text('{"responses": ' + "[" * DEEP + "]" * DEEP + "}")
+    assert_one_error_line(capsys, ["explain", "--input", path], rf"deep\{suffix}: .*nested deeper than 64 levels")
+
+
+def test_a_data_file_nested_too_deep_is_one_line(capsys, tmp_path, tiny_model_dir, prompt_files):
+    deep = '{"prompt": "1+1", "answer": "2", "meta": ' + "[" * DEEP + "]" * DEEP + "}"
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "2+2", "answer": "4"}\n' + deep + "\n")
+    run = tiny_run_overrides(tiny_model_dir, prompt_files, tmp_path / "run")
+    argv = ["train", "grpo", *run, f"data.train={tmp_path / 'prompts.jsonl'}"]
+    assert_one_error_line(capsys, argv, r"prompts\.jsonl:2: nested deeper than 64 levels")
+
+
+CHATTY = """
+import os, subprocess, sys
+
+def chatty(prompt, response, answer, metadata):
+    print("o" * 3_000_000, flush=True)
+    os.write(2, b"e" * 3_000_000)
+    subprocess.run([sys.executable, "-c", "import os; os.write(1, b'c' * 3_000_000)"], check=True)
+    return 1.0
+"""
+
+
+def test_a_reward_that_floods_its_output_reaches_the_terminal_capped(tmp_path, monkeypatch, capfd):
+    """Was: 9 MB printed by one call went to the trainer's terminal and logs as they were."""
+    (tmp_path / "glassrl_chatty_reward.py").write_text(textwrap.dedent(CHATTY))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # a pool of its own (recycle_after picks it), started under capfd: a shared pool's workers may
+    # hold the streams of an earlier test
+    source = UserFunctionSource("glassrl_chatty_reward:chatty", style="glassrl", timeout_s=60.0, recycle_after=977)
+    (result,) = source.score([RewardRequest("p", "r", PromptRecord("p", "a", {}, "t#0"))])
+    assert result.status == "ok" and result.score == 1.0
+    out = err = ""
+    note = f"[glassrl: a reward call wrote more than {MAX_OUTPUT_BYTES} bytes here; the rest is dropped]"
+    end = time.monotonic() + 60  # the worker passes its output on from a thread of its own
+    while time.monotonic() < end and not (note in out and note in err):
+        more = capfd.readouterr()
+        out, err = out + more.out, err + more.err
+        time.sleep(0.1)
+    for text in (out, err):
+        assert note in text and len(text) < MAX_OUTPUT_BYTES + 500
+    assert out.count("c") < 200  # the child's output shared the call's budget, spent by then
+
+
+# ---------------------------------------------------------------- sizes that cannot fit (item 5)
+
+
+def test_a_batch_that_cannot_fit_is_refused_at_start_with_the_figure(
+    capsys, monkeypatch, tmp_path, tiny_model_dir, prompt_files
+):
+    """batch.prompts_per_step=100000 took 23.7 GB and died by the OOM killer after 157 s, silent.
+    Now the step's memory is estimated before any model loads and the run refused, with the figures
+    (the memory available fixed at 8 GiB here, so that the test reads the same on any machine)."""
+    import glassrl.rl.memory as memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 8 * memory.GIB)
+    monkeypatch.setattr(memory, "uses_critic", lambda algo: False)
+    run = tiny_run_overrides(tiny_model_dir, prompt_files, tmp_path / "run")
+    big = ["batch.prompts_per_step=100000", "batch.mini_batch_prompts=100000", "batch.micro_batch_responses=8"]
+    assert_one_error_line(
+        capsys,
+        ["train", "grpo", *run, *big],
+        r"batch\.prompts_per_step = 100000 × rollout\.n = 4: one step needs about \d+\.\d GiB \(key-value cache "
+        r"\d+\.\d, per-token tensors \d+\.\d, weights 0\.0; responses of up to \d+ \+ 16 tokens\), more than the "
+        r"8\.0 GiB available on cpu; lower batch\.prompts_per_step",
+    )
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    terms = memory.step_memory(*_resolved([*run, *big]), tiny_model_dir, 48)
+    # the default model: 2 layers, 2 key-value heads of 16; float32; 400,000 responses of 48 + 16 tokens
+    assert terms["key-value cache"] == 400_000 * 2 * 2 * 2 * 16 * 64 * 4
+    assert terms["per-token tensors"] == 400_000 * 64 * 64
+
+
+def _resolved(overrides):
+    from glassrl.config import load_config
+    from glassrl.rl.config import TrainConfig, resolve
+    from helpers import EXAMPLES
+
+    cfg = load_config(TrainConfig, EXAMPLES / "grpo.yaml", overrides)
+    return cfg, resolve(cfg)
+
+
+def test_parquet_rows_are_read_a_batch_at_a_time(monkeypatch, tmp_path):
+    """10⁶ Parquet rows took 3.7 GB at start-up: the whole table, then all of it as Python rows. Rows
+    now come PARQUET_BATCH_ROWS at a time (the whole table is never read at once)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import glassrl.data.datasets as datasets
+
+    n = 3 * datasets.PARQUET_BATCH_ROWS + 5
+    pq.write_table(
+        pa.table({"prompt": [f"{i}+1" for i in range(n)], "answer": [str(i + 1) for i in range(n)]}),
+        tmp_path / "p.parquet",
+    )
+
+    def whole_table(*args, **kwargs):
+        raise AssertionError("the whole table read at once")
+
+    monkeypatch.setattr(pq, "read_table", whole_table)
+    records = datasets.load_prompts(tmp_path / "p.parquet")
+    assert len(records) == n and records[-1].prompt == f"{n - 1}+1" and records[-1].source.endswith(f"#{n - 1}")
+
+
+def test_prompt_lengths_are_measured_a_chunk_at_a_time(monkeypatch, tmp_path, tiny_model_dir):
+    """At start-up every prompt is tokenised to hold it to the length rule; the token ids of all
+    prompts at once held gigabytes for a million prompts. They are measured LENGTH_CHUNK at a time."""
+    import glassrl.rl.prompts as prompts
+    from glassrl.data.sources import Source
+    from glassrl.models.loading import load_tokenizer
+
+    n = 2 * prompts.LENGTH_CHUNK + 3
+    (tmp_path / "p.jsonl").write_text("".join(f'{{"prompt": "{i}+1", "answer": "{i + 1}"}}\n' for i in range(n)))
+    sizes = []
+    real = prompts.prompt_ids
+    monkeypatch.setattr(
+        prompts, "prompt_ids", lambda tok, records, fmt: sizes.append(len(records)) or real(tok, records, fmt)
+    )
+    cfg, _ = _resolved([f"model.actor={tiny_model_dir}"])
+    loaded = prompts.load_source(
+        Source(str(tmp_path / "p.jsonl")), "train", load_tokenizer(tiny_model_dir), chat=False, limit=48, cfg=cfg
+    )
+    assert len(loaded.records) == n and sizes == [prompts.LENGTH_CHUNK, prompts.LENGTH_CHUNK, 3]

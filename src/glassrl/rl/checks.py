@@ -362,6 +362,12 @@ def _check_scale_out(cfg: TrainConfig, written: Set[str] | None) -> None:
     if cfg.trainer.backend == "local":
         if knob_set(cfg, "ray", written):
             raise GlassrlError("ray: ignored: trainer.backend = local; remove the section or set trainer.backend: ray")
+        if max_staleness(cfg) > 1:
+            fail(
+                "rollout.max_staleness",
+                cfg.rollout.max_staleness,
+                "trainer.backend = local samples at most one step ahead (1, rollout.overlap); use trainer.backend: ray",
+            )
         if max_staleness(cfg) == 1:
             _check_overlap(cfg)
         return

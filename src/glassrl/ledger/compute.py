@@ -71,7 +71,8 @@ def from_experience(
     samples: int | None = None,
 ) -> Ledger:
     """The first ``samples`` responses of ``exp`` (all when None), every token: a multi-turn
-    response's generated and observation tokens of every turn, with their roles and turns.
+    response's generated and observation tokens of every turn, with their roles and turns; a
+    token another policy sampled, its version, staleness, log μ and algo.off_policy's decision.
 
     ``estimator``, ``gamma``, ``lam``, ``kl_kind`` are the run's; the ledger records λ only
     when the step had values (λ belongs to GAE) and the KL estimator only when a KL was
@@ -81,6 +82,7 @@ def from_experience(
     k = len(exp.rollout) if samples is None else min(samples, len(exp.rollout))
     rollout = exp.rollout.select(torch.arange(k))
     pick = lambda t: None if t is None else t[:k]  # noqa: E731
+    correction = getattr(exp, "correction", None)  # algo.off_policy's weights and keep (glassrl.rl.phases.off_policy)
     return Ledger.from_tensors(
         prompts=list(exp.prompts[:k]),
         token_texts=[[tokenizer.decode([t]) for t in row.tolist()] for row in rollout.response_ids],
@@ -111,6 +113,11 @@ def from_experience(
         step=step,
         token_roles=rollout.token_roles,
         turns=rollout.turns,
+        policy_versions=rollout.policy_versions,
+        staleness=pick(getattr(exp, "staleness", None)),
+        rollout_logprobs=rollout.rollout_logprobs,
+        is_weights=None if correction is None else correction.weights[:k],
+        is_keep=None if correction is None else correction.keep[:k],
     )
 
 

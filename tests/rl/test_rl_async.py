@@ -7,13 +7,11 @@ The guarantees, each checked on every token the runs trained on (the ledgers hol
 
 - the bound: no token lags the update that trains on it by more than k versions; with the
   deterministic schedule (``rollout.partial_rollouts: false``) every token of step s lags exactly
-  min(k, s − 1) (the round was requested k steps before, with the version then), and each token's
-  version is the one that sampled it: its rollout log-prob is what the actor of that version (saved
-  by a checkpoint) computes for it;
+  min(k, s − 1) (the round was requested k steps before, with the version then), as the ledger
+  records on every token with its log μ (equal to log π_old where the lag is 0);
 - nothing lost or used twice: a run killed after step 3 is logged (before its checkpoint) and resumed
   from step 2's trains on the same prompts, step by step, as a run that never stopped, each prompt of
   the stream once; with the deterministic schedule it logs every number bit for bit as that run;
-- a rollout rank killed (SIGKILL) ends the run naming it; the resumed run goes on, nothing lost;
 - multi-turn agent episodes (tool-add's calculator) sample on the rollout ranks: their observation
   tokens stay out of every loss, each generated token versioned.
 
@@ -72,6 +70,10 @@ def _async(fast: list[str], k: int, *more: str) -> list[str]:
     ]
 
 
+def _ledgers(run: Path) -> list:
+    return [read_jsonl(path) for path in sorted((run / "ledgers").glob("step_*.jsonl"))]
+
+
 def _prompts(run: Path) -> list[list[str]]:
     """Per step, the prompts its responses answer (the ledger's every response, in order)."""
     steps = sorted((run / "ledgers").glob("step_*.jsonl"))
@@ -88,7 +90,14 @@ def test_deterministic_schedule_lags_exactly_k_and_resumes_bit_for_bit(local_ray
         lag = min(2, row["step"] - 1)
         assert row["rollout/staleness"] == lag and row["rollout/staleness_max"] == lag
         assert row[f"rollout/staleness_share/{lag}"] == 1.0
-    # LEDGER-TODO
+    for step, ledger in enumerate(_ledgers(straight), start=1):  # every token trained on, from the ledger
+        lag = min(2, step - 1)
+        for response in ledger.responses:
+            for token in response.tokens:
+                assert (token.staleness, token.policy_version) == (lag, step - 1 - lag)
+                assert token.rollout_logprobs is not None and token.is_weights is None  # no correction: the clip at μ
+                if lag == 0:  # sampled by the weights that compute log π_old: the same numbers
+                    assert abs(token.rollout_logprobs - token.logprobs) < 1e-4
 
     victim = _trainer([*common, f"output_dir={resumed}"])
     victim.sinks.sinks.append(KillAt(3))  # after step 3 is logged, before its checkpoint
@@ -100,3 +109,39 @@ def test_deterministic_schedule_lags_exactly_k_and_resumes_bit_for_bit(local_ray
 
     assert logged_metrics(straight) == logged_metrics(resumed)  # every number, bit for bit
     assert _prompts(straight) == _prompts(resumed)  # the same prompts at the same steps: none lost, none twice
+
+
+AGENT_ENV = Path(__file__).resolve().parent / "agentic_env.py"
+
+
+def test_multi_turn_episodes_sample_on_the_rollout_ranks_each_token_versioned(local_ray, fast, tmp_path):
+    out = tmp_path / "agent"
+    overrides = _async(fast, 2, "steps=3", f"output_dir={out}")
+    overrides = [o for o in overrides if not o.startswith("reward.sources")]
+    overrides += [
+        "data.train=task:tool-add",
+        "data.eval_size=4",
+        "logging.eval_group_by=null",
+        "rollout.max_new_tokens=40",  # the tiny model's 64 positions
+        f"rollout.agent.environment={AGENT_ENV}:Retry",  # one observation after the first turn
+        "reward.sources=[{name: numeric}]",
+        "logging.ledger_every=1",
+        "logging.ledger_samples=64",
+    ]
+    trainer = _trainer(overrides)
+    trainer.train()
+    rows = logged_metrics(out)
+    assert [row["rollout/staleness_max"] for row in rows[1:]] == [0, 1, 2]
+    observed = 0
+    for step, ledger in enumerate(_ledgers(out), start=1):
+        lag = min(2, step - 1)
+        for response in ledger.responses:
+            assert response.turns
+            for token in response.tokens:
+                if token.role == "observation":  # in the context, out of every loss, no version
+                    observed += 1
+                    assert not token.response_mask and token.advantages is None
+                    assert token.policy_version is None and token.staleness is None
+                elif token.response_mask:
+                    assert (token.staleness, token.policy_version) == (lag, step - 1 - lag)
+    assert observed  # Retry answered the first turns

@@ -37,15 +37,6 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 VARIED_REWARD = "reward.sources=[{name: arith_verify, weight: 1.0, partial_credit: true}]"
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    from glassrl.workers.ray import connect
-
-    connect(None, num_cpus=2, object_store_memory=100 * 2**20, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def _trainer(overrides: list[str], preset: str = "grpo", **kwargs):
     from glassrl.rl.loop import Trainer
 

@@ -5,22 +5,10 @@ bounds set around or away from 1 decide what each correction must do."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from test_rl_rollout_is import VARIED_REWARD, _train
 
-from glassrl.config import load_config
-from glassrl.rl.config import TrainConfig
 from run_helpers import logged_metrics
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-VARIED_REWARD = "reward.sources=[{name: arith_verify, weight: 1.0, partial_credit: true}]"
-
-
-def _train(overrides: list[str]) -> None:
-    from glassrl.rl.loop import Trainer
-
-    Trainer(load_config(TrainConfig, EXAMPLES / "grpo.yaml", overrides), progress=False).train()
 
 
 @pytest.mark.slow

@@ -40,7 +40,7 @@ from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.rollout.base import RolloutBatch, SamplingParams
 from glassrl.workers.local import LocalRollout
-from glassrl.workers.weight_sync import WeightReceiver, trained_parameters
+from glassrl.workers.weight_sync import WeightReceiver, copy_into, trained_parameters
 
 Slot = dict[str, torch.Tensor]  # a staging copy of the trained weights, by parameter name
 
@@ -69,15 +69,9 @@ class StagedWeights:
             slot = self.spare.pop() if self.spare else None
         self.receiving = slot or {name: torch.empty_like(p) for name, p in self.params.items()}
 
-    @torch.no_grad()
     def load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> None:
         """A bucket of the sync arriving (glassrl.workers.weight_sync.LoadWeights): copied into the slot."""
-        for name, tensor in weights:
-            target = self.receiving.get(name)
-            if target is None or target.shape != tensor.shape:
-                found = "no such parameter" if target is None else f"shape {tuple(target.shape)}"
-                raise ValueError(f"weight sync: {name} {tuple(tensor.shape)} sent, the rollout model has {found}")
-            target.copy_(tensor)
+        copy_into(self.receiving, weights)
 
     def publish(self, version: int) -> None:
         """The slot received holds ``version``; with ``newest_only`` an older staged one is dropped."""

@@ -237,11 +237,16 @@ class ModuleSink:
     def __init__(self, model: nn.Module) -> None:
         self.params = dict(model.named_parameters())
 
-    @torch.no_grad()
     def __call__(self, weights: list[tuple[str, torch.Tensor]]) -> None:
-        for name, tensor in weights:
-            target = self.params.get(name)
-            if target is None or target.shape != tensor.shape:
-                found = "no such parameter" if target is None else f"shape {tuple(target.shape)}"
-                raise ValueError(f"weight sync: {name} {tuple(tensor.shape)} sent, the rollout model has {found}")
-            target.copy_(tensor)
+        copy_into(self.params, weights)
+
+
+@torch.no_grad()
+def copy_into(targets: dict[str, torch.Tensor], weights: list[tuple[str, torch.Tensor]]) -> None:
+    """Each named tensor of a bucket copied (cast) into the tensor of that name in ``targets``, in place."""
+    for name, tensor in weights:
+        target = targets.get(name)
+        if target is None or target.shape != tensor.shape:
+            found = "no such parameter" if target is None else f"shape {tuple(target.shape)}"
+            raise ValueError(f"weight sync: {name} {tuple(tensor.shape)} sent, the rollout model has {found}")
+        target.copy_(tensor)

@@ -12,8 +12,11 @@ The guarantees, each checked on every token the runs trained on (the ledgers hol
 - nothing lost or used twice: a run killed after step 3 is logged (before its checkpoint) and resumed
   from step 2's trains on the same prompts, step by step, as a run that never stopped, each prompt of
   the stream once; with the deterministic schedule it logs every number bit for bit as that run;
-- multi-turn agent episodes (tool-add's calculator) sample on the rollout ranks: their observation
-  tokens stay out of every loss, each generated token versioned.
+  so does a run whose rollout rank is killed (no clean-up) while it samples ahead: the run ends
+  naming the rank, and its resume from the last checkpoint is the run that never stopped;
+- multi-turn agent episodes (the tool-add task with a simulated user) sample on the rollout ranks:
+  their observation tokens stay out of every loss and carry no version, each generated token has one;
+- PPO with partial rollouts (a critic too): versions within a response never go back, the bound holds.
 
 Slow: one Ray cluster for the module; each Trainer starts its worker processes.
 """
@@ -25,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from glassrl.config import load_config
+from glassrl.errors import GlassrlError
 from glassrl.ledger import read_jsonl
 from glassrl.rl.config import TrainConfig
 from run_helpers import KillAt, Killed, logged_metrics
@@ -136,3 +140,52 @@ def test_multi_turn_episodes_sample_on_the_rollout_ranks_each_token_versioned(lo
                 elif token.response_mask:
                     assert (token.staleness, token.policy_version) == (lag, step - 1 - lag)
     assert observed  # Retry answered the first turns
+
+
+def test_ppo_with_partial_rollouts_keeps_the_bound(local_ray, fast, tmp_path):
+    """PPO (a critic on its ranks) with partial rollouts: new weights are loaded between two tokens
+    of a response in progress, so versions may change within a response, never go back, and no
+    token lags more than k. (Which tokens get which version depends on timing: nothing else is
+    promised.)"""
+    out = tmp_path / "ppo"
+    overrides = _async(fast, 2, "steps=4", "rollout.partial_rollouts=true", f"output_dir={out}")
+    _trainer([*overrides, "ray.critic.resources={CPU: 0.25}"], preset="ppo").train()
+    rows = logged_metrics(out)
+    assert len(rows) == 5 and all("critic/values/mean" in row for row in rows[1:])
+    assert all(row["rollout/staleness_max"] <= 2 for row in rows[1:])
+    for step, ledger in enumerate(_ledgers(out), start=1):
+        for response in ledger.responses:
+            versions = [t.policy_version for t in response.tokens if t.response_mask]
+            assert versions == sorted(versions) and all(0 <= step - 1 - v <= 2 for v in versions)
+
+
+class KillRolloutAt:
+    """A metrics sink that kills the rollout rank's process (Ray's kill: no clean-up, as SIGKILL)
+    right after step ``at`` is logged, while it samples the rounds ahead."""
+
+    def __init__(self, trainer, at: int) -> None:
+        self.trainer, self.at = trainer, at
+
+    def log(self, step, metrics):
+        if step == self.at:
+            for host in self.trainer.workers.rollout.group.hosts:
+                ray.kill(host, no_restart=True)
+
+    def close(self):
+        pass
+
+
+def test_a_rollout_rank_killed_ends_the_run_naming_it_and_the_resume_loses_nothing(local_ray, fast, tmp_path):
+    common = _async(fast, 1, "steps=4", "logging.checkpoint_every=2")
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    _trainer([*common, f"output_dir={straight}"]).train()
+
+    victim = _trainer([*common, f"output_dir={killed}"])
+    victim.sinks.sinks.append(KillRolloutAt(victim, 3))  # its round for step 4 is in flight
+    with pytest.raises(GlassrlError, match=r"rollout worker rank 0 of 1 died"):
+        victim.train()
+    again = _trainer([*common, f"output_dir={killed}"], resume=True)
+    assert again.counters.step == 2
+    again.train()
+    assert logged_metrics(straight) == logged_metrics(killed)  # every number, bit for bit
+    assert _prompts(straight) == _prompts(killed)  # none lost, none twice

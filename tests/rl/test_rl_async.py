@@ -109,10 +109,12 @@ def test_deterministic_schedule_lags_exactly_k_and_resumes_bit_for_bit(local_ray
 AGENT_ENV = Path(__file__).resolve().parent / "agentic_env.py"
 
 
-def test_multi_turn_episodes_sample_on_the_rollout_ranks_each_token_versioned(local_ray, fast, tmp_path):
+@pytest.mark.parametrize("k", [2, 0])
+def test_multi_turn_episodes_sample_on_the_rollout_ranks_each_token_versioned(local_ray, fast, tmp_path, k):
+    """k = 2 on rollout ranks apart; k = 0, the synchronous Ray step, with the actor's ranks sampling."""
     out = tmp_path / "agent"
-    overrides = _async(fast, 2, "steps=3", f"output_dir={out}")
-    overrides = [o for o in overrides if not o.startswith("reward.sources")]
+    overrides = _async(fast, k, "steps=3", f"output_dir={out}")
+    overrides = [o for o in overrides if not o.startswith("reward.sources") and (k or not o.startswith("ray.rollout."))]
     overrides += [
         "data.train=task:tool-add",
         "data.eval_size=4",
@@ -126,10 +128,10 @@ def test_multi_turn_episodes_sample_on_the_rollout_ranks_each_token_versioned(lo
     trainer = _trainer(overrides)
     trainer.train()
     rows = logged_metrics(out)
-    assert [row["rollout/staleness_max"] for row in rows[1:]] == [0, 1, 2]
+    assert [row.get("rollout/staleness_max", 0) for row in rows[1:]] == [min(k, s) for s in range(3)]
     observed = 0
     for step, ledger in enumerate(_ledgers(out), start=1):
-        lag = min(2, step - 1)
+        lag = min(k, step - 1) if k else None  # the synchronous step records no version
         for response in ledger.responses:
             assert response.turns
             for token in response.tokens:
@@ -137,7 +139,7 @@ def test_multi_turn_episodes_sample_on_the_rollout_ranks_each_token_versioned(lo
                     observed += 1
                     assert not token.response_mask and token.advantages is None
                     assert token.policy_version is None and token.staleness is None
-                elif token.response_mask:
+                elif token.response_mask and k:
                     assert (token.staleness, token.policy_version) == (lag, step - 1 - lag)
     assert observed  # Retry answered the first turns
 

@@ -77,3 +77,16 @@ def test_the_tables_and_the_legend_show_them():
     zh = {line.key: line.text for line in token_legend(ledger, 0, 1, "zh")}["sampled"]
     assert "由第 4 版权重采样" in zh and "× w_1 = 0.5000" in zh
     assert "sampled" not in {line.key for line in token_legend(ledger, 0, 2)}  # the observation
+
+
+def test_the_report_colours_tokens_by_staleness_mismatch_and_weight():
+    from glassrl.report.html import token_payload
+
+    payload = token_payload([("run", [off_policy_ledger()])], (0, 0))
+    fields = payload["token_fields"]
+    assert {"staleness", "logprob_gap", "is_weights"} <= {q["field"] for q in payload["quantities"]}
+    rows = [dict(zip(fields, row)) for row in payload["sources"][0]["ledgers"][0]["responses"][0]["tokens"]]
+    assert [r["staleness"] for r in rows] == [2, 1, None, 1]
+    gaps = [r["logprob_gap"] for r in rows]
+    assert gaps[0] == pytest.approx(L(2), abs=1e-6) and gaps[1] == pytest.approx(L(2), abs=1e-6)
+    assert gaps[2] is None and gaps[3] == pytest.approx(0.0, abs=1e-6)  # an observation has no gap

@@ -191,3 +191,17 @@ def test_a_rollout_rank_killed_ends_the_run_naming_it_and_the_resume_loses_nothi
     again.train()
     assert logged_metrics(straight) == logged_metrics(killed)  # every number, bit for bit
     assert _prompts(straight) == _prompts(killed)  # none lost, none twice
+
+
+def test_dynamic_sampling_and_evaluation_on_the_asynchronous_path(local_ray, fast, tmp_path):
+    """DAPO's dynamic sampling takes rounds until its groups are mixed (a round may be taken in the
+    step after the one that requested it, and kept groups expire rather than lag too far);
+    evaluation samples with the current weights behind the rounds in flight."""
+    out = tmp_path / "dapo"
+    overrides = _async(fast, 1, "steps=3", "logging.eval_every=2", f"output_dir={out}")
+    trainer = _trainer(overrides, preset="dapo")
+    trainer.train()
+    rows = logged_metrics(out)
+    assert all(row["rollout/staleness_max"] <= 1 for row in rows[1:] if "rollout/staleness_max" in row)
+    assert sum(row.get("sampling/rounds", 0) for row in rows) >= 3
+    assert any(key.startswith("eval/") for row in rows for key in row)

@@ -463,14 +463,14 @@ class Trainer:
         return paths
 
     def _old_logprobs_from_update(self) -> bool:
-        """π_old = π_θ when the batch makes exactly one optimiser step on what π_θ sampled and nothing
-        before the update reads log π_old (a KL in the reward does, and an off-policy correction's
-        weights): then the update's forward gives it (phase 3)."""
+        """π_old = π_θ when the batch makes exactly one optimiser step and nothing before the update
+        reads log π_old (a KL in the reward does, and an off-policy correction's weights): then the
+        update's forward gives it (phase 3). A stale batch without a correction still gets it there:
+        its clip anchors at the log μ it brings (glassrl.rl.update.actor_batch)."""
         return (
             self.resolved.optimizer_steps_per_step == 1
             and self.cfg.algo.kl.placement != "reward"
             and self.correction is None
-            and self.max_staleness == 0
             and self.teacher is None  # the teacher's reward reads log π_old in phase 4
             and isinstance(self.workers.actor, OnPolicyActor)
         )

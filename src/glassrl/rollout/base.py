@@ -186,7 +186,8 @@ def concat_rollouts(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
     with_versions = {b.policy_versions is not None for b in batches}
     if len(multi_turn) > 1 or len(with_logprobs) > 1 or len(with_versions) > 1:
         raise ValueError(
-            "concat_rollouts: batches differ in turns, rollout_logprobs or policy_versions (engines of two kinds)"
+            "concat_rollouts: batches differ in turns, rollout_logprobs or policy_versions "
+            "(single- vs multi-turn engines, or versioned vs not)"
         )
     return RolloutBatch(
         torch.cat([left(b.prompt_ids, P, pad_id) for b in batches]),

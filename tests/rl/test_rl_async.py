@@ -124,11 +124,13 @@ def test_multi_turn_episodes_sample_on_the_rollout_ranks_each_token_versioned(lo
         "reward.sources=[{name: numeric}]",
         "logging.ledger_every=1",
         "logging.ledger_samples=64",
+        "batch.mini_batch_prompts=4",  # one optimiser step a batch: log π_old and H from the update's forward
     ]
     trainer = _trainer(overrides)
     trainer.train()
     rows = logged_metrics(out)
     assert [row.get("rollout/staleness_max", 0) for row in rows[1:]] == [min(k, s) for s in range(3)]
+    assert trainer.old_logprobs_from_update and all("actor/entropy" in row for row in rows[1:])
     observed = 0
     for step, ledger in enumerate(_ledgers(out), start=1):
         lag = min(k, step - 1) if k else None  # the synchronous step records no version

@@ -232,7 +232,10 @@ def run_updates(
     """
     ranks = OneProcess(model) if ranks is None else ranks
     on_policy = forward_outputs is not None
-    anchored = "old_logprobs" in batch  # on-policy: a stale batch's μ, kept as the anchor
+    anchor = None  # on-policy: a stale batch's log μ, set aside so that the forward computes H too
+    if on_policy and "old_logprobs" in batch:
+        batch = dict(batch)
+        anchor = batch.pop("old_logprobs")
     if on_policy and len(plan) != 1:
         raise ValueError(f"run_updates: a batch without old_logprobs takes one optimiser step, not {len(plan)}")
     kept: list[tuple[torch.Tensor, Forward]] = []  # on-policy: (rows, forward outputs) per micro-batch
@@ -266,8 +269,9 @@ def run_updates(
             with ranks.gradient_sync(j == passes - 1 and pairs is None):  # reduced over the ranks once, last
                 out = ranks.forward(forward, micro)
                 if on_policy and real:  # π_old = π_θ before the one optimiser step: log π_old is this forward's
-                    if not anchored:
-                        micro["old_logprobs"] = out["logprobs"].detach()
+                    micro["old_logprobs"] = (
+                        out["logprobs"].detach() if anchor is None else anchor[part.to(anchor.device)]
+                    )
                     kept.append((part, {key: value.detach() for key, value in out.items()}))
                 # The loss, each term aggregated by its own mode and weighted by its share of the
                 # mini-batch's units (so the accumulated gradient is the mini-batch's):

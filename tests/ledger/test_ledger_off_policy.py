@@ -90,3 +90,18 @@ def test_the_report_colours_tokens_by_staleness_mismatch_and_weight():
     gaps = [r["logprob_gap"] for r in rows]
     assert gaps[0] == pytest.approx(L(2), abs=1e-6) and gaps[1] == pytest.approx(L(2), abs=1e-6)
     assert gaps[2] is None and gaps[3] == pytest.approx(0.0, abs=1e-6)  # an observation has no gap
+
+
+def test_explain_shows_a_ledger_file_with_its_legend(tmp_path, capsys):
+    from glassrl import cli
+
+    path = tmp_path / "step_000005.jsonl"
+    off_policy_ledger().to_jsonl(path)
+    assert cli.main(["explain", "--ledger", str(path), "--format", "markdown", "--legend-token", "0"]) == 0
+    out = capsys.readouterr().out
+    assert f"{path}: step 5" in out and "| v | lag |" in out
+    assert "by the weights of version 3, 2 actor update(s) before" in out and "dropped it" in out
+    assert cli.main(["explain", "--ledger", str(path), "--legend-token", "1", "--lang", "zh"]) == 0
+    assert "由第 4 版权重采样" in capsys.readouterr().out
+    assert cli.main(["explain", "--ledger", str(path), "--prompt", "p"]) == 2
+    assert "--ledger shows a ledger a run wrote; --prompt computes one" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """The reference chapter's "Online & Offline RLHF", measured on the bundled task (docs/rlhf.md).
 
-    .venv/bin/python benchmarks/bench_offline_online.py                     # every leg (~40 min on 2 loaded cores)
+    .venv/bin/python benchmarks/bench_offline_online.py                     # every leg (~15 min on 2 cores at load average 10)
     .venv/bin/python benchmarks/bench_offline_online.py --legs dpo,grpo     # some of them
 
 From the same SFT policy (the embedded default model) and on the same bundled data, each leg
@@ -8,16 +8,22 @@ trains with glassrl's own trainer, then every final policy is measured the same 
 (glassrl.commands.pipeline.policy_figures): held-out gold accuracy (greedy answers to the first
 200 arith-verify test prompts, judged by the task's verifier, the trainer's own evaluation) and
 KL to the SFT policy (mean Σ_i log π/π_ref over 4 responses sampled at temperature 1 to each of
-those prompts, nats per response).
+those prompts, nats per response); the gold also by the prompts' language (English, Chinese).
 
 - ``dpo``: offline. ``glassrl dpo examples/dpo.yaml`` on the preference pairs; no sampling.
+- ``ipo``: the same with ``loss=ipo`` (Azar et al. 2023), the DPO family's squared loss.
 - ``ppo``: online, on a learned reward. ``glassrl demo --pipeline rlhf``'s stages 2–3: the reward
   model on the same pairs (examples/rlhf/rm.yaml), then PPO on it (examples/rlhf/ppo.yaml).
 - ``grpo``: online, on the gold verifier. ``glassrl train examples/grpo.yaml``.
 - ``distill``: on-policy distillation (examples/distillation/on_policy.yaml): the student samples,
   the teacher — the default model's recipe at 10× its parameters (LARGE_SPEC of
   benchmarks/bench_vs_trl.py, built once into ``--teacher``) — scores every token; the same
-  steps and samples as ``grpo``.
+  steps and samples as ``grpo``. A second table measures what distillation aims at: KL(π ‖ teacher),
+  the same sampled estimate with the teacher in π_ref's place, of the SFT policy, the teacher,
+  and the distilled and GRPO policies (where those legs ran), with the gold of each.
+- ``distill-grpo``: the same distillation with the ``grpo`` leg's final policy as the teacher (the
+  student's size, trained on the verifier; list ``grpo`` first): what distillation gives when the
+  teacher is better at the task. Printed with KL(π ‖ that teacher) of the SFT policy and the student.
 
 Wall time is each leg's training (the reward model's and the reference log-probs' included),
 measured here; samples are the responses generated for training. Prints one Markdown table.
@@ -44,7 +50,7 @@ from glassrl.rl.loop import Trainer
 from glassrl.run.checkpoint import CheckpointManager
 from glassrl.supervised.preference import PreferenceConfig, train_preference
 
-LEGS = ("dpo", "ppo", "grpo", "distill")
+LEGS = ("dpo", "ipo", "ppo", "grpo", "distill", "distill-grpo")
 
 
 def final_actor(run: Path) -> Path:
@@ -59,8 +65,8 @@ def build_teacher(out: Path) -> Path:
     return build_trained_large(out)
 
 
-def leg_dpo(out: Path, quiet: Console) -> tuple[Path, float, str]:
-    cfg = load_config(PreferenceConfig, presets.path("dpo"), [f"output_dir={out}"])
+def leg_dpo(out: Path, quiet: Console, overrides: list[str]) -> tuple[Path, float, str]:
+    cfg = load_config(PreferenceConfig, presets.path("dpo"), [f"output_dir={out}", *overrides])
     start = time.perf_counter()
     metrics = train_preference(cfg, console=quiet)
     seconds = time.perf_counter() - start
@@ -103,9 +109,13 @@ def main() -> None:
     unknown = [leg for leg in legs if leg not in LEGS]
     if unknown:
         parser.error(f"unknown leg {unknown[0]!r}; valid: {', '.join(LEGS)}")
+    if "distill-grpo" in legs and "grpo" not in legs[: legs.index("distill-grpo")]:
+        parser.error("the distill-grpo leg distils the grpo leg's policy: list grpo before it")
     quiet = Console(file=io.StringIO())
     sft = default_model_dir()
     rows = []
+    policies = {"SFT policy": sft}
+    teacher = build_teacher(args.teacher) if "distill" in legs else None
     before = policy_figures(sft, sft, args.out / "eval-sft")
     print(f"SFT policy {sft}: held-out gold {before['gold']:.3f}", flush=True)
     for leg in legs:
@@ -113,25 +123,46 @@ def main() -> None:
         for stage in ("rm", "ppo") if leg == "ppo" else ("",):
             fresh_run_dir(out / stage)
         print(f"{leg}: training into {out} (load average {os.getloadavg()[0]:.1f})", flush=True)
-        if leg == "dpo":
-            policy, seconds, samples = leg_dpo(out, quiet)
+        if leg in ("dpo", "ipo"):
+            policy, seconds, samples = leg_dpo(out, quiet, [] if leg == "dpo" else ["loss=ipo"])
         elif leg == "ppo":
             policy, seconds, samples = leg_ppo(out, quiet)
         elif leg == "grpo":
             policy, seconds, samples = leg_rl(presets.path("grpo"), out, quiet, [])
         else:
-            teacher = build_teacher(args.teacher)
             preset = presets.DIR / "distillation" / "on_policy.yaml"
-            policy, seconds, samples = leg_rl(preset, out, quiet, [f"reward.sources.0.path={teacher}"])
+            source = teacher if leg == "distill" else policies["grpo"]
+            policy, seconds, samples = leg_rl(preset, out, quiet, [f"reward.sources.0.path={source}"])
         figures = policy_figures(policy, sft, args.out / f"eval-{leg}")
         rows.append((leg, figures, seconds, samples))
+        policies[leg] = policy
         print(
             f"{leg}: gold {figures['gold']:.3f}, KL {figures['kl']:.3f}, {seconds:.0f} s, samples {samples}", flush=True
         )
-    print(f"\n| leg | held-out gold (SFT {100 * before['gold']:.1f} %) | KL to the SFT policy | wall time | samples |")
-    print("|---|---|---|---|---|")
-    for leg, figures, seconds, samples in rows:
-        print(f"| {leg} | {100 * figures['gold']:.1f} % | {figures['kl']:.2f} | {seconds / 60:.1f} min | {samples} |")
+    print("\n| leg | held-out gold | English / Chinese prompts | KL to the SFT policy | wall time | samples |")
+    print("|---|---|---|---|---|---|")
+    for leg, figures, seconds, samples in [("SFT policy", before, 0.0, "—"), *rows]:
+        print(f"| {leg} | {gold(figures)} | {figures['kl']:.2f} | {seconds / 60:.1f} min | {samples} |")
+    if "distill" in legs:
+        to_teacher(policies, teacher, args.out)
+    if "distill-grpo" in legs:
+        for name in ("SFT policy", "distill-grpo"):
+            kl = policy_figures(policies[name], policies["grpo"], args.out / f"eval-{name.split()[0]}-grpo")["kl"]
+            print(f"{name}: KL(π ‖ the grpo policy) {kl:.3f}", flush=True)
+
+
+def gold(figures: dict[str, float]) -> str:
+    return f"{100 * figures['gold']:.1f} % | {100 * figures['gold/en']:.1f} / {100 * figures['gold/zh']:.1f} %"
+
+
+def to_teacher(policies: dict[str, Path], teacher: Path, out: Path) -> None:
+    """The distillation table: each policy's gold and KL(π ‖ teacher) (policy_figures, the teacher as π_ref)."""
+    print("\n| policy | held-out gold | English / Chinese prompts | KL(π ‖ teacher) |")
+    print("|---|---|---|---|")
+    for name, policy in {**policies, "teacher": teacher}.items():
+        if name in ("SFT policy", "teacher", "distill", "grpo"):
+            figures = policy_figures(policy, teacher, out / f"eval-{name.split()[0]}-teacher")
+            print(f"| {name} | {gold(figures)} | {figures['kl']:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ import torch
 from rich.console import Console
 
 from glassrl.models.default_model import DEFAULT_SPEC
+from glassrl.rollout.stops import StopSet
 from trl_worker import peak_rss_kib  # benchmarks/, beside this file
 
 HERE = Path(__file__).resolve().parent
@@ -254,12 +255,17 @@ def glassrl_worker(spec_path: str, out_path: str) -> None:
         return batch
 
     trainer.workers.rollout.generate = counted
-    step_ends, cpu_ends, rewards = [time.perf_counter()], [time.process_time()], []
+    if spec.get("fixed_length"):  # every response max_new_tokens long (bench_gpu.py): no stop token
+        trainer.workers.rollout.engine.stops = StopSet((), ())
+    step_ends, cpu_ends, rewards, phases = [time.perf_counter()], [time.process_time()], [], []
     for _ in range(spec["steps"]):
         metrics = trainer.step()
         step_ends.append(time.perf_counter())
         cpu_ends.append(time.process_time())
         rewards.append(metrics["reward/mean"])
+        # the step's phases (glassrl.rl.metrics.PhaseTimer: synchronised on CUDA)
+        seconds = (k for k in metrics if k.startswith("perf/") and k.endswith("_s") and not k.endswith("_per_s"))
+        phases.append({k.removeprefix("perf/").removesuffix("_s"): metrics[k] for k in seconds})
     a, b, r, o = cfg.algo, cfg.batch, cfg.rollout, cfg.actor_optim
     settings = {
         "trainer": "glassrl Trainer (grpo preset)",
@@ -289,6 +295,8 @@ def glassrl_worker(spec_path: str, out_path: str) -> None:
         "cpu_ends": cpu_ends,
         "tokens": tokens,
         "rewards": rewards,
+        "phases": phases,
+        "rollout path": trainer.paths["rollout"],
         "peak_rss_kib": peak_rss_kib(),
         "peak_cuda_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
     }

@@ -35,6 +35,49 @@ def peak_rss_kib() -> int:
     raise RuntimeError("/proc/self/status has no VmHWM (not Linux?)")
 
 
+# GRPOTrainer's methods timed as a step's phases (TRL 1.16): generation; the rewards; the whole
+# rollout (generation, rewards, old and reference log-probs), once per optimiser step here.
+TIMED = {
+    "_generate_single_turn": "generate",
+    "_calculate_rewards": "score",
+    "_generate_and_score_completions": "rollout",
+}
+
+
+def timed(method, phase: str, seconds: dict[str, float]):
+    """``method`` adding its wall time to ``seconds[phase]`` (the GPU synchronised at both ends, as
+    glassrl's PhaseTimer does, so that queued kernels are charged to the phase that launched them)."""
+    import torch
+
+    def sync() -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    def wrapper(*args, **kwargs):
+        sync()
+        start = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            sync()
+            seconds[phase] = seconds.get(phase, 0.0) + time.perf_counter() - start
+
+    return wrapper
+
+
+def split_phases(seconds: dict[str, float], step: float) -> dict[str, float]:
+    """One step's phases under glassrl's names: generate, score, logprobs (the rest of the rollout:
+    old and reference log-probs), update (the rest of the step: forward, backward, optimiser), step."""
+    generate, score, rollout = (seconds.get(k, 0.0) for k in ("generate", "score", "rollout"))
+    return {
+        "generate": generate,
+        "score": score,
+        "logprobs": rollout - generate - score,
+        "update": step - rollout,
+        "step": step,
+    }
+
+
 def main(spec_path: str, out_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     import torch
@@ -91,10 +134,16 @@ def main(spec_path: str, out_path: str) -> None:
         disable_tqdm=True,
         dataloader_num_workers=0,
         log_completions=False,
+        # bench_gpu.py: every completion max_completion_length long (EOS never sampled); and TRL's
+        # generation by transformers' continuous batching (paged cache) instead of generate
+        generation_kwargs={"min_new_tokens": s["max_new_tokens"]} if spec.get("fixed_length") else None,
+        use_transformers_continuous_batching=spec.get("trl_continuous_batching", False),
     )
     step_ends: list[float] = []
     cpu_ends: list[float] = []
     all_logs: list[dict] = []
+    phases: list[dict] = []
+    seconds: dict[str, float] = {}
 
     class Clock(TrainerCallback):
         """Wall time at the start of training and at the end of every optimiser step; every log."""
@@ -106,6 +155,8 @@ def main(spec_path: str, out_path: str) -> None:
         def on_step_end(self, *args, **kwargs):
             step_ends.append(time.perf_counter())
             cpu_ends.append(time.process_time())
+            phases.append(split_phases(seconds, step_ends[-1] - step_ends[-2]))
+            seconds.clear()
 
         def on_log(self, _args, state, control, logs=None, **kwargs):
             if logs and "reward" in logs:
@@ -120,6 +171,8 @@ def main(spec_path: str, out_path: str) -> None:
         processing_class=tokenizer,
         callbacks=[Clock()],
     )
+    for method, phase in TIMED.items():
+        setattr(trainer, method, timed(getattr(trainer, method), phase, seconds))
     trainer.train()
     settings = {
         "trainer": "trl.GRPOTrainer",
@@ -150,6 +203,7 @@ def main(spec_path: str, out_path: str) -> None:
         "step_ends": step_ends,
         "cpu_ends": cpu_ends,
         "logs": all_logs,
+        "phases": phases,
         "params": sum(p.numel() for p in trainer.model.parameters()),
         "peak_rss_kib": peak_rss_kib(),
         "peak_cuda_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,

@@ -44,6 +44,17 @@ def tiny_llama_config(vocab_size: int, **overrides) -> LlamaConfig:
     return LlamaConfig(**(fields | overrides))
 
 
+def write_pairs(path: Path, split: str, size: int) -> Path:
+    """The first ``size`` bundled preference pairs of ``split`` as JSON lines (prompt, chosen, rejected)."""
+    from glassrl.data.preferences import preference_pairs
+
+    rows = [
+        {"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected} for p in preference_pairs(split, size=size)
+    ]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
 def tiny_run_overrides(model: Path, prompt_files: tuple[Path, Path], out: Path) -> list[str]:
     """Overrides that make any TrainConfig a seconds-long run of ``model`` on the (train, test)
     prompt files, writing to ``out``: 2 steps of 4 prompts × 4 responses, a ledger every step."""
@@ -102,23 +113,88 @@ QWEN_LIKE = (
 )
 
 
-def chatml_tokenizer(texts: Sequence[str], vocab_size: int = 400):
-    """A tiny byte-level BPE trained on ``texts`` with Qwen's <|im_start|>/<|im_end|>, the
-    template QWEN_LIKE, and EOS <|endoftext|>: not <|im_end|>, as in Qwen2.5's base tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+# Qwen2.5-Instruct's chat template, as published in its tokenizer_config.json: the hermes call format.
+QWEN25_TEMPLATE = """{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}
+            {{- '\\n' + message.content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '\\n<tool_call>\\n{"name": "' }}
+            {{- tool_call.name }}
+            {{- '", "arguments": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- '}\\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' }}
+        {{- message.content }}
+        {{- '\\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}
+"""
 
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+def byte_level_bpe(texts: Sequence[str], specials: Sequence[str], vocab_size: int):
+    """A ``tokenizers`` byte-level BPE trained on ``texts``, ``specials`` its first ids."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=specials,
+        special_tokens=list(specials),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+def chatml_tokenizer(texts: Sequence[str], vocab_size: int = 400):
+    """A tiny byte-level BPE trained on ``texts`` with Qwen's <|im_start|>/<|im_end|>, the
+    template QWEN_LIKE, and EOS <|endoftext|>: not <|im_end|>, as in Qwen2.5's base tokenizer."""
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = byte_level_bpe(texts, specials, vocab_size)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|endoftext|>",
@@ -127,3 +203,29 @@ def chatml_tokenizer(texts: Sequence[str], vocab_size: int = 400):
         chat_template=QWEN_LIKE,
         padding_side="left",
     )
+
+
+def tiny_qwen2_dir(directory: Path, texts: Sequence[str], tokenizer_config: dict, positions: int = 256) -> Path:
+    """A Qwen2 model with random weights and a byte-level BPE with <|im_start|>/<|im_end|> trained
+    on ``texts``, saved as a Hugging Face directory (nothing downloaded): the tokenizer's files are
+    ``tokenizer.json`` and ``tokenizer_config.json`` = ``tokenizer_config`` (its class, its special
+    tokens), the model's vocab_size the BPE's own, so a token transformers adds lies outside it."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = byte_level_bpe(texts, ["<|im_start|>", "<|im_end|>"], 320)
+    directory.mkdir(parents=True, exist_ok=True)
+    tok.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(json.dumps({"chat_template": QWEN_LIKE, **tokenizer_config}))
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=positions,
+    )
+    Qwen2ForCausalLM(config).save_pretrained(directory)
+    return directory

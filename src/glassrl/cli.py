@@ -3,7 +3,8 @@
 Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
 ``run(args) -> int``; it imports heavy libraries (torch, transformers) inside
 ``run`` so that ``glassrl --help`` stays fast. A :class:`GlassrlError` raised
-anywhere becomes a one-line message and exit code 2, never a traceback.
+anywhere becomes a one-line message and exit code 2, never a traceback; SIGINT (Ctrl-C) and
+SIGTERM end a command with one line too, and exit code 128 + the signal (glassrl.run.stop).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 
 from glassrl import __version__
 from glassrl.errors import GlassrlError
+from glassrl.run import stop
 
 # name on the command line -> module in glassrl.commands
 COMMANDS = {
@@ -25,6 +27,8 @@ COMMANDS = {
     "dpo": "glassrl.commands.dpo",
     "train": "glassrl.commands.train",
     "report": "glassrl.commands.report",
+    "diff": "glassrl.commands.diff",
+    "audit": "glassrl.commands.audit",
     "export": "glassrl.commands.export",
     "config": "glassrl.commands.config",
 }
@@ -58,12 +62,19 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        return int(args._run(args) or 0)
+        with stop.handling():  # Ctrl-C and SIGTERM: one line, not a traceback (glassrl.run.stop)
+            return int(args._run(args) or 0)
     except GlassrlError as err:
         # one line whatever the message holds (a YAML error, a value with a newline in it)
         message = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
         print(f"glassrl {args.command}: error: {message}", file=sys.stderr)
         return 2
+    except stop.Stopped as stopped:  # a run that stopped between steps, or abandoned one, and says where
+        print(f"glassrl {args.command}: {stopped}", file=sys.stderr)
+        return stopped.exit_code
+    except stop.Interrupted as signal:  # before a run's steps began, or a command without steps
+        print(f"glassrl {args.command}: stopped by {stop.name(signal.signum)}", file=sys.stderr)
+        return 128 + signal.signum
 
 
 def _is_override(arg: str) -> bool:

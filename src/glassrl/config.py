@@ -18,9 +18,10 @@
   says nothing by its keys: there only values other than the default count as
   written. Every config class has one validation path: its ``validate``, called
   here and again by the trainer with ``written=None``.
-- A config class with an ``anchor_paths(config_dir)`` method is given the directory of
-  its file (the working directory without one) before it is checked, to make the paths
-  that are relative to the config file absolute (TrainConfig: ``reward.base_dir``).
+- A config class with an ``anchor_paths(config_dir, command_line, saved)`` method is given the
+  directory of its file (the working directory without one), the keys the command line set and
+  whether the file is a run's own config.yaml, before it is checked, to make the paths that are
+  relative to the config file absolute (TrainConfig: glassrl.rl.config_paths).
 - Each field's help is the comment on its own line(s) in the class body
   (:func:`field_help`); :func:`describe` lists every option with its type, default
   and help (``glassrl config show``, docs/config.md).
@@ -38,6 +39,8 @@ import functools
 import inspect
 import io
 import math
+import re
+import sys
 import textwrap
 import tokenize
 import types
@@ -49,7 +52,7 @@ from typing import Any, NamedTuple, NoReturn, TypeVar
 import yaml
 
 from glassrl.errors import GlassrlError
-from glassrl.jsonl import TooDeep, read_utf8, too_deep
+from glassrl.jsonl import TooDeep, check_plain, read_utf8, too_deep
 
 C = TypeVar("C")
 
@@ -68,18 +71,19 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
     for item in overrides:
         key, sep, raw = item.partition("=")
         key = key.strip()
-        if not sep or not key:
+        if not sep or not key or not key.isprintable():  # a key with a newline in it is no key
             raise GlassrlError(f"{COMMAND_LINE}: {item!r}: expected dotted.key=value")
         try:
             value = safe_load(raw) if raw.strip() else None
         except yaml.YAMLError as err:
             raise GlassrlError(f"{COMMAND_LINE}: {key}: {raw!r} is not a YAML value: {yaml_error(err)}") from None
+        check_plain(value, COMMAND_LINE, key)
         _set_dotted(data, key.split("."), value, defaults)
         from_command_line.append(key)
         written.update(_prefixes(key), _dotted_keys(value, key + ".") if isinstance(value, dict) else ())
     origin = Origin(str(path) if path is not None else "config", tuple(from_command_line))
     cfg = _build(cls, data, prefix="", origin=origin)
-    _anchor(cfg, path)
+    _anchor(cfg, path, frozenset(from_command_line), saved=_in_run_directory(path))
     if hasattr(cfg, "validate"):
         cfg.validate(frozenset(written))
     return cfg
@@ -99,18 +103,21 @@ def load_saved_config(cls: type[C], path: str | Path) -> C:
     """A config glassrl wrote itself (a run's ``config.yaml``): every key is in the file, so
     ``validate`` judges a knob by its value against the default, not by its presence."""
     cfg = _build(cls, _read(path), prefix="", origin=Origin(str(path)))
-    _anchor(cfg, path)
+    _anchor(cfg, path, saved=True)
     if hasattr(cfg, "validate"):
         cfg.validate(None)
     return cfg
 
 
-def _anchor(cfg: Any, path: str | Path | None) -> None:
-    """A config class with an ``anchor_paths(config_dir)`` method makes its paths that are relative
-    to the config file absolute: ``config_dir`` is the file's directory (the working directory
-    when the config has no file)."""
+def _anchor(cfg: Any, path: str | Path | None, command_line: frozenset[str] = frozenset(), saved: bool = False) -> None:
+    """A config class with an ``anchor_paths(config_dir, command_line, saved)`` method makes its
+    paths that are relative to the config file absolute: ``config_dir`` is the file's directory
+    (the working directory when the config has no file), ``command_line`` the keys the command
+    line set (its paths are the working directory's), ``saved`` whether the file is a run's own
+    config.yaml (glassrl.rl.config_paths)."""
     if hasattr(cfg, "anchor_paths"):
-        cfg.anchor_paths(Path(path).resolve().parent if path is not None else Path.cwd())
+        config_dir = Path(path).resolve().parent if path is not None else Path.cwd()
+        cfg.anchor_paths(config_dir, command_line, saved)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -322,12 +329,19 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def safe_load(text: str) -> Any:
-    """yaml.safe_load, except that a duplicate key in a mapping, and values nested deeper than
-    glassrl.jsonl.MAX_NESTING (the parser raised RecursionError), are a yaml.YAMLError saying so."""
+    """yaml.safe_load, except that a duplicate key in a mapping, values nested deeper than
+    glassrl.jsonl.MAX_NESTING (the parser raised RecursionError) and a value a constructor refuses
+    (an integer past the int-string limit, a date like 2024-13-45) are each a yaml.YAMLError naming it."""
     try:
         value = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except RecursionError:
         raise yaml.YAMLError(str(TooDeep())) from None
+    except ValueError as err:  # raised by a constructor: an int past the int-string limit, a date like 2024-13-45
+        long = max(map(len, re.findall(r"\d+", text)), default=0)
+        too_long = long > sys.get_int_max_str_digits() > 0
+        raise yaml.YAMLError(
+            f"an integer of {long} digits; at most {sys.get_int_max_str_digits()} are read" if too_long else str(err)
+        ) from None
     if too_deep(value):
         raise yaml.YAMLError(str(TooDeep()))
     return value
@@ -345,6 +359,7 @@ def _read(path: str | Path | None) -> dict[str, Any]:
         raise GlassrlError(f"{path}: not valid YAML: {yaml_error(err)}") from None
     if loaded is not None and not isinstance(loaded, dict):
         raise GlassrlError(f"{path}: the top level must be a mapping of keys to values")
+    check_plain(loaded, str(path))  # a lone surrogate (a "\\ud800" escape)
     return loaded or {}
 
 
@@ -518,6 +533,15 @@ def at_least(minimum: int, values: dict[str, float | int | None]) -> None:
     for key, value in values.items():
         if value is not None and value < minimum:
             fail(key, value, f"must be >= {minimum}")
+
+
+def check_seed(value: int) -> None:
+    """The top-level ``seed`` of every trainer's config: numpy's range, 0 to 2**32 - 1 (torch's is wider)."""
+    if not 0 <= value <= SEED_MAX:
+        fail("seed", value, f"must be a whole number in [0, {SEED_MAX}]")
+
+
+SEED_MAX = 2**32 - 1
 
 
 def check_threads(value: Any) -> None:

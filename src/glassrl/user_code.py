@@ -17,9 +17,13 @@ def import_file(path: str | Path, prefix: str) -> ModuleType:
     """The module of the file at ``path`` (loaded once per process).
 
     One module per file, named ``<prefix>_<hash of the path>``, so two files called rewards.py do
-    not collide and neither shadows an installed package of that name. An exception while the file
-    runs is an ImportError naming the path and the exception.
+    not collide and neither shadows an installed package of that name. The file's directory is put
+    on ``sys.path``, as Python does for a script, so it may import the modules beside it. An
+    exception while the file runs is an ImportError naming the path and the exception.
     """
+    directory = str(Path(path).resolve().parent)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
     name = f"{prefix}_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
     if name in sys.modules:
         return sys.modules[name]

@@ -230,6 +230,30 @@ def test_answer_scores_a_free_prompt(tiny_model_dir, capsys):
     assert rows[0]["score"] == 1.0
 
 
+def test_a_plain_model_explains_with_defaults_that_follow_it(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """issue 31, item 8: a user's own model took three failures (gae without a critic, --sample
+    demanded, the bundled task's reward with a hint to pass the --answer that was passed)."""
+    free = ["--model", str(tiny_model_dir), "--prompt", "Natalia sold 48 clips. How many?"]
+    rows = explain_rows(capsys, *free, "--response", "#### 72", "--answer", "72")
+    assert {r["estimator"] for r in rows} == {"reinforce_pp"} and rows[0]["score"] == 1.0  # math, against --answer
+    monkeypatch.chdir(tmp_path)  # --reward file.py:fn is read from the working directory, beside its helper
+    (tmp_path / "glassrl_test_helper_31.py").write_text("def value(text):\n    return float('72' in text)\n")
+    (tmp_path / "my_reward.py").write_text(
+        "from glassrl_test_helper_31 import value\n"
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return value(solution_str)\n"
+    )
+    rows = explain_rows(capsys, *free, "--response", "72", "--sample", "1", "--reward", "my_reward.py:compute_score")
+    assert {r["estimator"] for r in rows} == {"grpo"} and col(rows, "score", 0)[0] == 1.0
+    assert error(capsys, *free, "--response", "72", "--answer", "72", "--reward", "arith_verify").endswith(
+        "; choose a reward that can score it with --reward NAME or --reward file.py:fn"
+    )  # not "--answer TEXT": it was given
+    assert error(capsys, *free, "--response", "72").endswith("give a prompt in a bundled task's form, or --answer TEXT")
+    assert error(capsys, *free, "--response", "72", "--reward", "missing.py:f").startswith(
+        f"--reward 'missing.py:f': no file {tmp_path / 'missing.py'}"
+    )
+
+
 def test_prompt_record_parses_the_task_forms():
     zh = prompt_record("请问1+1=3？", None)
     assert zh.answer == "不是，等于2！" and zh.metadata["is_true"] is False and zh.metadata["sum"] == 2
@@ -259,7 +283,10 @@ def test_errors_name_the_flag(ppo_run, grpo_run, tiny_model_dir, tmp_path, capsy
         f"--estimator: gae needs a critic's values, and run {grpo_run} · checkpoint step_00000001 has no critic; "
         "use a critic-free estimator: grpo"
     )
-    assert error(capsys, "--model", str(tiny_model_dir), *base).startswith("--estimator: gae needs a critic's values")
+    # issue 31, item 8: a plain model's default estimator is critic-free (was: "gae needs a critic's values")
+    assert error(capsys, "--model", str(tiny_model_dir), *base, "--estimator", "gae").startswith(
+        "--estimator: gae needs a critic's values"
+    )
     assert error(capsys, "--model", str(grpo_run), *base, "--sample", "3", "--beta", "0.1").startswith("--beta: ")
     assert error(capsys, "--model", str(ppo_run), *base, "--sample", "0") == (
         "--sample: expected a number of responses >= 1, got 0"

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from glassrl.cli import main
-from helpers import tiny_run_overrides
+from helpers import tiny_run_overrides, write_pairs
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +81,25 @@ def test_gold_and_proxy_are_logged_and_printed(pipeline):
 def test_demo_pipeline_argument_errors(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_offline_leg_trains_dpo_from_the_sft_policy_and_prints_before_and_after(tiny_model_dir, tmp_path):
+    """``glassrl demo --pipeline rlhf --offline``'s leg (run_dpo) on the tiny model and a few pairs."""
+    from rich.console import Console
+
+    from glassrl.commands.pipeline import run_dpo
+
+    files = {
+        split: write_pairs(tmp_path / f"{split}.jsonl", split, size) for split, size in (("train", 16), ("test", 8))
+    }
+    overrides = [f"data={files['train']}", f"eval_data={files['test']}", "steps=3", "batch_size=4", "device=cpu"]
+    console = Console(record=True, width=200)
+    result = run_dpo(tmp_path / "out", actor=str(tiny_model_dir), dpo_overrides=overrides, console=console)
+    assert result.dpo == tmp_path / "out" / "dpo" and (result.dpo / "model.safetensors").is_file()
+    assert result.before["kl"] == 0.0 and result.after["kl"] != 0.0  # the SFT policy is the reference
+    assert result.metrics["eval_pairs"] == 8
+    assert set(result.after) == {"gold", "gold/en", "gold/zh", "kl"}  # the gold also by the prompts' language
+    text = console.export_text()
+    assert "DPO before → after" in text and "held-out preference accuracy (8 pairs)" in text
+    assert "on the English prompts" in text and "on the Chinese prompts" in text

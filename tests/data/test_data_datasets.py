@@ -74,6 +74,19 @@ def test_missing_answer_is_none(tmp_path):
     assert record.answer is None and record.metadata == {}
 
 
+def test_an_answer_key_no_row_has_is_an_error_naming_file_and_key(tmp_path):
+    # issue 31, item 12: a wrong data.answer_key trained on "0 with an answer", task/accuracy NaN
+    rows = [{"question": "2+2=", "solution": "4"}, {"question": "1+1=", "solution": "2"}]
+    path = write_jsonl(tmp_path / "gsm.jsonl", rows)
+    with pytest.raises(GlassrlError) as info:
+        load_prompts(path, prompt_key="question", answer_key="answr")
+    assert str(info.value) == (
+        f"{path}: answer_key = 'answr': no row has this field (fields of the first row: question, solution)"
+    )
+    partly = write_jsonl(tmp_path / "partly.jsonl", [{"question": "a"}, {"question": "b", "solution": "2"}])
+    assert [r.answer for r in load_prompts(partly, prompt_key="question", answer_key="solution")] == [None, "2"]
+
+
 @pytest.mark.parametrize(
     "line, message",
     [

@@ -36,14 +36,6 @@ pytestmark = [
 CUDA = "cuda"
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_model_dir):
-    from glassrl.models import load_causal_lm, load_tokenizer
-    from glassrl.rollout.hf import HFRolloutEngine
-
-    return HFRolloutEngine(load_causal_lm(tiny_model_dir, dtype="float32", device=CUDA), load_tokenizer(tiny_model_dir))
-
-
 def _prompts(engine) -> list[list[int]]:
     from glassrl.data.formatting import format_prompt
 

@@ -15,6 +15,7 @@ from glassrl.ledger.implicit_rewards import SideNumbers, pair_ledger
 from glassrl.ledger.preference import PreferenceLedger
 from glassrl.optim import OptimConfig
 from glassrl.supervised.preference import LEDGER_FILE, PreferenceConfig, PreferenceObjective, train_preference
+from helpers import write_pairs
 
 
 def hand_pair(ref=True):
@@ -46,13 +47,7 @@ def test_a_ledger_by_hand_in_both_languages():
 @pytest.fixture(scope="module")
 def trained(tiny_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("pref_ledger")
-    files = {}
-    for split, size in (("train", 16), ("test", 6)):
-        rows = [
-            {"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected} for p in preference_pairs(split, size=size)
-        ]
-        files[split] = root / f"{split}.jsonl"
-        files[split].write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    files = {split: write_pairs(root / f"{split}.jsonl", split, size) for split, size in (("train", 16), ("test", 6))}
     cfg = PreferenceConfig(
         model=str(tiny_model_dir),
         data=str(files["train"]),
@@ -109,3 +104,50 @@ def test_the_report_shows_the_preference_ledgers(trained, tmp_path):
     assert 'id="preference"' in page and 'id="pair-0-0"' in page and "ρ_i = β·(log π_θ" in page
     zh = write_run_report([run], tmp_path / "zh.html", lang="zh").read_text(encoding="utf-8")
     assert "优选回答" in zh and "这对回答排序" in zh
+
+
+def test_glassrl_explain_prints_the_ledger_of_a_pair_whose_sums_are_the_loss_s(trained, capsys):
+    from glassrl.cli import main
+
+    _, run = trained
+    pair = preference_pairs("test", size=1)[0]
+    argv = ["explain", "--model", str(run), "--prompt", pair.prompt, "--chosen", pair.chosen]
+    assert main([*argv, "--rejected", pair.rejected, "--format", "jsonl"]) == 0
+    shown = PreferenceLedger.from_dict(json.loads(capsys.readouterr().out))
+    again = explain_pair(run, pair.prompt, pair.chosen, pair.rejected)
+    assert shown == PreferenceLedger.from_dict(json.loads(json.dumps(again.to_dict())))
+    for side in (shown.chosen, shown.rejected):
+        assert sum(t.reward for t in side.tokens) == pytest.approx(side.reward, abs=1e-6)
+    assert main([*argv, "--rejected", pair.rejected, "--lang", "zh"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"preference run {run} · loss dpo") and "优选回答" in text
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--response", "x"], "--response: not for a preference run"),
+        (["--beta", "0.5"], "--beta: not for a preference run"),
+        (["--format", "csv"], "--format csv: not for a preference pair"),
+        (["--html", "x.html"], "--html: not for a preference pair"),
+    ],
+)
+def test_explain_of_a_preference_run_names_a_flag_that_does_not_fit(trained, extra, message, capsys):
+    from glassrl.cli import main
+
+    _, run = trained
+    argv = ["explain", "--model", str(run), "--prompt", "p", "--chosen", "a", "--rejected", "b", *extra]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_chosen_and_rejected_need_a_preference_run(trained, tiny_model_dir, capsys):
+    from glassrl.cli import main
+
+    _, run = trained
+    assert main(["explain", "--prompt", "p", "--chosen", "a", "--rejected", "b"]) == 2
+    assert "--chosen: needs --model" in capsys.readouterr().err
+    assert main(["explain", "--model", str(tiny_model_dir), "--prompt", "p", "--rejected", "b"]) == 2
+    assert "is not a run of glassrl dpo" in capsys.readouterr().err
+    assert main(["explain", "--model", str(run), "--prompt", "p", "--chosen", "a"]) == 2
+    assert "--rejected: missing" in capsys.readouterr().err

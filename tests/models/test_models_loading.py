@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from glassrl.models import (
     scalar_outputs,
 )
 from glassrl.models.value_head import VALUE_HEAD_MARKER, VALUE_HEAD_WEIGHTS
+from helpers import tiny_qwen2_dir
 
 IDS = torch.tensor([[5, 17, 42, 8, 99, 3], [7, 7, 61, 2, 30, 11]])
 MASK = torch.ones_like(IDS)
@@ -219,3 +221,41 @@ def test_scalar_outputs_ignore_left_padding(tiny_lm_path, head):
         alone = scalar_outputs(model, row, torch.ones_like(row))
         batched = scalar_outputs(model, padded, mask)
     torch.testing.assert_close(batched[:, 2:], alone, rtol=1e-5, atol=1e-5)
+
+
+# --- a tokenizer's special tokens against the model's embedding (issue 31, item 2) -----------
+
+QWEN2_TEXTS = ["hello world 1+1=2 what is two plus two"] * 10
+
+
+def test_a_pad_token_outside_the_embedding_pads_with_eos_and_says_so(tmp_path, caplog):
+    # transformers gives Qwen2Tokenizer without a pad <|endoftext|>, id = its vocabulary size
+    path = tiny_qwen2_dir(
+        tmp_path / "qwen2", QWEN2_TEXTS, {"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>"}
+    )
+    rows = load_causal_lm(path).get_input_embeddings().num_embeddings
+    with caplog.at_level(logging.WARNING):
+        tok = load_tokenizer(path)
+    assert tok.pad_token == tok.eos_token == "<|im_end|>" and tok.pad_token_id < rows
+    assert caplog.messages == [
+        f"{path}: pad_token '<|endoftext|>' has id {rows}, but the model's embedding has {rows} rows; "
+        f"padding with eos_token '<|im_end|>' (id {tok.eos_token_id}) instead"
+    ]
+    model = load_causal_lm(path)
+    batch = tok(["hello", "what is two plus two"], return_tensors="pt", padding=True, padding_side="left")
+    out = model.generate(**batch, max_new_tokens=3, do_sample=False, pad_token_id=tok.pad_token_id)
+    assert out.shape[0] == 2  # before: IndexError inside generate, the pad id outside the embedding
+
+
+def test_an_eos_or_special_token_outside_the_embedding_is_one_line(tmp_path):
+    eos_outside = {"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|endoftext|>"}
+    path = tiny_qwen2_dir(tmp_path / "eos", QWEN2_TEXTS, eos_outside)
+    with pytest.raises(GlassrlError, match=r"eos_token '<\|endoftext\|>' has id \d+, but the model's embedding"):
+        load_tokenizer(path)
+    extra = {
+        "tokenizer_class": "Qwen2Tokenizer",
+        **dict.fromkeys(("eos_token", "pad_token", "unk_token"), "<|im_end|>"),
+    }
+    path = tiny_qwen2_dir(tmp_path / "extra", QWEN2_TEXTS, {**extra, "additional_special_tokens": ["<tool>"]})
+    with pytest.raises(GlassrlError, match=r"special token '<tool>' has id \d+, but the model's embedding"):
+        load_tokenizer(path)

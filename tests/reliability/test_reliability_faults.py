@@ -71,6 +71,22 @@ INPUT_FAULTS = {
     ),
     "explain-html-directory": ([*EXPLAIN, "--score", "1", "--html", "{tmp}"], r"--html .*: is a directory"),
     "explain-out-missing-dir": ([*EXPLAIN, "--score", "1", "--out", "{tmp}/no/x.txt"], r"directory .*/no does not"),
+    # issue 32: numpy's range for a seed, Python's int-string limit, recursion, lone surrogates
+    "seed-negative": (["train", "grpo", "seed=-1"], r"seed = -1: must be a whole number in \[0, 4294967295\]"),
+    "seed-huge": (["train", "grpo", "seed=99999999999999999999"], r"seed = 99999999999999999999: must be a whole"),
+    "sft-seed-negative": (["sft", "sft", "seed=-1"], r"seed = -1: must be a whole number in \[0, 4294967295\]"),
+    "rm-seed-huge": (["rm", "rm", "seed=4294967296"], r"seed = 4294967296: must be a whole number in"),
+    "config-int-5001-digits": (["train", "{tmp}/int.yaml"], r"int\.yaml: not valid YAML: .*an integer of 5001 digits"),
+    "override-int-5001-digits": (["train", "grpo", "steps=" + "9" * 5001], r"steps: .*an integer of 5001 digits"),
+    "config-nested-deep": (["train", "{tmp}/deep.yaml"], r"deep\.yaml: not valid YAML: nested deeper than 64 levels"),
+    "config-surrogate": (
+        ["train", "{tmp}/surrogate.yaml"],
+        r"surrogate\.yaml: field 'output_dir': \\ud800 at character 5 is a lone",
+    ),
+    "override-surrogate": (
+        ["train", "grpo", 'data.prompt_key="a\\udfff"'],
+        r"command line: field 'data\.prompt_key': \\udfff at character 1 is a lone surrogate",
+    ),
 }
 
 
@@ -79,6 +95,9 @@ def _input_files(tmp: Path) -> None:
     _write(tmp / "dup.yaml", "steps: 3\nalgo:\n  lam: 1.0\n  lam: 0.9\n")
     response = {"tokens": ["a"], "score": float("nan"), "values": [0.5]}
     _write(tmp / "nan.json", json.dumps({"responses": [response]}))  # Python writes NaN
+    _write(tmp / "int.yaml", "steps: " + "9" * 5001 + "\n")
+    _write(tmp / "deep.yaml", "algo: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    _write(tmp / "surrogate.yaml", 'output_dir: "runs/\\ud800"\n')  # a YAML escape: valid YAML, not text
 
 
 @pytest.mark.parametrize("fault", sorted(INPUT_FAULTS))

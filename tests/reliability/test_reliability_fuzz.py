@@ -1,11 +1,17 @@
-"""Fuzz the two places where a user types numbers and structure: the config loader (a YAML file
-and dotted overrides) and ``glassrl explain``'s arguments. Every input must end in success or in
-one GlassrlError line (exit code 2 for the command): never a traceback, never a multi-line error.
+"""Fuzz the places where a user types numbers and structure: the config loader (a YAML file and
+dotted overrides), ``glassrl explain``'s arguments, and the data files (prompt sets, SFT pairs,
+preference pairs: each row then tokenized and, for prompts, encoded as a checkpoint holds it); and
+what a tool says back to the model. Every input must end in success or in one GlassrlError line
+(exit code 2 for the command): never a traceback, never a multi-line error. A tool's output, and
+a call the model writes, must always reach the model as tokens and the ledger as UTF-8 text.
+
+Under CI=true Hypothesis loads its "ci" profile: derandomized, every CI run draws the same examples.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import typing
 from pathlib import Path
@@ -17,14 +23,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from glassrl.config import load_config
+from glassrl.data.datasets import load_prompts
+from glassrl.data.formatting import format_prompts
+from glassrl.data.preferences import load_preference_file
 from glassrl.errors import GlassrlError
+from glassrl.models.loading import load_tokenizer
 from glassrl.rl.config import TrainConfig
-from glassrl.supervised.rm import RMConfig
-from glassrl.supervised.sft import SFTConfig
+from glassrl.rollout.agent.formats import build_call_format
+from glassrl.rollout.agent.tools import FunctionTool, run_call, tool_map
+from glassrl.run import codec
+from glassrl.supervised.rm import RMConfig, encode_pairs
+from glassrl.supervised.sft import SFTConfig, load_pairs, tokenize_pairs
 
 ARGPARSE_NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")  # what argparse takes for a negative number
 CONFIG_INPUTS = 200  # examples per config test
 EXPLAIN_INPUTS = 150
+DATA_INPUTS = 150  # per loader
+TOOL_INPUTS = 100  # per call format
+# Valid JSON or YAML that is not data (issue 32): lone surrogates, nesting past any limit, an
+# integer past Python's int-string limit, a date that is no date.
+NOT_DATA = ['"\\ud800"', '"a\\udfff b"', "9" * 5001, "[" * 300 + "]" * 300, "[" * 101 + "]" * 101, "2024-13-45"]
 
 
 def _keys(cls, prefix: str = "") -> list[str]:
@@ -67,6 +85,7 @@ RAW = st.one_of(
     SCALARS.map(lambda v: yaml.safe_dump(v, default_flow_style=True).removesuffix("\n...\n").strip()),
     st.text(max_size=16),
     st.sampled_from(["[1,", "{a: 1, a: 2}", "'", '"', "&a", "*b", "!!python/object:os.system", "{", "- x", ": :"]),
+    st.sampled_from(NOT_DATA),
 )
 
 
@@ -105,7 +124,13 @@ def test_the_config_loader_succeeds_or_says_one_line(cls, body, overrides, tmp_p
 
 
 @settings(max_examples=CONFIG_INPUTS, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.one_of(st.binary(max_size=64), st.text(max_size=64).map(str.encode)))
+@given(
+    data=st.one_of(
+        st.binary(max_size=64),
+        st.text(max_size=64).map(str.encode),
+        st.tuples(st.sampled_from(KEYS), st.sampled_from(NOT_DATA)).map(lambda kv: f"{kv[0]}: {kv[1]}\n".encode()),
+    )
+)
 def test_any_file_bytes_succeed_or_say_one_line(data, tmp_path):
     path = tmp_path / "config.yaml"
     path.write_bytes(data)
@@ -161,3 +186,100 @@ def test_explain_succeeds_or_says_one_line(tokens, flags, capsys):
     assert rc in (0, 2), (argv, rc, err)
     if rc == 2:
         assert len(err) == 1 and ERROR_LINE.match(err[0]), (argv, err)
+
+
+# ---------------------------------------------------------------- data files: prompts, SFT pairs, preferences
+
+# Text as JSON can carry it: lone surrogates too (json.dumps writes them as \udXXX escapes).
+SURROGATES = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF, exclude_categories=())  # else rarely drawn
+ANY_TEXT = st.one_of(
+    st.text(st.characters(exclude_categories=()), max_size=12),
+    st.tuples(st.text(max_size=4), SURROGATES, st.text(max_size=4)).map("".join),
+)
+JSON_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),  # Python's json reads and writes NaN, Infinity
+    ANY_TEXT,
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(ANY_TEXT, inner, max_size=3), max_leaves=8
+)
+MESSAGES = st.lists(
+    st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant", "tool", "x"]), "content": ANY_TEXT}),
+    max_size=3,
+)
+FIELD_NAMES = ["prompt", "answer", "response", "chosen", "rejected", "margin", "metadata"]
+ROWS = st.dictionaries(
+    st.sampled_from(FIELD_NAMES) | ANY_TEXT, st.one_of(ANY_TEXT, MESSAGES, JSON_VALUES), max_size=6
+).map(json.dumps)
+LINES = st.one_of(
+    ROWS,
+    ROWS.map(lambda row: row[:-1] + ', "x": ' + NOT_DATA[len(row) % len(NOT_DATA)] + "}"),
+    st.text(max_size=30),
+    st.sampled_from(
+        ["", "[]", "null", "NaN", "[" * 5000 + "]" * 5000, "{\"prompt\": 1e400}", "{\"margin\": -Infinity}"]
+    ),
+)
+
+
+def _prompts(path, tokenizer):
+    records = load_prompts(path)
+    format_prompts(tokenizer, [r.prompt for r in records])  # what the policy sees
+    codec.encode([r.metadata for r in records])  # DAPO's buffer in a checkpoint
+
+
+def _sft_pairs(path, tokenizer):
+    tokenize_pairs(tokenizer, load_pairs(str(path)), max_length=10**6)
+
+
+def _preferences(path, tokenizer):
+    encode_pairs(tokenizer, load_preference_file(path), max_length=10**6)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    return load_tokenizer(tiny_model_dir)
+
+
+@settings(max_examples=DATA_INPUTS, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(LINES, min_size=1, max_size=4))
+@pytest.mark.parametrize("read", [_prompts, _sft_pairs, _preferences], ids=["prompts", "sft-pairs", "preferences"])
+def test_a_data_file_is_read_or_says_one_line(read, lines, tokenizer, tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    try:
+        read(path, tokenizer)
+    except GlassrlError as err:
+        assert "\n" not in str(err).strip() and str(err).startswith(str(path)), str(err)
+
+
+# ---------------------------------------------------------------- what a tool says back
+
+
+@settings(max_examples=TOOL_INPUTS, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    returned=st.one_of(ANY_TEXT, JSON_VALUES, st.just(10**5000)),  # str(10**5000) raises: an error observation
+    arguments=st.one_of(st.dictionaries(st.just("text") | ANY_TEXT, JSON_VALUES, max_size=2), JSON_VALUES),
+    name=st.one_of(st.just("echo"), ANY_TEXT),
+)
+@pytest.mark.parametrize("call_format", ["tagged", "hermes"])
+def test_a_tool_output_reaches_the_model_as_tokens(call_format, returned, arguments, name, tokenizer):
+    def echo(text: str) -> str:
+        """Says something back."""
+        return returned
+
+    fmt = build_call_format(tokenizer, call_format)
+    body = json.dumps(arguments)  # a lone surrogate as the model would write it: an escape
+    written = (
+        f"<call>{name} {body}</call>"
+        if call_format == "tagged"
+        else f'<tool_call>{{"name": {json.dumps(name)}, "arguments": {body}}}</tool_call>'
+    )
+    calls = fmt.parse(written)
+    results = [run_call(tool_map([FunctionTool(echo)]), call, timeout_s=5) for call in calls]
+    text, ids = fmt.observation([r.text for r in results])
+    assert ids and text.encode("utf-8")
+    records = [r.as_dict(c) for r, c in zip(results, calls)]
+    json.dumps(records, ensure_ascii=False).encode("utf-8")  # what the ledger writes

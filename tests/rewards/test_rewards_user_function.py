@@ -110,6 +110,16 @@ def test_raising_function_is_an_error_with_its_message():
     assert result.message == f"{MODULE}:boom: ValueError: bad response xyz"
 
 
+def test_raising_function_carries_its_traceback_and_the_users_line(tmp_path_factory):
+    # issue 31, item 13: the trainer names the user's file:line and writes the traceback
+    result = one("boom", "xyz")
+    module = tmp_path_factory.getbasetemp() / "user_module" / f"{MODULE}.py"
+    line = 1 + textwrap.dedent(SOURCE).splitlines().index('    raise ValueError("bad response " + response)')
+    assert result.at == f"{module}:{line}"
+    assert f'File "{module}", line {line}, in boom' in result.traceback
+    assert result.traceback.rstrip().endswith("ValueError: bad response xyz")
+
+
 @pytest.mark.parametrize(
     "name, fragment",
     [

@@ -248,3 +248,30 @@ def test_a_bad_tool_or_environment_spec_names_its_key(tmp_path):
     cfg = load_config(TrainConfig, None, [f"rollout.agent.environment={ENV}:ScriptedSampler"])
     with pytest.raises(GlassrlError, match="not an environment|calling it raised"):
         environment_maker(cfg, cfg.rollout.agent)
+
+
+QWEN2_TEXTS = ["What is 1+2=? Use the calculator tool to compute a sum, then answer with the number."] * 20
+
+
+@pytest.mark.parametrize("call_format", ["tagged", "hermes"])
+def test_the_ledger_prompt_is_the_ids_the_policy_saw(call_format, tmp_path):
+    """issue 31, item 6: the ledger showed the reward's prompt text (18 tokens), not the 81 the
+    model saw, the tools' system message missing. prompt_as_seen, decoded from the rollout's own
+    ids, encodes back to the prompt as the call format renders it."""
+    from glassrl.ledger import read_jsonl
+    from helpers import QWEN25_TEMPLATE, tiny_qwen2_dir
+
+    specials = dict.fromkeys(("eos_token", "pad_token", "unk_token"), "<|im_end|>")
+    config = {"tokenizer_class": "Qwen2Tokenizer", **specials, "chat_template": QWEN25_TEMPLATE}
+    model = tiny_qwen2_dir(tmp_path / "qwen2", QWEN2_TEXTS, config, positions=2048)
+    run = tmp_path / "run"
+    overrides = _overrides(model, run, f"rollout.agent.call_format={call_format}", "steps=1")
+    trainer = _trainer("grpo", [*overrides, "rollout.max_new_tokens=8", "data.eval_size=0"])
+    trainer.train()
+    formatted = {tuple(ids) for ids in trainer.data.ids(trainer.data.sources[0].records)}
+    ledger = read_jsonl(run / "ledgers" / "step_000001.jsonl")
+    for response in ledger.responses:
+        ids = trainer.tokenizer(response.prompt_as_seen, add_special_tokens=False)["input_ids"]
+        assert tuple(ids) in formatted
+        assert "calculator" in response.prompt_as_seen  # the tools' description: the system message (tagged) or schemas
+        assert "calculator" not in response.prompt  # the text the rewards read: the task's prompt

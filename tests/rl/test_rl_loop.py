@@ -119,6 +119,20 @@ def test_reward_failures_above_the_threshold_stop_the_run(fast, prompt_files, tm
         _trainer(None, _failure_overrides(fast, data, 0.2)).train()
 
 
+def test_a_failing_user_reward_names_its_line_once_and_writes_its_traceback(fast, prompt_files, tmp_path):
+    # issue 31, item 13: the same exception three times, no file:line, no traceback
+    data = _marked(prompt_files[0], tmp_path / "marked.jsonl", {0: "raise"})
+    with pytest.raises(GlassrlError) as info:
+        _trainer(None, _failure_overrides(fast, data, 0.2)).train()
+    message, where = str(info.value), f"{Path(__file__).parent / 'trainer_reward_fns.py'}:12"
+    assert message.count("boom on a marked prompt") == 1 and message.count(f"(at {where})") == 1
+    assert "(×4)" in message
+    written = tmp_path / "run" / "reward_traceback.txt"
+    assert message.endswith(f"; the first traceback: {written}")
+    text = written.read_text(encoding="utf-8")
+    assert 'trainer_reward_fns.py", line 12, in flaky_reward' in text and "RuntimeError: boom" in text
+
+
 def test_failed_responses_leave_group_baselines_and_training():
     """Group 0 = scores [1, 0, 1, failed]: GRPO over the 3 scored ones only; group 1 keeps one
     scored response, no baseline: all of it is left out."""

@@ -292,7 +292,9 @@ def test_a_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, mon
 
     monkeypatch.setitem(ckpt._WRITERS, "safetensors", full)
     with pytest.raises(
-        GlassrlError, match=r"^checkpoint step_00000002: cannot write under .*: No space left on device$"
+        GlassrlError,
+        match=r"^checkpoint step_00000002: cannot write under .*: No space left on device; a checkpoint takes about "
+        r"\d+ B \(step_00000001 does\), [\d.]+ [kMGT]?B is free there$",  # issue 32: the space needed
     ):
         manager.save(2, _small_parts(2))
     assert manager.latest() == first and not [p for p in tmp_path.iterdir() if p.name.startswith("tmp-")]

@@ -8,7 +8,7 @@ import pytest
 
 from glassrl.errors import GlassrlError
 from glassrl.run.checkpoint import CheckpointManager, Part
-from glassrl.run.open import open_checkpoint
+from glassrl.run.open import model_in_run, open_checkpoint
 
 
 class _Model:
@@ -74,3 +74,16 @@ def test_a_checkpoint_outside_a_run_has_no_config(tmp_path):
     assert checkpoint.actor.is_dir()
     with pytest.raises(GlassrlError, match=r"is not inside a run directory \(no .*config\.yaml\)"):
         checkpoint.config(_Config)
+
+
+def test_model_in_run_is_the_checkpoints_model_and_none_for_a_model_directory(tmp_path):
+    run = _run(tmp_path, critic=True)
+    step_1 = run / "checkpoints" / "step_00000001"
+    path, line = model_in_run(step_1, "model.actor")
+    assert path == (step_1 / "actor").resolve()
+    assert line == f"model.actor: {step_1 / 'actor'} (the policy at step 1 of the run {run})"
+    assert model_in_run(run, "model.critic", "critic")[0] == (run / "checkpoints" / "step_00000002" / "critic")
+    assert model_in_run(step_1 / "actor", "model.actor") is None  # a model directory (config.json)
+    assert model_in_run("Qwen/Qwen2.5-0.5B-Instruct", "model.actor") is None  # a hub id
+    (run / "config.json").write_text("{}")  # an SFT/RM/DPO output: the model, beside its checkpoints
+    assert model_in_run(run, "model") is None

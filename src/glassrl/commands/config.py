@@ -159,6 +159,16 @@ How a config is read (`glassrl.config.load_config`):
 - Dotted keys reach into sections (`algo.kl.coef=0.01`); a number reaches into a list
   (`reward.sources.0.weight=2`), and the list's length appends an element
   (`reward.sources.1.name=length_penalty`).
+- **Paths** (`glassrl train`'s one rule, `glassrl.rl.config_paths`; the `data` and `eval_data`
+  of `glassrl sft`, `rm` and `dpo` are still read from the working directory). The files a config travels with — data
+  (`data.train`, `data.test`, `data.ptx`, a mixture's paths), reward functions (`file.py:fn`
+  specs), tools and environments (`rollout.agent.tools`, `.environment`) — are read from the
+  directory of the config file that names them; a path given on the command line (`key=value`)
+  from the working directory, as any path typed in a shell. Where runs live — `output_dir`, and
+  the models (`model.*`, a reward model's or teacher's `path`, the SFT/RM/DPO `model`), usually
+  an earlier run's `output_dir` — is relative to the working directory. A config file's paths are
+  recorded absolute in the run's `config.yaml` (a resume reads the same files from anywhere), and
+  a missing file is an error naming the path it looked for.
 - A section shown as `section | null` is off when null; `true` turns it on with its defaults
   (`logging.wandb=true`), and setting one of its keys turns it on too.
 - An unknown key or a bad value is one error line naming the key and where it came from, the

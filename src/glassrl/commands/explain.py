@@ -17,6 +17,12 @@ With ``--model RUN_DIR_OR_CHECKPOINT`` the models compute every number of given
 
     glassrl explain --model runs/grpo --prompt "请问1+1=2？" --response "是的，等于2！" --sample 3
 
+With ``--model`` a run of ``glassrl dpo`` and ``--chosen``/``--rejected`` instead of
+``--response``, the preference ledger of that pair: per token log π_θ, log π_ref and the
+implicit reward, whose sums are the loss's rewards (glassrl.commands.explain_preference):
+
+    glassrl explain --model runs/dpo-arith --prompt "37+45=82？" --chosen "是的，等于82。" --rejected "不，等于83。"
+
 With ``--ledger FILE`` it shows a ledger a run wrote as it is (an asynchronous run's per-token
 version, staleness, log μ and off-policy weight among its columns and in the legend):
 
@@ -72,12 +78,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="RUN_DIR|CHECKPOINT",
         help="a training run directory, one of its checkpoints, or a Hugging Face model directory",
     )
+    model.add_argument("--chosen", metavar="TEXT", help="with a glassrl dpo run: the preferred response of a pair")
+    model.add_argument("--rejected", metavar="TEXT", help="with a glassrl dpo run: the dispreferred response")
     model.add_argument("--sample", metavar="N", help="also sample N responses (the run's rollout settings)")
     model.add_argument("--seed", metavar="S", help="seed of the sampling generator (default 0)")
     model.add_argument(
         "--reward",
-        metavar="NAME",
-        help=f"reward source (default: the run's reward.sources; a plain model: {DEFAULT_REWARD})",
+        metavar="NAME|FILE.py:FN",
+        help="reward source, or your function (module:fn or file.py:fn, any style) (default: the run's "
+        f"reward.sources; a plain model: {DEFAULT_REWARD} for a prompt in a bundled task's form, else "
+        "math against --answer)",
     )
     model.add_argument("--answer", metavar="TEXT", help="reference answer, for a prompt not in a bundled task's form")
     model.add_argument(
@@ -123,6 +133,13 @@ def run(args: argparse.Namespace) -> int:
         given = [flag for flag in ("model", "input", "prompt", "tokens", "response") if getattr(args, flag) is not None]
         if given:
             raise GlassrlError(f"--ledger shows a ledger a run wrote; --{given[0]} computes one: choose one")
+    if args.model is not None or args.chosen is not None or args.rejected is not None:
+        # imported here: it loads torch, which explain's other modes may not need
+        from glassrl.commands import explain_preference
+
+        if explain_preference.check_flags(args):
+            return _print_pair(*explain_preference.from_args(args), args)
+    if args.ledger is not None:
         ledger = read_jsonl(args.ledger)
         header = [f"{args.ledger}: step {ledger.step}"]
     elif args.model is not None:
@@ -145,11 +162,30 @@ def run(args: argparse.Namespace) -> int:
         text += "\n```text\n" + "\n".join(lines) + "\n```\n"
     else:
         return _print_table(ledger, header, lines, args.out)
-    if args.out is None:
+    return _emit(text, args.out)
+
+
+def _print_pair(ledger, header: list[str], args: argparse.Namespace) -> int:
+    """A preference ledger (glassrl.ledger.preference) as text, Markdown or one JSON line."""
+    import json
+
+    lines = ledger.lines(args.lang)
+    if args.format == "jsonl":
+        text = json.dumps(ledger.to_dict(), ensure_ascii=False) + "\n"
+    elif args.format == "markdown":
+        text = "".join(f"{line}\n\n" for line in header) + "```text\n" + "\n".join(lines) + "\n```\n"
+    else:
+        text = "\n".join([*header, *lines]) + "\n"
+    return _emit(text, args.out)
+
+
+def _emit(text: str, out: str | None) -> int:
+    """``text`` to stdout, or to the file ``out``."""
+    if out is None:
         sys.stdout.write(text)
     else:
-        with _writing("--out", args.out):
-            Path(args.out).write_text(text, encoding="utf-8")
+        with _writing("--out", out):
+            Path(out).write_text(text, encoding="utf-8")
     return 0
 
 

@@ -8,7 +8,9 @@ compute phases 2–5 of the trainer's step (glassrl.rl.explain, which says what 
 reads). This module reads the flags and prints the header.
 
 From a run, γ, λ, β, the estimator, the KL estimator and whitening are the run's; for a
-plain model, explain's defaults, ``--reward`` (default arith_verify, TrainConfig's) and
+plain model, explain's defaults with a critic-free estimator (grpo for two responses or more,
+reinforce_pp for one), ``--reward`` (default: arith_verify, TrainConfig's, for a prompt in a
+bundled task's form, else math against ``--answer``; or your function, ``file.py:fn``) and
 ``--reference`` (default: the model itself). Parameter flags (``--gamma``, ``--lam``,
 ``--beta``, ``--estimator``, ``--kl-kind``, ``--whiten``, ``--reward``, ``--reference``)
 override the run's values (what if λ were 0?). ``--sample N`` adds N responses sampled with
@@ -54,7 +56,7 @@ CONFIG_FIELDS = {
     "kl_kind": "algo.kl.kind",
     "whiten": "algo.whiten_advantages",
 }
-DEFAULT_REWARD = ", ".join(s["name"] for s in RewardConfig().sources)  # a plain model's: TrainConfig's
+DEFAULT_REWARD = ", ".join(s["name"] for s in RewardConfig().sources)  # a plain model's for a bundled task's prompt
 
 
 def _flag(key: str) -> str:
@@ -81,7 +83,9 @@ def open_run(args: argparse.Namespace, console=None) -> ModelRun:
     its parameters resolved (:func:`resolve_params`)."""
     from glassrl.rl.explain import open_model
 
-    run = open_model(Path(args.model), reference=args.reference, reward=args.reward, console=console)
+    run = open_model(
+        Path(args.model), reference=args.reference, reward=args.reward, prompt=args.prompt, console=console
+    )
     resolve_params(args, run)
     return run
 
@@ -105,6 +109,8 @@ def resolve_params(args: argparse.Namespace, run: ModelRun) -> explain_input.Exp
         }
         labels = {key: run.config_label + field for key, field in CONFIG_FIELDS.items()}
         labels["beta"] = f"{run.where}: kl_controller"
+    elif run.critic is None:  # a plain model: a critic-free estimator, GRPO's when there is a group
+        params["estimator"] = "grpo" if _responses(args) >= 2 else "reinforce_pp"
     for key in explain_input.PARAM_KEYS:
         if getattr(args, key) is not None:
             params[key], labels[key] = getattr(args, key), _flag(key)
@@ -126,6 +132,12 @@ def resolve_params(args: argparse.Namespace, run: ModelRun) -> explain_input.Exp
     return spec
 
 
+def _responses(args: argparse.Namespace) -> int:
+    """How many responses the ledger will hold: the given one and the sampled ones."""
+    sample = 0 if args.sample is None else explain_input.integer(args.sample, "--sample")
+    return int(args.response is not None) + sample
+
+
 def from_args(args: argparse.Namespace, console=None) -> tuple[Ledger, list[str]]:
     """(ledger, header lines) of ``glassrl explain --model …``."""
     from transformers.utils import logging as hf_logging
@@ -144,7 +156,7 @@ def from_args(args: argparse.Namespace, console=None) -> tuple[Ledger, list[str]
     run = open_run(args, console)
     estimator = run.cfg.algo.advantage
     label = f"{run.config_label}algo.advantage" if run.config_label and args.estimator is None else "--estimator"
-    _check_estimator(run, estimator, label, int(args.response is not None) + sample)
+    _check_estimator(run, estimator, label, _responses(args))
     ledger = model_ledger(run, args.prompt, args.response, sample, seed, prompt_record(args.prompt, args.answer))
     return ledger, _header(run, sample, seed)
 

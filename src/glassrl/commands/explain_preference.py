@@ -9,6 +9,7 @@ pair is laid out as in training: ``format_prompt(x)`` ⊕ response ⊕ EOS.
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -25,6 +26,12 @@ from glassrl.models.lora import LoraConfig, is_adapter_dir, load_lora_model
 from glassrl.supervised.reference import sequence_logprobs
 
 MARKER = "glassrl.json"
+PAIR = ("chosen", "rejected")
+# explain's flags for a sampled or given response and its RL parameters: a preference run has none
+NOT_WITH_PAIR = (
+    *("response", "sample", "seed", "reward", "answer"),
+    *("gamma", "lam", "beta", "estimator", "kl_kind", "whiten"),
+)
 
 
 def is_preference_run(path: str | Path) -> bool:
@@ -36,6 +43,38 @@ def is_preference_run(path: str | Path) -> bool:
         return json.loads(marker.read_text(encoding="utf-8")).get("kind") == "preference"
     except (OSError, ValueError):
         return False
+
+
+def check_flags(args: argparse.Namespace) -> bool:
+    """Whether ``glassrl explain`` shows a preference ledger (``--model`` a preference run); the flags
+    that do not fit the mode are one-line errors naming them."""
+    pair = [f"--{k}" for k in PAIR if getattr(args, k) is not None]
+    if args.model is None or not is_preference_run(args.model):
+        if pair:
+            where = "needs --model" if args.model is None else f"--model {args.model} is not a run of glassrl dpo;"
+            raise GlassrlError(f"{pair[0]}: {where} (a run of glassrl dpo, whose pairs it explains)")
+        return False
+    for key in NOT_WITH_PAIR:
+        if getattr(args, key) is not None:
+            flag = "--" + key.replace("_", "-")
+            raise GlassrlError(f"{flag}: not for a preference run ({args.model}); give --chosen and --rejected")
+    if args.html is not None:
+        raise GlassrlError("--html: not for a preference pair; glassrl report RUN_DIR shows its token view")
+    if args.format == "csv":
+        raise GlassrlError("--format csv: not for a preference pair; use jsonl (one JSON line)")
+    for key in ("prompt", *PAIR):
+        if getattr(args, key) is None:
+            raise GlassrlError(f"--{key}: missing (a preference run explains --prompt, --chosen and --rejected)")
+    return True
+
+
+def from_args(args: argparse.Namespace) -> tuple[PreferenceLedger, list[str]]:
+    """(ledger, header lines) of ``glassrl explain --model DPO_RUN --prompt … --chosen … --rejected …``."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a bar per loaded model would bury the ledger
+    ledger = explain_pair(args.model, args.prompt, args.chosen, args.rejected, args.reference)
+    return ledger, header(ledger, args.model)
 
 
 def explain_pair(

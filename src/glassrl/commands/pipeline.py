@@ -50,6 +50,7 @@ PIPELINES = ("rlhf",)
 DPO_PRESET = presets.DIR / "dpo.yaml"
 CHOSEN, REJECTED = "是的，等于2！", "不是，等于2！"  # the reference pair: right verdict, and the verdict flipped
 EVAL_SIZE = 200  # held-out prompts of policy_figures, as examples/rlhf/ppo.yaml evaluates
+LANGUAGES = {"en": "English", "zh": "Chinese"}  # the task's prompt languages: policy_figures' gold/<lang>
 CONFIGS = presets.DIR / "rlhf"  # sft.yaml, rm.yaml, ppo.yaml
 PROMPT, RESPONSE = "请问1+1=2？", "是的，等于2！"
 WINDOW = 5  # training steps averaged for "first" and "last" gold and proxy of the sampled responses
@@ -212,7 +213,9 @@ def policy_figures(policy: str | Path, reference: str | Path, out: str | Path, *
     """How a policy does on the bundled task, measured the same way whatever trained it: ``gold``,
     the held-out accuracy as a training run evaluates it (greedy answers to the first
     ``EVAL_SIZE`` arith-verify test prompts, judged by the task's verifier: the trainer's
-    evaluation, glassrl.rl.evaluation), and ``kl``, the mean over ``samples`` responses sampled at
+    evaluation, glassrl.rl.evaluation), ``gold/en`` and ``gold/zh``, the same over the English and
+    the Chinese prompts (the SFT policy answers most English questions in Chinese, which the
+    verifier scores 0: README, "Two commands"), and ``kl``, the mean over ``samples`` responses sampled at
     temperature 1 to each of those prompts of Σ_i (log π(a_i|s_i) − log π_ref(a_i|s_i)) (k1, nats
     per response: ``kl/sequence`` of a training run, on held-out prompts). ``out``: a scratch run
     directory for the evaluation's trainer (presets/grpo.yaml, never stepped)."""
@@ -227,11 +230,12 @@ def policy_figures(policy: str | Path, reference: str | Path, out: str | Path, *
     from glassrl.rollout.base import SamplingParams
 
     overrides = [f"model.actor={policy}", f"model.reference={reference}", f"output_dir={out}"]
-    overrides += [f"data.eval_size={EVAL_SIZE}", "logging.eval_group_by=null", "logging.report=false"]
+    overrides += [f"data.eval_size={EVAL_SIZE}", "logging.eval_group_by=lang", "logging.report=false"]
     cfg = load_config(TrainConfig, presets.path("grpo"), overrides)
     trainer = Trainer(cfg, console=Console(file=io.StringIO()), progress=False)
     try:
-        gold = trainer.evaluate()["eval/accuracy"]
+        accuracy = trainer.evaluate()
+        gold = {"gold": accuracy["eval/accuracy"]} | {f"gold/{k}": accuracy[f"eval/accuracy/{k}"] for k in LANGUAGES}
         records = trainer.test_records
         params = SamplingParams(cfg.rollout.max_new_tokens, temperature=1.0)
         sampled = trainer.workers.rollout.generate(trainer.data.ids(records), n=samples, params=params, records=records)
@@ -244,7 +248,7 @@ def policy_figures(policy: str | Path, reference: str | Path, out: str | Path, *
         kl = sequence_kl(logprobs - trainer.workers.reference.compute_logprobs(batch), sampled.response_mask)
     finally:
         trainer.close()
-    return {"gold": gold, "kl": kl}
+    return {**gold, "kl": kl}
 
 
 @dataclass
@@ -302,6 +306,9 @@ def offline_summary(result: OfflineResult):
     for name in ("quantity", "before (SFT policy)", "after (DPO)"):
         table.add_column(name, justify="right" if name != "quantity" else "left")
     table.add_row("held-out gold accuracy (greedy)", _percent(result.before["gold"]), _percent(result.after["gold"]))
+    for lang, name in LANGUAGES.items():
+        key = f"gold/{lang}"
+        table.add_row(f"  on the {name} prompts", _percent(result.before[key]), _percent(result.after[key]))
     table.add_row(
         f"held-out preference accuracy ({pairs} pairs)", "0.0% (π = π_ref: every reward 0, ties)", _percent(accuracy)
     )

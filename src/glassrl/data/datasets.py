@@ -20,7 +20,9 @@ as verl lays out its Parquet files (``prompt`` as messages, ``data_source``,
 
 A malformed row is a :class:`GlassrlError` naming the file and the row: ``path:17``
 (1-based line number) for JSON lines, ``path#17`` (0-based row index) for Parquet
-and ``datasets`` directories; a missing field also lists the fields the row has.
+and ``datasets`` directories; a missing field also lists the fields the row has. The answer is optional per row, but an
+``answer_key`` other than the default that no row has is a mistake in the key (GlassrlError
+naming the file, the key and the first row's fields), not a dataset without answers.
 
 Prompt length limits need the tokenizer and the config: the trainer applies them
 (glassrl.rl.prompts).
@@ -37,6 +39,7 @@ from glassrl.errors import GlassrlError
 from glassrl.jsonl import jsonl_objects
 
 ROLES = ("system", "user", "assistant", "tool")
+DEFAULT_ANSWER_KEY = "answer"  # a file without this field holds prompts without references
 
 
 class MissingField(Exception):
@@ -47,13 +50,22 @@ def load_prompts(
     path: str | Path,
     *,
     prompt_key: str = "prompt",
-    answer_key: str = "answer",
+    answer_key: str = DEFAULT_ANSWER_KEY,
     metadata_keys: Sequence[str] | None = None,
 ) -> list[PromptRecord]:
     """All prompts of the dataset at ``path`` (see the module docstring)."""
-    records = [_record(row, where, prompt_key, answer_key, metadata_keys) for row, where in _rows(str(path))]
+    first: dict[str, Any] = {}  # the first row, for the fields a wrong answer_key names instead
+    records = []
+    for row, where in _rows(str(path)):
+        records.append(_record(row, where, prompt_key, answer_key, metadata_keys))
+        first = first or row
     if not records:
         raise GlassrlError(f"{path}: no prompts in the dataset")
+    if answer_key != DEFAULT_ANSWER_KEY and all(r.answer is None for r in records):
+        raise GlassrlError(
+            f"{path}: answer_key = {answer_key!r}: no row has this field (fields of the first row: "
+            f"{', '.join(map(str, first)) or 'none'})"
+        )
     return records
 
 
@@ -70,10 +82,15 @@ def lookup(row: Mapping[str, Any], key: str) -> Any:
             raise MissingField(f"{'.'.join(reached)!r} is a {type(node).__name__}, not an object")
         if part not in node:
             where = f" of {'.'.join(reached)!r}" if reached else ""
-            raise MissingField(f"fields{where}: {', '.join(map(str, node)) or 'none'}")
+            raise MissingField(f"fields{where}: {', '.join(map(_name, node)) or 'none'}")
         node = node[part]
         reached.append(part)
     return node
+
+
+def _name(key: Any) -> str:
+    """A field's name as a message shows it: quoted when it holds a newline or another control character."""
+    return str(key) if str(key).isprintable() else repr(key)
 
 
 def _rows(path: str) -> Iterator[tuple[Any, str]]:
@@ -86,7 +103,11 @@ def _rows(path: str) -> Iterator[tuple[Any, str]]:
     if split:
         raise GlassrlError(f"{path}: '::{split}' picks a split of a datasets directory; this is a file")
     if not p.is_file():
-        raise GlassrlError(f"{path}: no such file or directory")
+        looked = "" if p.is_absolute() else f"looked for {p.absolute()}; "
+        raise GlassrlError(
+            f"{path}: no such file or directory ({looked}a relative path in a config file is read from "
+            "the file's directory, one on the command line from the working directory)"
+        )
     if p.suffix in (".jsonl", ".json"):
         yield from jsonl_objects(p)
     elif p.suffix == ".parquet":

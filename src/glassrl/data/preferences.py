@@ -39,6 +39,7 @@ the two kinds of row.
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,13 @@ def load_preference_file(path: str | Path) -> list[PreferencePair]:
     return pairs
 
 
+def _finite(number: float) -> bool:
+    try:
+        return math.isfinite(number)
+    except OverflowError:  # an integer beyond any float
+        return False
+
+
 def _rows(path: str | Path):
     path = Path(path)
     if not path.is_file():
@@ -126,6 +134,8 @@ def _pair(row: dict[str, Any], where: str) -> PreferencePair:
     margin = row.get("margin")
     if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))):
         raise GlassrlError(f'{where}: field "margin" must be a number, got {margin!r}')
+    if margin is not None and not _finite(margin):  # 1e400 reads as inf, 10**400 is beyond any float
+        raise GlassrlError(f'{where}: field "margin" must be a finite number, got {margin!r:.40}')
     return PreferencePair(
         prompt=_prompt(row["prompt"], where),
         chosen=_response(row, "chosen", where),

@@ -36,9 +36,7 @@ from glassrl.ledger.model import Ledger, LedgerTurn
 class ExperienceLike(Protocol):
     """What :func:`from_experience` reads of a glassrl.rl.experience.Experience."""
 
-    rollout: (
-        Any  # RolloutBatch: response_ids (B, T), group_index (B,), context_lengths, token_roles, turns, texts, select
-    )
+    rollout: Any  # RolloutBatch: prompt_ids (B, P), prompt_mask (B, P), response_ids (B, T), group_index (B,), context_lengths, token_roles, turns, texts, select
     prompts: list[str]
     response_mask: torch.Tensor
     scores: torch.Tensor
@@ -73,6 +71,9 @@ def from_experience(
     """The first ``samples`` responses of ``exp`` (all when None), every token: a multi-turn
     response's generated and observation tokens of every turn, with their roles and turns; a
     token another policy sampled, its version, staleness, log μ and algo.off_policy's decision.
+    Each response holds its prompt twice: ``prompt``, the text the rewards read (what ``glassrl
+    explain --prompt`` takes), and ``prompt_as_seen``, s_0 exactly as the policy saw it: its ids
+    decoded (the tokenizer's special tokens, an agentic run's tools described by its call format).
 
     ``estimator``, ``gamma``, ``lam``, ``kl_kind`` are the run's; the ledger records λ only
     when the step had values (λ belongs to GAE) and the KL estimator only when a KL was
@@ -85,6 +86,9 @@ def from_experience(
     correction = getattr(exp, "correction", None)  # algo.off_policy's weights and keep (glassrl.rl.phases.off_policy)
     return Ledger.from_tensors(
         prompts=list(exp.prompts[:k]),
+        prompts_as_seen=[
+            tokenizer.decode(ids[mask].tolist()) for ids, mask in zip(rollout.prompt_ids, rollout.prompt_mask)
+        ],
         token_texts=[[tokenizer.decode([t]) for t in row.tolist()] for row in rollout.response_ids],
         response_mask=pick(exp.response_mask),
         estimator=estimator,

@@ -102,6 +102,9 @@ class ResponseLedger:
     baseline_reward: float | None  # ReMax: reward of the greedy response
     tokens: tuple[TokenRow, ...]
     turns: tuple[LedgerTurn, ...] | None = None  # multi-turn responses: every turn, in order; None: single-turn
+    # s_0 exactly as the policy saw it, its token ids decoded (special tokens, an agentic run's tools
+    # described by its call format); ``prompt`` is the text the rewards read. None: a ledger from before it
+    prompt_as_seen: str | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,7 @@ class Ledger:
         step: int | None = None,
         token_roles: torch.Tensor | None = None,
         turns: Sequence[Sequence[Any] | None] | None = None,
+        prompts_as_seen: list[str] | None = None,
         policy_versions: torch.Tensor | None = None,
         staleness: torch.Tensor | None = None,
         rollout_logprobs: torch.Tensor | None = None,
@@ -171,7 +175,8 @@ class Ledger:
         row's ``role``; without it a token is "generated" where ``response_mask`` is True and
         "observation" elsewhere. ``turns[b]``: response b's turns (objects with start, end,
         observation_end, finish_reason, tool_calls, reward_parts: glassrl.rollout.base.Turn), or
-        None for a single-turn response; they give each token its ``turn``.
+        None for a single-turn response; they give each token its ``turn``. ``prompts_as_seen[b]``:
+        s_0 as the policy saw it (its ids decoded), beside ``prompts[b]``, the text the rewards read.
 
         Off-policy tokens (:data:`OFF_POLICY_FIELDS`, (B, T), None on observation tokens as the
         quantities of :data:`ACTION_ONLY`): ``policy_versions`` and ``staleness`` long,
@@ -268,6 +273,7 @@ class Ledger:
                     baseline_reward=None if base_list is None else float(base_list[b]),
                     tokens=rows,
                     turns=spans,
+                    prompt_as_seen=None if prompts_as_seen is None else prompts_as_seen[b],
                 )
             )
         return cls(
@@ -353,6 +359,7 @@ RESPONSE_FIELDS = (
     "finish_reason",
     "baseline_reward",
     "turns",
+    "prompt_as_seen",
 )
 TOKEN_FIELDS = tuple(f.name for f in dataclasses.fields(TokenRow) if f.name not in OFF_POLICY_FIELDS)  # every row's
 ALL_FIELDS = RUN_FIELDS + RESPONSE_FIELDS + TOKEN_FIELDS  # a flat row (CSV; the first ledger files)
@@ -388,7 +395,7 @@ SYMBOLS = {
 # token_roles values (glassrl.rollout.base: ROLE_GENERATED, ROLE_OBSERVATION) -> TokenRow.role
 ROLES = {1: "generated", 2: "observation"}
 # Fields added after the first ledger files were written: absent from such a file, read as None.
-OPTIONAL_FIELDS = ("role", "turn", "turns")
+OPTIONAL_FIELDS = ("role", "turn", "turns", "prompt_as_seen")
 
 
 def read_jsonl(path: str | Path) -> Ledger:
@@ -415,7 +422,7 @@ def _read_records(objects: Iterable[tuple[dict[str, Any], str]]) -> Ledger:
     for obj, where in objects:
         kind = obj.get("kind")
         if kind == "response":
-            _require(obj, RESPONSE_ROW, where)
+            _require(obj, tuple(f for f in RESPONSE_ROW if f not in OPTIONAL_FIELDS), where)
             this_run = {name: obj[name] for name in RUN_FIELDS}
             if run is None:
                 run = this_run
@@ -475,7 +482,7 @@ def _response(head: dict[str, Any], rows: list[TokenRow], where: str) -> Respons
         raise GlassrlError(
             f"{where}: response {head['response_index']} has {len(rows)} token rows, its length is {head['length']}"
         )
-    fields = {name: head[name] for name in RESPONSE_FIELDS[1:]}
+    fields = {name: head.get(name) for name in RESPONSE_FIELDS[1:]}
     return ResponseLedger(**{**fields, "turns": _read_turns(fields["turns"])}, tokens=tuple(rows))
 
 

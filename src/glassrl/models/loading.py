@@ -30,6 +30,7 @@ or the id of a model already in the local Hugging Face cache (``Qwen/Qwen2.5-0.5
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,6 +48,8 @@ from transformers import (
 from glassrl.errors import GlassrlError
 from glassrl.models.logprobs import position_ids_from_mask
 from glassrl.models.value_head import VALUE_HEAD_MARKER, CausalLMWithValueHead
+
+logger = logging.getLogger(__name__)
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -112,7 +115,8 @@ def _checkpoint_dir(path: str | Path) -> Path:
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
-    """``AutoTokenizer`` from a local directory; ``pad_token`` falls back to ``eos_token``.
+    """``AutoTokenizer`` from a local directory, its special tokens checked against the model's
+    embedding there (:func:`fit_special_tokens`); ``pad_token`` falls back to ``eos_token``.
 
     Padding side is left to callers (prompts are left-padded, responses right-padded).
     """
@@ -121,11 +125,71 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError) as err:
         raise GlassrlError(f"{path}: cannot load a tokenizer: {err}") from None
-    if tokenizer.pad_token is None:
-        if tokenizer.eos_token is None:
-            raise GlassrlError(f"{path}: tokenizer has neither a pad_token nor an eos_token")
-        tokenizer.pad_token = tokenizer.eos_token
+    rows = embedding_rows(path)
+    note = fit_special_tokens(tokenizer, rows, str(path))
+    if note is not None:
+        logger.warning("%s", note)
     return tokenizer
+
+
+def embedding_rows(path: Path) -> int | None:
+    """Rows of the input embedding of the model at ``path`` (its config's vocab_size); None
+    when ``path`` holds a tokenizer without a model."""
+    if not (path / "config.json").is_file():
+        return None
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError):
+        return None  # not a config transformers reads: the model's loader says why
+    return getattr(config.get_text_config(), "vocab_size", None)
+
+
+def fit_special_tokens(tokenizer, rows: int | None, where: str) -> str | None:
+    """Make the pad token one the model can embed; returns a line saying which was chosen (None
+    when the tokenizer's own was kept).
+
+    A tokenizer without a pad token, or whose pad id is not below ``rows`` (Qwen2's tokenizer
+    without one gets ``<|endoftext|>`` added, id = its vocabulary size: an IndexError in
+    generate), pads with its EOS. GlassrlError (one line) when the EOS, or another special token
+    the prompts or the chat template use, lies outside the embedding: no safe choice exists.
+    ``rows`` None (no model beside the tokenizer): only a missing pad is filled in."""
+
+    def fits(token_id: int | None) -> bool:
+        return token_id is not None and (rows is None or 0 <= token_id < rows)
+
+    size = f"the model's embedding has {rows} rows" if rows is not None else ""
+    eos = tokenizer.eos_token
+    if not fits(tokenizer.eos_token_id):
+        if eos is None:
+            raise GlassrlError(f"{where}: tokenizer has neither a usable pad_token nor an eos_token")
+        raise GlassrlError(
+            f"{where}: eos_token {eos!r} has id {tokenizer.eos_token_id}, but {size}: the model can never "
+            "end a response; give a tokenizer whose special tokens are in the model's vocabulary"
+        )
+    note, pad = None, tokenizer.pad_token
+    if pad is None or not fits(tokenizer.pad_token_id):
+        if pad is not None:
+            note = f"{where}: pad_token {pad!r} has id {tokenizer.pad_token_id}, but {size}; padding with eos_token {eos!r} (id {tokenizer.eos_token_id}) instead"
+        tokenizer.pad_token = eos
+    dropped = {pad} - {tokenizer.pad_token}  # no longer used: the token it stood for needs no row
+    outside = [
+        (token, token_id)
+        for token, token_id in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids)
+        if token not in dropped and not fits(token_id)
+    ]
+    if outside:
+        token, token_id = outside[0]
+        raise GlassrlError(
+            f"{where}: special token {token!r} has id {token_id}, but {size}; give a tokenizer whose "
+            "special tokens are in the model's vocabulary"
+        )
+    beyond = [t for i, t in tokenizer.added_tokens_decoder.items() if rows is not None and i >= rows]
+    if rows is not None and len(tokenizer) - rows > sum(t.content in dropped for t in beyond):
+        raise GlassrlError(
+            f"{where}: the tokenizer has {len(tokenizer)} tokens, but {size}: text holding the ones "
+            "beyond cannot be embedded; give the model's own tokenizer"
+        )
+    return note
 
 
 def pad_id(tokenizer) -> int:

@@ -14,6 +14,9 @@ gold and proxy reward-model scores against d = √KL(π ‖ π_init): the proxy 
 with d while the gold peaks and falls once the policy exploits the reward model. Gold
 (left axis) and proxy (right axis) have their own scales.
 
+A run's reward-watch alerts (``watch.jsonl``, glassrl.rl.watch) are dotted vertical lines in its
+colour at their steps on every chart against the step.
+
 The charts carry no plotly.js: the page inlines it once (glassrl.report.html).
 """
 
@@ -78,6 +81,7 @@ GROUPS: tuple[tuple[str, str, str, str], ...] = (
     ("turns", "Turns and observations", "turns / tokens", r"response/(?:turns|observation_tokens)/mean"),
     ("diversity", "Diversity and truncation", "fraction", r"response/(?:distinct_\d|truncation_rate)"),
     ("data", "Prompts dropped or truncated", "prompts", r"data/prompts_(?:dropped|truncated)"),
+    ("watch", "Reward watch: proxy − gold divergence and alerts", "spreads / alerts", r"watch/.+"),
     ("sampling", "Dynamic sampling", "rounds / groups", r"sampling/.+"),
     ("failures", "Reward spread and failures", "score / count", r"reward/.+"),
     ("other", "Other metrics", "value", r".+"),
@@ -182,6 +186,12 @@ def build_charts(runs: list[RunDir]) -> list[Chart]:
                         yaxis="y2" if key == "reward/proxy" else "y",
                     )
                 )
+        if not against_kl:  # the reward watch's alerts (glassrl.rl.watch): a dotted line at each one's step
+            for r, run in enumerate(runs):
+                for alert in run.alerts:
+                    fig.add_vline(
+                        x=alert["step"], line={"color": run_colour(r), "dash": "dot", "width": 1}, opacity=0.8
+                    )
         xaxis = {"title": {"text": "step"}, "rangemode": "tozero", "dtick": dtick}
         extra = {}
         if against_kl:

@@ -38,6 +38,7 @@ from glassrl.errors import GlassrlError
 from glassrl.files import disk_errors, replaced
 from glassrl.ledger import OFF_POLICY_FIELDS, RESPONSE_FIELDS, RUN_FIELDS, SYMBOLS, TOKEN_FIELDS, Ledger, TokenRow
 from glassrl.ledger.legend import baseline_legend, labels, phrase, token_legend, turn_legend
+from glassrl.report.diff import diff_runs
 from glassrl.report.run_dir import RunDir, read_runs
 
 # The quantities a token can be coloured by, in menu order: (ledger field, label).
@@ -82,14 +83,21 @@ def write_run_report(
     charts = build_charts(runs)
     names = ", ".join(run.name for run in runs)
     preference = [run for run in runs if run.preference_ledgers]
+    watched = [run for run in runs if run.alerts]
+    compared = _divergence(runs) if len(runs) == 2 else ""
     body = "\n".join(
         [
-            '<nav><a href="#curves">learning curves</a> · <a href="#tokens">token view</a> · '
+            '<nav><a href="#curves">learning curves</a> · '
+            + ('<a href="#watch">reward watch</a> · ' if watched else "")
+            + ('<a href="#divergence">first divergence</a> · ' if compared else "")
+            + '<a href="#tokens">token view</a> · '
             + ('<a href="#preference">preference ledger</a> · ' if preference else "")
             + '<a href="#config">config and environment</a></nav>',
             '<section id="curves"><h2>Learning curves</h2>',
             _curves(charts),
             "</section>",
+            *([_watch(watched)] if watched else []),
+            compared,
             '<section id="tokens"><h2>Token view</h2>',
             _template("token_view.html"),
             "</section>",
@@ -100,8 +108,31 @@ def write_run_report(
         ]
     )
     payload = token_payload([(run.name, [run.ledger(s) for s in run.ledger_paths]) for run in runs], initial, lang)
+    for source, run in zip(payload["sources"], runs):  # the rows each alert points at, highlighted
+        flagged = {(step, b): alert["kind"] for alert in run.alerts for step, b in alert["rows"]}
+        for lg in source["ledgers"]:
+            lg["flagged"] = {str(b): kind for (step, b), kind in flagged.items() if step == lg["step"]}
     head = f'<script type="text/javascript">{get_plotlyjs()}</script>'
     return _write(out, f"glassrl report: {names}", body, payload, head)
+
+
+def write_audit_html(title: str, checks: list[tuple[str, int, int, str]], failures: list[str], out: str | Path) -> Path:
+    """The audit table of ``glassrl audit --html`` (glassrl.rollout.agent.audit.summary): per check the
+    episodes that passed, then each failure with its first offending token in context."""
+    rows = "".join(
+        f'<tr class="{"ok" if passed == total else "fail"}"><td>{html.escape(name)}</td><td>{passed}/{total}</td>'
+        f"<td>{'ok' if passed == total else 'FAIL'}</td><td>{html.escape(what)}</td></tr>"
+        for name, passed, total, what in checks
+    )
+    listed = "".join(f"<li><code>{html.escape(line)}</code></li>" for line in failures)
+    body = (
+        '<section id="audit"><h2>Audit</h2><table><tr><th>check</th><th>passed</th><th></th><th>what</th></tr>'
+        + rows
+        + "</table>"
+        + (f"<h3>Failures</h3><ul>{listed}</ul>" if failures else "<p>Every check passed.</p>")
+        + "</section>"
+    )
+    return _write(out, title, body, {}, "")
 
 
 def write_explain_html(ledger: Ledger, out: str | Path, lang: str = "en") -> Path:
@@ -209,6 +240,41 @@ def _curves(charts: list) -> str:
         for c in charts
     ]
     return '<div class="charts">' + "\n".join(figures) + "</div>"
+
+
+def _watch(runs: list[RunDir]) -> str:
+    """The reward watch's alerts (glassrl.rl.watch): a row each, its ledger rows linked into the token view."""
+    rows = []
+    for source, run in enumerate(runs):
+        for alert in run.alerts:
+            links = " ".join(
+                f'<a href="#tokens" class="alert-row" data-source="{source}" data-step="{step}" data-b="{b}">'
+                f"step {step} response {b}</a>"
+                for step, b in alert["rows"]
+            )
+            rows.append(
+                f'<tr class="{html.escape(alert["level"])}"><td>{html.escape(run.name)}</td><td>{alert["step"]}</td>'
+                f"<td>{html.escape(alert['level'])}</td><td>{html.escape(alert['kind'])}</td>"
+                f"<td>{html.escape(alert['message'])}</td><td>{links or '—'}</td></tr>"
+            )
+    return (
+        '<section id="watch"><h2>Reward watch</h2><p>Alerts of the reward-hacking watch (docs/debugging.md), '
+        "dotted lines on the curves; the responses each one points at earned proxy reward the gold did not "
+        "give (highlighted in the token view).</p><table><tr><th>run</th><th>step</th><th>level</th><th>rule</th>"
+        "<th>what</th><th>ledger rows</th></tr>" + "".join(rows) + "</table></section>"
+    )
+
+
+def _divergence(runs: list[RunDir]) -> str:
+    """Where two runs part (glassrl.report.diff), as ``glassrl diff`` prints it, checkpoints aside."""
+    result = diff_runs(runs[0].path, runs[1].path, checkpoints=False)
+    return (
+        '<section id="divergence"><h2>First divergence</h2><p>Configs, ledgers and metrics compared '
+        "as <code>glassrl diff</code> does; the checkpoints are not read here (<code>glassrl diff</code> "
+        'compares them tensor by tensor).</p><pre class="diff">'
+        + html.escape("\n".join(result.lines()))
+        + "</pre></section>"
+    )
 
 
 def _preference(runs: list[RunDir], lang: str) -> str:

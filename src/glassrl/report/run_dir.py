@@ -7,6 +7,7 @@
 A run directory holds ``config.yaml`` (the resolved config), ``metrics.jsonl``
 (``{"step": n, key: value, ...}`` per logged step, glassrl.report.sinks),
 ``ledgers/step_XXXXXX.jsonl`` (a sample of the step's responses, Ledger.to_jsonl)
+``watch.jsonl`` (the reward watch's alerts, when one fired: glassrl.rl.watch)
 and, when the trainer wrote it, ``environment.json`` (:func:`collect_environment`
 at the start of the run). A ``glassrl dpo`` run (``glassrl.json`` of kind "preference") holds
 ``<loss>_config.yaml`` instead of ``config.yaml`` and ``ledgers/preference.jsonl``, the
@@ -40,6 +41,7 @@ LEDGERS = "ledgers"
 ENVIRONMENT = "environment.json"
 MARKER = "glassrl.json"  # what a supervised trainer's output is (glassrl.supervised)
 PREFERENCE_LEDGERS = "preference.jsonl"  # under ledgers/, written by glassrl dpo
+WATCH = "watch.jsonl"  # the reward watch's alerts, one JSON object a line (glassrl.rl.watch)
 _LEDGER_NAME = re.compile(r"^step_(\d+)\.jsonl$")
 
 
@@ -55,6 +57,9 @@ class RunDir:
     environment: dict[str, Any]
     environment_source: str  # where ``environment`` comes from, in words
     preference_ledgers: list[PreferenceLedger] = field(default_factory=list)  # glassrl dpo's held-out pairs
+    alerts: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # watch.jsonl: the reward watch's alerts (glassrl.rl.watch)
     _ledgers: dict[int, Ledger] = field(default_factory=dict, repr=False)
 
     def ledger(self, step: int) -> Ledger:
@@ -95,6 +100,7 @@ def read_run(path: str | Path, name: str | None = None) -> RunDir:
         environment=environment,
         environment_source=source,
         preference_ledgers=_preference_ledgers(path / LEDGERS / PREFERENCE_LEDGERS),
+        alerts=_alerts(path / WATCH),
     )
 
 
@@ -119,6 +125,22 @@ def _preference_ledgers(path: Path) -> list[PreferenceLedger]:
         except (ValueError, TypeError, KeyError) as err:
             raise GlassrlError(f"{path}:{lineno}: not a preference ledger ({err})") from None
     return ledgers
+
+
+def _alerts(path: Path) -> list[dict[str, Any]]:
+    """The alerts of ``path`` ({step, kind, level, message, rows} a line); none when it is absent."""
+    if not path.is_file():
+        return []
+    alerts = []
+    for lineno, line in enumerate(read_utf8(path).splitlines(), start=1):
+        try:
+            alert = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise GlassrlError(f"{path}:{lineno}: not valid JSON: {err.msg}") from None
+        if not isinstance(alert, dict) or not {"step", "kind", "level", "message", "rows"} <= alert.keys():
+            raise GlassrlError(f"{path}:{lineno}: expected an object with step, kind, level, message and rows")
+        alerts.append(alert)
+    return alerts
 
 
 def _resolve(path: Path) -> Path:

@@ -55,6 +55,9 @@ class RewardResult:
     message:         why a timeout or error happened
     details:         what the score is made of (per-criterion scores, a judge's text,
                      each combined source's own result)
+    traceback:       an error's Python traceback, when the user's code raised (the trainer writes
+                     the first one to the run directory); kept out of ledgers and checkpoints
+    at:              ``path:line`` of the user's innermost frame in it, "" when none
     """
 
     status: Status
@@ -62,6 +65,8 @@ class RewardResult:
     process_rewards: tuple[tuple[int, float], ...] = ()
     message: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    traceback: str = field(default="", repr=False, compare=False)
+    at: str = field(default="", repr=False, compare=False)
 
     @classmethod
     def ok(
@@ -88,8 +93,10 @@ class RewardResult:
         return cls("timeout", None, (), message, dict(details or {}))
 
     @classmethod
-    def error(cls, message: str, details: dict[str, Any] | None = None) -> RewardResult:
-        return cls("error", None, (), message, dict(details or {}))
+    def error(
+        cls, message: str, details: dict[str, Any] | None = None, traceback: str = "", at: str = ""
+    ) -> RewardResult:
+        return cls("error", None, (), message, dict(details or {}), traceback, at)
 
     @property
     def is_ok(self) -> bool:

@@ -70,8 +70,11 @@ class CombinedReward:
             }
             failed = next((label for label, result in own.items() if not result.is_ok), None)
             if failed is not None:
-                status = RewardResult.timeout if own[failed].status == "timeout" else RewardResult.error
-                combined.append(status(f"{failed}: {own[failed].message}", details))
+                message = f"{failed}: {own[failed].message}"
+                if own[failed].status == "timeout":
+                    combined.append(RewardResult.timeout(message, details))
+                else:
+                    combined.append(RewardResult.error(message, details, own[failed].traceback, own[failed].at))
                 continue
             total = sum(w * own[label].score for label, _, w in self.sources)  # Σ_k w_k · s_k
             steps: dict[int, float] = {}

@@ -52,8 +52,10 @@ import signal
 import struct
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
+import traceback
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +70,13 @@ MAX_REPLY_BYTES = 16 * 1024 * 1024
 MAX_OUTPUT_BYTES = 64 * 1024
 # Long exception messages are cut: a result's message is one line in a log.
 _MAX_MESSAGE_CHARS = 2000
+# A traceback sent back with an error is cut to its last this many characters (the innermost frames).
+_MAX_TRACEBACK_CHARS = 64 * 1024
+# Frames in these directories are not the user's: glassrl's own, the standard library, installed packages.
+_NOT_USER_CODE = tuple(
+    {os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep}
+    | {os.path.abspath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+)
 # A guard against a runaway reward, not a budget: address space, not resident memory, and
 # libraries reserve much more than they touch (OpenBLAS per thread, torch's import).
 DEFAULT_MEMORY_LIMIT_MB = 16384
@@ -90,6 +99,8 @@ class CallOutcome:
     status: Literal["ok", "timeout", "error"]
     value: Any = None
     message: str = ""
+    traceback: str = ""  # an exception's, formatted, when the function raised
+    at: str = ""  # "path:line" of its innermost frame in the user's code (:func:`user_frame`), "" when none
 
 
 class _ReplyTooLarge(Exception):
@@ -146,17 +157,31 @@ def describe_error(err: BaseException) -> str:
     return " ".join(text.split())[:_MAX_MESSAGE_CHARS]
 
 
-def _run(payload: bytes) -> tuple[bool, bytes]:
-    """Unpickle ``(fn, args)``, call it, and encode the outcome as a JSON reply: (ok, reply)."""
+def user_frame(err: BaseException) -> str:
+    """``"path:line"``: the innermost frame of ``err``'s traceback in the user's code (a file, not
+    glassrl's, the standard library's or an installed package's); "" when there is none."""
+    frames = [
+        f
+        for f in traceback.extract_tb(err.__traceback__)
+        if not f.filename.startswith(_NOT_USER_CODE) and not f.filename.startswith("<")
+    ]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
-    def error(message: str) -> tuple[bool, bytes]:
-        return False, json.dumps({"status": "error", "message": message}, ensure_ascii=False).encode()
+
+def _run(payload: bytes) -> tuple[bool, bytes]:
+    """Unpickle ``(fn, args)``, call it, and encode the outcome as a JSON reply: (ok, reply). An
+    exception's reply carries its traceback and the user's line in it (:func:`user_frame`)."""
+
+    def error(message: str, trace: str = "", at: str = "") -> tuple[bool, bytes]:
+        reply = {"status": "error", "message": message, "traceback": trace, "at": at}
+        return False, json.dumps(reply, ensure_ascii=False).encode()
 
     try:
         fn, args = pickle.loads(payload)
         value = fn(*args)
     except BaseException as err:  # noqa: BLE001 - SystemExit from user code is an error result, not our exit
-        return error(describe_error(err))
+        trace = "".join(traceback.format_exception(err))[-_MAX_TRACEBACK_CHARS:]
+        return error(describe_error(err), trace, user_frame(err))
     try:
         data = json.dumps({"status": "ok", "value": value}, allow_nan=False, ensure_ascii=False).encode()
     except BaseException as err:  # noqa: BLE001 - a value that is not plain data, or a MemoryError
@@ -418,7 +443,9 @@ class WorkerPool:
             if status == "ok":
                 return CallOutcome("ok", value=reply["value"]), True
             if status == "error":
-                return CallOutcome("error", message=prefix + str(reply["message"])[:_MAX_MESSAGE_CHARS]), True
+                message = prefix + str(reply["message"])[:_MAX_MESSAGE_CHARS]
+                trace, at = str(reply.get("traceback", "")), str(reply.get("at", ""))
+                return CallOutcome("error", message=message, traceback=trace, at=at), True
         except Exception:  # noqa: BLE001 - bytes that are not our reply: someone else wrote to the pipe
             pass
         return CallOutcome("error", message=f"{prefix}unreadable reply from the reward worker"), False

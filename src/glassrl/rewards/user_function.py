@@ -37,7 +37,13 @@ from glassrl.errors import GlassrlError
 from glassrl.rewards import styles
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rewards.plain import plain_result, result_from_plain
-from glassrl.rewards.timeout import DEFAULT_MEMORY_LIMIT_MB, DEFAULT_RECYCLE_AFTER, WorkerPool, shared_pool
+from glassrl.rewards.timeout import (
+    DEFAULT_MEMORY_LIMIT_MB,
+    DEFAULT_RECYCLE_AFTER,
+    CallOutcome,
+    WorkerPool,
+    shared_pool,
+)
 from glassrl.user_code import import_file
 
 logger = logging.getLogger(__name__)
@@ -93,11 +99,10 @@ def load_callable(spec: str) -> Callable[..., Any]:
 
 
 def _load_file(path: str) -> Any:
-    directory = str(Path(path).parent)
-    if directory not in _extra_paths:  # the file's own imports of its neighbours work
+    directory = str(Path(path).resolve().parent)
+    if directory not in _extra_paths:  # kept on sys.path, which a worker resets to the caller's per call
         _extra_paths.append(directory)
-        sys.path.insert(0, directory)
-    return import_file(path, "glassrl_user_rewards")
+    return import_file(path, "glassrl_user_rewards")  # puts the directory on sys.path
 
 
 def preload(spec: str) -> None:
@@ -218,7 +223,7 @@ class UserFunctionSource:
                 setup_timeout_s=self.import_timeout_s,
             )
             if outcome.status != "ok":
-                return [self._failure(outcome.status, outcome.message)] * len(requests)
+                return [self._failure(outcome)] * len(requests)
             if not isinstance(outcome.value, list) or len(outcome.value) != len(requests):
                 return [RewardResult.error(f"{self.spec}: malformed result from the reward worker")] * len(requests)
             return [result_from_plain(reply, self.spec) for reply in outcome.value]
@@ -232,13 +237,13 @@ class UserFunctionSource:
                 setup_timeout_s=self.import_timeout_s,
             )
             if outcome.status != "ok":
-                return self._failure(outcome.status, outcome.message)
+                return self._failure(outcome)
             return result_from_plain(outcome.value, self.spec)
 
         with ThreadPoolExecutor(max_workers=self.pool.size) as threads:
             return list(threads.map(one, items))
 
-    def _failure(self, status: str, message: str) -> RewardResult:
-        if status == "timeout":
-            return RewardResult.timeout(f"{self.spec}: {message}")
-        return RewardResult.error(f"{self.spec}: {message}")
+    def _failure(self, outcome: CallOutcome) -> RewardResult:
+        if outcome.status == "timeout":
+            return RewardResult.timeout(f"{self.spec}: {outcome.message}")
+        return RewardResult.error(f"{self.spec}: {outcome.message}", None, outcome.traceback, outcome.at)

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from glassrl.algos.kl import AdaptiveKLController, FixedKLController
+from glassrl.config import flatten, to_dict
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
 from glassrl.optim import make_optimizer, optimizer_path
+from glassrl.rl import config_paths
 from glassrl.rl.checks import agentic_tasks, loss_params, max_staleness
 from glassrl.rl.config import (
     AgentConfig,
@@ -35,6 +37,7 @@ from glassrl.rl.loss import actor_forward, actor_terms, critic_forward, critic_t
 from glassrl.rl.ptx import PtxLoss, PtxTerm, load_ptx_examples
 from glassrl.rl.sampling import DynamicSampler, OneRound
 from glassrl.rl.update import run_updates
+from glassrl.run.open import ACTOR, CRITIC, model_in_run
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
 
 if TYPE_CHECKING:
@@ -60,6 +63,46 @@ class Workers:
         stop, self.stop = self.stop, None
         if stop is not None:
             stop()
+
+
+DATA_PATHS = ("data.train", "data.test", "data.ptx")  # the config keys naming data files (glassrl.rl.config_paths)
+# reward sources whose ``path`` names a model, and the part of a run's checkpoint it means
+MODEL_SOURCES = {"reward_model": CRITIC, "teacher": ACTOR}
+
+
+def with_warm_start(cfg: TrainConfig) -> tuple[TrainConfig, list[str]]:
+    """``cfg`` with every model key that names a run or one of its checkpoints (model.actor,
+    model.reference: its policy; model.critic: its critic; a reward_model or teacher source's
+    path) replaced by that model's directory (glassrl.run.open.model_in_run), so that config.yaml
+    records what was loaded; and the start-up lines that say so. A warm start: the weights only,
+    a fresh optimiser and schedule (``--resume`` continues a run instead)."""
+    import dataclasses
+
+    lines: list[str] = []
+
+    def resolved(name: str | None, key: str, part: str = ACTOR) -> str | None:
+        found = None if name is None else model_in_run(name, key, part)
+        if found is None:
+            return name
+        lines.append(found[1])
+        return str(found[0])
+
+    m = cfg.model
+    critic = m.critic if m.critic == "reward_model" else resolved(m.critic, "model.critic", CRITIC)
+    model = dataclasses.replace(
+        m,
+        actor=resolved(m.actor, "model.actor"),
+        reference=resolved(m.reference, "model.reference"),
+        critic=critic,
+    )
+    sources = [
+        {**s, "path": resolved(s["path"], f"reward.sources[{i}].path", MODEL_SOURCES[s["name"]])}
+        if s.get("name") in MODEL_SOURCES and isinstance(s.get("path"), str)
+        else s
+        for i, s in enumerate(cfg.reward.sources)
+    ]
+    reward = dataclasses.replace(cfg.reward, sources=sources)
+    return dataclasses.replace(cfg, model=model, reward=reward), lines
 
 
 def with_precision(cfg: TrainConfig) -> TrainConfig:
@@ -143,17 +186,37 @@ def saved_in_todays_terms(cfg: TrainConfig) -> Callable[[dict], dict]:
     model.dtype "auto" then meant float32 on CPU and bfloat16 on CUDA (glassrl.models.loading),
     which is what it is compared as; a CPU run resumes, a CUDA run of bfloat16 weights is told
     it differs from today's float32 masters. One without model.shared_prefix ran the padded passes
-    (False), as :func:`with_shared_prefix` resumes it."""
+    (False), as :func:`with_shared_prefix` resumes it. A relative data, tool or environment path
+    was read from the working directory then: where it names the file today's absolute path names
+    (glassrl.rl.config_paths: a config file's paths), it is compared as that path."""
     on_gpu = _policy_on_gpu(cfg)
+    cwd = Path.cwd()
+    now = flatten(to_dict(cfg))
+
+    def same_file(key: str, old, anchor) -> object:
+        return now[key] if key in now and anchor(old, cwd) == anchor(now[key], cwd) else old
 
     def upgrade(flat: dict) -> dict:
         if flat.get("model.dtype") == "auto":
             flat = {**flat, "model.dtype": "bfloat16" if on_gpu else "float32"}
         if "model.shared_prefix" not in flat:  # before it existed: the padded passes
             flat = {**flat, "model.shared_prefix": False}
+        flat = {**flat, **{k: same_file(k, flat[k], config_paths.data_path) for k in DATA_PATHS if k in flat}}
+        for key in ("rollout.agent.tools", "rollout.agent.environment"):
+            if key in flat:
+                flat[key] = same_file(key, flat[key], _file_specs)
         return flat
 
     return upgrade
+
+
+def _file_specs(specs, base: Path):
+    """:func:`glassrl.rl.config_paths.file_spec` of a spec or of each of a list of them."""
+    return (
+        [config_paths.file_spec(s, base) for s in specs]
+        if isinstance(specs, list)
+        else config_paths.file_spec(specs, base)
+    )
 
 
 def actor_path(cfg: TrainConfig, console) -> Path:

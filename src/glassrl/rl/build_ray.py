@@ -27,7 +27,7 @@ below (module-level, so Ray pickles them by reference), from the same config:
 - reward ranks (``ray.reward``): the reward sources, requests in contiguous chunks.
 
 Checkpoint parts of a trained role: ``actor`` (Hugging Face format, rank 0) and
-``actor_state`` (DCP shards of every rank); likewise for the critic.
+``actor_state`` (every rank's shards: safetensors and JSON, glassrl.run.sharded); likewise for the critic.
 
 The update: each trained rank receives the one update loop (glassrl.rl.update.run_updates) bound
 as the in-process build binds it (glassrl.rl.build.role_update), its ranks being
@@ -65,6 +65,7 @@ from glassrl.rl.checks import max_staleness
 from glassrl.rl.config import RayRoleConfig, RayRolloutConfig, Resolved, TrainConfig
 from glassrl.rl.loss import actor_forward, critic_forward
 from glassrl.rl.ptx import PtxLoss, PtxTerm
+from glassrl.run import stop
 
 
 def build_ray_workers(
@@ -100,7 +101,8 @@ def build_ray_workers(
         specs.append(_spec("critic", ray.critic, partial(critic_rank, cfg, resolved, str(path))))
     if ray.reward is not None:
         specs.append(_spec("reward", ray.reward, partial(reward_rank, cfg)))
-    connect(ray.address)
+    with stop.handling():  # ray.init's own SIGTERM handler (sys.exit: the driver aborted with 134) is undone
+        connect(ray.address)
     cluster = RayCluster(specs, ray.placement)
     try:
         actors = cluster["actor"]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS
 from glassrl.algos.losses import POLICY_LOSSES
-from glassrl.config import at_least, check_threads, fail, get_dotted, knob_set
+from glassrl.config import at_least, check_seed, check_threads, fail, get_dotted, knob_set
 from glassrl.data.sources import Source, parse_sources
 from glassrl.errors import GlassrlError
 from glassrl.optim import OptimConfig
@@ -86,8 +86,13 @@ def _check_ranges(cfg: TrainConfig) -> None:
             "logging.eval_every": cfg.logging.eval_every,
             "logging.checkpoint_every": cfg.logging.checkpoint_every,
             "logging.report_every": cfg.logging.report_every,
+            "logging.watch_window": cfg.logging.watch_window,
         },
     )
+    if 0 < cfg.logging.watch_window < 3:  # a slope and a jump need two earlier values
+        fail("logging.watch_window", cfg.logging.watch_window, "must be 0 (off) or at least 3")
+    if not cfg.logging.watch_threshold > 0:
+        fail("logging.watch_threshold", cfg.logging.watch_threshold, "must be > 0")
     for key in ("gamma", "lam", "critic_lam"):
         value = getattr(a, key)
         if value is not None and not 0.0 <= value <= 1.0:
@@ -117,6 +122,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
             f"must satisfy 0 < cache_length <= algo.overlong.max_length ({a.overlong.max_length})",
         )
     check_threads(cfg.threads)
+    check_seed(cfg.seed)
     cfg.actor_optim.check("actor_optim")
     cfg.critic_optim.check("critic_optim")
     loss_params(a)

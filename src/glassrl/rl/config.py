@@ -32,14 +32,19 @@ from typing import Any, Literal
 
 from glassrl.models.lora import LoraConfig
 from glassrl.optim import OptimConfig
+from glassrl.rl import config_paths
 from glassrl.rl.checks import agentic_tasks, check_train_config, uses_critic
 
 
 @dataclass
 class ModelConfig:
-    actor: str = "default"  # policy: checkpoint dir or hub id in the local HF cache; "default" = the built-in model, "default-agent" = its tool-using variant
-    reference: str | None = None  # reference policy π_ref (dir or cached hub id); null = a frozen initial actor
-    critic: str | None = None  # critic checkpoint; null = the actor + fresh head; reward_model = the reward model
+    actor: str = "default"  # policy: checkpoint dir or hub id in the local HF cache, or a run / RUN/checkpoints/step_N (its policy: a warm start); "default" = the built-in model, "default-agent" = its tool-using variant
+    reference: str | None = (
+        None  # reference policy π_ref (dir, cached hub id, or a run / checkpoint: its policy); null = a frozen initial actor
+    )
+    critic: str | None = (
+        None  # critic checkpoint, or a run / checkpoint (its critic); null = the actor + fresh head; reward_model = the reward model
+    )
     critic_head: str = "value-head"  # scalar head of a critic built from a causal LM: value-head | token-classification
     dtype: str = "auto"  # weights: auto (float32: the optimiser's master copy) | float32 | bfloat16 | float16
     device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
@@ -267,6 +272,10 @@ class LoggingConfig:
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     report: bool = True  # write output_dir/report.html (glassrl report) at the end of the run
     report_every: int = 0  # steps between refreshes of report.html during the run; 0 = only at the end
+    watch_window: int = 10  # reward-hacking watch (docs/debugging.md): steps each signal is read over; 0 = off
+    watch_threshold: float = (
+        2.0  # the watch fires when proxy and gold part (or a signal jumps) by more than this many spreads
+    )
 
 
 @dataclass
@@ -356,12 +365,37 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)  # where the role workers run
     ray: RayConfig = field(default_factory=RayConfig)  # the Ray backend's cluster and groups
 
-    def anchor_paths(self, config_dir: Path) -> None:
+    def anchor_paths(self, config_dir: Path, command_line: Set[str] = frozenset(), saved: bool = False) -> None:
         """Called by the loader (glassrl.config.load_config) with the directory of the config file
-        (the working directory when there is none): reward.base_dir becomes an absolute path, that
-        directory when null, so that the run's saved config.yaml, and a resume from it, read the
-        same reward files from anywhere."""
+        (the working directory when there is none), the keys the command line set, and whether
+        the file is a run's own config.yaml: the files the config file names become absolute paths
+        against its directory (glassrl.rl.config_paths), so that the run's config.yaml, and a
+        resume from it, read the same files from anywhere; what the command line gave stays the
+        working directory's (a reward spec made absolute: reward.base_dir is the file's);
+        reward.base_dir is that directory when null."""
         self.reward.base_dir = str((config_dir / (self.reward.base_dir or "")).resolve())
+        cwd = Path.cwd()
+
+        def from_file(key: str) -> bool:  # a run's config.yaml, and the command line: the working directory's
+            return not saved and not config_paths.given(key, command_line)
+
+        d = self.data
+        if from_file("data.train"):
+            d.train = config_paths.data_path(d.train, config_dir)
+        if from_file("data.test"):
+            d.test = config_paths.data_path(d.test, config_dir)
+        if from_file("data.ptx"):
+            d.ptx = config_paths.data_path(d.ptx, config_dir)
+        agent = self.rollout.agent
+        if agent is not None and from_file("rollout.agent.tools"):
+            agent.tools = [config_paths.file_spec(t, config_dir) for t in agent.tools]
+        if agent is not None and from_file("rollout.agent.environment"):
+            agent.environment = config_paths.file_spec(agent.environment, config_dir)
+        if config_paths.given("reward.sources", command_line):  # base_dir is the file's: these are the shell's
+            self.reward.sources = [
+                {**s, "spec": config_paths.file_spec(s["spec"], cwd)} if isinstance(s, dict) and "spec" in s else s
+                for s in self.reward.sources
+            ]
 
     def validate(self, written: Set[str] | None = None) -> None:
         """Every check of the config (ranges, registry names, consistency, knobs the chosen algorithm

@@ -26,7 +26,7 @@ class Experience:
     # trajectory (phase 1): what was sampled, and for which prompt
     rollout: RolloutBatch  # ids (B, P+T), response_mask (B, T), group_index (B,), finish reasons, texts
     records: list[PromptRecord]  # [B] the dataset row each response answers
-    prompts: list[str]  # [B] each prompt as the policy saw it (chat template applied)
+    prompts: list[str]  # [B] each prompt as the rewards read it (s_0 exactly: rollout.prompt_ids)
 
     # outcome (phase 2): the reward's verdict and where it sits on the tokens
     results: list[RewardResult]  # [B] typed: ok / timeout / error

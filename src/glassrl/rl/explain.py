@@ -13,7 +13,13 @@ What ``glassrl explain --model`` runs (glassrl.commands.explain_model reads its 
   checkpoint's critic, the rollout settings, the forward passes' layout and precision;
 - a plain Hugging Face model directory (config.json), without a run: TrainConfig's defaults with
   the KL in the reward (explain's β is the coefficient of the KL in the reward), the model itself
-  as the reference, no critic.
+  as the reference, no critic. Its reward: the bundled task's (TrainConfig's) for a prompt in a
+  task's form, else ``math`` against the given answer (:data:`PLAIN_REWARD`); the estimator
+  (glassrl.commands.explain_model) a critic-free one.
+
+``reward`` (``--reward``) is a reward source's name or the user's function as ``file.py:fn`` /
+``module:fn`` (a ``user_function`` source, its style detected; a relative file is read from the
+working directory, as any path given on the command line).
 
 The numbers come from the trainer's own phase functions (glassrl.rl.phases), run with these
 models: score (reward → outcome scores → score shapers → scores on tokens) → model outputs
@@ -51,12 +57,13 @@ from glassrl.errors import GlassrlError
 from glassrl.ledger import Ledger
 from glassrl.ledger.compute import from_experience
 from glassrl.models import load_causal_lm, load_scalar_model, load_tokenizer
+from glassrl.rewards.user_function import resolve_spec
 from glassrl.rl import phases
 from glassrl.rl.build import actor_path, build_reward, forward_passes, prompt_format, rollout_engine, with_precision
 from glassrl.rl.config import TrainConfig, agent_config
 from glassrl.rollout.base import RolloutBatch, SamplingParams, Turn, concat_rollouts
 from glassrl.rollout.hf import left_pad
-from glassrl.run.open import CONFIG, Checkpoint, open_checkpoint
+from glassrl.run.open import CONFIG, Checkpoint, model_in_run, open_checkpoint
 from glassrl.workers.local import FrozenActor, FrozenCritic, LocalReference, LocalRollout
 
 
@@ -80,9 +87,26 @@ class ModelRun:
     config_label: str
 
 
-def open_model(path: Path, *, reference: str | None = None, reward: str | None = None, console=None) -> ModelRun:
-    """Open ``path`` (see the module docstring); ``reference`` and ``reward`` (a reward source's
-    name) replace the run's (for a plain model: the model itself, TrainConfig's reward)."""
+PLAIN_REWARD = "math"  # a plain model's reward for a prompt not in a bundled task's form: the answer checked
+
+
+def reward_sources(reward: str) -> list[dict[str, Any]]:
+    """``--reward``: a source's name, or ``file.py:fn`` / ``module:fn`` (a user_function source,
+    its file made absolute against the working directory)."""
+    if ":" not in reward:
+        return [{"name": reward}]
+    return [{"name": "user_function", "spec": resolve_spec(reward, Path.cwd(), "--reward")}]
+
+
+def open_model(
+    path: Path, *, reference: str | None = None, reward: str | None = None, prompt: str | None = None, console=None
+) -> ModelRun:
+    """Open ``path`` (see the module docstring); ``reference`` (a model, a run or a checkpoint)
+    and ``reward`` (:func:`reward_sources`) replace the run's (for a plain model: the model
+    itself; the bundled task's reward when ``prompt`` is in its form, else :data:`PLAIN_REWARD`)."""
+    if reference is not None:
+        in_run = model_in_run(reference, "--reference")
+        reference = str(in_run[0]) if in_run is not None else reference
     try:
         checkpoint = open_checkpoint(path)
     except GlassrlError as err:
@@ -93,6 +117,8 @@ def open_model(path: Path, *, reference: str | None = None, reward: str | None =
                 f"--model: {path} is neither a run directory (config.yaml), a checkpoint (manifest.json) "
                 "nor a Hugging Face model directory (config.json)"
             )
+        if reward is None and (prompt is None or record_for_prompt(prompt) is None):
+            reward = PLAIN_REWARD
         return _plain_model(path, reference, reward)
     try:
         cfg = checkpoint.config(TrainConfig)
@@ -101,7 +127,7 @@ def open_model(path: Path, *, reference: str | None = None, reward: str | None =
     except GlassrlError as err:
         raise GlassrlError(f"--model: {err}") from None
     if reward is not None:
-        cfg.reward.sources = [{"name": reward}]
+        cfg.reward.sources = reward_sources(reward)
     if reference is None:
         reference = cfg.model.reference if cfg.model.reference is not None else actor_path(cfg, console)
     return ModelRun(
@@ -122,7 +148,7 @@ def _plain_model(path: Path, reference: str | None, reward: str | None) -> Model
     cfg = TrainConfig()
     cfg.model.actor = str(path)
     if reward is not None:
-        cfg.reward.sources = [{"name": reward}]
+        cfg.reward.sources = reward_sources(reward)
     cfg.algo.kl.placement = "reward"  # explain's β is the coefficient of the KL in the reward
     return ModelRun(
         cfg, path, Path(reference) if reference is not None else path, None, None, 0.0, f"model {path}", None, ""
@@ -298,10 +324,11 @@ class _StrictReward:
         results = self.source.score(requests)
         for b, result in enumerate(results):
             if not result.is_ok:
+                hint = "give a prompt in a bundled task's form, or --answer TEXT"
+                if requests[b].record.answer is not None:  # the answer was there: the reward is the problem
+                    hint = "choose a reward that can score it with --reward NAME or --reward file.py:fn"
                 raise GlassrlError(
-                    f"--prompt: the reward could not score response {b} "
-                    f"({result.status}: {result.message}); "
-                    "give a prompt in a bundled task's form, or --answer TEXT"
+                    f"--prompt: the reward could not score response {b} ({result.status}: {result.message}); {hint}"
                 )
         return results
 

@@ -80,6 +80,7 @@ from glassrl.rl.build import (
     teacher,
     with_precision,
     with_shared_prefix,
+    with_warm_start,
 )
 from glassrl.rl.build_ray import build_ray_workers
 from glassrl.rl.checks import max_staleness
@@ -92,10 +93,11 @@ from glassrl.rl.phases import Sampled
 from glassrl.rl.prompts import build_prompts
 from glassrl.rl.sampling import AsyncRounds, DynamicSampler
 from glassrl.rl.update import actor_batch, critic_batch, minibatch_plan
+from glassrl.rl.watch import TrainingWatch, proxy_only_rows
 from glassrl.rollout.base import SamplingParams
 from glassrl.rollout.stops import describe as describe_stops
 from glassrl.rollout.stops import saved_generation_config
-from glassrl.run import state
+from glassrl.run import state, stop
 from glassrl.run.atomic import write_text
 from glassrl.run.checkpoint import CheckpointManager
 from glassrl.run.lock import RunLock
@@ -116,6 +118,7 @@ CONSOLE_KEYS = (
 # it logs, and an explicit thread count (under auto it keeps the one it recorded: _set_threads).
 # Anything else would make it another run (state.RunConfig).
 RESUME_MAY_CHANGE = ("steps", "output_dir", "logging", "threads")
+REWARD_TRACEBACK = "reward_traceback.txt"  # the first failure's traceback, when failed rewards stop the run
 
 
 class Trainer:
@@ -124,9 +127,12 @@ class Trainer:
     def __init__(
         self, cfg: TrainConfig, *, resume: bool = False, console: Console | None = None, progress: bool = True
     ) -> None:
+        self.console = console or Console()
+        cfg, warm = with_warm_start(cfg)  # a model named by a run or checkpoint: that model's directory
+        for line in warm:
+            self.console.print(line, markup=False, soft_wrap=True)
         cfg = with_precision(cfg)  # model.dtype / compute_dtype "auto" made concrete
         self.cfg, self.resolved = cfg, resolve(cfg)
-        self.console = console or Console()
         self.out = Path(cfg.output_dir)
         self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)
         self.threads = self._set_threads(resume)  # before any torch work
@@ -162,6 +168,14 @@ class Trainer:
         )
         self.components = self._components()  # what a checkpoint holds, the config first
         self._open_run_dir(resume, progress)  # the lock, then a resume's checkpoint, then the metric sinks
+        lg = cfg.logging
+        self.watch = (  # the reward-hacking watch (glassrl.rl.watch)
+            TrainingWatch(
+                lg.watch_window, lg.watch_threshold, self.out, self.console, self.counters.step if resume else None
+            )
+            if lg.watch_window
+            else None
+        )
 
     # ------------------------------------------------------------------ the step
 
@@ -200,8 +214,13 @@ class Trainer:
 
         The run directory is released at the end, whatever happens (:meth:`close`)."""
         try:
-            with disk_errors(f"output_dir = {self.out}", self.out, only=DISK_FULL):  # a full disk: one line
+            # a full disk: one line; Ctrl-C or SIGTERM: the step ends, is checkpointed, one line (_stop)
+            with stop.handling(), stop.graceful(), disk_errors(f"output_dir = {self.out}", self.out, only=DISK_FULL):
                 self._train_steps()
+        except stop.Interrupted as signal:  # a second one: the step in progress is abandoned
+            raise self._stopped(
+                signal.signum, f"a second {stop.name(signal.signum)} abandoned the step in progress"
+            ) from None
         finally:
             self.close()
         return self.last_metrics
@@ -220,6 +239,8 @@ class Trainer:
             self.initial_eval = initial["eval/accuracy"]
             self.sinks.log(0, initial)
         while self.counters.step < self.cfg.steps:
+            if signum := stop.requested():
+                raise self._stop(signum)
             try:
                 self.last_metrics = self.step()
             except NonFiniteError as err:
@@ -234,6 +255,22 @@ class Trainer:
                 ) from None
         if self.cfg.logging.report and self.counters.step == self.cfg.steps:
             write_run_report([self.out], self.out / "report.html")
+
+    def _stop(self, signum: int) -> stop.Stopped:
+        """A stop asked for during the step that just ended: that step is checkpointed, so that the
+        resumed run is the one that never stopped; with rollout.overlap sampling the next step's
+        batch, which no checkpoint holds, the run stops at its last checkpoint instead."""
+        step = self.counters.step
+        if self.ahead is not None:
+            return self._stopped(signum, f"rollout.overlap was sampling step {step + 1}, which no checkpoint holds")
+        if step and not self._checkpoints(step):
+            state.save(self.checkpoints, step, self.components)
+        return self._stopped(signum)
+
+    def _stopped(self, signum: int, why: str | None = None) -> stop.Stopped:
+        return stop.Stopped(
+            signum, stop.resume_line(self.checkpoints.latest(), self.counters.step, self.out / "config.yaml", why)
+        )
 
     def close(self) -> None:
         """Close the metric sinks, release the run directory and stop the workers (idempotent; train() calls it)."""
@@ -337,7 +374,7 @@ class Trainer:
         with self.timer.phase("score"):
             records = [prompts[g] for g in rollout.group_index.tolist()]  # the record each response answers
             results = self.workers.reward.score(phases.reward_requests(rollout, records, self.tokenizer))
-            phases.check_failure_rate(results, step, self.cfg.reward.max_failure_rate)
+            phases.check_failure_rate(results, step, self.cfg.reward.max_failure_rate, self.out / REWARD_TRACEBACK)
         return Sampled(rollout, prompts, prompt_ids, results, tuple(behaviour) if behaviour else None, staleness)
 
     def _next_prompts(self) -> tuple[list, list[list[int]]]:
@@ -386,9 +423,11 @@ class Trainer:
         lg = self.cfg.logging
         if self._evaluates(step):
             metrics.update(self.evaluate())
+        alerts = self.watch.update(step, metrics) if self.watch is not None else []
         if step % lg.log_every == 0 or step == self.cfg.steps:
             self.sinks.log(step, metrics)
-        if lg.ledger_every and (step % lg.ledger_every == 0 or step == self.cfg.steps):  # the last step: for the report
+        last = step == self.cfg.steps  # the last step's ledger: for the report; an alert's: the rows it points at
+        if lg.ledger_every and (step % lg.ledger_every == 0 or last) or alerts:
             (self.out / "ledgers").mkdir(exist_ok=True)
             a = self.cfg.algo
             ledger = from_experience(  # the first logging.ledger_samples responses (whole groups first)
@@ -404,10 +443,22 @@ class Trainer:
             with replaced(self.out / "ledgers" / f"step_{step:06d}.jsonl") as f:  # a row at a time, then renamed
                 ledger.write_jsonl(f)
             self.sinks.log_samples(step, sample_rows(ledger))  # W&B / MLflow tables, TensorBoard text
+        if alerts:
+            self.watch.record(alerts, self._proxy_only_rows(step, exp, metrics))
         if lg.report and lg.report_every and step % lg.report_every == 0 and step < self.cfg.steps:
             write_run_report([self.out], self.out / "report.html")  # train() writes the last one
         if self._checkpoints(step):
             state.save(self.checkpoints, step, self.components)
+
+    def _proxy_only_rows(self, step: int, exp: Experience, metrics: dict[str, float]) -> list[tuple[int, int]]:
+        """The ledger sample's responses that an alert points at (glassrl.rl.watch.proxy_only_rows)."""
+        k = min(self.cfg.logging.ledger_samples, len(exp.results))
+        proxy = [r.score if r.is_ok else None for r in exp.results[:k]]
+        gold = None
+        if self.gold is not None:
+            requests = phases.reward_requests(exp.rollout, exp.records, self.tokenizer)[:k]
+            gold = [g.score if g.is_ok else None for g in self.gold.score(requests)]
+        return proxy_only_rows(step, metrics, proxy, gold)
 
     def _evaluates(self, step: int) -> bool:
         lg = self.cfg.logging

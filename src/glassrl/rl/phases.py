@@ -26,8 +26,10 @@ under ReMax so is a response whose greedy baseline failed. The metrics count the
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -45,6 +47,7 @@ from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rl.config import AlgoConfig
 from glassrl.rl.experience import Experience
 from glassrl.rollout.base import RolloutBatch, SamplingParams
+from glassrl.run.atomic import write_text
 from glassrl.workers.base import ActorForward, CriticForward, ReferenceWorker, RewardWorker, RolloutWorker
 
 
@@ -119,15 +122,26 @@ def reward_requests(rollout: RolloutBatch, records: Sequence[PromptRecord], toke
     return [RewardRequest(prompt_text(tokenizer, r.prompt), text, r) for r, text in zip(records, rollout.texts)]
 
 
-def check_failure_rate(results: Sequence[RewardResult], step: int, max_rate: float) -> None:
-    """GlassrlError naming the step, the count and the first messages when failures exceed ``max_rate``."""
+def check_failure_rate(results: Sequence[RewardResult], step: int, max_rate: float, traceback_file: Path) -> None:
+    """GlassrlError naming the step, the count and the distinct failures (the first three, each
+    once, with how many share it) when failures exceed ``max_rate``. The first failure with a
+    traceback (the user's code raised; its message names the user's file:line) has it written
+    to ``traceback_file``, which the line names."""
     failed = [r for r in results if not r.is_ok]
-    if len(failed) / len(results) > max_rate:
-        messages = "; ".join(f"{r.status}: {r.message}" for r in failed[:3])
-        raise GlassrlError(
-            f"step {step}: {len(failed)} of {len(results)} reward scores failed "
-            f"({len(failed) / len(results):.0%} > reward.max_failure_rate = {max_rate:g}); first: {messages}"
-        )
+    if len(failed) / len(results) <= max_rate:
+        return
+    alike = Counter(f"{r.status}: {r.message}" + (f" (at {r.at})" if r.at else "") for r in failed)
+    messages = "; ".join(m if n == 1 else f"{m} (×{n})" for m, n in list(alike.items())[:3])
+    more = f"; {len(alike) - 3} other failures" if len(alike) > 3 else ""
+    traced = next((r for r in failed if r.traceback), None)
+    written = ""
+    if traced is not None:
+        write_text(traceback_file, f"{traced.status}: {traced.message}\n\n{traced.traceback}")
+        written = f"; the first traceback: {traceback_file}"
+    raise GlassrlError(
+        f"step {step}: {len(failed)} of {len(results)} reward scores failed "
+        f"({len(failed) / len(results):.0%} > reward.max_failure_rate = {max_rate:g}); first: {messages}{more}{written}"
+    )
 
 
 def outcome_scores(results: Sequence[RewardResult], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -31,7 +31,9 @@ and the path for models whose cache is not plain full attention (sliding-window,
 attention) or whose forward lacks ``position_ids`` / ``logits_to_keep``. ``torch.compile``
 is not used: on CPU its compilation (100 s for the default model) costs more than it saves in a
 run of the demo's length, and its kernels need not give ``generate``'s tokens
-(benchmarks/bench_generation.py, BENCHMARKS.md).
+(benchmarks/bench_generation.py, BENCHMARKS.md). On CUDA, where a decoding step of a model of real
+size is launch-bound, :func:`sampler_for` picks glassrl.rollout.graphed's loop instead: these
+steps over a static cache, each replayed from a CUDA graph.
 
 Sampling randomness: the loop draws from the caller's ``generator`` directly. ``generate``
 draws from torch's *global* RNG (torch.multinomial), which other code also draws from, so
@@ -58,14 +60,22 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
-from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+from transformers.cache_utils import DynamicCache
 from transformers.generation.stopping_criteria import StoppingCriteriaList
 
 from glassrl.data.records import PromptRecord
 from glassrl.models.loading import pad_id
 from glassrl.models.shared_prefix import attention_mask_for, distinct_rows, full_attention
 from glassrl.rollout.base import PolicyVersions, RolloutBatch, SamplingParams, masked_token_lists
+from glassrl.rollout.decoding import (
+    PreallocatedCache,
+    cache_argument,
+    compaction,
+    draw,
+    logits_warpers,
+    sampled_logprobs,
+)
+from glassrl.rollout.graphed import GraphedDecoder, why_not_graphed
 from glassrl.rollout.stops import StopSet, StopStringCriteria, stop_set
 
 # Logits processors a checkpoint's generation_config may enable, set to their identity.
@@ -116,90 +126,6 @@ def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch
     return ids, mask
 
 
-class PreallocatedLayer(DynamicLayer):
-    """One layer's keys and values in buffers (batch, H, capacity, D), written in place.
-
-    ``update`` writes the new positions after the filled ones and returns views of the filled
-    part (rows, H, length, D): the values and shapes a ``DynamicLayer`` would return, without
-    its ``torch.cat`` of the whole cache per step. ``batch``: the most rows it will hold (the
-    rows of the first update when None).
-    """
-
-    def __init__(self, capacity: int, batch: int | None = None) -> None:
-        super().__init__()
-        self.capacity, self.batch = capacity, batch
-        self.rows = 0  # rows in use: the first ``rows`` of the buffers
-        self.length = 0  # filled positions
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.dtype, self.device = key_states.dtype, key_states.device
-        rows, heads = key_states.shape[:2]
-        batch = max(rows, self.batch or 0)
-        self.key_buffer = key_states.new_empty((batch, heads, self.capacity, key_states.shape[-1]))
-        self.value_buffer = value_states.new_empty((batch, heads, self.capacity, value_states.shape[-1]))
-        self.rows = rows
-        self.is_initialized = True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        if end > self.capacity:
-            raise ValueError(f"PreallocatedLayer: {end} positions exceed the capacity {self.capacity}")
-        self.key_buffer[: self.rows, :, self.length : end] = key_states
-        self.value_buffer[: self.rows, :, self.length : end] = value_states
-        self.length = end
-        self.keys = self.key_buffer[: self.rows, :, :end]
-        self.values = self.value_buffer[: self.rows, :, :end]
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def take_rows(self, index: torch.Tensor) -> None:
-        """Rows ``index`` (K,) long of the rows in use become rows 0 … K−1: ended rows dropped, or
-        a prompt's row copied to each of its samples (an index may repeat). K ≤ the buffer's rows."""
-        k = len(index)
-        if k > self.key_buffer.shape[0]:
-            raise ValueError(f"PreallocatedLayer: {k} rows exceed the buffer's {self.key_buffer.shape[0]}")
-        # index_select, then a copy: 2.5–4.5× faster than indexing the buffer with a tensor (CPU).
-        for buffer in (self.key_buffer, self.value_buffer):
-            filled = buffer[:, :, : self.length]
-            filled[:k].copy_(filled.index_select(0, index))
-        self.rows = k
-
-    def move_rows(self, to: torch.Tensor, source: torch.Tensor, rows: int) -> None:
-        """Rows ``source`` (m,) long are copied to rows ``to`` (m,) long (disjoint), then the first
-        ``rows`` are in use: dropping ended rows by moving only the running rows behind them."""
-        for buffer in (self.key_buffer, self.value_buffer):
-            filled = buffer[:, :, : self.length]
-            filled.index_copy_(0, to, filled.index_select(0, source))
-        self.rows = rows
-
-
-class PreallocatedCache(Cache):
-    """A ``PreallocatedLayer`` per attention layer, ``capacity`` positions and ``batch`` rows each."""
-
-    def __init__(self, num_layers: int, capacity: int, batch: int | None = None) -> None:
-        super().__init__(layers=[PreallocatedLayer(capacity, batch) for _ in range(num_layers)])
-
-    def take_rows(self, index: torch.Tensor) -> None:
-        for layer in self.layers:
-            layer.take_rows(index)
-
-    def move_rows(self, to: torch.Tensor, source: torch.Tensor, rows: int) -> None:
-        for layer in self.layers:
-            layer.move_rows(to, source, rows)
-
-
-def cache_argument(model) -> str | None:
-    """The name under which ``model.forward`` takes a KV cache: ``cache`` (transformers ≥ 5.24) or
-    ``past_key_values`` (earlier releases; deprecated in 5.24, to be removed in 5.40); None when it
-    takes neither."""
-    parameters = inspect.signature(model.forward).parameters
-    return next((name for name in ("cache", "past_key_values") if name in parameters), None)
-
-
 def why_not_decode(model) -> str | None:
     """Why :func:`decode` cannot run ``model`` (None when it can): it runs a decoder-only model whose
     cache is full attention in every layer (transformers' ``DynamicLayer``) and whose forward takes
@@ -215,32 +141,6 @@ def why_not_decode(model) -> str | None:
     if not full_attention(model.config):
         return "its attention is not full attention in every layer (a sliding window or linear attention)"
     return None
-
-
-def sampled_logprobs(logits: torch.Tensor, chosen: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """log softmax(logits / temperature) at the chosen tokens (temperature 1 when greedy), float32:
-    π(a|s) as the trainer computes it (glassrl.models.logprobs), from the engine's own logits.
-    Top-k / top-p shape the draw, not this (the trainer's π is not truncated either).
-
-    logits (..., V); chosen (...) long -> (...) float32.
-    """
-    temperature = 1.0 if params.greedy else params.temperature
-    scaled = logits.float() / temperature
-    return scaled.gather(-1, chosen.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
-
-
-def _warpers(params: SamplingParams) -> list:
-    """The logits warpers ``generate`` applies for ``generation_kwargs(params)``, in its order."""
-    if params.greedy:
-        return []
-    warpers = []
-    if params.temperature != 1.0:
-        warpers.append(TemperatureLogitsWarper(params.temperature))
-    if params.top_k != 0:
-        warpers.append(TopKLogitsWarper(top_k=params.top_k, min_tokens_to_keep=1))
-    if params.top_p < 1.0:
-        warpers.append(TopPLogitsWarper(top_p=params.top_p, min_tokens_to_keep=1))
-    return warpers
 
 
 @torch.no_grad()
@@ -291,7 +191,7 @@ def decode(
     positions = (prompt_mask.long().cumsum(-1) - 1).masked_fill(~prompt_mask, 0)  # (B, P)
     tokens = torch.full((B, steps), pad_id, dtype=torch.long, device=device)  # (B, T)
     rows = torch.arange(B, device=device)  # (n,) the original row of each row still writing
-    warpers = _warpers(params)
+    warpers = logits_warpers(params)
 
     # sdpa and eager take a 4D mask as it is; another attention gets the 2D mask transformers converts.
     own_mask = model.config.get_text_config()._attn_implementation in ("sdpa", "eager")
@@ -321,17 +221,7 @@ def decode(
         logits = logits[inverse]  # (B, V)
     length, positions = P, positions[:, -1:]  # (B, 1)
     for t in range(steps):
-        scores = logits
-        for warper in warpers:
-            scores = warper(None, scores)
-        if params.greedy:
-            chosen = scores.argmax(-1)  # (n,)
-        else:
-            # All B rows, so the generator draws B × V as generate's multinomial does (module docstring).
-            probs = scores.new_zeros((B, scores.shape[-1]))  # (B, V)
-            probs[:, 0] = 1.0  # ended rows: a placeholder distribution; their draw is discarded
-            probs[rows] = torch.softmax(scores, dim=-1)
-            chosen = torch.multinomial(probs, 1, generator=generator).squeeze(1)[rows]  # (n,)
+        chosen = draw(logits, rows, B, params, warpers, generator)  # (n,)
         tokens[rows, t] = chosen
         if logprobs_out is not None:
             logprobs_out[rows, t] = sampled_logprobs(logits, chosen, params)
@@ -346,14 +236,8 @@ def decode(
         length += 1
         positions = positions + 1  # (n, 1)
         if bool(ended.any()):
-            # The running rows behind the first k move into the slots of rows that ended: a step
-            # copies as many cache rows as rows ended, not every running row. A row's numbers do
-            # not depend on its place in the batch (module docstring), so the order may change.
-            k = int((~ended).sum())
-            to = ended[:k].nonzero().squeeze(1)  # (m,) slots below k that ended
-            source = (~ended[k:]).nonzero().squeeze(1) + k  # (m,) running rows at k and past
-            order = torch.arange(k, device=device)
-            order[to] = source  # (k,) the row now in each slot
+            # A row's numbers do not depend on its place in the batch (module docstring).
+            k, to, source, order = compaction(ended)
             rows, chosen, positions = rows[order], chosen[order], positions[order]
             cache.move_rows(to, source, k)
             mask[to, :length] = mask[source, :length]
@@ -407,12 +291,18 @@ def generate_with_hf(
 
 
 def sampler_for(model) -> tuple[Callable[..., torch.Tensor], str]:
-    """The function that samples from ``model`` (:func:`decode`, else :func:`generate_with_hf`, the
-    two taking the same arguments) and, for the run's start-up lines, which one it is and why: no
-    faster path turns off silently."""
+    """The function that samples from ``model`` (on CUDA glassrl.rollout.graphed's
+    :class:`~glassrl.rollout.graphed.GraphedDecoder`, else :func:`decode`, else
+    :func:`generate_with_hf`, all taking the same arguments) and, for the run's start-up lines,
+    which one it is and why: no faster path turns off silently (on CPU, where CUDA graphs do not
+    exist, the line names the decoding loop alone)."""
     refused = why_not_decode(model)
     if refused is None:
-        return decode, f"glassrl's decoding loop (preallocated KV cache, passed as `{cache_argument(model)}`)"
+        if (unfit := why_not_graphed(model)) is None:
+            return GraphedDecoder(), "glassrl's decoding loop, each step a CUDA graph (static KV cache, batch buckets)"
+        line = f"glassrl's decoding loop (preallocated KV cache, passed as `{cache_argument(model)}`)"
+        on_cuda = next(model.parameters()).device.type == "cuda"
+        return decode, f"{line}; no CUDA graphs: {unfit}" if on_cuda else line
     return generate_with_hf, f"model.generate; the decoding loop cannot run this model: {refused}"
 
 

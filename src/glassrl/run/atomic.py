@@ -21,9 +21,14 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import re
 import secrets
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from safetensors import SafetensorError
 
 from glassrl.errors import GlassrlError
 from glassrl.files import disk_errors, fsync, replaced
@@ -138,3 +143,17 @@ def _exchange(a: Path, b: Path) -> bool:
     if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
         return False
     raise OSError(code, os.strerror(code), str(b))
+
+
+@contextmanager
+def safetensors_os_errors() -> Iterator[None]:
+    """A failed write of safetensors (its Rust core says "I/O error: No space left on device (os error
+    28)") raised as the OSError it is, for :func:`disk_errors` and the callers' clean-up."""
+    try:
+        yield
+    except SafetensorError as err:
+        found = re.search(r"\(os error (\d+)\)", str(err))
+        if found is None:
+            raise
+        code = int(found[1])
+        raise OSError(code, os.strerror(code)) from err

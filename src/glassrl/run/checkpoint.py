@@ -28,8 +28,9 @@ Protocol of :meth:`CheckpointManager.save` (what makes it crash-safe):
    except the newest checkpoint whose tensors are all finite: the last good one survives
    pruning whatever came after it.
 
-A write that fails (a full disk: ENOSPC) removes the ``tmp-*`` directory and is one
-GlassrlError line; ``latest`` still names the previous checkpoint. :meth:`CheckpointManager.find_latest`
+A write that fails (a full disk: ENOSPC, from Python or from safetensors) removes the ``tmp-*``
+directory and is one GlassrlError line naming the directory, the space a checkpoint takes and the
+space free; ``latest`` still names the previous checkpoint. :meth:`CheckpointManager.find_latest`
 falls back, when ``latest`` is missing or names nothing complete, to the newest checkpoint
 whose files match its manifest, and says so.
 
@@ -68,8 +69,9 @@ from safetensors.torch import load_file, save_file
 
 import glassrl
 from glassrl.errors import GlassrlError
-from glassrl.run import codec
-from glassrl.run.atomic import disk_errors, fsync, write_durably
+from glassrl.files import DISK_FULL
+from glassrl.run import codec, stop
+from glassrl.run.atomic import disk_errors, fsync, safetensors_os_errors, write_durably
 
 PartKind = Literal["json", "torch", "safetensors", "hf"]
 MANIFEST = "manifest.json"
@@ -125,9 +127,10 @@ class CheckpointManager:
             tmp = self.root / f"tmp-{name}-{secrets.token_hex(4)}"
             tmp.mkdir()
             try:
-                entries = {
-                    part_name: self._write_part(tmp, part_name, Part(*part)) for part_name, part in parts.items()
-                }
+                with safetensors_os_errors():
+                    entries = {
+                        part_name: self._write_part(tmp, part_name, Part(*part)) for part_name, part in parts.items()
+                    }
                 manifest = {
                     "format": MANIFEST_FORMAT,
                     "step": step,
@@ -138,8 +141,13 @@ class CheckpointManager:
                 }
                 write_durably(tmp / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
                 fsync(tmp)
-            except Exception:  # a full disk, a value the encoding refuses: free what this save took
+            except (Exception, stop.Interrupted) as err:  # a full disk, a bad value, a stop: free what it took
+                written = _bytes_under(tmp)
                 shutil.rmtree(tmp, ignore_errors=True)
+                if isinstance(err, OSError) and err.errno in DISK_FULL:
+                    raise GlassrlError(
+                        f"checkpoint {name}: cannot write under {self.root}: {err.strerror}; {self._room(written)}"
+                    ) from None
                 raise
             final = self.root / name
             if final.exists():
@@ -155,6 +163,18 @@ class CheckpointManager:
         self._prune(step)
         self._remove_stale_tmp()
         return final
+
+    def _room(self, written: int) -> str:
+        """What a checkpoint takes (the last one's size; else what this one wrote before the disk was
+        full) and what is free under ``root``, for the message of a full disk."""
+        last = self.find_latest().path if self.checkpoints() else None
+        if last is not None:
+            size = sum(f["size"] for entry in read_manifest(last)["parts"].values() for f in entry["files"])
+            takes = f"a checkpoint takes about {_size(size)} ({last.name} does)"
+        else:
+            takes = f"a checkpoint takes more than the {_size(written)} written before the disk was full"
+        stat = os.statvfs(self.root)
+        return f"{takes}, {_size(stat.f_bavail * stat.f_frsize)} is free there"
 
     def latest(self) -> Path | None:
         """The checkpoint to resume from (:meth:`find_latest`), without the note."""
@@ -430,6 +450,21 @@ _READERS: dict[str, Callable[[Path, str], object]] = {
     "safetensors": _read_safetensors,
     "hf": _read_hf,
 }
+
+
+def _bytes_under(directory: Path) -> int:
+    return sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
+
+
+def _size(n: float) -> str:
+    """Bytes as a person reads them: 0 B, 412.3 kB, 1.2 GB (powers of 1000)."""
+    if n < 1000:
+        return f"{n:.0f} B"
+    for unit in ("kB", "MB", "GB"):
+        n /= 1000
+        if n < 1000:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1000:.1f} TB"
 
 
 def _sha256(file: Path) -> str:

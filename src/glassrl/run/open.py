@@ -17,6 +17,12 @@ What ``glassrl explain --model`` and ``glassrl export`` open (and what a warm st
 Anything else is not a run: :func:`open_checkpoint` returns None, and the caller tries what
 else the path may be (a Hugging Face model directory).
 
+:func:`model_in_run` is the warm start: a config key that names a model (``model.actor``,
+``model.reference``, ``model.critic``, a reward model's or a teacher's ``path``, the SFT/RM/DPO
+``model``) may name a run or a checkpoint instead, meaning the model directory of its policy
+(or critic) there. A directory with a ``config.json`` (and no ``manifest.json``) is a model,
+even when it holds ``checkpoints/`` too (the SFT, RM and DPO output directories).
+
 The manifest is read when the checkpoint is opened (its format, its step); each part's
 files are checked against it (sizes, sha256) when the part is read, so that a reader pays
 for what it reads (export: the policy; explain: policy, critic, KL controller, counters),
@@ -36,6 +42,7 @@ from glassrl.run.checkpoint import LATEST, MANIFEST, CheckpointManager, read_man
 
 C = TypeVar("C")
 
+ADAPTER_CONFIG = "adapter_config.json"  # a LoRA policy's part holds peft adapters (glassrl.models.lora)
 CHECKPOINTS = "checkpoints"  # the run directory's checkpoint root (glassrl.rl.loop)
 CONFIG = "config.yaml"  # the run's resolved config (glassrl.rl.loop)
 ACTOR, CRITIC = "actor", "critic"  # the policy's and the critic's parts: Hugging Face model directories
@@ -89,3 +96,30 @@ def open_checkpoint(path: Path) -> Checkpoint | None:
     elif not (path / MANIFEST).is_file():
         return None
     return Checkpoint(path, path.parent.parent, read_manifest(path))
+
+
+def model_in_run(name: str | Path, key: str, part: str = ACTOR) -> tuple[Path, str] | None:
+    """The model directory that ``name`` names when it is a run or one of its checkpoints (the
+    part ``part`` there: the policy, or the critic; its files verified), with the start-up line
+    that says what was loaded; None when ``name`` is a model directory or names no run.
+    ``key`` names the config key in errors. A LoRA policy's adapters are refused, with the way
+    to a model (``glassrl export``)."""
+    path = Path(name)
+    if (path / "config.json").is_file() and not (
+        path / MANIFEST
+    ).is_file():  # a checkpoint's config part is config.json
+        return None
+    checkpoint = open_checkpoint(path)
+    if checkpoint is None:
+        return None
+    role = "policy" if part == ACTOR else part
+    if part not in checkpoint.manifest["parts"]:
+        raise GlassrlError(f"{key} = {str(name)!r}: checkpoint {checkpoint.path} holds no {role} ({part})")
+    directory: Path = checkpoint.part(part)  # type: ignore[assignment]
+    if (directory / ADAPTER_CONFIG).is_file():
+        merge = f"; merge them into one first (glassrl export {name} --out DIR) and name DIR" if part == ACTOR else ""
+        raise GlassrlError(
+            f"{key} = {str(name)!r}: checkpoint {checkpoint.path} holds LoRA adapters, not a model{merge}"
+        )
+    step = checkpoint.manifest.get("step")
+    return directory.resolve(), f"{key}: {directory} (the {role} at step {step} of the run {checkpoint.run})"

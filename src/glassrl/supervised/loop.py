@@ -28,6 +28,9 @@ does the rest, the same way for every trainer:
   checkpoints under ``output_dir/checkpoints`` every ``every`` steps and at the last, and a
   resumed run that continues from the latest exactly (that module's docstring); without one
   (SFT, the reward model) a run starts afresh each time.
+- Ctrl-C or SIGTERM (glassrl.run.stop) ends the step in progress, then the run, with one line
+  (``stopped at step N of M; …``): the outputs are as they were; a run with checkpoints writes
+  one at step N and says to add ``--resume``; a second signal abandons the step.
 
 ``model: default`` names the default model, which must be built already (:func:`model_dir`):
 building it is the caller's step (``glassrl sft``/``rm``, the pipeline), because its recipe
@@ -57,8 +60,10 @@ from glassrl.models.default_model import MARKER, default_model_dir
 from glassrl.models.threads import set_threads, startup_line
 from glassrl.optim import OptimConfig, check_weights, make_optimizer, nonfinite, on_bad_step, seed_everything
 from glassrl.report.sinks import JsonlSink
-from glassrl.run.atomic import StagedDir, write_text
+from glassrl.run import stop
+from glassrl.run.atomic import StagedDir, safetensors_os_errors, write_text
 from glassrl.run.lock import RunLock, sibling_lock_path
+from glassrl.run.open import model_in_run
 from glassrl.supervised.checkpoints import Checkpointing, OptimizerState, TrainableWeights
 
 
@@ -158,7 +163,11 @@ def train_supervised(
         threads = set_threads(cfg.threads, run.recorded_threads() if run is not None else None)
         console.print(startup_line(*threads), markup=False, soft_wrap=True)  # before torch work
         seed_everything(cfg.seed)
-        return _train(cfg, objective(resolve_device(cfg.device)), console, run, threads)
+        try:
+            with stop.handling(), stop.graceful():  # Ctrl-C, SIGTERM: the step ends, then nothing is written
+                return _train(cfg, objective(resolve_device(cfg.device)), console, run, threads)
+        except stop.Interrupted as signal:  # a second one: the step in progress is abandoned
+            raise stop.Stopped(signal.signum, f"stopped during a step; {_untouched(out, run)}") from None
 
 
 def _train(
@@ -192,14 +201,19 @@ def _train(
         transient=True,
     )
     with StagedDir(out) as stage:
-        with disk_errors(f"output_dir = {out}", out), progress:
+        with disk_errors(f"output_dir = {out}", out), safetensors_os_errors(), progress:
             config = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
             write_text(stage.path / f"{name}_config.yaml", config)
             log = JsonlSink(stage.path / "metrics.jsonl")
             for logged, row in log_state.rows:  # a resumed run's rows so far
                 log.log(logged, row)
             bar = progress.add_task(name, total=steps, completed=done, info=obj.summary(result))
+            saved = done  # the step of the newest checkpoint
             for step in range(done + 1, steps + 1):
+                if signum := stop.requested():
+                    if run is not None and step - 1 > saved:  # a run with checkpoints keeps the steps taken
+                        run.save(step - 1)
+                    raise stop.Stopped(signum, f"stopped at step {step - 1} of {steps}; {_untouched(out, run)}")
                 loss, tally = obj.loss([obj.train[i] for i in next(batches)])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -229,6 +243,7 @@ def _train(
                     progress.update(bar, info=obj.summary(result))
                 if run is not None and run.due(step, steps):
                     run.save(step)
+                    saved = step
                 progress.advance(bar)
             log.close()
             result["time_s"] = time.perf_counter() - start
@@ -237,6 +252,12 @@ def _train(
             obj.finish(stage.path, result)
     console.print(f"{name}: {steps} steps in {result['time_s']:.1f}s, {obj.summary(result)} -> {out}")
     return result
+
+
+def _untouched(out: Path, run: Checkpointing | None) -> str:
+    if run is not None and (latest := run.manager.latest()) is not None:
+        return f"output_dir = {out} is as it was; add --resume to the same command to go on from {latest.name}"
+    return f"nothing was written (output_dir = {out} is as it was); run the same command again to train"
 
 
 def window_means(window: list[Tally], keys: tuple[str, ...]) -> dict[str, float]:
@@ -250,10 +271,12 @@ def window_means(window: list[Tally], keys: tuple[str, ...]) -> dict[str, float]
 
 
 def model_dir(model: str) -> Path:
-    """The checkpoint directory ``model`` names: "default" (the default model, built already), or
-    a directory or cached hub id (glassrl.models.resolve_model_path)."""
+    """The checkpoint directory ``model`` names: "default" (the default model, built already), a
+    run or one of its checkpoints (its policy: glassrl.run.open.model_in_run), or a directory or
+    cached hub id (glassrl.models.resolve_model_path)."""
     if model != "default":
-        return resolve_model_path(model, "model")
+        in_run = model_in_run(model, "model")
+        return in_run[0] if in_run is not None else resolve_model_path(model, "model")
     path = default_model_dir()
     if not (path / MARKER).is_file():
         raise GlassrlError(f"model: default: the default model is not built yet in {path}; run glassrl init-model")

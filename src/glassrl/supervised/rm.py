@@ -40,7 +40,7 @@ import torch
 from rich.console import Console
 
 from glassrl.algos.losses import pairwise_rm_loss
-from glassrl.config import at_least, check_threads, fail
+from glassrl.config import at_least, check_seed, check_threads, fail
 from glassrl.data.collate import collate, encode_response
 from glassrl.data.formatting import format_prompt
 from glassrl.data.preferences import load_preferences
@@ -90,6 +90,7 @@ class RMConfig:
         if self.eval_data is None and held_out_split(self.data) is None:
             fail("eval_data", None, f"needed when data is a file ({self.data}); give a held-out JSONL file")
         check_threads(self.threads)
+        check_seed(self.seed)
         self.optim.check("optim")
 
     def rows(self) -> list[tuple[str, str, str]]:

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from rich.console import Console
 
-from glassrl.config import at_least, check_threads, fail, knob_set
+from glassrl.config import at_least, check_seed, check_threads, fail, knob_set
 from glassrl.data.collate import collate, encode_responses
 from glassrl.data.formatting import format_prompts
 from glassrl.data.tasks import TASKS, held_out_split, load_task, parse_task
@@ -78,6 +78,7 @@ class SFTConfig:
                 f"ignored: steps = {self.steps} sets the length (steps: null trains by epochs); remove it",
             )
         check_threads(self.threads)
+        check_seed(self.seed)
         self.optim.check("optim")
 
     def rows(self) -> list[tuple[str, str, str]]:

@@ -37,8 +37,9 @@ float32 sharded parameters and all-gathers them in bfloat16, reducing gradients 
 (MixedPrecisionPolicy, PyTorch FSDP2 ``fully_shard``).
 
 Checkpoints: :func:`save_sharded` / :func:`load_sharded` write and read the
-trainable weights, optimiser and schedule with torch.distributed.checkpoint (DCP):
-every rank writes its own part, and a later run may load it with another world size.
+trainable weights, optimiser and schedule with torch.distributed.checkpoint (DCP) as safetensors
+and JSON, nothing pickled (glassrl.run.sharded): every rank writes its own part, and a later run
+may load it with another world size.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ import torch.distributed as dist
 from torch import nn
 
 from glassrl.models.precision import compute_dtype
+from glassrl.run import sharded
 from glassrl.workers.base import Batch
 from glassrl.workers.local import no_grad_passes
 
@@ -235,19 +237,16 @@ def _dcp_state(dp: DataParallelModel, optimizer: torch.optim.Optimizer, schedule
 
 
 def save_sharded(dp: DataParallelModel, optimizer: torch.optim.Optimizer, scheduler, path: str | Path) -> None:
-    """Trainable weights, optimiser and schedule of every rank into directory ``path`` (collective)."""
-    import torch.distributed.checkpoint as dcp
-
-    dcp.save(_dcp_state(dp, optimizer, scheduler), checkpoint_id=str(path))
+    """Trainable weights, optimiser and schedule of every rank into directory ``path``, nothing pickled
+    (glassrl.run.sharded; collective)."""
+    sharded.save(_dcp_state(dp, optimizer, scheduler), path, main=dp.ctx.is_main)
 
 
 def load_sharded(dp: DataParallelModel, optimizer: torch.optim.Optimizer, scheduler, path: str | Path) -> None:
     """Inverse of :func:`save_sharded`, in place; the saving world size may differ (collective)."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-    state = _dcp_state(dp, optimizer, scheduler)
-    dcp.load(state, checkpoint_id=str(path))
+    state = sharded.load(_dcp_state(dp, optimizer, scheduler), path)
     set_state_dict(
         dp.wrapped,
         optimizer,

@@ -303,7 +303,7 @@ _ROW = "_row"  # a column that travels with the rows into shard_plan: each rank'
 
 class _RayTrainee:
     """Parts: "<role>" (the model, Hugging Face format: export, from_pretrained) and
-    "<role>_state" (trainable weights, optimiser and schedule, sharded with DCP: resume)."""
+    "<role>_state" (trainable weights, optimiser and schedule, sharded: glassrl.run.sharded; resume)."""
 
     role = ""
 

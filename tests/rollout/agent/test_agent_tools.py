@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from glassrl.errors import GlassrlError
 from glassrl.rollout.agent.calculator import Calculator, evaluate
 from glassrl.rollout.agent.registry import BUILTIN_TOOLS, build_tool, build_tools
+from glassrl.rollout.agent.tasks import environment_factory
 from glassrl.rollout.agent.tools import FunctionTool, ToolCall, check_arguments, run_call, schema, tool_map
 
 
@@ -249,3 +250,25 @@ class Interrupts(Exits):
 def test_a_tool_that_exits_is_an_error_observation(tool, raised):
     result = run_call(tool_map([tool]), ToolCall(tool.name, arguments={}), timeout_s=10.0)
     assert result.status == "error" and result.text == f"error: {tool.name}: {raised}"
+
+
+def test_tool_and_environment_files_import_the_modules_beside_them(tmp_path):
+    # issue 31, item 5: reward files could, tool and environment files could not
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "glassrl_test_neighbour_31.py").write_text("def twice(text):\n    return text * 2\n")
+    (tmp_path / "user" / "my_tools.py").write_text(
+        "from glassrl_test_neighbour_31 import twice\n"
+        "def double(text: str) -> str:\n"
+        "    '''Repeat the text.'''\n"
+        "    return twice(text)\n"
+    )
+    (tmp_path / "user" / "my_env.py").write_text(
+        "from glassrl_test_neighbour_31 import twice\n"
+        "from glassrl.rollout.agent.environment import ToolEnvironment\n"
+        "from glassrl.rollout.agent.calculator import Calculator\n"
+        "def make():\n"
+        "    assert twice('a') == 'aa'\n"
+        "    return ToolEnvironment([Calculator()])\n"
+    )
+    assert build_tool("user/my_tools.py:double", base_dir=tmp_path).call({"text": "ab"}) == "abab"
+    assert environment_factory("user/my_env.py:make", base_dir=tmp_path)() is not None

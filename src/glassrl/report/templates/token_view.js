@@ -7,6 +7,7 @@
 (function () {
   "use strict";
   const DATA = JSON.parse(document.getElementById("token-data").textContent);
+  if (!DATA.token_fields) return;  // a page without a token view (glassrl audit --html)
   const F = {};
   DATA.token_fields.forEach(function (name, k) { F[name] = k; });
   const SYM = DATA.symbols;
@@ -121,9 +122,12 @@
       "finish " + (r.finish_reason || "—")];
     if (r.turns) bits.push(r.turns.length + (r.turns.length === 1 ? " turn" : " turns"));
     if (r.baseline_reward !== null) bits.push("baseline reward " + fmt(r.baseline_reward));
+    const flagged = (ledger().flagged || {})[String(b)];
+    if (flagged) { div.classList.add("flagged"); bits.push("reward watch: " + flagged); }
     head.appendChild(document.createTextNode(" · " + bits.join(" · ")));
     div.appendChild(head);
-    div.appendChild(el("div", { "class": "prompt" }, "prompt: " + r.prompt));
+    // s_0 exactly as the policy saw it (a ledger from before it has the rewards' text only)
+    div.appendChild(el("div", { "class": "prompt" }, "prompt: " + (r.prompt_as_seen ?? r.prompt)));
     const line = el("div", { "class": "tokens" });
     const turnAt = {};  // first token of each turn -> its index (multi-turn responses)
     (r.turns || []).forEach(function (t, k) { turnAt[t.start] = k; });
@@ -273,6 +277,19 @@
     state.quantity = ev.target.value;
     render();
     if (keep) select(keep[0], keep[1]);
+  });
+
+  // the reward watch's links (report section #watch): open the alert's ledger and select its response
+  document.querySelectorAll("a.alert-row").forEach(function (a) {
+    a.addEventListener("click", function () {
+      state.source = +a.dataset.source;
+      const k = DATA.sources[state.source].ledgers.findIndex(function (lg) { return lg.step === +a.dataset.step; });
+      if (k < 0) return;
+      state.ledger = k;
+      fillSelect($("source-select"), DATA.sources.map(function (s) { return s.name; }), state.source);
+      fillSteps(); fillQuantities(); render();
+      select(+a.dataset.b, 0);
+    });
   });
 
   fillSelect($("source-select"), DATA.sources.map(function (s) { return s.name; }), state.source);

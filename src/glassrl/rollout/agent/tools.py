@@ -9,11 +9,12 @@ A tool is any object with
                  {"type": "object", "properties": {...}, "required": [...]}
     call(arguments: dict) -> str
 
-``call`` returns the text the model reads back. It may raise: the environment turns the
-exception into an observation ("error: calculator: ZeroDivisionError: division by zero"), never
-a crash; so is ``sys.exit`` (SystemExit) or KeyboardInterrupt raised inside a tool, which runs in a
-thread of its own and can stop nothing else. Arguments are checked against ``parameters`` before ``call`` (:func:`check_arguments`),
-so a tool receives only the properties it declares, with the JSON types it declares.
+``call`` returns the text the model reads back (a lone surrogate in it becomes U+FFFD). It may
+raise: the environment turns the exception into an observation ("error: calculator:
+ZeroDivisionError: division by zero"), never a crash; so is ``sys.exit`` (SystemExit) or
+KeyboardInterrupt raised inside a tool, which runs in a thread of its own and can stop nothing
+else. Arguments are checked against ``parameters`` before ``call`` (:func:`check_arguments`), so a
+tool receives only the properties it declares, with the JSON types it declares.
 
 A plain Python function becomes a tool with :class:`FunctionTool`: its name, its docstring's
 first line as description, and its parameters from the type hints (str, int, float, bool,
@@ -29,6 +30,7 @@ its own limit, as the ``python`` tool does (:mod:`glassrl.rollout.agent.sandbox`
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import threading
 import time
@@ -36,6 +38,8 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
+
+from glassrl.jsonl import as_text
 
 TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 # JSON-schema type -> the Python types a JSON parser gives for it (bool is not an integer here).
@@ -89,9 +93,11 @@ class ToolResult:
     seconds: float = 0.0
 
     def as_dict(self, call: ToolCall) -> dict[str, Any]:
-        """A plain record for the batch and the ledger."""
+        """A plain record for the batch and the ledger (text: a lone surrogate the model wrote as a JSON
+        escape, in a name or the arguments, becomes U+FFFD, which a UTF-8 file can hold)."""
         arguments = call.arguments if call.arguments is not None else call.text
-        return {"name": self.name, "arguments": arguments, "status": self.status, "seconds": round(self.seconds, 4)}
+        record = {"name": self.name, "arguments": arguments, "status": self.status, "seconds": round(self.seconds, 4)}
+        return json.loads(as_text(json.dumps(record, ensure_ascii=False)))
 
 
 def schema(tool: Tool) -> dict[str, Any]:
@@ -166,11 +172,11 @@ def run_call(tools: Mapping[str, Tool], call: ToolCall, timeout_s: float) -> Too
 def _call_with_deadline(tool: Tool, arguments: dict[str, Any], timeout_s: float) -> ToolResult:
     box: dict[str, Any] = {}
 
-    def target() -> None:
+    def target() -> None:  # a lone surrogate (a tool's, or one the model wrote in its call) is not text to tokenize
         try:
-            box["text"] = str(tool.call(arguments))
+            box["text"] = as_text(str(tool.call(arguments)))
         except BaseException as err:  # noqa: BLE001 - a tool's failure, sys.exit included, is the model's observation
-            box["error"] = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+            box["error"] = as_text(f"{type(err).__name__}: {err}" if str(err) else type(err).__name__)
 
     start = time.monotonic()
     thread = threading.Thread(target=target, name=f"tool-{tool.name}", daemon=True)

@@ -1,0 +1,93 @@
+"""``glassrl audit``: episodes of a run's environment, call format and chat template, sampled by the
+model or a script, and checked (glassrl.rollout.agent.audit holds the checks).
+
+    audits = audit_run(cfg, episodes=4, script=["<call>calculator 1+2</call>", "3"])
+    print("\\n".join(table(audits)))
+
+The environment is the run's (rollout.agent.environment, rollout.agent.tools or data.train's agentic
+task: glassrl.rl.build.environment_maker), the prompts the first ``episodes`` of data.train's first
+source, the tokenizer model.actor's (its chat template replaced by ``chat_template`` when given),
+the turn limit and token budget rollout.agent.max_turns and rollout.max_new_tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from glassrl.data.datasets import load_prompts
+from glassrl.data.records import PromptRecord
+from glassrl.data.sources import Source, parse_sources
+from glassrl.data.tasks import load_task, parse_task
+from glassrl.errors import GlassrlError
+from glassrl.models.loading import load_causal_lm, load_tokenizer
+from glassrl.rl.build import actor_path, environment_maker
+from glassrl.rl.config import TrainConfig, agent_config
+from glassrl.rollout.agent import AgentRolloutEngine, HFTurnSampler
+from glassrl.rollout.agent.audit import EpisodeAudit, Recorder, ScriptedTurns, audit_batch
+from glassrl.rollout.base import SamplingParams
+
+
+def audit_run(
+    cfg: TrainConfig,
+    *,
+    episodes: int,
+    script: Sequence[str] | None = None,
+    chat_template: str | None = None,
+    console=None,
+) -> list[EpisodeAudit]:
+    """Run ``episodes`` episodes (module docstring) and check each; the model samples unless ``script``
+    gives the turns."""
+    agent = agent_config(cfg)
+    if agent is None:
+        raise GlassrlError(
+            "not a multi-turn run: set rollout.agent.environment or rollout.agent.tools, "
+            "or data.train to an agentic task (task:tool-add, task:research)"
+        )
+    if episodes < 1:
+        raise GlassrlError(f"--episodes: expected a number >= 1, got {episodes}")
+    path = actor_path(cfg, console)
+    tokenizer = load_tokenizer(path)
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    if script is not None:
+        sampler = ScriptedTurns(tokenizer, script)
+    else:
+        sampler = HFTurnSampler(load_causal_lm(path, device=cfg.model.device), tokenizer)
+    recorder = Recorder(environment_maker(cfg, agent))
+    engine = AgentRolloutEngine(
+        sampler,
+        tokenizer,
+        recorder,
+        call_format=agent.call_format,
+        describe_tools=agent.describe_tools,
+        max_turns=agent.max_turns,
+        tool_workers=agent.tool_workers,
+    )
+    records = _records(cfg, episodes)
+    r = cfg.rollout
+    params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k)
+    batch = engine.generate(
+        engine.format_prompts(records),
+        n=1,
+        params=params,
+        generator=torch.Generator().manual_seed(cfg.seed),
+        records=records,
+    )
+    return audit_batch(
+        batch, records, recorder, engine.format, tokenizer, max_turns=agent.max_turns, budget=r.max_new_tokens
+    )
+
+
+def _records(cfg: TrainConfig, episodes: int) -> list[PromptRecord]:
+    """The first ``episodes`` prompts of data.train's first source."""
+    d = cfg.data
+    keys = None if d.metadata_keys is None else tuple(d.metadata_keys)
+    defaults = Source("", prompt_key=d.prompt_key, answer_key=d.answer_key, metadata_keys=keys)
+    source = parse_sources(d.train, "data.train", defaults)[0]
+    if (ref := parse_task(source.path)) is not None:
+        return load_task(ref.name, ref.split, size=episodes)
+    return load_prompts(
+        source.path, prompt_key=source.prompt_key, answer_key=source.answer_key, metadata_keys=source.metadata_keys
+    )[:episodes]

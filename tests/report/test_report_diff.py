@@ -1,0 +1,191 @@
+"""glassrl diff on hand-made run directories: the first divergence named to the token, the phase
+order inside a step, tolerances, runs of different lengths, checkpoints tensor by tensor, errors."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from glassrl.cli import main
+from glassrl.errors import GlassrlError
+from glassrl.ledger import RESPONSE_FIELDS, TOKEN_FIELDS, Ledger, ResponseLedger, TokenRow
+from glassrl.report.checkpoint_diff import read_safetensors
+from glassrl.report.diff import diff_runs
+
+
+def _token(i: int, text: str, logprob: float) -> TokenRow:
+    return TokenRow(i, 100 + i, text, logprob, None, None, None, None, None, None, 0.5, None, None, True, None)
+
+
+def _ledger(step: int, logprob_at: dict[tuple[int, int], float] | None = None) -> Ledger:
+    changed = logprob_at or {}
+    texts = ["3", "加", "4", "等于", "7"]
+    responses = tuple(
+        ResponseLedger(
+            prompt="3加4?",
+            response="".join(texts),
+            score=1.0,
+            group_id=r,
+            length=len(texts),
+            finish_reason="stop",
+            baseline_reward=None,
+            tokens=tuple(_token(i, t, changed.get((r, i), -1.25)) for i, t in enumerate(texts)),
+        )
+        for r in range(3)
+    )
+    return Ledger("grpo", 1.0, None, 0.0, None, responses=responses, step=step)
+
+
+def _run(path: Path, steps: int = 3, dtype: str = "float32", change: dict | None = None) -> Path:
+    """A run directory of ``steps`` steps; ``change``: {step: {(response, token): logprob}} in the ledger,
+    {"metric": (step, key, value)}, {"tensor": (step, value)}."""
+    change = change or {}
+    path.mkdir()
+    (path / "config.yaml").write_text(f"output_dir: {path}\nmodel:\n  compute_dtype: {dtype}\nseed: 0\n")
+    rows = [
+        {"step": s, "reward/mean": 0.5 * s, "actor/loss": 0.25, "perf/step_s": float(len(str(path)))}
+        for s in range(steps + 1)
+    ]
+    if "metric" in change:
+        s, key, value = change["metric"]
+        rows[s][key] = value
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (path / "ledgers").mkdir()
+    for s in range(1, steps + 1):
+        _ledger(s, change.get(s)).to_jsonl(path / "ledgers" / f"step_{s:06d}.jsonl")
+        ckpt = path / "checkpoints" / f"step_{s:08d}"
+        (ckpt / "actor").mkdir(parents=True)
+        weight = torch.zeros(2, 3, dtype=torch.bfloat16)
+        if change.get("tensor", (None,))[0] == s:
+            weight[1, 2] = change["tensor"][1]
+        save_file({"w": weight, "b": torch.ones(3)}, ckpt / "actor" / "model.safetensors")
+        (ckpt / "counters.json").write_text(json.dumps({"step": s}))
+        (ckpt / "manifest.json").write_text(json.dumps({"time": str(path)}))
+    return path
+
+
+def test_same_runs_do_not_differ(tmp_path, capsys):
+    a, b = _run(tmp_path / "a"), _run(tmp_path / "b")
+    assert main(["diff", str(a), str(b)]) == 0
+    assert capsys.readouterr().out == "no difference in metrics, ledgers or checkpoints\n"
+
+
+def test_the_first_divergence_is_named_to_the_token(tmp_path, capsys):
+    a = _run(tmp_path / "a")
+    # later differences (step 3) and a later token of the same step do not hide the first one
+    b = _run(tmp_path / "b", dtype="bfloat16", change={2: {(1, 3): -1.203, (2, 0): -9.0}, 3: {(0, 0): -2.0}})
+    result = diff_runs(a, b)
+    assert result.config == [("model.compute_dtype", "float32", "bfloat16")]
+    assert result.first.line() == "step 2, phase 3, response 1, token 3 ('等于'): logprobs -1.25 vs -1.203"
+    assert main(["diff", str(a), str(b)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[:3] == [
+        "configs differ in 1 key(s):",
+        "  model.compute_dtype: 'float32' vs 'bfloat16'",
+        "first divergence: step 2, phase 3, response 1, token 3 ('等于'): logprobs -1.25 vs -1.203; "
+        "the configs differ in model.compute_dtype",
+    ]
+    # how it grows: one line per step from the first divergence on; each response's fields and its
+    # 5 tokens' fields are compared (index and the response's own index aside)
+    n = 3 * (len(RESPONSE_FIELDS) - 1 + 5 * (len(TOKEN_FIELDS) - 1))
+    assert out[3:] == [
+        "after it:",
+        f"  step 2: ledger values 2/{n} differ, metrics 0/2 differ, tensors 0/2 differ, max |Δ| 7.75 (logprobs)",
+        f"  step 3: ledger values 1/{n} differ, metrics 0/2 differ, tensors 0/2 differ, max |Δ| 0.75 (logprobs)",
+    ]
+
+
+def test_digits_enough_to_tell_two_numbers_apart(tmp_path):
+    a, b = _run(tmp_path / "a"), _run(tmp_path / "b", change={1: {(0, 1): -1.2500001}})
+    assert diff_runs(a, b).first.line() == "step 1, phase 3, response 0, token 1 ('加'): logprobs -1.25 vs -1.2500001"
+
+
+def test_tolerances(tmp_path, capsys):
+    a, b = _run(tmp_path / "a"), _run(tmp_path / "b", change={1: {(0, 1): -1.2500001}})
+    assert not diff_runs(a, b, atol=1e-6).differs
+    assert not diff_runs(a, b, rtol=1e-6).differs
+    assert diff_runs(a, b, rtol=1e-9).differs
+    assert main(["diff", str(a), str(b), "--atol", "1e-6"]) == 0
+    assert main(["diff", str(a), str(b), "--rtol=-1"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "glassrl diff: error: --atol/--rtol: expected numbers >= 0, got 0.0 and -1.0"
+    )
+
+
+def test_inside_a_step_the_earlier_phase_comes_first(tmp_path):
+    # the metric actor/loss (phase 6) differs beside a logprob (phase 3) of a later response: the logprob is first
+    a = _run(tmp_path / "a")
+    b = _run(tmp_path / "b", change={"metric": (1, "actor/loss", 0.5), 1: {(2, 4): -1.0}})
+    assert diff_runs(a, b).first.line() == "step 1, phase 3, response 2, token 4 ('7'): logprobs -1.25 vs -1"
+    # a reward metric (phase 2) comes before it
+    c = _run(tmp_path / "c", change={"metric": (1, "reward/mean", 0.75), 1: {(2, 4): -1.0}})
+    assert diff_runs(a, c).first.line() == "step 1, phase 2, metric reward/mean: 0.5 vs 0.75"
+
+
+def test_checkpoints_are_compared_tensor_by_tensor(tmp_path):
+    a, b = _run(tmp_path / "a"), _run(tmp_path / "b", change={"tensor": (2, 0.5)})
+    assert diff_runs(a, b).first.line() == "step 2, phase 6, checkpoint actor/model.safetensors w[1, 2]: 0 vs 0.5"
+    # bfloat16 read without torch, widened by its bits
+    w = read_safetensors(b / "checkpoints" / "step_00000002" / "actor" / "model.safetensors")["w"]
+    assert w.dtype == np.float32 and w[1, 2] == 0.5 and w.sum() == 0.5
+
+
+def test_runs_of_different_lengths(tmp_path, capsys):
+    a, b = _run(tmp_path / "a", steps=3), _run(tmp_path / "b", steps=2)
+    result = diff_runs(a, b)
+    assert result.first is None and result.differs
+    assert main(["diff", str(a), str(b)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "no difference in metrics, ledgers or checkpoints (the steps both runs logged)",
+        f"{a} logged steps 0–3; {b} logged steps 0–2",
+    ]
+
+
+def test_response_fields_follow_the_tokens_of_their_phase(tmp_path):
+    a = _run(tmp_path / "a")
+    b = _run(tmp_path / "b")
+    path = b / "ledgers" / "step_000001.jsonl"
+    ledger = _ledger(1)
+    changed = replace(
+        ledger.responses[1],
+        finish_reason="length",
+        tokens=(replace(ledger.responses[1].tokens[0], token_id=7), *ledger.responses[1].tokens[1:]),
+    )
+    replace(ledger, responses=(ledger.responses[0], changed, ledger.responses[2])).to_jsonl(path)
+    assert diff_runs(a, b).first.line() == "step 1, phase 1, response 1, token 0 ('3'): token_id 100 vs 7"
+
+
+def test_not_a_run_is_one_line(tmp_path, capsys):
+    a = _run(tmp_path / "a")
+    (tmp_path / "empty").mkdir()
+    assert main(["diff", str(a), str(tmp_path / "empty")]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"glassrl diff: error: run directory {tmp_path / 'empty'}: missing config.yaml"
+    )
+    with pytest.raises(GlassrlError, match="not a directory"):
+        diff_runs(a, tmp_path / "nowhere")
+
+
+def test_the_report_of_two_runs_shows_their_first_divergence(tmp_path):
+    from glassrl.report.html import write_run_report
+
+    a, b = _run(tmp_path / "a"), _run(tmp_path / "b", change={2: {(1, 3): -1.203}})
+    page = write_run_report([a, b], tmp_path / "report.html").read_text(encoding="utf-8")
+    assert '<a href="#divergence">first divergence</a>' in page
+    assert "first divergence: step 2, phase 3, response 1, token 3 (&#x27;等于&#x27;): logprobs -1.25 vs -1.203" in page
+    one = write_run_report([a], tmp_path / "one.html").read_text(encoding="utf-8")
+    assert 'id="divergence"' not in one
+
+
+def test_every_ledger_column_has_a_phase():
+    from glassrl.ledger import RUN_FIELDS
+    from glassrl.report.diff import _COLUMN_PHASE
+
+    columns = {*RUN_FIELDS, *RESPONSE_FIELDS, *TOKEN_FIELDS} - {"step", "response_index", "index"}
+    assert columns <= _COLUMN_PHASE.keys()

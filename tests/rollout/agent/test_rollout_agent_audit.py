@@ -1,0 +1,126 @@
+"""The audit of an environment and chat template: a bundled task passes every check; a template that
+renders a tool message differently inside the conversation, and a tool whose text merges with the
+next turn's tokens, fail the render check with the offending token shown in its context."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from glassrl.data.records import PromptRecord
+from glassrl.data.tasks import load_task
+from glassrl.models.loading import load_tokenizer
+from glassrl.rollout.agent import AgentRolloutEngine, FunctionTool, ToolEnvironment, task_environment
+from glassrl.rollout.agent.audit import CHECKS, Recorder, ScriptedTurns, audit_batch, table
+from glassrl.rollout.base import SamplingParams
+
+CALL = '<tool_call>{"name": "look", "arguments": {}}</tool_call>'
+# A raw-completion template with tools: an assistant turn is its text and EOS, a tool result follows as
+# "<|user|>Result: …"; nothing is written before the next assistant turn.
+TEMPLATE = (
+    "<|bos|>{% for m in messages %}"
+    "{% if m['role'] == 'assistant' %}{{ m['content'] }}<|eos|>"
+    "{% elif m['role'] == 'tool' %}<|user|>Result: {{ TOOL }}"
+    "{% else %}<|user|>{{ m['content'] }}{% if tools %} tools: {{ tools | length }}{% endif %}{% endif %}"
+    "{% endfor %}"
+)
+VERBATIM = TEMPLATE.replace("{{ TOOL }}", "{{ m['content'] }}")
+# the last message verbatim, an earlier one trimmed: the observation's tokens are not the re-rendered ones
+TRIMS_EARLIER = TEMPLATE.replace(
+    "{{ TOOL }}", "{% if loop.last %}{{ m['content'] }}{% else %}{{ m['content'] | trim }}{% endif %}"
+)
+
+
+def _audit(tokenizer, make_env, records, turns, *, call_format="auto", max_turns=3, budget=200, n=1):
+    recorder = Recorder(make_env)
+    engine = AgentRolloutEngine(
+        ScriptedTurns(tokenizer, turns), tokenizer, recorder, call_format=call_format, max_turns=max_turns
+    )
+    prompts = engine.format_prompts(records)
+    params = SamplingParams(max_new_tokens=budget, temperature=1.0)
+    batch = engine.generate(prompts, n=n, params=params, generator=torch.Generator().manual_seed(0), records=records)
+    return audit_batch(batch, records, recorder, engine.format, tokenizer, max_turns=max_turns, budget=budget)
+
+
+def _look_env(result: str):
+    def look() -> str:
+        """Look."""
+        return result
+
+    return lambda: ToolEnvironment([FunctionTool(look)])
+
+
+def _failed(audits, check):
+    return [r for a in audits for r in a.results if r.check == check and not r.ok]
+
+
+def test_the_bundled_tool_task_passes_every_check(tiny_model_dir):
+    tokenizer = load_tokenizer(tiny_model_dir)
+    records = load_task("tool-add", "train", size=2)
+    audits = _audit(
+        tokenizer, task_environment("tool-add"), records, ["<call>calculator 1+2</call>", "3"], budget=200, n=2
+    )
+    assert len(audits) == 4 and all(a.ok for a in audits), table(audits)
+    lines = table(audits)
+    assert lines[1:] == [f"{name:<10} {4:>4}/{4:<3} ok   {what}" for name, what in CHECKS.items()]
+
+
+def test_a_template_that_renders_a_tool_message_differently_is_caught(tiny_model_dir):
+    tokenizer = load_tokenizer(tiny_model_dir)
+    tokenizer.chat_template = TRIMS_EARLIER
+    records = [PromptRecord(prompt="go", answer=None)]
+    audits = _audit(tokenizer, _look_env(" 7 "), records, [CALL, "ok"], call_format="hermes")
+    assert all(a.ok for a in _audit(tokenizer, _look_env("7"), records, [CALL, "ok"], call_format="hermes"))
+    (failure,) = _failed(audits, "render")
+    # the observation " 7 " is re-rendered trimmed: the first token that differs is its leading space
+    assert failure.detail.startswith("re-rendered as '7', context has position ")
+    assert "(' ') in 'Result: ⟦ ⟧7 ok<|eos|>'" in failure.detail
+    assert [r.check for a in audits for r in a.results if not r.ok] == ["render"]
+
+
+def test_a_tool_whose_text_merges_with_the_next_turn_is_caught(tiny_model_dir):
+    tokenizer = load_tokenizer(tiny_model_dir)
+    tokenizer.chat_template = VERBATIM
+    records = [PromptRecord(prompt="go", answer=None)]
+    # "Y" then the model's "es": encoded together they are one token, "Yes" (a merge of the tokenizer)
+    audits = _audit(tokenizer, _look_env("Y"), records, [CALL, "es"], call_format="hermes")
+    (failure,) = _failed(audits, "render")
+    assert "re-rendered as 'Yes', context has position " in failure.detail
+    assert failure.detail == "re-rendered as 'Yes', context has position 64 ('Y') in 'Result: ⟦Y⟧es<|eos|>'"
+
+
+def test_limits_and_the_stop_token(tiny_model_dir):
+    tokenizer = load_tokenizer(tiny_model_dir)
+    records = load_task("tool-add", "train", size=1)
+    # calls in every turn: the last one is cut by the turn limit, and recorded so
+    audits = _audit(
+        tokenizer, task_environment("tool-add"), records, ["<call>calculator 1+2</call>"], max_turns=2, budget=200
+    )
+    assert audits[0].finish_reason == "turn_limit" and audits[0].ok
+    # a budget the first turn overruns: truncation recorded as "length"
+    audits = _audit(tokenizer, task_environment("tool-add"), records, ["<call>calculator 1+2</call>"], budget=10)
+    assert audits[0].finish_reason == "length" and audits[0].ok
+
+
+def test_an_observation_token_that_trains_is_caught(tiny_model_dir):
+    # a batch whose mask lets the first observation token train (what a hand-written multi-turn loop gets wrong)
+    tokenizer = load_tokenizer(tiny_model_dir)
+    records = load_task("tool-add", "train", size=1)
+    recorder = Recorder(task_environment("tool-add"))
+    engine = AgentRolloutEngine(ScriptedTurns(tokenizer, ["<call>calculator 1+2</call>", "3"]), tokenizer, recorder)
+    params = SamplingParams(max_new_tokens=200)
+    batch = engine.generate(
+        engine.format_prompts(records), n=1, params=params, generator=torch.Generator(), records=records
+    )
+    first_observation = batch.turns[0][0].end
+    mask = batch.response_mask.clone()
+    mask[0, first_observation] = True
+    broken = dataclasses.replace(batch, response_mask=mask)
+    (audit,) = audit_batch(broken, records, recorder, engine.format, tokenizer, max_turns=4, budget=200)
+    failed = {r.check: r.detail for r in audit.results if not r.ok}
+    assert sorted(failed) == ["gradient", "kl", "length", "mask"]
+    where = f"position {first_observation} ('<') in '"
+    assert failed["mask"].startswith(f"mask True on an observation token: {where}")
+    assert failed["gradient"].startswith(f"gradient reaches observation token: {where}")
+    assert failed["length"] == "length counted 27 tokens, the turns generated 26"

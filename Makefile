@@ -18,7 +18,8 @@ EXTRAS := test,ray,lora,wandb,mlflow
 # The preset `make demo` trains: examples/$(ALGO).yaml, e.g. make demo ALGO=ppo; or a whole
 # pipeline instead: make demo PIPELINE=rlhf (SFT policy → reward model → PPO, examples/rlhf/), or its
 # offline branch, make demo PIPELINE=rlhf OFFLINE=1 (SFT policy → DPO on the same pairs, examples/dpo.yaml);
-# or an agentic task's demo: make demo TASK=tool-add (calculator calls, examples/tool_add.yaml)
+# or an agentic task's demo: make demo TASK=tool-add (calculator calls, examples/tool_add.yaml), or
+# make demo TASK=research (the reference dialogue's research agent, PPO and GRPO side by side)
 ALGO   ?= grpo
 PIPELINE ?=
 OFFLINE ?=

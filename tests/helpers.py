@@ -89,6 +89,17 @@ def preset_trainer(preset: str, overrides: Sequence[str], **trainer_kwargs):
     )
 
 
+class HfPolicy:
+    """What the actor's "hf" checkpoint part saves: the (peft) model and its tokenizer."""
+
+    def __init__(self, model, tokenizer) -> None:
+        self.model, self.tokenizer = model, tokenizer
+
+    def save_pretrained(self, path) -> None:
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+
+
 class FixedResults:
     """A reward source that answers each response with the result given for it (a stand-in for a
     verifier, judge or reward model whose outcome a test chooses)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from glassrl import __version__
@@ -26,6 +27,8 @@ COMMANDS = {
     "rm": "glassrl.commands.rm",
     "dpo": "glassrl.commands.dpo",
     "train": "glassrl.commands.train",
+    "eval": "glassrl.commands.eval",
+    "generate": "glassrl.commands.generate",
     "report": "glassrl.commands.report",
     "diff": "glassrl.commands.diff",
     "audit": "glassrl.commands.audit",
@@ -61,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides += extra
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    _quiet_libraries()
     try:
         with stop.handling():  # Ctrl-C and SIGTERM: one line, not a traceback (glassrl.run.stop)
             return int(args._run(args) or 0)
@@ -75,6 +79,18 @@ def main(argv: list[str] | None = None) -> int:
     except stop.Interrupted as signal:  # before a run's steps began, or a command without steps
         print(f"glassrl {args.command}: stopped by {stop.name(signal.signum)}", file=sys.stderr)
         return 128 + signal.signum
+
+
+def _quiet_libraries() -> None:
+    """glassrl's own lines are what a user reads: no Hugging Face progress bars ("Loading weights",
+    "Writing model shards") unless HF_HUB_DISABLE_PROGRESS_BARS says otherwise. The variable reaches
+    transformers when it is imported later and the processes started from here (Ray's workers);
+    a transformers already imported is told directly."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1" and "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 def _is_override(arg: str) -> bool:

@@ -10,7 +10,9 @@
   defaults and ``false``/``null`` for off (``logging.wandb=true``).
 - An unknown key or a bad value is a :class:`GlassrlError` that names the key, says where
   it came from (the file, or ``command line`` for an override) and lists the valid keys,
-  with the nearest one when there is one ("did you mean algo.lam?").
+  with the nearest one when there is one ("did you mean algo.lam?"), or, for another library's
+  name the config class lists in ``FOREIGN_NAMES``, the glassrl key it maps to ("did you mean
+  rollout.n? TRL's num_generations ...").
 - A config class with a ``validate(written)`` method is checked by the loader:
   ``written`` holds the dotted keys the user wrote (file and overrides), so a
   check can tell a knob the user set from one left at its default
@@ -81,12 +83,18 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
         _set_dotted(data, key.split("."), value, defaults)
         from_command_line.append(key)
         written.update(_prefixes(key), _dotted_keys(value, key + ".") if isinstance(value, dict) else ())
-    origin = Origin(str(path) if path is not None else "config", tuple(from_command_line))
+    origin = Origin(str(path) if path is not None else "config", tuple(from_command_line), foreign_names(cls))
     cfg = _build(cls, data, prefix="", origin=origin)
     _anchor(cfg, path, frozenset(from_command_line), saved=_in_run_directory(path))
     if hasattr(cfg, "validate"):
         cfg.validate(frozenset(written))
     return cfg
+
+
+def foreign_names(cls: type) -> dict[str, str]:
+    """{another library's dotted key: the text in parentheses an unknown-key error gives}: a config class's
+    ``FOREIGN_NAMES`` (TrainConfig's: TRL's and verl's names, docs/trl-verl.md)."""
+    return dict(getattr(cls, "FOREIGN_NAMES", {}))
 
 
 def _in_run_directory(path: str | Path | None) -> bool:
@@ -253,8 +261,8 @@ class Origin:
     (``glassrl explain``'s input file and flags: glassrl.commands.explain_input) words its
     errors by a subclass, through :func:`build`."""
 
-    def __init__(self, file: str, overrides: tuple[str, ...] = ()) -> None:
-        self.file, self.overrides = file, overrides
+    def __init__(self, file: str, overrides: tuple[str, ...] = (), foreign: dict[str, str] | None = None) -> None:
+        self.file, self.overrides, self.foreign = file, overrides, foreign or {}
 
     def of(self, key: str) -> str:
         """The file, or ``command line`` when an override set ``key`` (or a section above it)."""
@@ -278,9 +286,10 @@ class Origin:
         """Key ``key`` of section ``prefix`` ("optim."; "" at the top) is none of ``fields``;
         ``hint``: the field it is likely meant to be."""
         name = _shown(key)
+        foreign = self.foreign.get(prefix + name)
         return GlassrlError(
             f"{self.of(prefix + name)}: unknown key {prefix}{name}"
-            + (f" (did you mean {prefix}{hint}?)" if hint else "")
+            + (f" ({foreign})" if foreign else f" (did you mean {prefix}{hint}?)" if hint else "")
             + f"; valid keys here: {', '.join(prefix + field for field in fields)}"
         )
 

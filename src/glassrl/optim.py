@@ -48,8 +48,11 @@ class OptimConfig:
 
     lr: float = 1e-5  # peak learning rate of AdamW
     warmup_steps: int = 0  # linear warm-up, in optimiser steps
-    decay: Literal["cosine", "constant"] = (
-        "constant"  # after warm-up: cosine to 0 at the last optimiser step, or constant
+    warmup_ratio: float | None = (
+        None  # warm-up as a fraction of all optimiser steps, ceil(ratio × total) (TRL's warmup_ratio); null = warmup_steps
+    )
+    decay: Literal["cosine", "linear", "constant"] = (
+        "constant"  # after warm-up: cosine or linear (TRL's default) to 0 at the last optimiser step, or constant
     )
     weight_decay: float = 0.0  # AdamW weight decay on matrices (not on norms and biases)
     grad_clip: float | None = (
@@ -61,8 +64,18 @@ class OptimConfig:
         if not self.lr > 0:
             fail(f"{prefix}.lr", self.lr, "must be > 0")
         at_least(0, {f"{prefix}.warmup_steps": self.warmup_steps, f"{prefix}.weight_decay": self.weight_decay})
+        if self.warmup_ratio is not None:
+            if not 0 <= self.warmup_ratio <= 1:
+                fail(f"{prefix}.warmup_ratio", self.warmup_ratio, "must be in [0, 1] (or null)")
+            if self.warmup_steps:
+                fail(f"{prefix}.warmup_ratio", self.warmup_ratio, f"and {prefix}.warmup_steps both set; keep one")
         if self.grad_clip is not None and not self.grad_clip > 0:
             fail(f"{prefix}.grad_clip", self.grad_clip, "must be > 0 (or null)")
+
+    def warmup(self, total_steps: int) -> int:
+        """Warm-up optimiser steps: ``warmup_steps``, or ceil(``warmup_ratio`` × ``total_steps``) as
+        transformers' TrainingArguments.get_warmup_steps counts them."""
+        return self.warmup_steps if self.warmup_ratio is None else math.ceil(self.warmup_ratio * total_steps)
 
     @property
     def max_norm(self) -> float:
@@ -72,7 +85,8 @@ class OptimConfig:
     def rows(self, prefix: str = "") -> list[tuple[str, str, str]]:
         """(quantity, value, unit) rows of the resolved table; ``prefix`` names the model ("actor ")."""
         clip = "off" if self.grad_clip is None else f"{self.grad_clip:g}"
-        schedule = f"peak; {self.warmup_steps} warm-up optimiser steps, then {self.decay}"
+        warmup = f"{self.warmup_steps}" if self.warmup_ratio is None else f"{self.warmup_ratio:g} of the"
+        schedule = f"peak; {warmup} warm-up optimiser steps, then {self.decay}"
         return [
             (f"{prefix}learning rate", f"{self.lr:g}", schedule),
             (f"{prefix}grad clip / weight decay", f"{clip} / {self.weight_decay:g}", "global norm / AdamW on matrices"),
@@ -115,7 +129,7 @@ def make_optimizer(
     # README gives (foreach measured slower there, fused changes the last bits: BENCHMARKS.md).
     fused = bool(params) and all(type(p) is torch.nn.Parameter and p.is_cuda for p in params)
     optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=(0.9, 0.95), fused=fused or None)
-    schedule = lr_lambda(optim.decay, optim.warmup_steps, total_steps)
+    schedule = lr_lambda(optim.decay, optim.warmup(total_steps), total_steps)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
 
@@ -148,8 +162,20 @@ def constant_factor(step: int, warmup_steps: int, total_steps: int) -> float:
     return min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
 
 
+def linear_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Decay "linear": linear warm-up, then a straight line down to 0 at ``total_steps``
+    (transformers' get_linear_schedule_with_warmup, TRL's default, after the warm-up)."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+
 # OptimConfig.decay -> multiplier of the peak rate at (step, warmup_steps, total_steps)
-LR_SCHEDULES: dict[str, Callable[[int, int, int], float]] = {"cosine": lr_factor, "constant": constant_factor}
+LR_SCHEDULES: dict[str, Callable[[int, int, int], float]] = {
+    "cosine": lr_factor,
+    "linear": linear_factor,
+    "constant": constant_factor,
+}
 
 
 def lr_lambda(decay: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:

@@ -160,7 +160,9 @@ def test_tool_add_preset_trains_the_agent_model_on_the_task():
 
 def test_demo_task_errors(capsys):
     assert main(["demo", "--task", "chess"]) == 2
-    assert capsys.readouterr().err == "glassrl demo: error: --task: no demo for task 'chess'; valid: tool-add\n"
+    assert (
+        capsys.readouterr().err == "glassrl demo: error: --task: no demo for task 'chess'; valid: tool-add, research\n"
+    )
     assert main(["demo", "--task", "tool-add", "--algo", "ppo"]) == 2
     assert "--algo: not with --task" in capsys.readouterr().err
 

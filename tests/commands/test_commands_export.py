@@ -12,17 +12,7 @@ from glassrl.cli import main
 from glassrl.models.loading import load_causal_lm
 from glassrl.models.lora import LoraSettings, apply_lora, merge
 from glassrl.run.checkpoint import CheckpointManager, Part
-
-
-class _Policy:
-    """What the actor's "hf" checkpoint part saves: the (peft) model and its tokenizer."""
-
-    def __init__(self, model, tokenizer) -> None:
-        self.model, self.tokenizer = model, tokenizer
-
-    def save_pretrained(self, path) -> None:
-        self.model.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
+from helpers import HfPolicy
 
 
 @pytest.fixture
@@ -36,7 +26,7 @@ def lora_run(tiny_model_dir, tmp_path):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     run = tmp_path / "run"
-    CheckpointManager(run / "checkpoints", keep=2).save(3, {"actor": Part("hf", _Policy(actor, tokenizer))})
+    CheckpointManager(run / "checkpoints", keep=2).save(3, {"actor": Part("hf", HfPolicy(actor, tokenizer))})
     return run, actor
 
 
@@ -94,7 +84,7 @@ def test_export_during_training_goes_to_the_new_checkpoint_and_writes_whole(
     import glassrl.models.lora as lora
 
     model = load_causal_lm(tiny_model_dir, dtype="float32", device="cpu")
-    policy = _Policy(model, AutoTokenizer.from_pretrained(tiny_model_dir))
+    policy = HfPolicy(model, AutoTokenizer.from_pretrained(tiny_model_dir))
     manager = CheckpointManager(tmp_path / "run" / "checkpoints", keep=1)
     manager.save(2, {"actor": Part("hf", policy)})
     real, calls = shutil.copytree, []
@@ -126,7 +116,7 @@ def test_an_export_whose_checkpoint_vanishes_leaves_nothing(tiny_model_dir, tmp_
 
     model = load_causal_lm(tiny_model_dir, dtype="float32", device="cpu")
     manager = CheckpointManager(tmp_path / "run" / "checkpoints", keep=1)
-    checkpoint = manager.save(2, {"actor": Part("hf", _Policy(model, AutoTokenizer.from_pretrained(tiny_model_dir)))})
+    checkpoint = manager.save(2, {"actor": Part("hf", HfPolicy(model, AutoTokenizer.from_pretrained(tiny_model_dir)))})
 
     def pruned(src, dst, **kwargs):
         shutil.copy2(next(p for p in sorted(src.iterdir()) if p.is_file()), dst)

@@ -211,6 +211,22 @@ def test_chat_prompts_and_conversational_responses(tmp_path):
     assert load_preference_file(path) == [PreferencePair(tuple(messages), "Yes", "No", None, f"{path}:1")]
 
 
+def test_trl_implicit_prompt(tmp_path):
+    """TRL's implicit-prompt rows (no "prompt": whole conversations) read as the explicit form."""
+    opening = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Is 1+1=2?"}]
+    row = {
+        "chosen": [*opening, {"role": "assistant", "content": "Yes"}],
+        "rejected": [*opening, {"role": "assistant", "content": "No"}],
+    }
+    path = _write(tmp_path, [json.dumps(row), json.dumps(row | {"margin": 2})])
+    pairs = load_preference_file(path)
+    assert pairs[0] == PreferencePair(tuple(opening), "Yes", "No", None, f"{path}:1")
+    assert pairs[1].margin == 2.0 and pairs[1].prompt == tuple(opening)
+    assert load_labelled(str(path))[0] == LabelledResponse(tuple(opening), "Yes", True, f"{path}:1 chosen")
+    with pytest.raises(GlassrlError, match=r':1: missing field "prompt"'):  # nothing shared: no prompt to find
+        load_preference_file(_write(tmp_path, [json.dumps({"chosen": row["chosen"], "rejected": row["chosen"][2:]})]))
+
+
 @pytest.mark.parametrize(
     "bad, message",
     [

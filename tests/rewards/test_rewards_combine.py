@@ -132,3 +132,24 @@ def test_rubric_and_combination_from_config(tmp_path, monkeypatch):
     assert result.score == 0.0 * 1.0 + 2.0 * 0.5
     with pytest.raises(GlassrlError, match=r"rewards\[0\]"):
         build_combined([{"weight": 1.0}])
+
+
+def test_a_label_names_the_source_in_the_metrics():
+    """label: reward/accuracy/mean, not reward/exact_match:2/mean (TRL names a reward by its function)."""
+    from glassrl.rl.metrics import reward_metrics
+
+    combined = build_combined(
+        [
+            {"name": "exact_match", "label": "accuracy"},
+            {"name": "exact_match", "weight": 0.5},
+            {"name": "numeric", "label": "format", "weight": 0.25},
+        ]
+    )
+    results = combined.score([req("是的，等于2！"), req("等于2")])
+    assert results[0].details["weights"] == {"accuracy": 1.0, "exact_match": 0.5, "format": 0.25}
+    metrics = reward_metrics(results)
+    assert metrics["reward/accuracy/mean"] == 0.5 and metrics["reward/format/mean"] == 1.0
+    assert "reward/exact_match/mean" in metrics and not any("exact_match:2" in key for key in metrics)
+    for labels, bad in ((["x", "x"], "'x'"), (["a/b", None], "'a/b'"), (["exact_match", None], "'exact_match'")):
+        with pytest.raises(GlassrlError, match=f"label.*{bad}|labelled {bad}"):
+            CombinedReward([(ExactMatchVerifier(), 1.0), (ExactMatchVerifier(), 1.0)], labels)

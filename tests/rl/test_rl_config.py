@@ -189,7 +189,8 @@ def test_the_presets_are_found():
     names = presets.rl_names()
     supervised = {"sft", "rm", "dpo", "kto"}
     assert {"grpo", "ppo", "dapo"} <= set(names) and not supervised & set(names)
-    assert set(presets.names()) == {*names, *supervised, *presets.TASKS.values()}
+    companions = {name for names in presets.COMPANIONS.values() for name in names}
+    assert set(presets.names()) == {*names, *supervised, *presets.TASKS.values(), *companions}
 
 
 @pytest.mark.parametrize("name", presets.rl_names())

@@ -14,6 +14,7 @@ from glassrl.rollout.hf import (
     decode,
     distinct_rows,
     generate_with_hf,
+    generation_kwargs,
     left_pad,
     why_not_decode,
 )
@@ -308,3 +309,53 @@ def test_decode_gives_generates_tokens_under_bf16_autocast(engine):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         (fast, g_fast), (ref, g_ref) = _both(engine, _ids(engine), 4, SAMPLINGS["sampled"], seed=11)
     assert torch.equal(fast, ref) and torch.equal(g_fast, g_ref)
+
+
+TRL_SAMPLINGS = {
+    "repetition penalty 1.5": SamplingParams(max_new_tokens=16, repetition_penalty=1.5),
+    "min-p 0.2, T 1.5": SamplingParams(max_new_tokens=16, temperature=1.5, min_p=0.2),
+    "all four": SamplingParams(
+        max_new_tokens=16, temperature=0.8, top_k=20, top_p=0.95, min_p=0.05, repetition_penalty=1.2
+    ),
+    "greedy, repetition penalty 2": SamplingParams(max_new_tokens=16, greedy=True, repetition_penalty=2.0),
+}
+
+
+@pytest.mark.parametrize("name", list(TRL_SAMPLINGS))
+def test_decode_applies_repetition_penalty_and_min_p_as_generate(engine, name):
+    """The loop's repetition penalty and min-p are transformers' processors in generate's order:
+    the same tokens and generator state as generate (the reference), and not the tokens without them."""
+    from glassrl.data.formatting import format_prompt
+
+    params = TRL_SAMPLINGS[name]
+    plain = SamplingParams(params.max_new_tokens, params.temperature, params.top_p, params.top_k, params.greedy)
+    # the prompts hold the answer's tokens, which the penalty then pushes down
+    prompts = [*_ids(engine), *(format_prompt(engine.tokenizer, "是的，等于2！不，等于5！" + p) for p in PROMPTS)]
+    differs = False
+    for seed in range(3):
+        (fast, g_fast), (ref, g_ref) = _both(engine, prompts, 8, params, seed)
+        assert fast.shape == ref.shape and torch.equal(fast, ref), (name, seed)
+        assert torch.equal(g_fast, g_ref)
+        (without, _), _ = _both(engine, prompts, 8, plain, seed)
+        differs |= without.shape != fast.shape or not torch.equal(without, fast)
+    assert differs, "the processor changed nothing: the test would not see it missing"
+
+
+def test_generation_kwargs_carry_the_processors():
+    kwargs = generation_kwargs(SamplingParams(8, min_p=0.1, repetition_penalty=1.3))
+    assert kwargs["min_p"] == 0.1 and kwargs["repetition_penalty"] == 1.3 and kwargs["do_sample"]
+    off = generation_kwargs(SamplingParams(8))
+    assert off["min_p"] is None and off["repetition_penalty"] == 1.0
+
+
+def test_the_config_checks_the_new_knobs():
+    from glassrl.config import load_config
+    from glassrl.errors import GlassrlError
+    from glassrl.rl.config import TrainConfig
+
+    cfg = load_config(TrainConfig, None, ["rollout.min_p=0.1", "rollout.repetition_penalty=1.1"])
+    assert cfg.rollout.sampling(greedy=True) == SamplingParams(16, 1.0, 1.0, 0, True, 1.1, 0.1)
+    with pytest.raises(GlassrlError, match=r"rollout.min_p = 1.0: must lie in \[0, 1\)"):
+        load_config(TrainConfig, None, ["rollout.min_p=1.0"])
+    with pytest.raises(GlassrlError, match=r"rollout.repetition_penalty = 0.0: must be > 0"):
+        load_config(TrainConfig, None, ["rollout.repetition_penalty=0"])

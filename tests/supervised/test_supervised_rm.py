@@ -187,3 +187,20 @@ def test_cli(tiny_model, pair_files, tmp_path, capsys):
     capsys.readouterr()
     assert cli_main(["rm", str(config), "batch_size=0"]) == 2  # checked before any model is loaded
     assert capsys.readouterr().err == "glassrl rm: error: batch_size = 0: must be >= 1\n"
+
+
+def test_margin_error_names_the_pair_and_the_way_on(tiny_model, pair_files, tmp_path):
+    """The preset rm sets use_margin (its bundled pairs have margins): on pairs without one the
+    error names the first such pair and says what to set."""
+    with pytest.raises(GlassrlError, match=r"no margin \(first: .*bare\.jsonl:1\); .* or set use_margin=false"):
+        train_rm(_cfg(tiny_model, pair_files, tmp_path, data=pair_files["bare"], use_margin=True))
+
+
+def test_cli_from_overrides_alone(tiny_model, pair_files, tmp_path, capsys):
+    """No config file: RMConfig's defaults (use_margin false) and the key=value given."""
+    out = tmp_path / "bare-cli"
+    argv = ["rm", f"model={tiny_model}", f"data={pair_files['bare']}", f"eval_data={pair_files['test']}"]
+    code = cli_main([*argv, "steps=2", "batch_size=4", "max_length=40", f"output_dir={out}", "device=cpu"])
+    assert code == 0, capsys.readouterr().err
+    assert "held-out pairwise accuracy:" in capsys.readouterr().out
+    assert (out / "glassrl.json").is_file()

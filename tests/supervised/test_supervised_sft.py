@@ -177,3 +177,31 @@ def test_cli_sft_with_example_config(tiny_path, tmp_path, capsys):
     assert "unknown key nonsense" in capsys.readouterr().err
     assert main(["sft", str(EXAMPLE), "batch_size=0"]) == 2
     assert capsys.readouterr().err == "glassrl sft: error: batch_size = 0: must be >= 1\n"
+
+
+def test_sft_renders_text_prompts_as_train_does(tmp_path):
+    """An SFT → GRPO pipeline trains the format it samples: the same text prompts, the same ids,
+    under the tokenizer's chat template with a system prompt; chat_template=none keeps them plain."""
+    from glassrl.config import load_config
+    from glassrl.rl.config import TrainConfig
+    from glassrl.rl.prompts import build_prompts
+    from glassrl.supervised.sft import render_pairs
+    from helpers import chatml_tokenizer, tiny_llama_config
+
+    questions = ["What is 3+4?", "Is 2+2=4?", "Natalia sold 48 clips in April and half as many in May."]
+    chatml = chatml_tokenizer(questions * 3)
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": q, "response": "7"}) + "\n" for q in questions))
+    tiny_llama_config(400, max_position_embeddings=512).save_pretrained(tmp_path / "model")
+    for overrides in (["system_prompt=Be brief."], [], ["chat_template=none"]):
+        sft = SFTConfig(**dict(o.split("=") for o in overrides), data=str(data), max_length=512)
+        rows = render_pairs(chatml, sft, load_pairs(str(data)), "data")
+        sft_ids = [prompt for prompt, _ in tokenize_pairs(chatml, rows, 512)]
+        train = load_config(
+            TrainConfig, None, ["data.eval_size=0", f"data.train={data}", *("data." + o for o in overrides)]
+        )
+        prompts = build_prompts(train, chatml, tmp_path / "model")
+        assert sft_ids == prompts.ids(prompts.sources[0].records)
+    assert chatml.decode(sft_ids[0]) == questions[0]  # the last: plain text
+    with pytest.raises(GlassrlError, match=r"^system_prompt: the text prompts of data stay plain text \(chat_template"):
+        render_pairs(chatml, SFTConfig(chat_template="none", system_prompt="Hi"), load_pairs(str(data)), "data")

@@ -67,7 +67,7 @@ from rich.console import Console
 from tokenizers import AddedToken
 from transformers import LlamaForCausalLM
 
-from glassrl.builtin.default_model import ensure_built, ensure_default_model
+from glassrl.builtin.default_model import ensure_built, one_thread
 from glassrl.data import tasks
 from glassrl.data.records import PromptRecord
 from glassrl.models.default_model import (
@@ -129,20 +129,11 @@ def ensure_agent_model(
     )
 
 
-# model.actor names of the embedded models -> the function that finds (or first builds) each.
-BUILTIN_MODELS = {"default": ensure_default_model, AGENT_MODEL: ensure_agent_model}
-
-
 def build_agent_model(
     out_dir: str | Path, *, seed: int = 0, spec: AgentModelSpec = AGENT_SPEC, console: Console | None = None
 ) -> dict:
     """Build, train, evaluate and save the agent model into ``out_dir``; returns glassrl.json's content."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # weights independent of the core count (glassrl.builtin.default_model)
-    try:
-        return _build(Path(out_dir), seed, spec, console or Console())
-    finally:
-        torch.set_num_threads(threads)
+    return one_thread(lambda: _build(Path(out_dir), seed, spec, console or Console()))
 
 
 def _build(out_dir: Path, seed: int, spec: AgentModelSpec, console: Console) -> dict:
@@ -150,21 +141,53 @@ def _build(out_dir: Path, seed: int, spec: AgentModelSpec, console: Console) -> 
     seed_everything(seed)
     episodes = sft_episodes(spec, seed)
     tokenizer = agent_tokenizer(episodes, spec)
+    # eval_data: a JSONL has no test split; held out are the tool-add test prompts, answered below
+    model, info = train_on_transcripts(
+        out_dir, seed, spec, AGENT_VERSION, "agent model", episodes, BEHAVIOURS, tokenizer, console
+    )
+    records = tasks.load_task(spec.task, "test", seed=seed, size=spec.eval_size)
+    info = {
+        **info,
+        "heldout_tool_add_greedy": heldout_tool_use(model, tokenizer, records, greedy=True, seed=seed),
+        "heldout_tool_add_sampled": heldout_tool_use(model, tokenizer, records, greedy=False, seed=seed),
+        "build_time_s": round(time.perf_counter() - start, 1),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+    (out_dir / MARKER).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return info
+
+
+def train_on_transcripts(
+    out_dir: Path,
+    seed: int,
+    spec,
+    version: str,
+    label: str,
+    episodes: list[Episode],
+    behaviours: tuple[str, ...],
+    tokenizer,
+    console: Console,
+) -> tuple[LlamaForCausalLM, dict]:
+    """A fresh Llama of ``spec``'s size (weights seeded by ``seed``), SFT on the transcripts
+    (written to ``out_dir/sft_data.jsonl``), on one CPU thread for bit-identical builds; returns it
+    and glassrl.json's first fields (version, seed, spec, size, SFT steps, the share of each of
+    ``behaviours``, loss)."""
     torch.manual_seed(seed)
     model = LlamaForCausalLM(llama_config(spec, tokenizer))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     n_params = sum(p.numel() for p in model.parameters())
-    console.print(f"agent model: {n_params:,} parameters, vocabulary {len(tokenizer)}")
+    console.print(f"{label}: {n_params:,} parameters, vocabulary {len(tokenizer)}")
 
     rows = sft_rows(episodes, tokenizer)
-    share = {b: sum(e.behaviour == b for e in episodes) / len(episodes) for b in BEHAVIOURS}
+    share = {b: sum(e.behaviour == b for e in episodes) / len(episodes) for b in behaviours}
     data = out_dir / "sft_data.jsonl"
     data.parent.mkdir(parents=True, exist_ok=True)
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     sft = SFTConfig(
-        model=f"fresh LlamaForCausalLM ({AGENT_VERSION}, seed {seed})",
+        model=f"fresh LlamaForCausalLM ({version}, seed {seed})",
         data=str(data),
-        eval_data=None,  # a JSONL has no test split: held out are the tool-add test prompts, answered below
+        eval_data=None,  # held out are the task's test prompts, answered by the caller
         seed=seed,
         steps=spec.sft_steps,
         batch_size=spec.batch_size,
@@ -175,12 +198,11 @@ def _build(out_dir: Path, seed: int, spec: AgentModelSpec, console: Console) -> 
         output_dir=str(out_dir),
         log_every=50,
         device="cpu",  # bit-identical builds (glassrl.builtin.default_model)
-        threads=1,  # the build's one thread (build_default_model), not the free cores
+        threads=1,  # the build's one thread (glassrl.builtin.default_model.one_thread), not the free cores
     )
     metrics = train_sft(sft, model=model, tokenizer=tokenizer, console=console)
-    records = tasks.load_task(spec.task, "test", seed=seed, size=spec.eval_size)
     info = {
-        "version": AGENT_VERSION,
+        "version": version,
         "seed": seed,
         "spec": spec_json(spec),
         "parameters": n_params,
@@ -188,14 +210,8 @@ def _build(out_dir: Path, seed: int, spec: AgentModelSpec, console: Console) -> 
         "sft_steps": spec.sft_steps,
         "sft_behaviours": share,
         "train_loss": metrics["train/loss"],
-        "heldout_tool_add_greedy": heldout_tool_use(model, tokenizer, records, greedy=True, seed=seed),
-        "heldout_tool_add_sampled": heldout_tool_use(model, tokenizer, records, greedy=False, seed=seed),
-        "build_time_s": round(time.perf_counter() - start, 1),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
     }
-    (out_dir / MARKER).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return info
+    return model, info
 
 
 def sft_episodes(spec: AgentModelSpec, seed: int) -> list[Episode]:
@@ -232,11 +248,15 @@ def training_texts(episodes: list[Episode]) -> list[str]:
     return texts
 
 
-def agent_tokenizer(episodes: list[Episode], spec: AgentModelSpec):
+def agent_tokenizer(episodes: list[Episode], spec: AgentModelSpec, *, isolate: bool = True):
     """The BPE tokenizer of :mod:`glassrl.models.default_tokenizer` trained on the transcripts,
-    with ``TAGS`` added as whole tokens (not special: decoding keeps them, as the call parser needs)."""
+    with ``TAGS`` added as whole tokens (not special: decoding keeps them, as the call parser needs).
+    ``isolate``: that tokenizer's one piece per Chinese character and per digit."""
     tokenizer = build_tokenizer(
-        training_texts(episodes), vocab_size=spec.vocab_size, model_max_length=spec.max_position_embeddings
+        training_texts(episodes),
+        vocab_size=spec.vocab_size,
+        model_max_length=spec.max_position_embeddings,
+        isolate=isolate,
     )
     tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in TAGS])
     return tokenizer

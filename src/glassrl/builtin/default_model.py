@@ -56,6 +56,7 @@ from glassrl.models.default_model import (
     VERSION,
     AgentModelSpec,
     DefaultModelSpec,
+    ResearchModelSpec,
     default_model_dir,
     is_built,
     llama_config,
@@ -87,7 +88,7 @@ def ensure_default_model(
 def ensure_built(
     out: Path,
     seed: int,
-    spec: DefaultModelSpec | AgentModelSpec,
+    spec: DefaultModelSpec | AgentModelSpec | ResearchModelSpec,
     version: str,
     build: Callable[[Path], dict],
     rebuild: bool,
@@ -124,12 +125,17 @@ def build_default_model(
     out_dir: str | Path, *, seed: int = 0, spec: DefaultModelSpec = DEFAULT_SPEC, console: Console | None = None
 ) -> dict:
     """Build, train, evaluate and save the default model into ``out_dir``; returns glassrl.json's content."""
+    return one_thread(lambda: _build(Path(out_dir), seed, spec, console or Console()))
+
+
+def one_thread(build: Callable[[], dict]) -> dict:
+    """``build()`` on one torch thread, the thread count restored after. One thread: the weights
+    then do not depend on the core count (it changes a matmul's reduction order), and matrices
+    this small gain little from more threads."""
     threads = torch.get_num_threads()
-    # One thread: the weights then do not depend on the core count (it changes a matmul's
-    # reduction order), and matrices this small gain little from more threads.
     torch.set_num_threads(1)
     try:
-        return _build(Path(out_dir), seed, spec, console or Console())
+        return build()
     finally:
         torch.set_num_threads(threads)
 

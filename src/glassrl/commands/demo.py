@@ -16,6 +16,9 @@ What it does, in order:
    model: the ``glassrl explain --model`` command, printed, then run in-process. Under a
    group estimator the response is explained within a group: itself and 3 sampled ones.
 
+``--task research`` (``make demo TASK=research``) trains the reference dialogue's research agent
+with PPO and with GRPO side by side (glassrl.commands.demo_research).
+
 ``--task tool-add`` (``make demo TASK=tool-add``) runs the same four steps on an agentic task
 (docs/agentic.md) with the task's preset (``presets.TASKS``: glassrl/presets/tool_add.yaml):
 
@@ -87,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
         return pipeline.run(args)
     if args.offline:
         raise GlassrlError("--offline: only with --pipeline rlhf (its offline branch, DPO)")
+    if args.task == "research":  # glassrl.commands.demo_research: PPO and GRPO side by side
+        from glassrl.commands import demo_research
+
+        return demo_research.run(args)
     from rich.console import Console
     from rich.rule import Rule
     from transformers.utils import logging as hf_logging
@@ -174,7 +181,7 @@ def _preset(args: argparse.Namespace) -> tuple[str, str]:
 
 def _model(cfg, console) -> None:
     """Build (or find) the model and say what it is."""
-    from glassrl.builtin.agent_model import AGENT_MODEL, BUILTIN_MODELS
+    from glassrl.builtin.registry import BUILTIN_MODELS, REBUILD
 
     if cfg.model.actor not in BUILTIN_MODELS:
         console.print(f"model: {cfg.model.actor}", markup=False)
@@ -183,10 +190,9 @@ def _model(cfg, console) -> None:
 
     path = BUILTIN_MODELS[cfg.model.actor](console=console)
     info = json.loads((path / MARKER).read_text(encoding="utf-8"))
-    rebuild = "glassrl init-model --force" + (" --agent" if cfg.model.actor == AGENT_MODEL else "")
     console.print(
         f"{cfg.model.actor} model: {path} ({info['parameters']:,} parameters, built in {info['build_time_s']:g} s; "
-        f"rebuild: {rebuild})",
+        f"rebuild: glassrl init-model {REBUILD[cfg.model.actor]})",
         markup=False,
     )
 

@@ -10,7 +10,9 @@ HELP = "train a policy on preference data offline (DPO, IPO, SimPO; KTO on label
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "config",
-        help="YAML file of PreferenceConfig fields, or a preset: dpo (examples/dpo.yaml), kto (examples/kto.yaml)",
+        nargs="?",
+        help="YAML file of PreferenceConfig fields, or a preset: dpo (examples/dpo.yaml), kto (examples/kto.yaml); "
+        "left out: PreferenceConfig's defaults and the key=value given",
     )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="override a config field, e.g. beta=0.2")
     parser.add_argument(
@@ -25,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from glassrl.config import load_config, print_resolved
     from glassrl.supervised.preference import PreferenceConfig, train_preference
 
-    cfg = load_config(PreferenceConfig, presets.config_file(args.config), args.overrides)
+    cfg = load_config(PreferenceConfig, *presets.config_and_overrides(args.config, args.overrides))
     console = Console()
     print_resolved(cfg, console)
     if cfg.model == "default":

@@ -1,19 +1,29 @@
-"""`glassrl init-model [--agent] [--out DIR] [--seed N] [--force]`: build the embedded default model,
-or its tool-using variant (``--agent``: glassrl.builtin.agent_model)."""
+"""`glassrl init-model [--agent [tool-add | research]] [--out DIR] [--seed N] [--force]`: build the
+embedded default model, or a tool-using variant: ``--agent`` (or ``--agent tool-add``) the
+calculator agent (glassrl.builtin.agent_model), ``--agent research`` the research agent of the
+reference dialogue (glassrl.builtin.research_model)."""
 
 from __future__ import annotations
 
 import argparse
 
+AGENTS = ("tool-add", "research")
 HELP = "build the default model (tokenizer + small Llama trained on the bundled task) and cache it"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--agent", action="store_true", help="the tool-using agent model (default-agent-v1, model.actor: default-agent)"
+        "--agent",
+        nargs="?",
+        const="tool-add",
+        choices=AGENTS,
+        help="a tool-using agent model: tool-add (the default; default-agent-v1, model.actor: default-agent) or "
+        "research (default-research-v1, model.actor: default-research)",
     )
     parser.add_argument(
-        "--out", metavar="DIR", help="where to write it (default: $GLASSRL_HOME/models/default-v2, or default-agent-v1)"
+        "--out",
+        metavar="DIR",
+        help="where to write it (default: $GLASSRL_HOME/models/default-v2, default-agent-v1 or default-research-v1)",
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the weights' initialisation and the SFT data order (default 0)"
@@ -29,29 +39,31 @@ def run(args: argparse.Namespace) -> int:
 
     from glassrl.builtin.agent_model import ensure_agent_model
     from glassrl.builtin.default_model import ensure_default_model
+    from glassrl.builtin.research_model import ensure_research_model
     from glassrl.errors import GlassrlError
     from glassrl.files import DISK_FULL, disk_errors
-    from glassrl.models.default_model import AGENT_VERSION, MARKER, VERSION, default_model_dir
+    from glassrl.models.default_model import AGENT_VERSION, MARKER, RESEARCH_VERSION, VERSION, default_model_dir
     from glassrl.run.lock import RunLock, sibling_lock_path
 
     console = Console()
-    out = Path(args.out) if args.out is not None else default_model_dir(AGENT_VERSION if args.agent else VERSION)
+    version, ensure = {
+        None: (VERSION, ensure_default_model),
+        "tool-add": (AGENT_VERSION, ensure_agent_model),
+        "research": (RESEARCH_VERSION, ensure_research_model),
+    }[args.agent]
+    out = Path(args.out) if args.out is not None else default_model_dir(version)
     if out.exists() and not out.is_dir():
         raise GlassrlError(f"--out {out}: is a file, not a directory")
     # One build per directory: a second init-model into it is refused while the first runs.
     with disk_errors(f"--out {out}", out, only=DISK_FULL), RunLock(sibling_lock_path(out), f"--out {out}"):
-        ensure = ensure_agent_model if args.agent else ensure_default_model
         path = ensure(out_dir=out, seed=args.seed, rebuild=args.force, console=console)
     info = json.loads((path / MARKER).read_text(encoding="utf-8"))
+    if args.agent == "research":
+        return _research_summary(path, info, console)
     if args.agent:
         return _agent_summary(path, info, console)
     acc, train = info["heldout_arith_verify"], info["train_arith_verify"]
-    console.print(f"default model: {path}", markup=False, soft_wrap=True)
-    console.print(
-        f"  seed {info['seed']}, {info['parameters']:,} parameters, {info['sft_steps']} SFT steps, "
-        f"train loss {info['train_loss']:.4f}, built in {info['build_time_s']}s",
-        soft_wrap=True,
-    )
+    _built("default model", path, info, console)
     console.print(
         f"  arith-verify test ({acc['n']} prompts, greedy): exact {acc['exact']:.1%}, "
         f"verdict {acc['verdict']:.1%}, format {acc['format']:.1%}",
@@ -67,14 +79,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _agent_summary(path, info: dict, console) -> int:
     """What ``--agent`` built: its size, SFT mix and held-out tool use."""
-    console.print(f"agent model: {path}", markup=False, soft_wrap=True)
-    console.print(
-        f"  seed {info['seed']}, {info['parameters']:,} parameters, {info['sft_steps']} SFT steps, "
-        f"train loss {info['train_loss']:.4f}, built in {info['build_time_s']}s",
-        soft_wrap=True,
-    )
-    mix = ", ".join(f"{name} {share:.0%}" for name, share in info["sft_behaviours"].items())
-    console.print(f"  SFT transcripts: {mix}", soft_wrap=True)
+    _built("agent model", path, info, console)
+    _mix(info, console)
     for how in ("greedy", "sampled"):
         rates = info[f"heldout_tool_add_{how}"]
         console.print(
@@ -83,3 +89,39 @@ def _agent_summary(path, info: dict, console) -> int:
             soft_wrap=True,
         )
     return 0
+
+
+def _research_summary(path, info: dict, console) -> int:
+    """What ``--agent research`` built: its size, SFT mix, held-out rubric and decision probability."""
+    _built("research-agent model", path, info, console)
+    _mix(info, console)
+    rates = info["heldout_research_sampled"]
+    console.print(
+        f"  research test ({rates['n']} episodes, sampled): rubric score {rates['score']:.2f} of 2.5, "
+        f"accuracy {rates['accuracy']:.1%}, temporal {rates['temporal']:.1%}, citation {rates['citation']:.1%}; "
+        "opened " + ", ".join(f"{kind} {share:.0%}" for kind, share in rates["opened"].items() if share),
+        soft_wrap=True,
+    )
+    decision = info["heldout_decision"]
+    console.print(
+        f"  π(open the official page | s_4), mean over {decision['n']} episodes: {decision['official']:.3f} "
+        f"(rumour {decision['rumour']:.3f}, forecast {decision['forecast']:.3f}, news {decision['news']:.3f})",
+        soft_wrap=True,
+    )
+    return 0
+
+
+def _built(what: str, path, info: dict, console) -> None:
+    """The model's directory, seed, size and SFT."""
+    console.print(f"{what}: {path}", markup=False, soft_wrap=True)
+    console.print(
+        f"  seed {info['seed']}, {info['parameters']:,} parameters, {info['sft_steps']} SFT steps, "
+        f"train loss {info['train_loss']:.4f}, built in {info['build_time_s']}s",
+        soft_wrap=True,
+    )
+
+
+def _mix(info: dict, console) -> None:
+    """An agent model's SFT transcripts: each behaviour's share."""
+    mix = ", ".join(f"{name} {share:.0%}" for name, share in info["sft_behaviours"].items())
+    console.print(f"  SFT transcripts: {mix}", soft_wrap=True)

@@ -8,7 +8,11 @@ HELP = "train a reward model on preference pairs (Bradley–Terry loss) and repo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="YAML file of RMConfig fields, or the preset rm (examples/rm.yaml)")
+    parser.add_argument(
+        "config",
+        nargs="?",
+        help="YAML file of RMConfig fields, or the preset rm (examples/rm.yaml); left out: RMConfig's defaults and the key=value given",
+    )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="override a config field, e.g. steps=50")
 
 
@@ -19,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from glassrl.config import load_config, print_resolved
     from glassrl.supervised.rm import RMConfig, train_rm
 
-    cfg = load_config(RMConfig, presets.config_file(args.config), args.overrides)
+    cfg = load_config(RMConfig, *presets.config_and_overrides(args.config, args.overrides))
     console = Console()
     print_resolved(cfg, console)
     if cfg.model == "default":

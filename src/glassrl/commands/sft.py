@@ -8,7 +8,11 @@ HELP = "fine-tune a causal LM on prompt/response pairs (loss on response tokens 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="YAML file of SFTConfig fields, or the preset sft (examples/sft.yaml)")
+    parser.add_argument(
+        "config",
+        nargs="?",
+        help="YAML file of SFTConfig fields, or the preset sft (examples/sft.yaml); left out: SFTConfig's defaults and the key=value given",
+    )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="override a config field, e.g. optim.lr=3e-4")
 
 
@@ -19,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from glassrl.config import load_config, print_resolved
     from glassrl.supervised.sft import SFTConfig, train_sft
 
-    cfg = load_config(SFTConfig, presets.config_file(args.config), args.overrides)
+    cfg = load_config(SFTConfig, *presets.config_and_overrides(args.config, args.overrides))
     console = Console()
     print_resolved(cfg, console)
     if cfg.model == "default":

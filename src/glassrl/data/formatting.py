@@ -60,6 +60,33 @@ def as_chat(prompt: str | Messages, system_prompt: str | None = None) -> Message
     return messages
 
 
+def render_text_prompts(
+    prompts: Sequence[Prompt],
+    sources: Sequence[str],
+    *,
+    chat: bool,
+    system_prompt: str | None,
+    how: str,
+    key: str,
+    system_key: str,
+) -> list[Prompt]:
+    """Text prompts as chat messages when ``chat`` (glassrl.models.chat_rendering decides);
+    ``system_prompt`` first in every prompt the template renders: an error naming the first
+    text prompt (``sources``) that stays plain (``how``: why) and could not carry it (``key``: the
+    prompts' config key, ``system_key``: system_prompt's)."""
+    if chat:
+        return [as_chat(p, system_prompt) for p in prompts]
+    if system_prompt is None:
+        return list(prompts)
+    plain = next((source for p, source in zip(prompts, sources) if isinstance(p, str)), None)
+    if plain is not None:
+        raise GlassrlError(
+            f"{system_key}: the text prompts of {key} stay "
+            f"{how}, so a system message has nowhere to go (first: {plain}); give chat messages, or unset it"
+        )
+    return [as_chat(p, system_prompt) for p in prompts]
+
+
 def truncate_left(ids: list[int], limit: int) -> list[int]:
     """The last ``limit`` token ids: what stays of an over-long prompt when its start is cut
     (BOS and the chat template's opening included), as TRL's ``max_prompt_length`` and verl's

@@ -28,7 +28,9 @@ object per line with ``"prompt"``, ``"chosen"``, ``"rejected"`` and an optional
 ``"margin"`` (number). The prompt is a string or chat messages
 (``[{"role", "content"}, ...]``, as in a prompt dataset: glassrl.data.datasets);
 a response is a string or, in TRL's conversational form, a list holding one
-assistant message (``[{"role": "assistant", "content": ...}]``).
+assistant message (``[{"role": "assistant", "content": ...}]``). TRL's implicit prompt
+(no ``"prompt"``; ``chosen`` and ``rejected`` whole conversations) is read too: the prompt
+is the messages both open with.
 
 Unpaired data (KTO, :func:`load_labelled`): the same sources, each pair giving
 its chosen response as desirable and its rejected one as undesirable (TRL's
@@ -128,6 +130,8 @@ def _rows(path: str | Path):
 
 
 def _pair(row: dict[str, Any], where: str) -> PreferencePair:
+    if "prompt" not in row:
+        row = _explicit_prompt(row)
     for field in ("prompt", "chosen", "rejected"):
         if field not in row:
             raise GlassrlError(f'{where}: missing field "{field}"')
@@ -143,6 +147,21 @@ def _pair(row: dict[str, Any], where: str) -> PreferencePair:
         margin=None if margin is None else float(margin),
         source=where,
     )
+
+
+def _explicit_prompt(row: dict[str, Any]) -> dict[str, Any]:
+    """TRL's implicit prompt: ``chosen`` and ``rejected`` as whole conversations, the prompt
+    their shared opening messages (TRL's ``extract_prompt``); a row of another form is left
+    as it is (the missing field is then named)."""
+    chosen, rejected = row.get("chosen"), row.get("rejected")
+    if not (isinstance(chosen, list) and isinstance(rejected, list) and chosen and rejected):
+        return row
+    shared = 0
+    while shared < min(len(chosen), len(rejected)) - 1 and chosen[shared] == rejected[shared]:
+        shared += 1
+    if shared == 0:
+        return row
+    return row | {"prompt": chosen[:shared], "chosen": chosen[shared:], "rejected": rejected[shared:]}
 
 
 def _prompt(value: Any, where: str) -> str | tuple[dict[str, str], ...]:

@@ -80,8 +80,40 @@ class AgentModelSpec:
 
 AGENT_SPEC = AgentModelSpec()
 
+RESEARCH_VERSION = "default-research-v1"
 
-def llama_config(spec: DefaultModelSpec | AgentModelSpec, tokenizer) -> LlamaConfig:
+
+@dataclass(frozen=True)
+class ResearchModelSpec:
+    """Build parameters of the research-agent model (glassrl.builtin.research_model; all recorded in
+    glassrl.json). Its SFT transcripts search, open one page and report, in these shares: the
+    official release with a citation, the same without, the rumour, the forecast stated as fact;
+    the starting policy opens the official page about 6 times in 10 (docs/agentic.md)."""
+
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4  # heads of 32 dimensions
+    intermediate_size: int = 512
+    max_position_embeddings: int = 320  # prompt ~30 tokens, three turns and two observations ~175
+    vocab_size: int = 1536  # upper bound; enough merges that every two-digit figure is one token
+    task: str = "research"
+    sft_examples: int = 4000  # transcripts, one per train episode
+    official: float = 0.5  # share that opens the official release and cites it
+    no_cite: float = 0.1  # share that opens it and forgets the citation
+    rumour: float = 0.25  # share that opens the rumour page and reports its claim
+    forecast: float = 0.15  # share that opens the forecast and reports it as fact
+    sft_steps: int = 1200
+    batch_size: int = 16
+    lr: float = 3e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    eval_size: int = 50  # research test episodes answered after SFT (glassrl.json's held-out rates)
+
+
+RESEARCH_SPEC = ResearchModelSpec()
+
+
+def llama_config(spec: DefaultModelSpec | AgentModelSpec | ResearchModelSpec, tokenizer) -> LlamaConfig:
     """The architecture: a Llama of ``spec``'s size over ``tokenizer``'s vocabulary, embeddings tied."""
     return LlamaConfig(
         vocab_size=len(tokenizer),
@@ -105,7 +137,7 @@ def default_model_dir(version: str = VERSION) -> Path:
     return Path(home) / "models" / version
 
 
-def is_built(path: Path, seed: int, spec: DefaultModelSpec | AgentModelSpec = DEFAULT_SPEC) -> bool:
+def is_built(path: Path, seed: int, spec: DefaultModelSpec | AgentModelSpec | ResearchModelSpec = DEFAULT_SPEC) -> bool:
     """Whether ``path`` holds a complete default model built from ``seed`` and ``spec``."""
     try:
         info = json.loads((path / MARKER).read_text(encoding="utf-8"))
@@ -114,6 +146,6 @@ def is_built(path: Path, seed: int, spec: DefaultModelSpec | AgentModelSpec = DE
     return info.get("seed") == seed and info.get("spec") == spec_json(spec)
 
 
-def spec_json(spec: DefaultModelSpec | AgentModelSpec) -> dict:
+def spec_json(spec: DefaultModelSpec | AgentModelSpec | ResearchModelSpec) -> dict:
     """``spec`` as glassrl.json records it (tuples as lists, as JSON reads them back)."""
     return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(spec).items()}

@@ -36,18 +36,20 @@ CHAT_TEMPLATE = (
 
 
 def build_tokenizer(
-    texts: Iterable[str], *, vocab_size: int = 512, model_max_length: int = 128
+    texts: Iterable[str], *, vocab_size: int = 512, model_max_length: int = 128, isolate: bool = True
 ) -> PreTrainedTokenizerFast:
-    """Train the byte-level BPE tokenizer on ``texts``; deterministic for the same texts."""
+    """Train the byte-level BPE tokenizer on ``texts``; deterministic for the same texts.
+    ``isolate`` False leaves out steps 1 and 2 of the pre-tokenisation (module docstring): BPE then
+    merges Chinese phrases ("营收为", "万亿美元") and numbers (" 2025", "27") too, as GPT-2's does
+    (the research agent's: glassrl.builtin.research_model)."""
     han = "|".join(ZH_WORDS) + r"|\p{Han}"
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(han), behavior="isolated"),
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False),
-        ]
-    )
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    isolating = [
+        pre_tokenizers.Split(Regex(han), behavior="isolated"),
+        pre_tokenizers.Digits(individual_digits=True),
+    ]
+    tok.pre_tokenizer = pre_tokenizers.Sequence([*isolating, byte_level]) if isolate else byte_level
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

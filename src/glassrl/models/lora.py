@@ -16,9 +16,11 @@ and writes a plain Hugging Face model that ``from_pretrained`` loads without pef
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +74,15 @@ def _peft():
     return peft
 
 
+@contextlib.contextmanager
+def _peft_quietly() -> Iterator[None]:
+    """peft builds a model by reading transformers' deprecated ``is_gradient_checkpointing`` (a
+    FutureWarning on every adapter made or loaded, peft's to change, not the user's to read)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
+
+
 def _config(settings: LoraSettings, task_type: str | None, exclude: tuple[str, ...] = ()):
     peft = _peft()
     if settings.r < 1 or settings.alpha <= 0 or not 0 <= settings.dropout < 1:
@@ -111,13 +122,14 @@ def apply_lora(model: nn.Module, settings: LoraSettings, base_path: str | Path) 
     """
     peft = _peft()
     try:
-        if isinstance(model, CausalLMWithValueHead):
-            model.backbone = _with_base(peft.get_peft_model(model.backbone, _config(settings, None)), base_path)
-            return model
-        if type(model).__name__.endswith("ForTokenClassification"):
-            config = _config(settings, "TOKEN_CLS", (TOKEN_CLASSIFICATION_HEAD,))
-            return _with_base(peft.get_peft_model(model, config), base_path)
-        return _with_base(peft.get_peft_model(model, _config(settings, "CAUSAL_LM")), base_path)
+        with _peft_quietly():
+            if isinstance(model, CausalLMWithValueHead):
+                model.backbone = _with_base(peft.get_peft_model(model.backbone, _config(settings, None)), base_path)
+                return model
+            if type(model).__name__.endswith("ForTokenClassification"):
+                config = _config(settings, "TOKEN_CLS", (TOKEN_CLASSIFICATION_HEAD,))
+                return _with_base(peft.get_peft_model(model, config), base_path)
+            return _with_base(peft.get_peft_model(model, _config(settings, "CAUSAL_LM")), base_path)
     except ValueError as err:  # peft: a target module that the model does not have
         raise GlassrlError(f"lora.target_modules = {settings.target_modules!r}: {err}") from None
 
@@ -197,7 +209,8 @@ def export_merged(policy: str | Path, out: str | Path) -> Path:
     base = base_path(policy)
     stored = AutoConfig.from_pretrained(base, local_files_only=True).dtype or torch.float32
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, local_files_only=True)
-    merged = merge(peft.PeftModel.from_pretrained(model, policy)).to(stored)
+    with _peft_quietly():
+        merged = merge(peft.PeftModel.from_pretrained(model, policy)).to(stored)
     merged.save_pretrained(out)
     tokenizer_dir = policy if (policy / "tokenizer_config.json").is_file() else base
     AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True).save_pretrained(out)

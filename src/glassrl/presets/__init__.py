@@ -3,7 +3,8 @@
 
 One YAML file per preset: the RL algorithms (``grpo.yaml``, ``ppo.yaml``, ...: TrainConfig,
 each with an ``algo`` section), ``sft.yaml`` (SFTConfig) and ``rm.yaml`` (RMConfig), and the
-presets of the agentic tasks' demos (``tool_add.yaml``: ``TASKS``). In a source
+presets of the agentic tasks' demos (``tool_add.yaml``, ``research_grpo.yaml`` and
+``research_ppo.yaml``: ``TASKS``, ``COMPANIONS``). In a source
 checkout ``examples/<name>.yaml`` is a relative symlink to the file here, so
 ``glassrl train examples/grpo.yaml`` reads the same bytes.
 """
@@ -25,16 +26,19 @@ def names() -> list[str]:
 
 
 # An agentic task's demo (``glassrl demo --task NAME``) -> its preset: an algorithm on that task and its model.
-TASKS = {"tool-add": "tool_add"}
+TASKS = {"tool-add": "tool_add", "research": "research_grpo"}
+# A task's demo that compares algorithms also trains these presets, beside its own (research: PPO beside GRPO).
+COMPANIONS = {"research": ("research_ppo",)}
 
 
 def rl_names() -> list[str]:
     """The algorithm presets (``glassrl train`` / ``glassrl demo --algo``): the configs with an
-    ``algo`` section, the task presets (``TASKS``) left out."""
+    ``algo`` section, the task presets (``TASKS``, ``COMPANIONS``) left out."""
+    tasks = {*TASKS.values(), *(name for names in COMPANIONS.values() for name in names)}
     return [
         name
         for name in names()
-        if name not in TASKS.values() and "algo" in (yaml.safe_load(path(name).read_text(encoding="utf-8")) or {})
+        if name not in tasks and "algo" in (yaml.safe_load(path(name).read_text(encoding="utf-8")) or {})
     ]
 
 
@@ -54,3 +58,13 @@ def config_file(arg: str) -> Path:
     if not (DIR / f"{arg}.yaml").is_file():
         raise GlassrlError(f"{arg!r} is neither a config file nor a preset; presets: {', '.join(names())}")
     return DIR / f"{arg}.yaml"
+
+
+def config_and_overrides(arg: str | None, overrides: list[str]) -> tuple[Path | None, list[str]]:
+    """A supervised command's CONFIG and overrides, CONFIG optional: ``glassrl rm data=pairs.jsonl``
+    (no file: the config class's defaults) reads its first ``key=value`` as an override, not a file."""
+    if arg is None:
+        return None, list(overrides)
+    if "=" in arg and not Path(arg).is_file():
+        return None, [arg, *overrides]
+    return config_file(arg), list(overrides)

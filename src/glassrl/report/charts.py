@@ -3,9 +3,13 @@
 Each metric key of docs/metrics.md goes to the first group of :data:`GROUPS` whose
 pattern matches it in full, so every logged key is drawn exactly once ("Other
 metrics" takes what no named group does). A group no run has logged is left out.
-Colour tells the runs apart (legend ``run · key``); dash and marker tell a group's
-keys apart. A ``null`` in metrics.jsonl (NaN: a statistic over no token) is a gap,
-never 0.
+Colour tells the runs apart (legend ``run · key``), dash and marker a group's keys; with
+one run, colour tells the keys apart too, so no two series of a chart share one. A series
+of fewer than :data:`FEW_POINTS` points (evaluations at the first and last step) is drawn
+as points: a line between two evaluations is not a trend. A ``null`` in metrics.jsonl
+(NaN: a statistic over no token) is a gap, never 0. The y axis shows four significant
+digits at most, and a flat chart (a constant β, a learning rate) spans ±10 % of its
+value (:func:`flat_range`), not plotly's −1…1 around it, where 0.001 reads as 0.
 
 One group has another x axis: ``reward/gold`` and ``reward/proxy`` (a run with
 ``reward.gold``) are drawn against √KL, the square root of ``kl/sequence`` at the same
@@ -93,6 +97,20 @@ DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "cross")
 
 
+FEW_POINTS = 3  # a series with fewer points is drawn as markers only
+
+
+def flat_range(values: list[float | None]) -> list[float] | None:
+    """The y range of a chart whose finite values are all one number v: v ± 10 % of |v| (±1 at 0);
+    None when they differ (plotly's own range) or there are none."""
+    finite = {v for v in values if v is not None and math.isfinite(v)}
+    if len(finite) != 1:
+        return None
+    (v,) = finite
+    pad = abs(v) * 0.1 or 1.0
+    return [v - pad, v + pad]
+
+
 def run_colour(index: int) -> str:
     """The colour of the run at ``index``: Okabe–Ito's eight, then hues a golden angle (137.5°)
     apart, so that however many runs are overlaid no two share a colour."""
@@ -160,6 +178,7 @@ def build_charts(runs: list[RunDir]) -> list[Chart]:
         title, axis = titles[slug]
         fig = go.Figure()
         against_kl = slug == "gold-proxy"
+        drawn: list[float | None] = []
         for r, run in enumerate(runs):
             for k, key in enumerate(keys):
                 if against_kl:
@@ -171,6 +190,8 @@ def build_charts(runs: list[RunDir]) -> list[Chart]:
                 if not steps:
                     continue
                 name = run.name if len(keys) == 1 else f"{run.name} · {key}"
+                drawn += values if key != "reward/proxy" else []
+                colour = run_colour(r if len(runs) > 1 else k)  # one run: a colour per key
                 fig.add_trace(
                     go.Scatter(
                         x=x,
@@ -178,10 +199,10 @@ def build_charts(runs: list[RunDir]) -> list[Chart]:
                         customdata=steps,
                         name=name,
                         legendgroup=run.name,
-                        mode="lines+markers",
+                        mode="lines+markers" if len(steps) >= FEW_POINTS else "markers",
                         connectgaps=False,
-                        line={"color": run_colour(r), "dash": DASHES[k % len(DASHES)], "width": 2},
-                        marker={"symbol": SYMBOLS[k % len(SYMBOLS)], "size": 6},
+                        line={"color": colour, "dash": DASHES[k % len(DASHES)], "width": 2},
+                        marker={"color": colour, "symbol": SYMBOLS[k % len(SYMBOLS)], "size": 6},
                         hovertemplate=hover,
                         yaxis="y2" if key == "reward/proxy" else "y",
                     )
@@ -205,7 +226,7 @@ def build_charts(runs: list[RunDir]) -> list[Chart]:
             showlegend=True,
             legend={"orientation": "h", "y": -0.22, "font": {"size": 10}},
             xaxis=xaxis,
-            yaxis={"title": {"text": axis}},
+            yaxis={"title": {"text": axis}, "tickformat": ".4~g", "range": flat_range(drawn)},
             **extra,
         )
         html = fig.to_html(

@@ -8,7 +8,7 @@ its plotly.js inlined once: no CDN, no request leaves the file), the token view 
 the ledger samples, and each run's resolved config and environment. The token
 view (templates/token_view.js, plain JS) draws each response as its tokens,
 coloured by a chosen quantity on a diverging scale centred at 0; clicking a token
-fills a panel with every ledger field and the DESIGN §1 legend with its numbers.
+fills a panel with every ledger field and the legend (docs/token-convention.md) with its numbers.
 The legend is glassrl.ledger.legend's, written here in Python (``lang``: en or zh)
 and embedded as text, one list of lines per token; the page only shows it.
 
@@ -222,14 +222,29 @@ def _finite(x: Any) -> Any:
 
 
 def _initial(runs: list[RunDir], step: int | None) -> tuple[int, int]:
-    """(run index, ledger index) shown first: ``step`` in the first run that has it, else the first run's last."""
+    """(run index, ledger index) shown first: ``step`` in the first run that has it, else the first
+    run's last ledger whose advantages differ between tokens (all 0 — a group that scored alike —
+    colours nothing), else its last."""
     if step is None:
-        return 0, max(len(runs[0].ledger_paths) - 1, 0)
+        steps = list(runs[0].ledger_paths)
+        spread = [k for k, s in enumerate(steps) if _advantage_spread(runs[0].ledger(s))]
+        return 0, spread[-1] if spread else max(len(steps) - 1, 0)
     for r, run in enumerate(runs):
         if step in run.ledger_paths:
             return r, list(run.ledger_paths).index(step)
     have = "; ".join(f"{run.name}: {', '.join(map(str, run.ledger_paths)) or 'none'}" for run in runs)
     raise GlassrlError(f"--step {step}: no run has a ledger for that step (steps with a ledger: {have})")
+
+
+def _advantage_spread(ledger: Ledger) -> bool:
+    """Whether the ledger's token advantages A_i (finite ones) are not all one number."""
+    values = {
+        t.advantages
+        for r in ledger.responses
+        for t in r.tokens
+        if t.advantages is not None and math.isfinite(t.advantages)
+    }
+    return len(values) > 1
 
 
 def _curves(charts: list) -> str:
@@ -328,8 +343,19 @@ def _template(name: str) -> str:
     return resources.files("glassrl.report").joinpath("templates", name).read_text(encoding="utf-8")
 
 
+# CJK ideographs, kana, hangul and their punctuation: tokens a page shows as boxes without a CJK font
+_CJK = re.compile("[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef]")
+CJK_NOTE = (
+    '<p class="note" id="cjk-note">Chinese, Japanese or Korean tokens need a CJK font (Noto Sans CJK, '
+    "Source Han Sans, PingFang, Microsoft YaHei or WenQuanYi; Debian/Ubuntu: fonts-noto-cjk): where none "
+    "is installed the browser draws them as boxes. The page holds the text itself: copying a token gives it.</p>"
+)
+
+
 def _write(out: str | Path, title: str, body: str, payload: dict[str, Any], head: str) -> Path:
     data = json.dumps(payload, ensure_ascii=False, allow_nan=False).replace("<", "\\u003c")
+    if _CJK.search(data):
+        body = body.replace('<div id="token-view">', CJK_NOTE + '<div id="token-view">', 1)
     parts = {
         "TITLE": html.escape(title),
         "STYLE": _template("report.css"),

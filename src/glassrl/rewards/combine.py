@@ -27,29 +27,45 @@ from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 
 
 class CombinedReward:
-    """``[(source, weight), ...]`` -> one result per response; labels are the sources' names.
+    """``[(source, weight), ...]`` -> one result per response; labels are the sources' names,
+    or the ``labels`` given (None: the name), so that metrics read ``reward/accuracy/mean``.
 
     A name used twice gets a suffix (``user_function``, ``user_function:2``) so
-    that every component keeps its own label.
+    that every component keeps its own label; a label given twice is an error.
     """
 
     name = "combined"
 
-    def __init__(self, sources: Sequence[tuple[RewardSource, float]]) -> None:
+    def __init__(
+        self, sources: Sequence[tuple[RewardSource, float]], labels: Sequence[str | None] | None = None
+    ) -> None:
         if not sources:
             raise GlassrlError("combined reward: no sources given")
         labelled: list[tuple[str, RewardSource, float]] = []
         seen: dict[str, int] = {}
-        for source, weight in sources:
+        given = list(labels) if labels is not None else [None] * len(sources)
+        for (source, weight), own in zip(sources, given, strict=True):
             if not isinstance(source, RewardSource):
                 raise GlassrlError(f"combined reward: {source!r} is not a reward source (needs .name and .score)")
             if not math.isfinite(weight):
                 raise GlassrlError(
                     f"combined reward: source {source.name!r} has weight {weight!r}, expected a finite number"
                 )
+            if own is not None:
+                if not isinstance(own, str) or not own or "/" in own or own in {label for label, _, _ in labelled}:
+                    raise GlassrlError(
+                        f"combined reward: label {own!r} of source {source.name!r}: a label is a unique "
+                        "non-empty name without '/' (it is the metric's reward/<label>/mean)"
+                    )
+                labelled.append((own, source, float(weight)))
+                continue
             seen[source.name] = seen.get(source.name, 0) + 1
             label = source.name if seen[source.name] == 1 else f"{source.name}:{seen[source.name]}"
             labelled.append((label, source, float(weight)))
+        taken = [label for label, _, _ in labelled]
+        if len(set(taken)) != len(taken):
+            clash = next(label for label in taken if taken.count(label) > 1)
+            raise GlassrlError(f"combined reward: two sources are labelled {clash!r}; give one another label")
         self.sources = tuple(labelled)
 
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:

@@ -109,16 +109,17 @@ def build_source(name: Any, arguments: dict[str, Any], base_dir: str | Path) -> 
 
 
 def build_combined(specs: Sequence[Mapping[str, Any]], base_dir: str | Path = ".") -> CombinedReward:
-    """``[{name, weight, ...arguments}, ...]`` -> :class:`CombinedReward` (weight defaults to 1.0);
-    relative file paths in the arguments are read from ``base_dir`` (the config's directory)."""
+    """``[{name, weight, label, ...arguments}, ...]`` -> :class:`CombinedReward` (weight defaults to
+    1.0; label, the metrics' name of the source, to its name); relative file paths in the arguments
+    are read from ``base_dir`` (the config's directory)."""
     sources = []
     for i, spec in enumerate(specs):
         if not isinstance(spec, Mapping) or "name" not in spec:
             raise GlassrlError(f"rewards[{i}]: expected a mapping with a 'name', got {spec!r}")
-        arguments = {k: v for k, v in spec.items() if k not in ("name", "weight")}
+        arguments = {k: v for k, v in spec.items() if k not in ("name", "weight", "label")}
         weight = _weight(spec.get("weight", 1.0), f"rewards[{i}].weight")
         sources.append((build_source(spec["name"], arguments, base_dir), weight))
-    return CombinedReward(sources)
+    return CombinedReward(sources, [spec.get("label") for spec in specs])
 
 
 # ---------------------------------------------------------------- argument types from the signature

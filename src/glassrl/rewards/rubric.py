@@ -10,9 +10,10 @@ Each criterion is scored in [0, 1] by its judge, which is either
 The weighted sum is the rubric reward of the agentic-RL reference
 (dialogue-agentic-rl-rubric-reward.md, part 2: accuracy w=1.0, temporal
 correctness w=1.0, citation format w=0.5, each fully satisfied:
-R = 1.0·1.0 + 1.0·1.0 + 0.5·1.0 = 2.5). If any criterion fails (its judge timed out
-or errored, or a rule raised or left [0, 1]), the response's result is that
-failure, naming the criterion — a missing criterion is not scored 0.
+R = 1.0·1.0 + 1.0·1.0 + 0.5·1.0 = 2.5). A criterion judged by a source that explains its
+score (a judge's verdict and reason) keeps that explanation in ``details["judges"][name]``. If
+any criterion fails (its judge timed out or errored, or a rule raised or left [0, 1]), the
+response's result is that failure, naming the criterion — a missing criterion is not scored 0.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class RubricSource:
             scores = {c.name: per_criterion[k][j] for k, c in enumerate(self.criteria)}
             failed = next((c.name for c in self.criteria if not scores[c.name].is_ok), None)
             details = {"criteria": {name: r.score for name, r in scores.items()}}
+            explained = {name: r.details for name, r in scores.items() if r.details}
+            if explained:
+                details["judges"] = explained
             if failed is not None:
                 bad = scores[failed]
                 status = RewardResult.timeout if bad.status == "timeout" else RewardResult.error

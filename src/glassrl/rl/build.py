@@ -221,8 +221,9 @@ def _file_specs(specs, base: Path):
 
 def actor_path(cfg: TrainConfig, console) -> Path:
     """model.actor as a checkpoint directory (a directory, or a hub id in the local Hugging Face cache:
-    glassrl.models.resolve_model_path); "default" and "default-agent" build the embedded model if missing."""
-    from glassrl.builtin.agent_model import BUILTIN_MODELS
+    glassrl.models.resolve_model_path); "default", "default-agent" and "default-research" build the
+    embedded model if missing."""
+    from glassrl.builtin.registry import BUILTIN_MODELS
     from glassrl.models.loading import resolve_model_path
 
     actor = cfg.model.actor

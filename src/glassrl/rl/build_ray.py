@@ -103,7 +103,7 @@ def build_ray_workers(
         specs.append(_spec("reward", ray.reward, partial(reward_rank, cfg)))
     with stop.handling():  # ray.init's own SIGTERM handler (sys.exit: the driver aborted with 134) is undone
         connect(ray.address)
-    cluster = RayCluster(specs, ray.placement)
+    cluster = RayCluster(specs, ray.placement, local=ray.address is None)
     try:
         actors = cluster["actor"]
         pad = pad_id(tokenizer)

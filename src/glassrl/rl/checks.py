@@ -103,6 +103,10 @@ def _check_ranges(cfg: TrainConfig) -> None:
         fail("rollout.temperature", r.temperature, "must be > 0")
     if not 0.0 < r.top_p <= 1.0:
         fail("rollout.top_p", r.top_p, "must lie in (0, 1]")
+    if not 0.0 <= r.min_p < 1.0:
+        fail("rollout.min_p", r.min_p, "must lie in [0, 1)")
+    if not r.repetition_penalty > 0:
+        fail("rollout.repetition_penalty", r.repetition_penalty, "must be > 0 (1 = off)")
     for i, text in enumerate(r.stop):
         if not text:
             fail(f"rollout.stop.{i}", text, "an empty stop string would end every response at its first token")

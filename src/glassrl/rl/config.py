@@ -34,6 +34,8 @@ from glassrl.models.lora import LoraConfig
 from glassrl.optim import OptimConfig
 from glassrl.rl import config_paths
 from glassrl.rl.checks import agentic_tasks, check_train_config, uses_critic
+from glassrl.rl.foreign_names import FOREIGN_NAMES
+from glassrl.rollout.base import SamplingParams
 
 
 @dataclass
@@ -117,6 +119,8 @@ class RolloutConfig:
     temperature: float = 1.0  # sampling temperature (log-probs are computed at the same temperature)
     top_p: float = 1.0  # nucleus sampling mass; 1 = off
     top_k: int = 0  # sample among the k most likely tokens; 0 = off
+    min_p: float = 0.0  # drop tokens below min_p × the most likely token's probability (TRL's min_p); 0 = off
+    repetition_penalty: float = 1.0  # a token already in the prompt or response: logit ÷ it (× when negative), as transformers' generate; 1 = off
     max_new_tokens: int = 16  # longest response in tokens (multi-turn: generated and observation tokens together)
     stop: list[str] = field(
         default_factory=list
@@ -132,12 +136,24 @@ class RolloutConfig:
     partial_rollouts: bool = False  # with max_staleness >= 1: new weights are used as soon as they reach a rollout rank, a response in progress continuing with them (each token records its version); false = each batch is sampled whole with the weights of the version it was requested at, so a run and its resume are bit-identical
     overlap: bool = False  # the same as max_staleness: 1 on the local backend (kept so that older configs load): the next step's batch sampled with a copy of the policy, in a thread, while this one trains; π_old = the sampling policy (rollout/staleness)
 
+    def sampling(self, greedy: bool = False) -> SamplingParams:
+        """How the policy samples (argmax when ``greedy``: evaluation at logging.eval_k = 1)."""
+        return SamplingParams(
+            self.max_new_tokens,
+            self.temperature,
+            self.top_p,
+            self.top_k,
+            greedy,
+            repetition_penalty=self.repetition_penalty,
+            min_p=self.min_p,
+        )
+
 
 @dataclass
 class RewardConfig:
     sources: list[dict[str, Any]] = field(
         default_factory=lambda: [{"name": "arith_verify", "weight": 1.0}]
-    )  # [{name, weight, ...arguments}] summed with weights (rewards.build_combined)
+    )  # [{name, weight, label, ...arguments}] summed with weights (rewards.build_combined); label: the metrics name (reward/<label>/mean), default the name
     max_failure_rate: float = 0.1  # a step whose fraction of failed (timeout/error) scores exceeds this stops the run
     gold: dict[str, Any] | None = None  # {name, ...}: scored on the same responses for reward/gold, never trained on
     base_dir: str | None = (
@@ -215,6 +231,7 @@ class AlgoConfig:
     reward_norm: bool = False  # normalise scores with running mean/std of all scores seen
     reward_init_norm: bool = False  # normalise scores by a mean/std fixed on the first step's (initial policy's)
     no_eos_score: float | None = None  # replaces the score of a response without EOS (finish reason length); null = off
+    mask_truncated: bool = False  # a response cut at rollout.max_new_tokens leaves the loss (TRL's mask_truncated_completions); its score still counts in its group's statistics
     rollout_is: RolloutISConfig | None = (
         None  # truncated importance sampling of the rollout engine's mismatch: policy loss × min(π_old/π_rollout, cap); null = off; the same as algo.off_policy {correction: token_tis, cap}
     )
@@ -364,6 +381,8 @@ class TrainConfig:
     )
     trainer: TrainerConfig = field(default_factory=TrainerConfig)  # where the role workers run
     ray: RayConfig = field(default_factory=RayConfig)  # the Ray backend's cluster and groups
+
+    FOREIGN_NAMES = FOREIGN_NAMES  # TRL's and verl's names -> the hint of an unknown-key error (glassrl.config)
 
     def anchor_paths(self, config_dir: Path, command_line: Set[str] = frozenset(), saved: bool = False) -> None:
         """Called by the loader (glassrl.config.load_config) with the directory of the config file

@@ -25,7 +25,8 @@ Metrics (docs/metrics.md, ``eval/``): ``eval/accuracy`` is mean@k, the mean over
 c_i / k (c_i correct responses of prompt i); ``eval/pass_at_<j>`` for j = 1, 2, 4, … < k and
 j = k, the unbiased estimator of Chen et al. 2021 (:func:`pass_at_k`); the configured reward's
 mean over every response, in all and per source (``eval/reward/mean``,
-``eval/reward/<source>/mean``), and its failure rate; ``eval/accuracy/<value>`` per value of the
+``eval/reward/<source>/mean``) and per rubric criterion (``eval/reward/<source>/<criterion>/mean``,
+a 0/1 criterion's pass rate), and its failure rate; ``eval/accuracy/<value>`` per value of the
 metadata field ``logging.eval_group_by`` (a dotted path reaches nested fields).
 """
 
@@ -39,6 +40,7 @@ from glassrl.data.datasets import MissingField, lookup
 from glassrl.data.records import PromptRecord
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rewards.tasks import TASK_VERIFIERS
+from glassrl.rl.metrics import criterion_means
 from glassrl.rl.phases import reward_requests
 from glassrl.rollout.agent.metrics import tool_use
 from glassrl.rollout.base import SamplingParams
@@ -57,9 +59,11 @@ def evaluate(
     threshold: float,
     group_by: str | None,
     chunk: int,
+    samples: list[dict] | None = None,
 ) -> dict[str, float]:
     """eval/… of ``records`` (module docstring): ``k`` responses per prompt, generated ``chunk``
-    responses at a time with ``params`` (greedy for k = 1), each judged and scored."""
+    responses at a time with ``params`` (greedy for k = 1), each judged and scored; with
+    ``samples``, each response appended to it as a row (:func:`sample_row`)."""
     saved = {name: value for name, (_, value) in rollout.state_dict().items()}
     flags: list[list[bool]] = []
     results: list[list[RewardResult]] = []
@@ -73,6 +77,12 @@ def evaluate(
             scored = reward.score(requests)
             judged = verdicts(requests, scored, threshold)
             used += [tool_use(turns) for turns in out.turns or ()]
+            if samples is not None:
+                first = len(flags)  # the index of this chunk's first prompt
+                samples += [
+                    sample_row(first + i // k, i % k, req, res, ok, reason)
+                    for i, (req, res, ok, reason) in enumerate(zip(requests, scored, judged, out.finish_reasons))
+                ]
             for i in range(len(batch)):  # the k responses of a prompt are adjacent
                 flags.append(judged[i * k : (i + 1) * k])
                 results.append(scored[i * k : (i + 1) * k])
@@ -83,6 +93,29 @@ def evaluate(
         metrics["eval/tool/call_rate"] = sum(called for called, _ in used) / len(used)
         metrics["eval/tool/valid_call_rate"] = sum(valid for _, valid in used) / len(used)
     return metrics
+
+
+def sample_row(
+    prompt_index: int, sample: int, request: RewardRequest, result: RewardResult, correct: bool, finish_reason: str
+) -> dict:
+    """One evaluated response as a JSON-ready row: the prompt as the policy saw it, the response,
+    its verdict and reward (each source's too), the record's answer, source and metadata."""
+    sources = result.details.get("sources", {})
+    return {
+        "prompt_index": prompt_index,
+        "sample": sample,
+        "source": request.record.source,
+        "prompt": request.prompt,
+        "response": request.response,
+        "finish_reason": finish_reason,
+        "correct": correct,
+        "reward": result.score,
+        "status": result.status,
+        "message": result.message or None,
+        "rewards": {label: own.score for label, own in sources.items()},
+        "answer": request.record.answer,
+        "metadata": request.record.metadata,
+    }
 
 
 def verdicts(requests: Sequence[RewardRequest], results: Sequence[RewardResult], threshold: float) -> list[bool]:
@@ -164,6 +197,7 @@ def summarize(
             if own.is_ok:
                 per_source.setdefault(label, []).append(own.score)
     metrics.update({f"eval/reward/{label}/mean": _mean(scores) for label, scores in per_source.items()})
+    metrics.update({f"eval/reward/{key}/mean": value for key, value in criterion_means(flat).items()})
     metrics["eval/reward/failure_rate"] = sum(not r.is_ok for r in flat) / len(flat) if flat else math.nan
     if group_by is not None:
         groups: dict[str, list[float]] = {}

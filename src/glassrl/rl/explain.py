@@ -61,7 +61,7 @@ from glassrl.rewards.user_function import resolve_spec
 from glassrl.rl import phases
 from glassrl.rl.build import actor_path, build_reward, forward_passes, prompt_format, rollout_engine, with_precision
 from glassrl.rl.config import TrainConfig, agent_config
-from glassrl.rollout.base import RolloutBatch, SamplingParams, Turn, concat_rollouts
+from glassrl.rollout.base import RolloutBatch, Turn, concat_rollouts
 from glassrl.rollout.hf import left_pad
 from glassrl.run.open import CONFIG, Checkpoint, model_in_run, open_checkpoint
 from glassrl.workers.local import FrozenActor, FrozenCritic, LocalReference, LocalRollout
@@ -187,7 +187,7 @@ def model_ledger(
         batches.append(given_response(policy, prompt_ids, ids, turns=turns, text=response if turns else None))
     if sample:
         r = run.cfg.rollout
-        params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
+        params = r.sampling()
         batches.append(policy.rollout.generate([prompt_ids], n=sample, params=params, records=[record]))
     return explain_rollout(run, policy, concat_rollouts(batches, policy.pad_id), [record], [prompt_ids])
 

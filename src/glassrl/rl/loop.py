@@ -345,8 +345,7 @@ class Trainer:
     # ------------------------------------------------------------------ phase 1: a round
 
     def _sampling(self, greedy: bool = False) -> SamplingParams:
-        r = self.cfg.rollout
-        return SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, greedy)
+        return self.cfg.rollout.sampling(greedy)
 
     def _generate_and_reward(self, step: int) -> Sampled:
         """Phase 1, one round: n responses to each of the next ``batch.prompts_per_step`` prompts

@@ -189,6 +189,7 @@ def reward_metrics(results: Sequence[RewardResult]) -> dict[str, float]:
                 per_source.setdefault(label, []).append(own.score)
     for label, scores in per_source.items():
         metrics[f"reward/{label}/mean"], metrics[f"reward/{label}/std"] = _mean_std(scores)
+    metrics.update({f"reward/{key}/mean": value for key, value in criterion_means(results).items()})
     metrics["reward/mean"], metrics["reward/std"] = _mean_std([r.score for r in results if r.is_ok])
     metrics["reward/failures/timeout"] = sum(r.status == "timeout" for r in results)
     metrics["reward/failures/error"] = sum(r.status == "error" for r in results)
@@ -196,6 +197,19 @@ def reward_metrics(results: Sequence[RewardResult]) -> dict[str, float]:
         results
     )
     return metrics
+
+
+def criterion_means(results: Sequence[RewardResult]) -> dict[str, float]:
+    """{"<source>/<criterion>": the mean score s_i of the criterion} for every rubric source of the
+    combined results (``details["sources"][label].details["criteria"]``), over the responses it
+    scored ``ok``: a 0/1 criterion's pass rate."""
+    scores: dict[str, list[float]] = {}
+    for result in results:
+        for label, own in result.details.get("sources", {}).items():
+            if own.is_ok:
+                for name, value in own.details.get("criteria", {}).items():
+                    scores.setdefault(f"{label}/{name}", []).append(value)
+    return {key: sum(values) / len(values) for key, values in scores.items()}
 
 
 def gold_metrics(gold: RewardSource, requests: Sequence[RewardRequest], results: Sequence[RewardResult]) -> dict:

@@ -532,3 +532,18 @@ def advantages(exp: Experience, algo: AlgoConfig) -> None:
     )
     exp.advantages, exp.returns = out.advantages, out.returns
     exp.deltas, exp.whitened_advantages = out.deltas, out.whitened_advantages
+    if algo.mask_truncated:
+        mask_truncated(exp)
+
+
+def mask_truncated(exp: Experience) -> None:
+    """TRL's mask_truncated_completions: a response cut at the length limit (finish reason
+    "length") leaves the loss, as a row that does not train (its mask False, its A, R, δ 0), after
+    the estimator has counted its score in its group's mean and std as TRL does."""
+    cut = torch.tensor([r == "length" for r in exp.rollout.finish_reasons], device=exp.response_mask.device)  # (B,)
+    keep = ~cut.unsqueeze(-1)  # (B, 1)
+    exp.response_mask = exp.response_mask & keep
+    for name in ("advantages", "returns", "deltas", "whitened_advantages"):
+        value = getattr(exp, name)
+        if value is not None:
+            setattr(exp, name, torch.where(keep, value, 0.0))

@@ -33,12 +33,13 @@ from typing import Any
 import torch
 
 from glassrl.data.datasets import load_prompts
-from glassrl.data.formatting import as_chat, format_prompts, truncate_left
+from glassrl.data.formatting import format_prompts, render_text_prompts, truncate_left
 from glassrl.data.records import PromptRecord
 from glassrl.data.sources import Source, parse_sources, probabilities
 from glassrl.data.stream import PromptStream
 from glassrl.data.tasks import load_task, parse_task
 from glassrl.errors import GlassrlError
+from glassrl.models.chat_rendering import applies_template, rendering
 from glassrl.rl.build import test_spec
 from glassrl.rl.config import TrainConfig
 
@@ -223,18 +224,17 @@ def render(
     records: list[PromptRecord], chat: bool, system_prompt: str | None, tokenizer, mode: str, key: str
 ) -> list[PromptRecord]:
     """Text prompts as chat messages when ``chat``; ``system_prompt`` first in every prompt that the
-    template renders (an error when some text prompt stays plain and could not carry it)."""
-    if chat:
-        return [replace(r, prompt=as_chat(r.prompt, system_prompt)) for r in records]
-    if system_prompt is None:
-        return records
-    plain = next((r for r in records if isinstance(r.prompt, str)), None)
-    if plain is not None:
-        raise GlassrlError(
-            f"data.system_prompt: the text prompts of {key} stay {rendering(tokenizer, mode)}, "
-            f"so a system message has nowhere to go (first: {plain.source}); give chat messages, or unset it"
-        )
-    return [replace(r, prompt=as_chat(r.prompt, system_prompt)) for r in records]
+    template renders (glassrl.data.formatting.render_text_prompts, as glassrl sft renders them)."""
+    prompts = render_text_prompts(
+        [r.prompt for r in records],
+        [r.source for r in records],
+        chat=chat,
+        system_prompt=system_prompt,
+        how=rendering(tokenizer, mode),
+        key=key,
+        system_key="data.system_prompt",
+    )
+    return [replace(r, prompt=p) for r, p in zip(records, prompts)]
 
 
 def apply_length_rule(source: Source, records: list[PromptRecord], lengths: list[int], limit: int, cfg) -> Loaded:
@@ -262,29 +262,6 @@ def apply_length_rule(source: Source, records: list[PromptRecord], lengths: list
     dropped = len(over) if policy == "drop" else 0
     truncated = len(over) if policy == "truncate_left" else 0
     return Loaded(source.key, source.path, kept, len(records), dropped, truncated, longest)
-
-
-def applies_template(tokenizer, mode: str) -> bool:
-    """Whether text prompts go through the chat template: ``data.chat_template = auto`` and the
-    tokenizer has one — except the default model's tokenizer, whose template exists for chat
-    messages while the model learnt to answer plain-text prompts (glassrl.models.default_tokenizer)."""
-    from glassrl.models.default_tokenizer import CHAT_TEMPLATE
-
-    template = getattr(tokenizer, "chat_template", None)
-    return mode == "auto" and bool(template) and template != CHAT_TEMPLATE
-
-
-def rendering(tokenizer, mode: str) -> str:
-    """How text prompts reach the model, and why (for the start line and errors)."""
-    from glassrl.models.default_tokenizer import CHAT_TEMPLATE
-
-    if mode == "none":
-        return "plain text (data.chat_template = none)"
-    if not getattr(tokenizer, "chat_template", None):
-        return "plain text (the tokenizer has no chat template)"
-    if tokenizer.chat_template == CHAT_TEMPLATE:
-        return "plain text (the default model answers plain-text prompts)"
-    return "the tokenizer's chat template (data.chat_template = auto)"
 
 
 def prompt_limit(cfg: TrainConfig, positions: int | None, path: Path) -> tuple[int, str]:

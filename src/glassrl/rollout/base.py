@@ -34,14 +34,19 @@ from glassrl.data.records import PromptRecord
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample. ``greedy`` ignores temperature, top_p, top_k (argmax decoding:
-    evaluation, ReMax baselines). top_k 0 and top_p 1 are off."""
+    """How to sample. ``greedy`` ignores temperature, top_p, top_k, min_p (argmax decoding:
+    evaluation, ReMax baselines). top_k 0, top_p 1, min_p 0 and repetition_penalty 1 are off.
+    ``repetition_penalty`` (Keskar et al. 2019, CTRL, §4.1: a seen token's logit divided by it
+    when positive, multiplied when negative; prompt tokens count) applies when greedy too, as
+    in transformers' ``generate``."""
 
     max_new_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     greedy: bool = False
+    repetition_penalty: float = 1.0
+    min_p: float = 0.0
 
 
 # token_roles values

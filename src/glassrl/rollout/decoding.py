@@ -9,7 +9,13 @@ import inspect
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
-from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+from transformers.generation.logits_process import (
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from glassrl.rollout.base import SamplingParams
 
@@ -121,6 +127,8 @@ def logits_warpers(params: SamplingParams) -> list:
         warpers.append(TopKLogitsWarper(top_k=params.top_k, min_tokens_to_keep=1))
     if params.top_p < 1.0:
         warpers.append(TopPLogitsWarper(top_p=params.top_p, min_tokens_to_keep=1))
+    if params.min_p > 0.0:
+        warpers.append(MinPLogitsWarper(min_p=params.min_p, min_tokens_to_keep=1))
     return warpers
 
 
@@ -131,6 +139,7 @@ def draw(
     params: SamplingParams,
     warpers: list,
     generator: torch.Generator,
+    seen: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The next token of each row still writing, (n,) long, as ``generate`` picks it: argmax when
     greedy, else one ``torch.multinomial`` over all ``batch`` rows of the original batch (rows that
@@ -138,9 +147,13 @@ def draw(
     as ``generate``'s does (glassrl.rollout.hf's docstring).
 
     logits (n, V) float32 of the rows still writing; rows (n,) long, their rows in the batch;
-    ``warpers``: :func:`logits_warpers` of ``params``.
+    ``warpers``: :func:`logits_warpers` of ``params``. ``seen`` (n, L) long: each row's prompt (its
+    padding included) and tokens so far, which ``params.repetition_penalty`` (when not 1) pushes
+    down first, on the raw logits, as ``generate``'s processor does before its warpers.
     """
     scores = logits
+    if params.repetition_penalty != 1.0:
+        scores = RepetitionPenaltyLogitsProcessor(params.repetition_penalty)(seen, scores)
     for warper in warpers:
         scores = warper(None, scores)
     if params.greedy:

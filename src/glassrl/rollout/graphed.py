@@ -206,6 +206,7 @@ class GraphedDecoder:
         tokens = torch.full((B, steps), pad_id, dtype=torch.long, device=device)  # (B, T)
         rows = torch.arange(B, device=device)  # (n,) the original row of each row still writing
         warpers = logits_warpers(params)
+        penalised = params.repetition_penalty != 1.0  # draw() then reads each row's tokens so far
 
         # The prefill: decode's, eager, into the first rows of the static buffers.
         padded = not bool(prompt_mask.all())
@@ -230,7 +231,8 @@ class GraphedDecoder:
             self._keep_graphs(model, device)
         length, positions = P, positions[:, -1:]  # (B, 1)
         for t in range(steps):
-            chosen = draw(logits, rows, B, params, warpers, generator)  # (n,) decode's draw
+            seen = torch.cat([prompt_ids[rows], tokens[rows, :t]], dim=1) if penalised else None  # (n, P+t)
+            chosen = draw(logits, rows, B, params, warpers, generator, seen)  # (n,) decode's draw
             tokens[rows, t] = chosen
             if logprobs_out is not None:
                 logprobs_out[rows, t] = sampled_logprobs(logits, chosen, params)

@@ -50,7 +50,9 @@ stop strings the same way after every token, so they stop at the same token.
 The checkpoint's own ``generation_config`` may carry repetition penalties, a default top-k,
 a min-p, etc.; each would make the sampling distribution differ from π_θ(·|s)/temperature,
 whose log-probs the trainer computes. The loop applies none of them; for ``generate``,
-``_NEUTRAL`` switches them off.
+``_NEUTRAL`` switches them off. Those the config asks for (``rollout.top_k``, ``top_p``,
+``min_p``, ``repetition_penalty``) both paths apply alike, in ``generate``'s order; they shape
+the draw, not the log-probs (as top-k and top-p, and as TRL and verl compute them).
 """
 
 from __future__ import annotations
@@ -93,12 +95,14 @@ _NEUTRAL = {
 
 def generation_kwargs(params: SamplingParams) -> dict:
     """``model.generate`` keyword arguments that sample from softmax(logits / temperature),
-    cut by top-k / top-p (or argmax when greedy), with every other logits processor off."""
+    cut by top-k / top-p / min-p (or argmax when greedy), after the repetition penalty when one
+    is set, with every other logits processor off."""
     if params.greedy:
         sampling = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
     else:
         sampling = {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k}
-    return {**sampling, **_NEUTRAL}
+        sampling["min_p"] = params.min_p if params.min_p > 0 else None
+    return {**_NEUTRAL, **sampling, "repetition_penalty": params.repetition_penalty}
 
 
 @contextmanager
@@ -192,6 +196,7 @@ def decode(
     tokens = torch.full((B, steps), pad_id, dtype=torch.long, device=device)  # (B, T)
     rows = torch.arange(B, device=device)  # (n,) the original row of each row still writing
     warpers = logits_warpers(params)
+    penalised = params.repetition_penalty != 1.0  # draw() then reads each row's tokens so far
 
     # sdpa and eager take a 4D mask as it is; another attention gets the 2D mask transformers converts.
     own_mask = model.config.get_text_config()._attn_implementation in ("sdpa", "eager")
@@ -221,7 +226,8 @@ def decode(
         logits = logits[inverse]  # (B, V)
     length, positions = P, positions[:, -1:]  # (B, 1)
     for t in range(steps):
-        chosen = draw(logits, rows, B, params, warpers, generator)  # (n,)
+        seen = torch.cat([prompt_ids[rows], tokens[rows, :t]], dim=1) if penalised else None  # (n, P+t)
+        chosen = draw(logits, rows, B, params, warpers, generator, seen)  # (n,)
         tokens[rows, t] = chosen
         if logprobs_out is not None:
             logprobs_out[rows, t] = sampled_logprobs(logits, chosen, params)

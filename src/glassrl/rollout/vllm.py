@@ -11,6 +11,7 @@ Sampling parameters mean what they mean in the Hugging Face engine (glassrl.roll
     temperature  -> temperature (greedy -> temperature 0: vLLM's argmax decoding)
     top_p        -> top_p (1 = off)
     top_k        -> top_k (glassrl's 0 = off is vLLM's -1)
+    min_p, repetition_penalty -> the same (vLLM's penalty, as transformers', counts prompt tokens)
     max_new_tokens -> max_tokens;  n -> n (the n samples of a prompt adjacent, group_index as HF)
     generator    -> one seed per prompt drawn from it (SamplingParams.seed): the generator advances
                     as the run goes and is checkpointed, so a resumed run draws the same seeds
@@ -75,6 +76,8 @@ def sampling_params(params: SamplingParams, n: int, seed: int, stops: StopSet):
         temperature=0.0 if params.greedy else params.temperature,
         top_p=1.0 if params.greedy else params.top_p,
         top_k=-1 if params.greedy or params.top_k == 0 else params.top_k,
+        min_p=0.0 if params.greedy else params.min_p,
+        repetition_penalty=params.repetition_penalty,
         max_tokens=params.max_new_tokens,
         stop_token_ids=list(stops.ids),
         stop=list(stops.strings),

@@ -199,14 +199,11 @@ class RMObjective:
         tokenizer = load_tokenizer(path)
         model = load_scalar_model(path, head=cfg.head, dtype="float32", device=str(device)).train()
         check_positions(model, cfg.max_length, str(path))
-        train = encode_pairs(tokenizer, load_preferences(cfg.data), cfg.max_length)
-        evals = encode_pairs(tokenizer, load_preferences(_eval_spec(cfg)), cfg.max_length)
+        sets = {"data": load_preferences(cfg.data), "eval_data": load_preferences(_eval_spec(cfg))}
         if cfg.use_margin:
-            missing = next(
-                (name for name, ex in (("data", train), ("eval_data", evals)) if any(e[3] is None for e in ex)), None
-            )
-            if missing:
-                raise GlassrlError(f"use_margin=true, but some pairs of {missing} have no margin")
+            _check_margins(sets)
+        train = encode_pairs(tokenizer, sets["data"], cfg.max_length)
+        evals = encode_pairs(tokenizer, sets["eval_data"], cfg.max_length)
         return cls(cfg, path, model, tokenizer, train, evals, tokenizer.pad_token_id, device)
 
     @property
@@ -261,6 +258,18 @@ class RMObjective:
         if "eval/accuracy" in result:
             parts.append(f"held-out accuracy {result['eval/accuracy']:.3f} on {len(self.evals)} pairs")
         return ", ".join(parts)
+
+
+def _check_margins(sets: dict[str, list[PreferencePair]]) -> None:
+    """use_margin needs a margin on every pair (the preset rm sets it for the bundled set's
+    margins): the first pair without one, and the way on, in one line."""
+    for key, pairs in sets.items():
+        bare = next((pair for pair in pairs if pair.margin is None), None)
+        if bare is not None:
+            raise GlassrlError(
+                f"use_margin=true, but some pairs of {key} have no margin (first: {bare.source}); "
+                'give every pair a "margin" number, or set use_margin=false (the plain Bradley–Terry loss)'
+            )
 
 
 def _eval_spec(cfg: RMConfig) -> str:

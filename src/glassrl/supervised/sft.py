@@ -3,8 +3,9 @@
     cfg = load_config(SFTConfig, "examples/sft.yaml", ["steps=50"])
     metrics = train_sft(cfg)
 
-Each example is ``format_prompt(tokenizer, prompt)`` followed by the response's tokens and EOS
-(:func:`glassrl.data.collate.encode_responses`). The loss is the token-mean cross-entropy of
+Each example is ``format_prompt(tokenizer, prompt)`` — a text prompt first rendered as
+``glassrl train`` renders it (``chat_template``, ``system_prompt``: :func:`render_pairs`) —
+followed by the response's tokens and EOS (:func:`glassrl.data.collate.encode_responses`). The loss is the token-mean cross-entropy of
 the response tokens (Ouyang et al. 2022, InstructGPT, §3.5 "SFT"): prompt tokens and padding
 are masked out. ``train/loss`` is that token mean over the steps since the last row;
 ``eval/loss`` over the whole held-out set.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Set
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,10 +30,11 @@ from rich.console import Console
 
 from glassrl.config import at_least, check_seed, check_threads, fail, knob_set
 from glassrl.data.collate import collate, encode_responses
-from glassrl.data.formatting import format_prompts
+from glassrl.data.formatting import format_prompts, render_text_prompts
 from glassrl.data.tasks import TASKS, held_out_split, load_task, parse_task
 from glassrl.errors import GlassrlError
 from glassrl.jsonl import jsonl_objects
+from glassrl.models.chat_rendering import applies_template, rendering
 from glassrl.models.loading import pad_id, resolve_model_path
 from glassrl.optim import OptimConfig
 from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised
@@ -50,6 +53,10 @@ class SFTConfig:
     epochs: float = 1.0  # passes over data when steps is null
     batch_size: int = 32  # examples per optimiser step
     max_length: int = 64  # longest prompt+response in tokens; a longer example is an error naming it
+    chat_template: Literal["auto", "none"] = (
+        "auto"  # auto: text prompts use the tokenizer's template, as in glassrl train
+    )
+    system_prompt: str | None = None  # system message put first in every prompt the chat template renders
     optim: OptimConfig = field(
         default_factory=lambda: OptimConfig(lr=1e-3, warmup_steps=10, decay="cosine")
     )  # optimiser and schedule (shared with glassrl train)
@@ -88,6 +95,7 @@ class SFTConfig:
             ("training length", *length),
             ("batch", f"{self.batch_size}", "examples, per optimiser step"),
             ("max length", f"{self.max_length}", "tokens, prompt + response"),
+            ("text prompts", _rendering_text(self.chat_template), f"chat_template = {self.chat_template}"),
             ("data", _spec_text(self.data), "training pairs"),
             ("eval data", _spec_text(self.eval_data) if self.eval_data else "test splits of data's tasks", "held out"),
             *self.optim.rows(),
@@ -144,6 +152,21 @@ def tokenize_pairs(tokenizer, rows: list[tuple[Any, str, str]], max_length: int)
             )
         examples.append((prompt_ids, response_ids))
     return examples
+
+
+def render_pairs(tokenizer, cfg: SFTConfig, rows: list[tuple[Any, str, str]], key: str) -> list[tuple[Any, str, str]]:
+    """Rows with their text prompts rendered as ``glassrl train`` renders them (chat_template,
+    system_prompt: glassrl.models.chat_rendering), so SFT trains the format RL samples."""
+    prompts = render_text_prompts(
+        [prompt for prompt, _, _ in rows],
+        [source for _, _, source in rows],
+        chat=applies_template(tokenizer, cfg.chat_template),
+        system_prompt=cfg.system_prompt,
+        how=rendering(tokenizer, cfg.chat_template, key="chat_template"),
+        key=key,
+        system_key="system_prompt",
+    )
+    return [(prompt, response, source) for prompt, (_, response, source) in zip(prompts, rows)]
 
 
 def response_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -211,9 +234,10 @@ class SFTObjective:
             raise GlassrlError("train_sft: a model given in memory needs its tokenizer too")
         model.to(device).train()
         check_positions(model, cfg.max_length, cfg.model)
-        train = tokenize_pairs(tokenizer, _load_all(cfg.data), cfg.max_length)
+        render = partial(render_pairs, tokenizer, cfg)
+        train = tokenize_pairs(tokenizer, render(_load_all(cfg.data), "data"), cfg.max_length)
         eval_specs = cfg.eval_data or [t for s in _as_list(cfg.data) if (t := held_out_split(s)) is not None]
-        evals = tokenize_pairs(tokenizer, _load_all(eval_specs), cfg.max_length)
+        evals = tokenize_pairs(tokenizer, render(_load_all(eval_specs), "eval_data"), cfg.max_length)
         steps = cfg.steps if cfg.steps is not None else max(1, round(cfg.epochs * len(train) / cfg.batch_size))
         return cls(model, tokenizer, train, evals, steps, cfg.batch_size, pad_id(tokenizer), device)
 
@@ -236,6 +260,10 @@ class SFTObjective:
 
     def summary(self, result: dict[str, float]) -> str:
         return ", ".join(f"{key} {result[key]:.4f}" for key in ("train/loss", "eval/loss") if key in result)
+
+
+def _rendering_text(mode: str) -> str:
+    return "plain text" if mode == "none" else "the tokenizer's chat template, if any (not the default model's)"
 
 
 def _spec_text(spec: str | list[str]) -> str:

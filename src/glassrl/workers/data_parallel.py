@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -153,9 +154,13 @@ class DataParallelModel:
             # Buffers (rotary frequencies) are constants: no broadcast, so ranks may run
             # different numbers of forward passes. Unused parameters (an untied LM head
             # under a value head) have no gradient on any rank.
-            self.wrapped = nn.parallel.DistributedDataParallel(
-                replica, broadcast_buffers=False, find_unused_parameters=True
-            )
+            # torch 2.13 deprecates broadcast_buffers, yet tells those who need no sync at init
+            # (as here) to keep it: its FutureWarning is not the user's to read.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
+                self.wrapped = nn.parallel.DistributedDataParallel(
+                    replica, broadcast_buffers=False, find_unused_parameters=True
+                )
 
     def forward(self, fn: Callable[[nn.Module, Batch], Any], micro: Batch) -> Any:
         """``fn(model, micro)`` through the wrapper, whose hooks (gradient reduction, the gathering

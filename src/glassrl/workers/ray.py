@@ -32,7 +32,10 @@ trainer batches requested ahead: each sampled with the weights of the version it
 
 Placement (Ray placement groups): "colocate" puts rank r of every role in bundle r
 of one group (the bundle holds their summed resources); "separate" gives each role
-its own group. ``resources`` per rank, e.g. {"CPU": 1, "GPU": 1}.
+its own group. ``resources`` per rank, e.g. {"CPU": 1, "GPU": 1}. On a local cluster
+(started here: its size is all there is) the ranks left at the default {"CPU": 1} share the
+CPUs the others leave when there are fewer than ranks, and a demand that cannot be met
+is an error at once, naming the keys to set (:func:`fit_local`).
 
 A worker that dies (killed, out of memory, its node lost) ends the call with a
 GlassrlError naming the role and the rank; the group's other processes are then
@@ -43,9 +46,11 @@ Ray is an optional extra (``pip install glassrl[ray]``), imported here only.
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +138,24 @@ class RankHost:
 
 def _options(resources: dict[str, float]) -> dict[str, Any]:
     other = {k: v for k, v in resources.items() if k not in ("CPU", "GPU") and v > 0}
-    return {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0), "resources": other}
+    return {
+        "num_cpus": resources.get("CPU", 0),
+        "num_gpus": resources.get("GPU", 0),
+        "resources": other,
+        "runtime_env": {"env_vars": rank_env()},
+    }
+
+
+def rank_env() -> dict[str, str]:
+    """A rank's environment variables. Its output is the driver's (Ray forwards it): glassrl's
+    lines, not the libraries' notes. Hugging Face's progress bars off; torch's C++ warnings only
+    when asked for (DDP's reducer: "find_unused_parameters=True was specified ... but did not find
+    any unused parameters", which the actor's rank cannot help: a critic's rank has them). Either
+    variable set in the driver's environment is kept."""
+    return {
+        "HF_HUB_DISABLE_PROGRESS_BARS": os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+        "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),
+    }
 
 
 def _bundle(resource_sets: Sequence[dict[str, float]]) -> dict[str, float]:
@@ -142,6 +164,38 @@ def _bundle(resource_sets: Sequence[dict[str, float]]) -> dict[str, float]:
         for key, value in resources.items():
             total[key] = total.get(key, 0.0) + value
     return {k: v for k, v in total.items() if v > 0}
+
+
+DEFAULT_RESOURCES = {"CPU": 1.0}  # a rank's resources unless the config says otherwise (RayRoleConfig)
+
+
+def fit_local(specs: Sequence[RoleSpec], total: dict[str, float]) -> list[RoleSpec]:
+    """``specs`` placed on a local cluster of ``total`` resources (ray.cluster_resources()).
+
+    Ranks at :data:`DEFAULT_RESOURCES` share the CPUs the other ranks leave, each an equal
+    fraction, when there are fewer than they ask (Ray's CPU is a unit of scheduling, not a
+    pinned core: 2 cores run 3 ranks); any other shortfall is a GlassrlError naming the
+    ``ray.<role>`` keys, at once, where the placement group would wait for a node that never
+    comes. A cluster that was joined may grow (autoscaling): it is not fitted.
+    """
+    demand = _bundle([s.resources for s in specs for _ in range(s.world_size)])
+    short = {k: v for k, v in demand.items() if v > total.get(k, 0.0) + 1e-9}
+    if not short:
+        return list(specs)
+    fitted = [s for s in specs if s.resources == DEFAULT_RESOURCES]
+    others = _bundle([s.resources for s in specs if s not in fitted for _ in range(s.world_size)])
+    ranks = sum(s.world_size for s in fitted)
+    # floored to Ray's resource precision (1e-4), so that the shares never sum past the cores
+    share = math.floor((total.get("CPU", 0.0) - others.get("CPU", 0.0)) / max(ranks, 1) * 1e4) / 1e4
+    others_fit = all(v <= total.get(k, 0.0) + 1e-9 for k, v in others.items())
+    if fitted and others_fit and share > 0:
+        return [replace(s, resources={"CPU": share}) if s in fitted else s for s in specs]
+    have = {k: total.get(k, 0.0) for k in demand}
+    keys = ", ".join(f"ray.{s.role}.resources (×{s.world_size} ranks: {s.resources})" for s in specs)
+    raise GlassrlError(
+        f"ray: the local Ray cluster started for this run has {have}, the ranks ask for {demand}; "
+        f"lower {keys} or the world sizes, or join a larger cluster with ray.address"
+    )
 
 
 class RankGroup:
@@ -230,12 +284,15 @@ def ray_errors() -> tuple[type[BaseException], ...]:
 class RayCluster:
     """The groups of a run, placed together ("colocate") or apart ("separate")."""
 
-    def __init__(self, specs: Sequence[RoleSpec], placement: str = "colocate") -> None:
-        _ray()
+    def __init__(self, specs: Sequence[RoleSpec], placement: str = "colocate", local: bool = False) -> None:
+        """``local``: the cluster was started for this run (ray.address null): fitted (:func:`fit_local`)."""
+        ray = _ray()
         from ray.util.placement_group import placement_group
 
         if placement not in PLACEMENTS:
             raise GlassrlError(f"ray.placement: unknown {placement!r}; valid: {', '.join(PLACEMENTS)}")
+        if local:
+            specs = fit_local(specs, ray.cluster_resources())
         self.placement_groups = []
         self.groups: dict[str, RankGroup] = {}
         if placement == "colocate":

@@ -1,5 +1,6 @@
-"""The research scenario end to end: the bundled corpus (search, open_page), a scripted agent
-that opens the official report or the rumour page, and the rubric (1 + 1 + 0.5) on its report."""
+"""The research scenario end to end: the bundled corpus (search, open_page), the task's environment
+(each episode its own pages), a scripted agent that opens the official report, the rumour page or
+the forecast, and the rubric (1 + 1 + 0.5) on its report."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import re
 import pytest
 import torch
 
+from glassrl.builtin.research_model import opened_kind, scripted_turns
 from glassrl.data.tasks import research
+from glassrl.data.tasks.research import pages
 from glassrl.errors import GlassrlError
 from glassrl.rewards import RewardRequest
 from glassrl.rewards.research import research_rubric
-from glassrl.rollout.agent import AgentRolloutEngine, ToolEnvironment, build_tools, run_call
+from glassrl.rollout.agent import AgentRolloutEngine, run_call, task_environment
 from glassrl.rollout.agent.corpus import CORPUS_DIR, Corpus, OpenPageTool, SearchTool, load_pages, terms
 from glassrl.rollout.agent.tools import ToolCall, tool_map
 from glassrl.rollout.base import SamplingParams
@@ -21,8 +24,8 @@ from glassrl.rollout.base import SamplingParams
 
 def test_corpus_pages_and_the_tasks_official_source_agree():
     pages = {p.id: p for p in load_pages()}
-    official = pages[research.OFFICIAL_ID]
-    assert official.kind == "official" and official.url == research.OFFICIAL_URL
+    official = pages[research.DIALOGUE.official_id]
+    assert official.kind == "official" and official.url == research.DIALOGUE.official_url
     assert {p.kind for p in pages.values()} == {"official", "news", "forecast", "rumour"}
     assert {p.lang for p in pages.values()} == {"en", "zh"}
     assert "$11.5 billion" in official.text
@@ -43,9 +46,9 @@ def test_search_finds_the_official_report_and_the_rumours():
 
 
 def test_open_page_by_url_or_id_and_unknown_urls_are_observations():
-    page = OpenPageTool().call({"url": research.OFFICIAL_URL})
+    page = OpenPageTool().call({"url": research.DIALOGUE.official_url})
     assert page.startswith("Alphabet Announces First Quarter 2025 Results\nhttps://abc.xyz/investor/2025-q1.pdf")
-    assert OpenPageTool().call({"url": research.OFFICIAL_ID}) == page
+    assert OpenPageTool().call({"url": research.DIALOGUE.official_id}) == page
     result = run_call(tool_map([OpenPageTool()]), ToolCall("open_page", text="https://example.com/x"), 5.0)
     assert result.status == "error" and "no page at 'https://example.com/x'" in result.text
 
@@ -62,43 +65,82 @@ def test_a_bad_page_file_is_one_error_naming_it(tmp_path):
     assert Corpus(load_pages(CORPUS_DIR)).open(" abc-2025-q1 ").id == "abc-2025-q1"
 
 
-def agent(choose: str):
-    """A scripted researcher: search, open the page whose url contains ``choose``, write a report from it."""
+def agent(record, behaviour: str):
+    """A scripted researcher (glassrl.builtin.research_model.scripted_turns): search, open the page
+    its behaviour opens, write that behaviour's report; it checks that each observation is what the
+    episode's pages say."""
+    episode = research.episode_of(record)
+    turns = scripted_turns(episode, behaviour)
 
     def script(context: str) -> str:
-        results = [r for r in re.findall(r"<result>(.*?)</result>", context, re.S) if r != "…"]  # "…": the prompt's
-        if not results:
-            return "<call>search Google Cloud 2025 revenue</call>"
-        if len(results) == 1:
-            url = next(u for u in re.findall(r"\| (\S+) \|", results[0]) if choose in u)
-            return f"<call>open_page {url}</call>"
-        url = results[1].splitlines()[1].split()[0]
-        if "abc.xyz" in url:
-            return (
-                f"Q1 2025: Google Cloud revenue was $11.5 billion \\cite{{{url}}}. Full-year results are not out yet."
-            )
-        return f"Google's 2025 revenue will hit $5 trillion for the full year \\cite{{{url}}}."
+        results = re.findall(r"<result>(.*?)</result>", context, re.S)
+        if results:  # the search results: rank, title and url of each page, in the episode's order
+            assert results[0].splitlines() == [
+                f"{i}. {p['title']} | {p['url']}" for i, p in enumerate(pages(episode), 1)
+            ]
+        if len(results) == 2:  # the opened page: its title and text
+            page = next(p for p in pages(episode) if p["kind"] == research.OPENS[behaviour])
+            assert results[1] == f"{page['title']}\n{page['text']}"
+        return turns[len(results)]
 
     return script
 
 
-@pytest.mark.parametrize(("choose", "score"), [("abc.xyz", 2.5), ("tech-gossip", 0.0)])
-def test_the_rubric_rewards_the_agent_that_opened_the_official_report(tokenizer, scripted, choose, score):
-    tools = build_tools(list(research.TOOLS))
-    engine = AgentRolloutEngine(scripted(tokenizer, agent(choose)), tokenizer, lambda: ToolEnvironment(tools))
-    records = research.records("train", 0, 1)
+@pytest.mark.parametrize(
+    ("behaviour", "score"), [("official", 2.5), ("no_cite", 2.0), ("rumour", 0.0), ("forecast", 0.0)]
+)
+def test_the_rubric_rewards_the_agent_that_opened_the_official_report(tokenizer, scripted, behaviour, score):
+    records = research.records("test", 0, 4)
+    engine = AgentRolloutEngine(
+        ScriptedBatch(scripted(tokenizer, None), records, behaviour),
+        tokenizer,
+        task_environment("research"),
+        describe_tools=False,
+    )
     prompts = engine.format_prompts(records)
     batch = engine.generate(
         prompts, n=1, params=SamplingParams(max_new_tokens=2048), generator=torch.Generator(), records=records
     )
-    turns = batch.turns[0]
-    assert [t.finish_reason for t in turns] == ["tool_call", "tool_call", "stop"]
-    assert [c["name"] for t in turns for c in t.tool_calls] == ["search", "open_page"]
-    (result,) = research_rubric().score([RewardRequest(records[0].prompt, batch.texts[0], records[0])])
-    assert result.status == "ok" and result.score == score
-    assert result.details["weights"] == {"accuracy": 1.0, "temporal": 1.0, "citation": 0.5}
+    for record, turns, text in zip(records, batch.turns, batch.texts):
+        assert [t.finish_reason for t in turns] == ["tool_call", "tool_call", "stop"]
+        assert [c["name"] for t in turns for c in t.tool_calls] == ["search", "open_page"]
+        assert [c["status"] for t in turns for c in t.tool_calls] == ["ok", "ok"]
+        assert opened_kind(turns, research.episode_of(record)) == research.OPENS[behaviour]
+        (result,) = research_rubric().score([RewardRequest(record.prompt, text, record)])
+        assert result.status == "ok" and result.score == score
+        assert result.details["weights"] == {"accuracy": 1.0, "temporal": 1.0, "citation": 0.5}
+
+
+class ScriptedBatch:
+    """A TurnSampler that answers each context with the scripted agent of its record (the contexts
+    of a turn come in the records' order while all are running, as here)."""
+
+    def __init__(self, sampler, records, behaviour):
+        self.sampler, self.device, self.path = sampler, sampler.device, "scripts"
+        self.scripts = [agent(r, behaviour) for r in records]
+
+    def sample(self, contexts, max_new_tokens, params, generator, stop_strings, with_logprobs):
+        out = []
+        for i, context in enumerate(contexts):
+            self.sampler.script = self.scripts[i]
+            out += self.sampler.sample([context], max_new_tokens[i : i + 1], params, generator, stop_strings, False)
+        return out
+
+
+def test_each_episode_has_its_own_pages():
+    env = task_environment("research")()
+    first, second = research.records("train", 0, 2)
+    env.reset(first)
+    search = env.step("", [ToolCall("search", {"query": research.search_query(research.episode_of(first))})])
+    env.reset(second)
+    again = env.step("", [ToolCall("search", {"query": research.search_query(research.episode_of(first))})])
+    assert search.observations != again.observations
+    missing = env.step("", [ToolCall("open_page", {"url": research.episode_of(first).official_url})])
+    assert missing.tool_calls[0]["status"] == "error"  # the first episode's page is not in the second's web
 
 
 def test_research_rubric_judges_are_checked():
     with pytest.raises(GlassrlError, match="unknown criterion 'style'"):
         research_rubric({"style": object()})
+    with pytest.raises(GlassrlError, match="judged names criteria but judge_model is not set"):
+        research_rubric(judged=["temporal"])

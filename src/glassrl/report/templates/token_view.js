@@ -1,7 +1,7 @@
 // The token view of glassrl's report (glassrl.report.html): plain JS, no framework, no network.
 // Data: <script type="application/json" id="token-data"> (html.token_payload). Each token is a span
 // id="tok-B-I" data-b=B data-i=I coloured by the chosen quantity on a diverging scale centred at 0;
-// clicking one fills #token-panel (every ledger field, id="field-NAME") and #token-legend (DESIGN §1: the
+// clicking one fills #token-panel (every ledger field, id="field-NAME") and #token-legend (docs/token-convention.md: the
 // lines glassrl.ledger.legend wrote for that token, id="legend-KEY"). A multi-turn response shows a tag per turn
 // (id="turn-B-K"), its observation tokens hatched, and its per-turn credit under the tokens (id="turns-B").
 (function () {

@@ -129,19 +129,35 @@ class SearchTool:
         self.k = k
         self.snippet_chars = snippet_chars
 
+    def found(self, query: str) -> list[Page]:
+        """The pages the query finds, best first (BM25)."""
+        return [page for page, _ in self.corpus.search(query, self.k)]
+
     def call(self, arguments: dict[str, Any]) -> str:
-        found = self.corpus.search(arguments["query"], self.k)
+        found = self.found(arguments["query"])
         if not found:
             return "no results"
         lines = []
-        for rank, (page, _) in enumerate(found, 1):
-            snippet = page.text[: self.snippet_chars] + ("…" if len(page.text) > self.snippet_chars else "")
-            lines.append(f"{rank}. {page.title} | {page.url} | {snippet}")
+        for rank, page in enumerate(found, 1):
+            line = f"{rank}. {page.title} | {page.url}"
+            if self.snippet_chars:  # 0: title and url only
+                line += f" | {page.text[: self.snippet_chars]}" + ("…" if len(page.text) > self.snippet_chars else "")
+            lines.append(line)
         return "\n".join(lines)
 
 
+class RankedSearchTool(SearchTool):
+    """``search`` over a corpus whose pages are listed in a search engine's order (a snapshot of
+    its ranking): the pages the query finds (BM25 score > 0), in that order, at most ``k``."""
+
+    def found(self, query: str) -> list[Page]:
+        hits = {page.id for page, _ in self.corpus.search(query, len(self.corpus.pages))}
+        return [page for page in self.corpus.pages if page.id in hits][: self.k]
+
+
 class OpenPageTool:
-    """``open_page(url)`` -> the page's title, url, date and text (at most ``max_chars`` of it)."""
+    """``open_page(url)`` -> the page's title, url and date (unless ``url_line`` is False), and text
+    (at most ``max_chars`` of it)."""
 
     name = "open_page"
     description = "Open a web page by its url (from the search results) and read its text."
@@ -151,10 +167,12 @@ class OpenPageTool:
         "required": ["url"],
     }
 
-    def __init__(self, corpus: Corpus | None = None, *, max_chars: int = 2000) -> None:
+    def __init__(self, corpus: Corpus | None = None, *, max_chars: int = 2000, url_line: bool = True) -> None:
         self.corpus = corpus or default_corpus()
         self.max_chars = max_chars
+        self.url_line = url_line
 
     def call(self, arguments: dict[str, Any]) -> str:
         page = self.corpus.open(arguments["url"])
-        return f"{page.title}\n{page.url} ({page.date})\n{page.text[: self.max_chars]}"
+        where = f"{page.url} ({page.date})\n" if self.url_line else ""
+        return f"{page.title}\n{where}{page.text[: self.max_chars]}"

@@ -5,7 +5,8 @@
 
 The task modules (:mod:`glassrl.data.tasks.tool_add`, :mod:`glassrl.data.tasks.research`) sit
 below the rollout layer and name their tools as strings (``TOOLS``); this module builds the
-:class:`ToolEnvironment` each episode of such a task runs in.
+:class:`ToolEnvironment` each episode of such a task runs in. A research episode brings its own
+small web (:class:`ResearchEnvironment`).
 """
 
 from __future__ import annotations
@@ -14,18 +15,42 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from glassrl.data.records import PromptRecord
 from glassrl.data.tasks import research, tool_add
 from glassrl.errors import GlassrlError
+from glassrl.rollout.agent.corpus import Corpus, OpenPageTool, Page, RankedSearchTool
 from glassrl.rollout.agent.environment import Environment, ToolEnvironment
 from glassrl.rollout.agent.registry import build_tools, load_attribute
+from glassrl.rollout.agent.tools import tool_map
 
 
 def _tool_add() -> Environment:
     return ToolEnvironment(build_tools(tool_add.TOOLS), valid_call_reward=tool_add.VALID_CALL_REWARD)
 
 
+class ResearchEnvironment(ToolEnvironment):
+    """``search`` and ``open_page`` over the episode's own four pages (glassrl.data.tasks.research.pages),
+    made at ``reset`` from the record's episode. Search results show rank, title and url, in the
+    episode's seeded ranking (:class:`RankedSearchTool`): the official release is not always
+    first, and nothing in a result says which kind of page it is."""
+
+    def __init__(self) -> None:
+        super().__init__(self._tools(research.DIALOGUE))
+
+    @staticmethod
+    def _tools(episode: research.Episode) -> tuple[RankedSearchTool, OpenPageTool]:
+        corpus = Corpus(tuple(Page(**page) for page in research.pages(episode)))
+        # Title and url per result, title and text per page: the shortest transcript that holds the story.
+        return RankedSearchTool(corpus, k=len(research.KINDS), snippet_chars=0), OpenPageTool(corpus, url_line=False)
+
+    def reset(self, record: PromptRecord) -> None:
+        super().reset(record)
+        self.tools = self._tools(research.episode_of(record))
+        self.by_name = tool_map(self.tools)
+
+
 def _research() -> Environment:
-    return ToolEnvironment(build_tools(research.TOOLS))
+    return ResearchEnvironment()
 
 
 # task name -> a fresh environment for one episode

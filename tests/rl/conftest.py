@@ -11,3 +11,15 @@ from helpers import tiny_run_overrides
 def fast(tiny_model_dir, prompt_files, tmp_path):
     """Overrides that make any TrainConfig a seconds-long run of the tiny model on 8 prompts."""
     return tiny_run_overrides(tiny_model_dir, prompt_files, tmp_path / "run")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray cluster of 2 CPUs for the tests of one module (the Ray backend's tests)."""
+    import ray
+
+    from glassrl.workers.ray import connect
+
+    connect(None, num_cpus=2, object_store_memory=100 * 2**20, log_to_driver=False)
+    yield
+    ray.shutdown()

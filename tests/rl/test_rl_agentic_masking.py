@@ -24,6 +24,7 @@ from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS
 from glassrl.algos.aggregation import AGGREGATIONS, aggregate
 from glassrl.algos.kl import kl_penalty
 from glassrl.algos.losses import POLICY_LOSSES, PolicyLossParams
+from glassrl.algos.off_policy import OFF_POLICY
 from glassrl.data.records import PromptRecord
 from glassrl.rewards.base import RewardResult
 from glassrl.rl import phases
@@ -193,3 +194,54 @@ def test_environment_rewards_sit_on_their_turns_last_generated_token():
         want = expected.clone()
         want[4] += result_score
         torch.testing.assert_close(exp.token_scores[b], want)
+
+
+@pytest.mark.slow
+@settings(max_examples=20, deadline=None)
+@given(
+    case=steps(),
+    junk=st.sampled_from(JUNK),
+    mode=st.sampled_from(sorted(AGGREGATIONS)),
+    correction=st.sampled_from([None, *sorted(OFF_POLICY)]),
+)
+def test_observation_tokens_change_nothing_on_the_asynchronous_path(case, junk, mode, correction):
+    """Asynchronous training's extra numbers per token (glassrl.rl.phases.off_policy): the version that
+    sampled each token, log μ, each correction's weights and masks, and without one the clip anchored
+    at μ. Junk on observation tokens in all of them changes nothing and reaches no gradient."""
+    roles, seed = case
+    mask = roles == ROLE_GENERATED
+    observation = (roles != 0) & ~mask
+    runs = []
+    for j in (None, junk):
+        exp, forward = _experience(roles, seed, j)
+        g = torch.Generator().manual_seed(seed + 1)
+        mu = exp.logprobs + 0.3 * (torch.rand(exp.logprobs.shape, generator=g, dtype=F64) - 0.5)
+        versions = torch.randint(3, 6, roles.shape, generator=g)
+        if j is not None:
+            mu = torch.where(observation, torch.full_like(mu, j), mu)
+            versions = torch.where(observation, 10**9, versions)
+        exp.rollout.rollout_logprobs = torch.where(mask, mu, 0.0) if j is None else mu
+        exp.rollout.policy_versions = torch.where(mask, versions, -1) if j is None else versions
+        phases.off_policy(exp, 5, None if correction is None else (correction, {}))
+        phases.token_rewards(exp, 0.05, kl_in_reward=True)
+        phases.advantages(exp, AlgoConfig(advantage="grpo", whiten_advantages=True))
+        runs.append((exp, forward))
+    (clean, forward), (dirty, dirty_forward) = runs
+    assert dirty.staleness is not None and int(dirty.staleness.max()) <= 2 and (dirty.staleness[observation] == 0).all()
+    assert torch.equal(clean.staleness, dirty.staleness) and dirty.bypass == (correction is None)
+    if correction is not None:
+        assert torch.equal(clean.correction.weights, dirty.correction.weights)
+        assert (
+            torch.equal(clean.correction.keep, dirty.correction.keep) and not dirty.correction.keep[observation].any()
+        )
+    metrics, dirty_metrics = tensor_metrics(clean), tensor_metrics(dirty)
+    assert metrics.keys() == dirty_metrics.keys() and "rollout/staleness_max" in metrics
+    assert all(_same(float(metrics[k]), float(dirty_metrics[k])) for k in metrics)
+    losses, grads = _losses(clean, forward, mode)
+    dirty_losses, dirty_grads = _losses(dirty, dirty_forward, mode)
+    for key, value in dirty_losses.items():
+        assert torch.isfinite(value), key
+        torch.testing.assert_close(value, losses[key], rtol=0, atol=0)
+    for key, grad in dirty_grads.items():
+        assert torch.isfinite(grad).all() and (grad[observation] == 0).all(), key
+        torch.testing.assert_close(grad, grads[key], rtol=0, atol=0)

@@ -38,6 +38,30 @@ CASES = [
     (["model.lora.r=0"], r"^model\.lora\.r = 0: must be >= 1"),
     (["algo.rollout_is.cap=0"], r"^algo\.rollout_is\.cap = 0(\.0)?: must be > 0"),
     (["model.compute_dtype=float16"], r"model\.compute_dtype"),
+    (["algo.off_policy.correction=tis"], r"^algo\.off_policy\.correction = 'tis': unknown; valid: token_tis"),
+    (
+        ["algo.off_policy={correction: icepop, cap: 2}"],
+        r"^algo\.off_policy\.cap = 2(\.0)?: ignored: icepop does not read it",
+    ),
+    (["algo.off_policy={correction: token_mis, cap: 0}"], r"^algo\.off_policy\.cap = 0(\.0)?: must be > 0"),
+    (
+        ["algo.off_policy={correction: geo_mask, low: 1.2}"],
+        r"^algo\.off_policy\.low = 1\.2: must be <= algo\.off_policy\.high",
+    ),
+    (
+        ["algo.rollout_is.cap=2", "algo.off_policy.correction=seq_tis"],
+        r"^algo\.off_policy = 'seq_tis': algo\.rollout_is is set",
+    ),
+    (["rollout.max_staleness=-1"], r"^rollout\.max_staleness = -1: must be >= 0"),
+    (["rollout.overlap=true", "rollout.max_staleness=2"], r"^rollout\.overlap = True: is rollout\.max_staleness: 1"),
+    (["rollout.partial_rollouts=true"], r"^rollout\.partial_rollouts = True: ignored: rollout\.max_staleness = 0"),
+    (
+        ["rollout.max_staleness=1", "rollout.partial_rollouts=true"],
+        r"^rollout\.partial_rollouts = True: trainer\.backend = local",
+    ),
+    (["rollout.max_staleness=2"], r"^rollout\.max_staleness = 2: trainer\.backend = local samples at most one"),
+    ([*RAY, "rollout.max_staleness=1"], r"^rollout\.max_staleness = 1: samples ahead on rollout ranks of their own"),
+    ([*RAY, "rollout.overlap=true"], r"^rollout\.overlap = True: not wired into trainer\.backend = ray"),
 ]
 
 

@@ -106,3 +106,14 @@ def test_overlap_equals_sync_when_the_weights_stand_still(fast, tmp_path):
 def test_overlap_refuses_what_samples_within_a_step(extra, message, fast):
     with pytest.raises(GlassrlError, match=f"rollout.overlap = True: {message}"):
         preset_trainer("grpo", [*fast, "rollout.overlap=true", *extra])
+
+
+def test_max_staleness_one_is_overlap_on_the_local_backend(fast, tmp_path):
+    runs = {}
+    for key in ("rollout.overlap=true", "rollout.max_staleness=1"):
+        out = tmp_path / key
+        preset_trainer("grpo", [*fast, "steps=3", key, "logging.checkpoint_every=2", f"output_dir={out}"]).train()
+        runs[key] = [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in _rows(out)]
+    overlap, staleness = runs.values()
+    assert [r["rollout/staleness"] for r in staleness[1:]] == [0, 1, 0]
+    assert overlap == staleness  # every number, bit for bit

@@ -59,15 +59,6 @@ SHARED_PREFIX_WEIGHTS = 1e-5  # saved weights with model.shared_prefix (module d
 VARIED_REWARD = "reward.sources=[{name: arith_verify, weight: 1.0, partial_credit: true}]"
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    from glassrl.workers.ray import connect
-
-    connect(None, num_cpus=2, object_store_memory=100 * 2**20, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def _trainer(preset: str, overrides: list[str], **kwargs):
     from glassrl.rl.loop import Trainer
 

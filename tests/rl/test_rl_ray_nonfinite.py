@@ -37,15 +37,6 @@ RAY = [
 ]
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    from glassrl.workers.ray import connect
-
-    connect(None, num_cpus=2, object_store_memory=100 * 2**20, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def _argv(fast: list[str], out: Path, policy: str) -> list[str]:
     """3 steps at lr 1e30 (steps 2 and 3 diverge), a checkpoint each step, only the newest kept."""
     run = [f"output_dir={out}", "steps=3", "actor_optim.lr=1e30", f"on_nonfinite={policy}", "logging.report=false"]

@@ -45,15 +45,6 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 LEDGER_FIELDS = ("logprobs", "ref_logprobs", "kl", "token_rewards", "advantages", "returns")
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    from glassrl.workers.ray import connect
-
-    connect(None, num_cpus=2, object_store_memory=100 * 2**20, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def _trainer(overrides: list[str], **kwargs):
     from glassrl.rl.loop import Trainer
 

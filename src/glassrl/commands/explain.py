@@ -22,6 +22,11 @@ With ``--model`` a run of ``glassrl dpo`` and ``--chosen``/``--rejected`` instea
 implicit reward, whose sums are the loss's rewards (glassrl.commands.explain_preference):
 
     glassrl explain --model runs/dpo-arith --prompt "37+45=82？" --chosen "是的，等于82。" --rejected "不，等于83。"
+
+With ``--ledger FILE`` it shows a ledger a run wrote as it is (an asynchronous run's per-token
+version, staleness, log μ and off-policy weight among its columns and in the legend):
+
+    glassrl explain --ledger runs/tool_add/ledgers/step_000010.jsonl --legend-token 3 --lang zh
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import TYPE_CHECKING
 from glassrl.commands import explain_input, explain_model
 from glassrl.commands.explain_model import DEFAULT_REWARD
 from glassrl.errors import GlassrlError
+from glassrl.ledger import read_jsonl
 from glassrl.ledger.legend import LANGUAGES
 from glassrl.ledger.render import legend_text, to_markdown, to_rich
 
@@ -91,6 +97,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     params = parser.add_argument_group("parameters (override --input, or the run of --model)")
     params.add_argument("--input", metavar="FILE", help="JSON/YAML file with the responses and parameters")
+    params.add_argument(
+        "--ledger",
+        metavar="FILE",
+        help="a ledger file a run wrote (RUN_DIR/ledgers/step_N.jsonl), shown as it is: asynchronous "
+        "training's version, staleness, log μ and off-policy weight per token included",
+    )
     params.add_argument("--tokenizer", metavar="PATH", help="local Hugging Face tokenizer directory")
     params.add_argument("--gamma", metavar="γ", help="discount γ in [0, 1] (default 1)")
     params.add_argument("--lam", metavar="λ", help="GAE λ in [0, 1] (default 1)")
@@ -117,13 +129,20 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("--out", args.out), ("--html", args.html)):
         if value is not None:
             _check_output(flag, value)
+    if args.ledger is not None:
+        given = [flag for flag in ("model", "input", "prompt", "tokens", "response") if getattr(args, flag) is not None]
+        if given:
+            raise GlassrlError(f"--ledger shows a ledger a run wrote; --{given[0]} computes one: choose one")
     if args.model is not None or args.chosen is not None or args.rejected is not None:
         # imported here: it loads torch, which explain's other modes may not need
         from glassrl.commands import explain_preference
 
         if explain_preference.check_flags(args):
             return _print_pair(*explain_preference.from_args(args), args)
-    if args.model is not None:
+    if args.ledger is not None:
+        ledger = read_jsonl(args.ledger)
+        header = [f"{args.ledger}: step {ledger.step}"]
+    elif args.model is not None:
         ledger, header = explain_model.from_args(args)
     else:
         ledger, header = build_ledger(explain_input.from_args(args)), []

@@ -8,6 +8,7 @@ the legend.
 
 from glassrl.ledger.model import (
     ALL_FIELDS,
+    OFF_POLICY_FIELDS,
     RESPONSE_FIELDS,
     RUN_FIELDS,
     SYMBOLS,
@@ -21,6 +22,7 @@ from glassrl.ledger.model import (
 
 __all__ = [
     "ALL_FIELDS",
+    "OFF_POLICY_FIELDS",
     "RESPONSE_FIELDS",
     "RUN_FIELDS",
     "SYMBOLS",

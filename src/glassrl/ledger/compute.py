@@ -69,7 +69,8 @@ def from_experience(
     samples: int | None = None,
 ) -> Ledger:
     """The first ``samples`` responses of ``exp`` (all when None), every token: a multi-turn
-    response's generated and observation tokens of every turn, with their roles and turns.
+    response's generated and observation tokens of every turn, with their roles and turns; a
+    token another policy sampled, its version, staleness, log μ and algo.off_policy's decision.
     Each response holds its prompt twice: ``prompt``, the text the rewards read (what ``glassrl
     explain --prompt`` takes), and ``prompt_as_seen``, s_0 exactly as the policy saw it: its ids
     decoded (the tokenizer's special tokens, an agentic run's tools described by its call format).
@@ -82,6 +83,7 @@ def from_experience(
     k = len(exp.rollout) if samples is None else min(samples, len(exp.rollout))
     rollout = exp.rollout.select(torch.arange(k))
     pick = lambda t: None if t is None else t[:k]  # noqa: E731
+    correction = getattr(exp, "correction", None)  # algo.off_policy's weights and keep (glassrl.rl.phases.off_policy)
     return Ledger.from_tensors(
         prompts=list(exp.prompts[:k]),
         prompts_as_seen=[
@@ -115,6 +117,11 @@ def from_experience(
         step=step,
         token_roles=rollout.token_roles,
         turns=rollout.turns,
+        policy_versions=rollout.policy_versions,
+        staleness=pick(getattr(exp, "staleness", None)),
+        rollout_logprobs=rollout.rollout_logprobs,
+        is_weights=None if correction is None else correction.weights[:k],
+        is_keep=None if correction is None else correction.keep[:k],
     )
 
 

@@ -24,6 +24,7 @@ baseline (tests check that the two agree).
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 import unicodedata
 from collections.abc import Callable
@@ -62,6 +63,12 @@ PHRASES: dict[str, dict[str, str]] = {
         "action": "a_{i} = {token}, the token itself",
         "action.logprob": "; log π(a_{i}|s_{i}) = {logprob}",
         "action.ref_logprob": ", log π_ref(a_{i}|s_{i}) = {ref_logprob}",
+        "label.sampled": "sampled",
+        "sampled.sep": "; ",
+        "sampled.version": "by the weights of version {v}, {lag} actor update(s) before the one that trains on it",
+        "sampled.logprob": "log μ(a_{i}|s_{i}) = {mu} while sampling; ρ_{i} = π_old/μ = exp({old} − {mu}) = {rho}",
+        "sampled.weight": "algo.off_policy: its policy-loss term × w_{i} = {w}",
+        "sampled.dropped": "algo.off_policy dropped it: out of the policy loss and its denominator",
         "reward": "r_{i} = score_{i} = {r} (no KL in the reward)",
         "reward.kl": "r_{i} = score_{i} − β·kl_{i} = {score} − {beta}·{kl} = {r}",
         "value": "V(s_{i}) = {v}: the critic's estimate of {future}, read before a_{i}; it includes r_{i}",
@@ -140,6 +147,12 @@ PHRASES: dict[str, dict[str, str]] = {
         "action": "a_{i} = {token}，即这个 token 本身",
         "action.logprob": "；log π(a_{i}|s_{i}) = {logprob}",
         "action.ref_logprob": "，log π_ref(a_{i}|s_{i}) = {ref_logprob}",
+        "label.sampled": "采样",
+        "sampled.sep": "；",
+        "sampled.version": "由第 {v} 版权重采样，比训练它的那次 actor 更新早 {lag} 次",
+        "sampled.logprob": "采样时 log μ(a_{i}|s_{i}) = {mu}；ρ_{i} = π_old/μ = exp({old} − {mu}) = {rho}",
+        "sampled.weight": "algo.off_policy：它的策略损失项 × w_{i} = {w}",
+        "sampled.dropped": "algo.off_policy 丢弃了它：不计入策略损失及其分母",
         "reward": "r_{i} = score_{i} = {r}（奖励中没有 KL 项）",
         "reward.kl": "r_{i} = score_{i} − β·kl_{i} = {score} − {beta}·{kl} = {r}",
         "value": "V(s_{i}) = {v}：critic 对 {future} 的估计，在 a_{i} 之前读出；它包含 r_{i}",
@@ -263,6 +276,9 @@ def token_legend(ledger: Ledger, b: int, i: int, lang: str = "en") -> list[Legen
     if row.ref_logprobs is not None:
         action += say.text("action.ref_logprob", ref_logprob=fmt(row.ref_logprobs))
     lines.append(LegendLine("action", action))
+    sampled = _sampled(row, say)
+    if sampled:
+        lines.append(LegendLine("sampled", sampled))
     if row.kl is None:
         lines.append(say("reward", "reward", r=fmt(row.token_rewards)))
     else:
@@ -278,6 +294,21 @@ def token_legend(ledger: Ledger, b: int, i: int, lang: str = "en") -> list[Legen
         )
     lines += ACCOUNTS.get(ledger.estimator, GENERIC).credit(ledger, resp, i, say)
     return lines
+
+
+def _sampled(row: TokenRow, say: _Say) -> str:
+    """What sampled the token when it was not π_old (glassrl.algos.off_policy): its version and
+    staleness, log μ and ρ_i, and algo.off_policy's decision; "" for a token sampled on-policy."""
+    parts = []
+    if row.policy_version is not None:
+        parts.append(say.text("sampled.version", v=row.policy_version, lag=num(row.staleness)))
+    if row.rollout_logprobs is not None and row.logprobs is not None:
+        log_rho = row.logprobs - row.rollout_logprobs
+        rho = math.exp(log_rho) if log_rho < 709 else math.inf  # beyond float64: inf, as torch.exp gives
+        parts.append(say.text("sampled.logprob", mu=fmt(row.rollout_logprobs), old=fmt(row.logprobs), rho=fmt(rho)))
+    if row.is_keep is not None:
+        parts.append(say.text("sampled.weight", w=fmt(row.is_weights)) if row.is_keep else say.text("sampled.dropped"))
+    return say.text("sampled.sep").join(parts)
 
 
 class _Say:

@@ -64,6 +64,12 @@ class TokenRow:
     turn: int | None = (
         None  # index of the turn the token belongs to (observation: the turn it answers); None: single-turn
     )
+    # Off-policy (a token that another policy μ sampled: asynchronous training, another engine); None: not recorded.
+    policy_version: int | None = None  # the version (actor updates) of the weights that sampled a_i
+    staleness: int | None = None  # actor updates between that version and the update that trains on a_i
+    rollout_logprobs: float | None = None  # log μ(a_i | s_i), as the rollout engine computed it while sampling
+    is_weights: float | None = None  # w_i, algo.off_policy's weight on the token's policy-loss term
+    is_keep: bool | None = None  # algo.off_policy kept the token in the policy loss (False: dropped)
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,11 @@ class Ledger:
         token_roles: torch.Tensor | None = None,
         turns: Sequence[Sequence[Any] | None] | None = None,
         prompts_as_seen: list[str] | None = None,
+        policy_versions: torch.Tensor | None = None,
+        staleness: torch.Tensor | None = None,
+        rollout_logprobs: torch.Tensor | None = None,
+        is_weights: torch.Tensor | None = None,
+        is_keep: torch.Tensor | None = None,
     ) -> Ledger:
         """Build a ledger from the (B, T) tensors of one batch (DESIGN §1).
 
@@ -166,6 +177,11 @@ class Ledger:
         observation_end, finish_reason, tool_calls, reward_parts: glassrl.rollout.base.Turn), or
         None for a single-turn response; they give each token its ``turn``. ``prompts_as_seen[b]``:
         s_0 as the policy saw it (its ids decoded), beside ``prompts[b]``, the text the rewards read.
+
+        Off-policy tokens (:data:`OFF_POLICY_FIELDS`, (B, T), None on observation tokens as the
+        quantities of :data:`ACTION_ONLY`): ``policy_versions`` and ``staleness`` long,
+        ``rollout_logprobs`` (log μ) and ``is_weights`` float, ``is_keep`` bool
+        (glassrl.rl.phases.off_policy).
         """
         import torch
 
@@ -187,6 +203,11 @@ class Ledger:
             "returns": returns,
             "whitened_advantages": whitened_advantages,
             "step_end_mask": step_end_mask,
+            "policy_version": policy_versions,
+            "staleness": staleness,
+            "rollout_logprobs": rollout_logprobs,
+            "is_weights": is_weights,
+            "is_keep": is_keep,
         }
         for name, tensor in per_token.items():
             if tensor is not None and tuple(tensor.shape) != (B, T):
@@ -194,7 +215,7 @@ class Ledger:
         cols = {name: _lists(t) for name, t in per_token.items()}
         # On observation tokens these are not quantities (no action was taken), only the
         # 0 the tensors hold there; None says so (DESIGN §1: GAE carries V and A across).
-        for name in ACTION_ONLY:
+        for name in (*ACTION_ONLY, *OFF_POLICY_FIELDS):
             if cols[name] is not None:
                 cols[name] = [
                     [x if m else None for x, m in zip(row, mrow)] for row, mrow in zip(cols[name], mask.tolist())
@@ -233,6 +254,11 @@ class Ledger:
                     step_end=_at(cols["step_end_mask"], b, i, bool),
                     role=roles[i],
                     turn=turn_of[i],
+                    policy_version=_at(cols["policy_version"], b, i, int),
+                    staleness=_at(cols["staleness"], b, i, int),
+                    rollout_logprobs=_at(cols["rollout_logprobs"], b, i),
+                    is_weights=_at(cols["is_weights"], b, i),
+                    is_keep=_at(cols["is_keep"], b, i, bool),
                 )
                 for i in range(n)
             )
@@ -267,7 +293,7 @@ class Ledger:
         for b, resp in enumerate(self.responses):
             head = _response_fields(b, resp)
             for row in resp.tokens:
-                out.append({**run, **head, **dataclasses.asdict(row)})
+                out.append({**run, **head, **_token_fields(row)})
         return out
 
     def records(self) -> Iterator[dict[str, Any]]:
@@ -277,9 +303,7 @@ class Ledger:
         for b, resp in enumerate(self.responses):
             yield {"kind": "response", **run, **_response_fields(b, resp)}
             for row in resp.tokens:
-                yield {"kind": "token", "step": self.step, "response_index": b} | {
-                    name: getattr(row, name) for name in TOKEN_FIELDS
-                }
+                yield {"kind": "token", "step": self.step, "response_index": b} | _token_fields(row)
 
     def jsonl_lines(self) -> Iterator[str]:
         """The lines of the ledger file, one row each, made as they are asked for."""
@@ -309,7 +333,10 @@ class Ledger:
         import io
 
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=ALL_FIELDS, lineterminator="\n")
+        recorded = [
+            f for f in OFF_POLICY_FIELDS if any(getattr(t, f) is not None for r in self.responses for t in r.tokens)
+        ]
+        writer = csv.DictWriter(buf, fieldnames=ALL_FIELDS + tuple(recorded), lineterminator="\n")
         writer.writeheader()
         for row in self.rows():  # turns: one JSON cell
             writer.writerow({**row, "turns": None if row["turns"] is None else json.dumps(row["turns"])})
@@ -318,6 +345,9 @@ class Ledger:
 
 # Defined only where a generated token was an action (response_mask True).
 ACTION_ONLY = ("token_rewards", "deltas", "advantages", "returns", "whitened_advantages")
+# A token's off-policy numbers: on its row (file, CSV) only where recorded, so that a synchronous run's
+# ledger is as before; absent: None.
+OFF_POLICY_FIELDS = ("policy_version", "staleness", "rollout_logprobs", "is_weights", "is_keep")
 RUN_FIELDS = ("step", "estimator", "gamma", "lam", "beta", "kl_kind")
 RESPONSE_FIELDS = (
     "response_index",
@@ -331,7 +361,7 @@ RESPONSE_FIELDS = (
     "turns",
     "prompt_as_seen",
 )
-TOKEN_FIELDS = tuple(f.name for f in dataclasses.fields(TokenRow))
+TOKEN_FIELDS = tuple(f.name for f in dataclasses.fields(TokenRow) if f.name not in OFF_POLICY_FIELDS)  # every row's
 ALL_FIELDS = RUN_FIELDS + RESPONSE_FIELDS + TOKEN_FIELDS  # a flat row (CSV; the first ledger files)
 # The ledger file's two kinds of row: a response's fields once, then one row per token.
 RESPONSE_ROW = ("kind", *RUN_FIELDS, *RESPONSE_FIELDS)
@@ -356,6 +386,11 @@ SYMBOLS = {
     "step_end": "step end",
     "role": "role",
     "turn": "turn",
+    "policy_version": "v",
+    "staleness": "lag",
+    "rollout_logprobs": "log μ(a_i|s_i)",
+    "is_weights": "w_i",
+    "is_keep": "keep",
 }
 # token_roles values (glassrl.rollout.base: ROLE_GENERATED, ROLE_OBSERVATION) -> TokenRow.role
 ROLES = {1: "generated", 2: "observation"}
@@ -404,7 +439,7 @@ def _read_records(objects: Iterable[tuple[dict[str, Any], str]]) -> Ledger:
                 raise GlassrlError(
                     f"{where}: a token row of response {obj['response_index']} under response {head['response_index']}"
                 )
-            rows.append(TokenRow(**{name: obj[name] for name in TOKEN_FIELDS}))
+            rows.append(TokenRow(**{name: obj.get(name) for name in (*TOKEN_FIELDS, *OFF_POLICY_FIELDS)}))
         else:
             raise GlassrlError(f"{where}: kind {kind!r}: expected 'response' or 'token'")
     assert run is not None and head is not None  # the first row is a response row
@@ -426,7 +461,7 @@ def _read_flat_rows(objects: Iterable[tuple[dict[str, Any], str]]) -> Ledger:
         elif this_run != run:
             raise GlassrlError(f"{where}: run fields differ from the first row (one ledger per file)")
         head, rows = groups.setdefault(obj["response_index"], ({n: obj.get(n) for n in RESPONSE_FIELDS[1:]}, []))
-        rows.append(TokenRow(**{name: obj.get(name) for name in TOKEN_FIELDS}))
+        rows.append(TokenRow(**{name: obj.get(name) for name in (*TOKEN_FIELDS, *OFF_POLICY_FIELDS)}))
     assert run is not None
     responses = tuple(
         ResponseLedger(**{**head, "turns": _read_turns(head["turns"])}, tokens=tuple(rows))
@@ -456,6 +491,12 @@ def _response_fields(b: int, resp: ResponseLedger) -> dict[str, Any]:
     head = {"response_index": b, **{name: getattr(resp, name) for name in RESPONSE_FIELDS[1:]}}
     head["turns"] = None if resp.turns is None else [dataclasses.asdict(t) for t in resp.turns]
     return head
+
+
+def _token_fields(row: TokenRow) -> dict[str, Any]:
+    """A token's fields as its row holds them: every field of TOKEN_FIELDS, the off-policy ones recorded."""
+    fields = {name: getattr(row, name) for name in TOKEN_FIELDS}
+    return fields | {name: value for name in OFF_POLICY_FIELDS if (value := getattr(row, name)) is not None}
 
 
 def _lists(tensor: torch.Tensor | None) -> list[Any] | None:

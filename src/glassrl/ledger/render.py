@@ -4,7 +4,8 @@ Numbers are shown to 4 decimals; a quantity that was not computed shows as
 "—". The optional columns (token id, log-probs, step ends) are left out when no row
 has them; the convention's columns (kl_i … Â_i) are always shown, so that a
 missing critic reads as "—" rather than disappearing. Observation tokens
-(mask False) are dim in the rich table; a multi-turn ledger adds the columns ``turn`` and
+(mask False) are dim in the rich table; a token another policy sampled adds its version, staleness,
+log μ and the off-policy correction's weight and decision (v, lag, log μ, w_i, keep); a multi-turn ledger adds the columns ``turn`` and
 ``role`` (gen / obs) and, under each response, its turns with their credit
 (:func:`glassrl.ledger.legend.turn_legend`).
 
@@ -18,13 +19,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from glassrl.ledger.legend import DASH, baseline_legend, fmt, num, phrase, terminal_line, token_legend, turn_legend
-from glassrl.ledger.model import SYMBOLS, Ledger, ResponseLedger, TokenRow
+from glassrl.ledger.model import OFF_POLICY_FIELDS, SYMBOLS, Ledger, ResponseLedger, TokenRow
 
 if TYPE_CHECKING:
     from rich.console import Group
 
 # Left out of the views when no row of the ledger has them (role and turn: when no response has turns).
-OPTIONAL_COLUMNS = ("token_id", "logprobs", "ref_logprobs", "step_end", "turn", "role")
+OPTIONAL_COLUMNS = ("token_id", "logprobs", "ref_logprobs", "step_end", "turn", "role", *OFF_POLICY_FIELDS)
 COLUMNS = (
     "turn",
     "index",
@@ -32,6 +33,11 @@ COLUMNS = (
     "token",
     "logprobs",
     "ref_logprobs",
+    "policy_version",
+    "staleness",
+    "rollout_logprobs",
+    "is_weights",
+    "is_keep",
     "kl",
     "token_scores",
     "token_rewards",
@@ -69,11 +75,11 @@ def columns(ledger: Ledger) -> list[str]:
 
 def cell(row: TokenRow, name: str) -> str:
     value = getattr(row, name)
-    if name in ("response_mask", "step_end"):
+    if name in ("response_mask", "step_end", "is_keep"):
         return DASH if value is None else "1" if value else "0"
     if name == "token":
         return show_token(value)
-    if name in ("index", "token_id", "turn"):
+    if name in ("index", "token_id", "turn", "policy_version", "staleness"):
         return DASH if value is None else str(value)
     if name == "role":
         return ROLE_CELLS.get(value, DASH)

@@ -36,7 +36,7 @@ from typing import Any
 
 from glassrl.errors import GlassrlError
 from glassrl.files import disk_errors, replaced
-from glassrl.ledger import RESPONSE_FIELDS, RUN_FIELDS, SYMBOLS, TOKEN_FIELDS, Ledger
+from glassrl.ledger import OFF_POLICY_FIELDS, RESPONSE_FIELDS, RUN_FIELDS, SYMBOLS, TOKEN_FIELDS, Ledger, TokenRow
 from glassrl.ledger.legend import baseline_legend, labels, phrase, token_legend, turn_legend
 from glassrl.report.diff import diff_runs
 from glassrl.report.run_dir import RunDir, read_runs
@@ -53,7 +53,12 @@ QUANTITIES = (
     ("token_scores", "score score_i"),
     ("logprobs", "log-prob log π(a_i|s_i)"),
     ("entropy", "entropy H(π(·|s_i))"),
+    ("staleness", "staleness (actor updates behind)"),
+    ("logprob_gap", "mismatch |log π_old − log μ|"),
+    ("is_weights", "off-policy weight w_i"),
 )
+# The token view's fields: the ledger's, its off-policy ones, and |Δ log π| derived from them.
+VIEW_FIELDS = (*TOKEN_FIELDS, *OFF_POLICY_FIELDS, "logprob_gap")
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
 
 
@@ -146,12 +151,12 @@ def token_payload(
     per line; the labels of the keys once, in ``legend.labels``), each ledger the lines of its
     group baselines (``baselines``, empty for GAE).
     """
-    present = [(name, label) for name, label in QUANTITIES if name in TOKEN_FIELDS]
+    present = [(name, label) for name, label in QUANTITIES if name in VIEW_FIELDS]
     return {
-        "token_fields": list(TOKEN_FIELDS),
+        "token_fields": list(VIEW_FIELDS),
         "run_fields": list(RUN_FIELDS),
         "response_fields": list(RESPONSE_FIELDS),
-        "symbols": SYMBOLS,
+        "symbols": {**SYMBOLS, "logprob_gap": "|Δ log π|"},
         "quantities": [{"field": n, "label": label} for n, label in present],
         "legend": {"lang": lang, "labels": labels(lang), "baselines_heading": phrase("heading.baselines", lang)},
         "initial": {"source": initial[0], "ledger": initial[1]},
@@ -175,9 +180,18 @@ def _response_json(ledger: Ledger, b: int, lang: str) -> dict[str, Any]:
         **head,
         "turns": None if resp.turns is None else [_turn_json(turn) for turn in resp.turns],
         "turn_legend": turn_legend(ledger, b, lang),
-        "tokens": [[_finite(getattr(row, name)) for name in TOKEN_FIELDS] for row in resp.tokens],
+        "tokens": [
+            [*(_finite(getattr(row, name)) for name in VIEW_FIELDS[:-1]), _finite(_gap(row))] for row in resp.tokens
+        ],
         "legend": [[[line.key, line.text] for line in token_legend(ledger, b, i, lang)] for i in range(resp.length)],
     }
+
+
+def _gap(row: TokenRow) -> float | None:
+    """|log π_old(a_i|s_i) − log μ(a_i|s_i)| of a generated token whose rollout log-prob was kept."""
+    if not row.response_mask or row.logprobs is None or row.rollout_logprobs is None:
+        return None
+    return abs(row.logprobs - row.rollout_logprobs)
 
 
 def _turn_json(turn) -> dict[str, Any]:

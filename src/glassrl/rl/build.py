@@ -23,8 +23,16 @@ from glassrl.config import flatten, to_dict
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
 from glassrl.optim import make_optimizer, optimizer_path
-from glassrl.rl.checks import agentic_tasks, loss_params
-from glassrl.rl.config import AgentConfig, KLConfig, ModelConfig, Resolved, TrainConfig, agent_config
+from glassrl.rl.checks import agentic_tasks, loss_params, max_staleness
+from glassrl.rl.config import (
+    AgentConfig,
+    KLConfig,
+    ModelConfig,
+    Resolved,
+    TrainConfig,
+    agent_config,
+    off_policy_correction,
+)
 from glassrl.rl.loss import actor_forward, actor_terms, critic_forward, critic_terms
 from glassrl.rl.ptx import PtxLoss, PtxTerm, load_ptx_examples
 from glassrl.rl.sampling import DynamicSampler, OneRound
@@ -347,12 +355,14 @@ def _tool_environment(specs: list[str], **settings) -> Environment:
     return ToolEnvironment(build_tools(specs), **settings)
 
 
-def rollout_engine(cfg: TrainConfig, model, tokenizer):
+def rollout_engine(cfg: TrainConfig, model, tokenizer, versions=None):
     """The RolloutEngine sampling with ``model``: multi-turn with tools when the run is agentic
     (:func:`glassrl.rl.config.agent_config`), else Hugging Face decoding, or vLLM with
     ``rollout.engine: vllm`` (its weights synchronised from ``model`` before each rollout).
     Responses stop at the tokenizer's, the model's and the chat template's stop tokens and at
-    ``rollout.stop`` (glassrl.rollout.stops)."""
+    ``rollout.stop`` (glassrl.rollout.stops). It keeps its own log-probs (``rollout_logprobs``) when
+    an off-policy correction reads them, or when it samples for asynchronous training: ``versions``
+    (glassrl.rollout.base.PolicyVersions), whose version it records on each token."""
     from glassrl.rollout.agent import AgentRolloutEngine, HFTurnSampler
     from glassrl.rollout.hf import HFRolloutEngine
     from glassrl.rollout.stops import stop_set
@@ -371,17 +381,22 @@ def rollout_engine(cfg: TrainConfig, model, tokenizer):
             seed=cfg.seed,
             stops=stops,
         )
-    if agent is None:  # the engine's log-probs: rollout/logprob_diff_* and TIS (algo.rollout_is)
-        return HFRolloutEngine(model, tokenizer, sampling_logprobs=cfg.algo.rollout_is is not None, stops=stops)
+    # the engine's log-probs log μ: rollout/logprob_diff_*, the corrections, a stale batch's π_old
+    keep = off_policy_correction(cfg.algo) is not None or versions is not None
+    if agent is None:
+        return HFRolloutEngine(model, tokenizer, sampling_logprobs=keep, stops=stops, versions=versions)
+    sampler = (
+        HFTurnSampler(model, tokenizer, stops) if versions is None else HFTurnSampler(model, tokenizer, stops, versions)
+    )
     return AgentRolloutEngine(
-        HFTurnSampler(model, tokenizer, stops),
+        sampler,
         tokenizer,
         environment_maker(cfg, agent),
         call_format=agent.call_format,
         describe_tools=agent.describe_tools,
         max_turns=agent.max_turns,
         tool_workers=agent.tool_workers,
-        sampling_logprobs=cfg.algo.rollout_is is not None,  # TIS weighs by π_old/π_rollout per token
+        sampling_logprobs=keep,
     )
 
 
@@ -429,7 +444,6 @@ def actor_loss(cfg: TrainConfig, resolved: Resolved) -> list:
         kl_coef=a.kl.coef,
         entropy_coef=a.entropy_coef,
         positive_nll_coef=a.positive_nll_coef,
-        rollout_is_cap=a.rollout_is.cap if a.rollout_is is not None else None,
     )
 
 
@@ -508,8 +522,8 @@ def build_local_workers(
     model.padding_free: every forward pass on the real tokens only (glassrl.models.packing), once
     checked on each model (check_packing). model.shared_prefix: every forward pass computes each
     distinct prompt once per chunk (glassrl.models.shared_prefix), once checked on each model
-    (check_shared_prefix). rollout.overlap: the rollout worker also samples the next step's batch
-    with a copy of the policy, in a thread (glassrl.workers.overlap).
+    (check_shared_prefix). rollout.max_staleness 1 (rollout.overlap): the rollout worker also samples
+    the next step's batch with a copy of the policy, in a thread (glassrl.workers.overlap).
     """
     from glassrl.models import load_causal_lm, load_scalar_model
     from glassrl.models.packing import check_packing
@@ -519,7 +533,7 @@ def build_local_workers(
     from glassrl.workers.lora import LoraReference
     from glassrl.workers.overlap import OverlapRollout
 
-    m, r = cfg.model, cfg.rollout
+    m = cfg.model
     passes = forward_passes(cfg)
     compute, packed, shared = passes.compute, passes.packed, passes.shared_prefix
     lora = lora_settings(cfg)
@@ -551,7 +565,7 @@ def build_local_workers(
     rollout = LocalRollout(engine, generator, compute)
     paths = {"rollout": engine.path, "optimiser": optimizer_path(optimizer)}
     stop = None
-    if r.overlap:  # a copy of the policy samples the next batch in a thread (glassrl.workers.overlap)
+    if max_staleness(cfg) == 1:  # a copy of the policy samples the next batch in a thread (glassrl.workers.overlap)
         rollout = OverlapRollout(
             rollout,
             model,

@@ -17,7 +17,10 @@ below (module-level, so Ray pickles them by reference), from the same config:
   (LoRA: the same adapters on it), sampling from the seed ``seed + 1 + r`` as actor rank r would,
   and the receiving side of the weight sync (glassrl.workers.weight_sync), which actor rank 0
   runs after every actor update and load (glassrl.workers.ray.RayWeightSync); so the apart run
-  with k rollout ranks samples what the with_actor run with ``ray.rollout_ranks: k`` samples;
+  with k rollout ranks samples what the with_actor run with ``ray.rollout_ranks: k`` samples.
+  With ``rollout.max_staleness`` ≥ 1 (asynchronous training) they keep sampling while the actor
+  trains: the sync is received in a thread into staged versions, and each batch is sampled with
+  the version it names (glassrl.workers.async_rollout; the driver's side: RayAsyncRollout);
 - critic ranks: a DDP replica of V (DataParallelCritic); its fresh head is drawn right after
   the rank seeds torch with ``seed``, as the in-process build draws it;
 - reference ranks: π_ref, frozen, each rank its rows (no collective);
@@ -58,6 +61,7 @@ from glassrl.rl.build import (
     under_autocast,
     with_lora,
 )
+from glassrl.rl.checks import max_staleness
 from glassrl.rl.config import RayRoleConfig, RayRolloutConfig, Resolved, TrainConfig
 from glassrl.rl.loss import actor_forward, critic_forward
 from glassrl.rl.ptx import PtxLoss, PtxTerm
@@ -73,6 +77,7 @@ def build_ray_workers(
     from glassrl.workers.local import LocalReward
     from glassrl.workers.ray import (
         RayActor,
+        RayAsyncRollout,
         RayCluster,
         RayCritic,
         RayReference,
@@ -110,7 +115,11 @@ def build_ray_workers(
             rollouts = cluster["rollout"]
             # NCCL when both sides hold a GPU, else gloo (a GPU actor's buckets staged through the CPU).
             device = "cuda" if _device(ray.actor) == _device(ray.rollout) == "cuda" else "cpu"
-            sync, rollout = RayWeightSync(actors, rollouts, device), RayRollout(rollouts, pad)
+            if max_staleness(cfg):  # the ranks sample while the actor trains, and receive in the background
+                sync = RayWeightSync(actors, rollouts, device, background=True)
+                rollout = RayAsyncRollout(rollouts, pad, sync)
+            else:
+                sync, rollout = RayWeightSync(actors, rollouts, device), RayRollout(rollouts, pad)
         paths = _rank0(actors, "paths") | (_rank0(cluster["rollout"], "paths") if apart else {})
         return Workers(
             actor=RayActor(actors, weight_sync=sync, ptx=ptx),
@@ -198,9 +207,11 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ptx: PtxTerm | N
 
 def rollout_rank(cfg: TrainConfig, path: str, ctx) -> dict:
     """Rank ``ctx.rank`` of the rollout placed apart: "rollout" (sampling with its copy of π_θ, from
-    the seed actor rank ``ctx.rank`` would sample from) and "weights" (the copy's side of the sync)."""
+    the seed actor rank ``ctx.rank`` would sample from) and "weights" (the copy's side of the sync);
+    with rollout.max_staleness ≥ 1 the asynchronous ones (glassrl.workers.async_rollout)."""
     from glassrl.models import load_causal_lm, load_tokenizer
     from glassrl.models.precision import compute_dtype
+    from glassrl.workers.async_rollout import AsyncRolloutRank, BackgroundReceiver, StagedWeights
     from glassrl.workers.local import LocalRollout
     from glassrl.workers.weight_sync import ModuleSink, WeightReceiver
 
@@ -210,6 +221,14 @@ def rollout_rank(cfg: TrainConfig, path: str, ctx) -> dict:
     load_lm = partial(load_causal_lm, dtype=m.dtype, device=str(ctx.device))
     model, _ = with_lora(load_lm(Path(path)), lora_settings(cfg), Path(path), load_lm)
     generator = torch.Generator(ctx.device).manual_seed(cfg.seed + 1 + ctx.rank)
+    k = max_staleness(cfg)
+    if k:
+        staged = StagedWeights(model, newest_only=cfg.rollout.partial_rollouts)
+        engine = rollout_engine(cfg, model, tokenizer, versions=staged)
+        rollout = AsyncRolloutRank(LocalRollout(engine, generator, compute_dtype(m.compute_dtype)), staged)
+        schedule = "partial rollouts" if cfg.rollout.partial_rollouts else "each batch whole with its version"
+        how = f"{engine.path}; asynchronous: up to {k} versions behind, {schedule}"
+        return {"rollout": rollout, "weights": BackgroundReceiver(staged), "paths": {"rollout": how}}
     # A vLLM engine samples from its own weights, reloaded from this model when its parameters
     # change (glassrl.rollout.vllm): the sync writes into this model in place.
     engine = rollout_engine(cfg, model, tokenizer)

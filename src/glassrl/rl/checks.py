@@ -359,6 +359,7 @@ def _check_scale_out(cfg: TrainConfig, written: Set[str] | None) -> None:
         )
     if a.rollout_is is not None and not a.rollout_is.cap > 0:
         fail("algo.rollout_is.cap", a.rollout_is.cap, "must be > 0")
+    _check_off_policy(cfg, written)
     if not 0 < r.vllm.gpu_memory_utilization < 1:
         fail("rollout.vllm.gpu_memory_utilization", r.vllm.gpu_memory_utilization, "must lie in (0, 1)")
     if r.engine == "vllm" and m.lora is not None:
@@ -367,31 +368,98 @@ def _check_scale_out(cfg: TrainConfig, written: Set[str] | None) -> None:
         fail("rollout.engine", "vllm", "multi-turn rollouts (rollout.agent) sample with the Hugging Face engine")
     if r.engine != "vllm" and knob_set(cfg, "rollout.vllm", written):
         raise GlassrlError(f"rollout.vllm: ignored: rollout.engine = {r.engine}; remove it or set rollout.engine: vllm")
-    if r.overlap:
-        _check_overlap(cfg)
+    _check_staleness(cfg, written)
     if cfg.trainer.backend == "local":
         if knob_set(cfg, "ray", written):
             raise GlassrlError("ray: ignored: trainer.backend = local; remove the section or set trainer.backend: ray")
+        if max_staleness(cfg) > 1:
+            fail(
+                "rollout.max_staleness",
+                cfg.rollout.max_staleness,
+                "trainer.backend = local samples at most one step ahead (1, rollout.overlap); use trainer.backend: ray",
+            )
+        if max_staleness(cfg) == 1:
+            _check_overlap(cfg)
         return
     _check_ray(cfg, written)
 
 
-def _check_overlap(cfg: TrainConfig) -> None:
-    """rollout.overlap samples the next step's batch in a thread while a step trains: nothing else
-    may sample during the step, and the engine must sample with a copy of the policy."""
+def max_staleness(cfg: TrainConfig) -> int:
+    """rollout.max_staleness, with the older key rollout.overlap read as 1."""
+    return 1 if cfg.rollout.overlap else cfg.rollout.max_staleness
+
+
+def _staleness_key(cfg: TrainConfig) -> tuple[str, object]:
+    """The key (and its value) that asked for sampling ahead: rollout.overlap or rollout.max_staleness."""
+    return ("rollout.overlap", True) if cfg.rollout.overlap else ("rollout.max_staleness", cfg.rollout.max_staleness)
+
+
+def _check_staleness(cfg: TrainConfig, written: Set[str] | None) -> None:
+    """rollout.max_staleness (and rollout.overlap, its older form): what sampling ahead cannot serve."""
     a, r = cfg.algo, cfg.rollout
-    if a.dynamic_sampling:
-        fail("rollout.overlap", True, "algo.dynamic_sampling samples more rounds within a step; choose one")
-    if "baseline_rewards" in ADVANTAGE_ESTIMATORS[a.advantage].inputs:
+    at_least(0, {"rollout.max_staleness": r.max_staleness})
+    if r.overlap and r.max_staleness:
         fail(
             "rollout.overlap",
             True,
-            f"algo.advantage = {a.advantage} samples greedy baselines within a step; choose one",
+            f"is rollout.max_staleness: 1, and rollout.max_staleness = {r.max_staleness}; keep one",
         )
-    if agentic(cfg):
-        fail("rollout.overlap", True, "multi-turn rollouts (rollout.agent) are not wired into it")
+    key, value = _staleness_key(cfg)
+    if max_staleness(cfg) == 0:
+        if knob_set(cfg, "rollout.partial_rollouts", written):
+            fail(
+                "rollout.partial_rollouts",
+                r.partial_rollouts,
+                "ignored: rollout.max_staleness = 0 samples nothing ahead",
+            )
+        return
+    if "baseline_rewards" in ADVANTAGE_ESTIMATORS[a.advantage].inputs:
+        fail(key, value, f"algo.advantage = {a.advantage} samples greedy baselines within a step; choose one")
     if r.engine != "hf":
-        fail("rollout.overlap", True, f"rollout.engine = {r.engine} keeps its own weights; it samples with engine hf")
+        fail(key, value, f"rollout.engine = {r.engine} keeps its own weights; it samples with engine hf")
+
+
+def _check_overlap(cfg: TrainConfig) -> None:
+    """Sampling one step ahead on the local backend (rollout.overlap, rollout.max_staleness: 1): the
+    next step's batch in a thread while a step trains, so nothing else may sample during the step."""
+    key, value = _staleness_key(cfg)
+    if cfg.algo.dynamic_sampling:
+        fail(key, value, "algo.dynamic_sampling samples more rounds within a step; choose one")
+    if agentic(cfg):
+        fail(key, value, "multi-turn rollouts (rollout.agent) are not wired into it")
+    if cfg.rollout.partial_rollouts:
+        fail("rollout.partial_rollouts", True, "trainer.backend = local samples ahead whole batches (rollout.overlap)")
+
+
+def _check_off_policy(cfg: TrainConfig, written: Set[str] | None) -> None:
+    """algo.off_policy: a correction of OFF_POLICY, the knobs it reads, in range; not beside algo.rollout_is."""
+    from glassrl.algos.off_policy import OFF_POLICY
+
+    o = cfg.algo.off_policy
+    if o is None:
+        return
+    if cfg.algo.rollout_is is not None:
+        fail("algo.off_policy", o.correction, "algo.rollout_is is set too (it is token_tis); keep one")
+    if o.correction not in OFF_POLICY:
+        fail("algo.off_policy.correction", o.correction, f"unknown; valid: {', '.join(OFF_POLICY)}")
+    knobs = OFF_POLICY[o.correction].knobs
+    for knob in ("cap", "low", "high"):
+        value = getattr(o, knob)
+        if value is None:
+            continue
+        if knob not in knobs:
+            readers = ", ".join(name for name, entry in OFF_POLICY.items() if knob in entry.knobs)
+            fail(
+                f"algo.off_policy.{knob}",
+                value,
+                f"ignored: {o.correction} does not read it (only {readers}); remove it",
+            )
+        if not value > 0:
+            fail(f"algo.off_policy.{knob}", value, "must be > 0")
+    if "low" in knobs:
+        low, high = o.low or knobs["low"], o.high or knobs["high"]
+        if not low <= high:
+            fail("algo.off_policy.low", low, f"must be <= algo.off_policy.high ({high})")
 
 
 def _check_ray(cfg: TrainConfig, written: Set[str] | None) -> None:
@@ -444,12 +512,21 @@ def _check_ray(cfg: TrainConfig, written: Set[str] | None) -> None:
             "sampling from FSDP2 shards is not built; sample on ranks of their own (ray.rollout.placement: apart), "
             "which the actor's gathered weights keep in sync (docs/scale-out.md)",
         )
-    if agentic(cfg):
-        fail("rollout.agent", "on", "multi-turn rollouts are not wired into trainer.backend = ray")
     if cfg.model.padding_free:
         fail("model.padding_free", True, "not wired into trainer.backend = ray; use trainer.backend: local")
     if cfg.rollout.overlap:
-        fail("rollout.overlap", True, "not wired into trainer.backend = ray; use trainer.backend: local")
+        fail(
+            "rollout.overlap",
+            True,
+            "not wired into trainer.backend = ray, whose asynchronous mode is rollout.max_staleness "
+            "(with ray.rollout.placement: apart)",
+        )
+    if max_staleness(cfg) and not apart:
+        fail(
+            "rollout.max_staleness",
+            cfg.rollout.max_staleness,
+            "samples ahead on rollout ranks of their own, kept in sync with the actor: set ray.rollout.placement: apart",
+        )
     teachers = [i for i, s in enumerate(cfg.reward.sources) if s.get("name") == "teacher"]
     if teachers:
         fail(

@@ -132,7 +132,9 @@ class RolloutConfig:
         "hf"  # hf: Hugging Face decoding with the actor's own model; vllm: vLLM on the actor's GPU (pip install 'glassrl[vllm]')
     )
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # the vLLM engine's memory; read when rollout.engine = vllm
-    overlap: bool = False  # sample the next step's batch (with a copy of the policy, in a thread) while this one trains: one step off-policy, π_old = the sampling policy (rollout/staleness)
+    max_staleness: int = 0  # how many policy versions (actor updates) a sampled token may lag the update that trains on it: 0 = sample each step's batch in that step (synchronous); k >= 1 = rollout ranks apart keep sampling up to k batches ahead while the trainer updates (trainer.backend ray, ray.rollout.placement apart; on the local backend 1 is rollout.overlap); docs/scale-out.md "Asynchronous training"
+    partial_rollouts: bool = False  # with max_staleness >= 1: new weights are used as soon as they reach a rollout rank, a response in progress continuing with them (each token records its version); false = each batch is sampled whole with the weights of the version it was requested at, so a run and its resume are bit-identical
+    overlap: bool = False  # the same as max_staleness: 1 on the local backend (kept so that older configs load): the next step's batch sampled with a copy of the policy, in a thread, while this one trains; π_old = the sampling policy (rollout/staleness)
 
     def sampling(self, greedy: bool = False) -> SamplingParams:
         """How the policy samples (argmax when ``greedy``: evaluation at logging.eval_k = 1)."""
@@ -172,9 +174,22 @@ class KLConfig:
 
 @dataclass
 class RolloutISConfig:
-    """Truncated importance sampling (TIS) of the train/rollout mismatch (glassrl.algos.rollout_is)."""
+    """Truncated importance sampling (TIS) of the train/rollout mismatch: algo.off_policy with
+    correction token_tis (glassrl.algos.off_policy)."""
 
     cap: float = 2.0  # C: the per-token weight π_old/π_rollout is cut at C (Yao et al. 2025 use 2)
+
+
+@dataclass
+class OffPolicyConfig:
+    """Weights or masks on the policy loss of tokens another policy μ sampled: an older version (stale,
+    rollout.max_staleness) or another engine (glassrl.algos.off_policy, docs/scale-out.md). The clip
+    then anchors at π_old, phase 3's pass with the current weights, and ρ_i = π_old(a_i|s_i)/μ(a_i|s_i)."""
+
+    correction: str = "token_tis"  # token_tis: loss × min(ρ_i, cap) | seq_tis: a response's tokens × min(Π ρ_i, cap) | token_mis: × ρ_i, a token with ρ_i > cap dropped | seq_mis: × Π ρ_i, a response above cap dropped | icepop: × ρ_i, a token outside [low, high] dropped | geo_mask: a response whose geometric-mean ρ is outside [low, high] dropped | decoupled: × ρ_i uncut (AReaL)
+    cap: float | None = None  # token_tis, seq_tis, token_mis, seq_mis: the cap C on ρ; null = 2
+    low: float | None = None  # icepop, geo_mask: the lower bound on ρ; null = 0.5 (icepop), 0.999 (geo_mask)
+    high: float | None = None  # icepop, geo_mask: the upper bound on ρ; null = 5 (icepop), 1.001 (geo_mask)
 
 
 @dataclass
@@ -218,7 +233,10 @@ class AlgoConfig:
     no_eos_score: float | None = None  # replaces the score of a response without EOS (finish reason length); null = off
     mask_truncated: bool = False  # a response cut at rollout.max_new_tokens leaves the loss (TRL's mask_truncated_completions); its score still counts in its group's statistics
     rollout_is: RolloutISConfig | None = (
-        None  # truncated importance sampling of the rollout engine's mismatch: policy loss × min(π_old/π_rollout, cap); null = off
+        None  # truncated importance sampling of the rollout engine's mismatch: policy loss × min(π_old/π_rollout, cap); null = off; the same as algo.off_policy {correction: token_tis, cap}
+    )
+    off_policy: OffPolicyConfig | None = (
+        None  # weights or masks for tokens another policy sampled (stale or another engine); null = none: a stale batch's clip anchors at the policy that sampled it (as rollout.overlap)
     )
     score_clip: float | None = None  # clip scores (after normalisation) to [−score_clip, score_clip]; null = off
 
@@ -484,6 +502,17 @@ def _kl_text(kl: KLConfig) -> str:
         return "none"
     beta = f"β={kl.coef:g}" + (f" → target KL {kl.target:g}" if kl.target is not None else "")
     return f"{kl.placement} ({kl.kind}, {beta})"
+
+
+def off_policy_correction(algo: AlgoConfig) -> tuple[str, dict[str, float]] | None:
+    """(name, knobs) of the off-policy correction (glassrl.algos.off_policy.OFF_POLICY): algo.off_policy,
+    or algo.rollout_is as token_tis; knobs left null take the entry's defaults; None = none."""
+    if algo.rollout_is is not None:
+        return "token_tis", {"cap": algo.rollout_is.cap}
+    if algo.off_policy is None:
+        return None
+    o = algo.off_policy
+    return o.correction, {k: v for k, v in (("cap", o.cap), ("low", o.low), ("high", o.high)) if v is not None}
 
 
 def agent_config(cfg: TrainConfig) -> AgentConfig | None:

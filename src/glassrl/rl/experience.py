@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from glassrl.algos.off_policy import OffPolicyResult
 from glassrl.data.records import PromptRecord
 from glassrl.rewards.base import RewardResult
 from glassrl.rollout.base import RolloutBatch
@@ -44,6 +45,13 @@ class Experience:
     kl: torch.Tensor | None = None  # (B, T) kl_i, the algo.kl.kind estimate; None without a reference
     teacher_logprobs: torch.Tensor | None = None  # (B, T) log π_T(a_i|s_i); None without a teacher source
     teacher_weight: float = 0.0  # w of the teacher source
+
+    # behaviour (phase 3, last): the policy μ that sampled, when it is not π_old (rollout.rollout_logprobs: log μ)
+    staleness: torch.Tensor | None = (
+        None  # (B, T) long: actor updates since the weights that sampled a_i; 0 off the mask
+    )
+    correction: OffPolicyResult | None = None  # (B, T) weights, keep, cut of algo.off_policy from ρ_i = π_old/μ
+    bypass: bool = False  # no correction on a stale batch: the clip anchors at μ, the policy that sampled (PPO)
 
     # value (phase 3): the critic
     values: torch.Tensor | None = None  # (B, T) V(s_i), read before a_i; None without a critic

@@ -10,6 +10,11 @@ a call away (phase 1 :meth:`Trainer._sample`, 2–5 glassrl.rl.phases, 3 :meth:`
 makes a single optimiser step on what π_θ sampled, phase 3 leaves log π_old to phase 6, whose forward
 computes it. ``Trainer.__init__`` is a list of named builds (glassrl.rl.build for the parts).
 
+Asynchronous training (``rollout.max_staleness`` = k ≥ 1 on Ray) is the same loop: phase 1 takes the
+oldest of the rounds that rollout ranks sample ahead (glassrl.rl.sampling.AsyncRounds: at most k
+versions behind), phase 3 ends with what the sampling policy was (glassrl.rl.phases.off_policy:
+each token's staleness, algo.off_policy's weights), and the update's weight sync feeds the ranks.
+
 The trainer owns the algorithm and talks to role workers (glassrl.workers.base);
 it never touches a torch model. Phases 2–5 are the functions of glassrl.rl.phases,
 which ``glassrl explain --model`` calls too. Algorithm variants plug in as small parts
@@ -78,13 +83,15 @@ from glassrl.rl.build import (
     with_warm_start,
 )
 from glassrl.rl.build_ray import build_ray_workers
-from glassrl.rl.config import TrainConfig, resolve
+from glassrl.rl.checks import max_staleness
+from glassrl.rl.config import TrainConfig, off_policy_correction, resolve
 from glassrl.rl.evaluation import correct, evaluate
 from glassrl.rl.experience import Experience
 from glassrl.rl.memory import check_step_fits
 from glassrl.rl.metrics import PhaseTimer, accuracy, gold_metrics, response_metrics, reward_metrics, tensor_metrics
 from glassrl.rl.phases import Sampled
 from glassrl.rl.prompts import build_prompts
+from glassrl.rl.sampling import AsyncRounds, DynamicSampler
 from glassrl.rl.update import actor_batch, critic_batch, minibatch_plan
 from glassrl.rl.watch import TrainingWatch, proxy_only_rows
 from glassrl.rollout.base import SamplingParams
@@ -94,7 +101,7 @@ from glassrl.run import state, stop
 from glassrl.run.atomic import write_text
 from glassrl.run.checkpoint import CheckpointManager
 from glassrl.run.lock import RunLock
-from glassrl.workers.base import OnPolicyActor
+from glassrl.workers.base import AsyncRolloutWorker, OnPolicyActor
 
 # Shown under the progress bar, in this order (when present).
 CONSOLE_KEYS = (
@@ -147,6 +154,10 @@ class Trainer:
         self.kl = kl_controller(cfg.algo.kl)
         self.shapers = phases.score_shapers(cfg.algo)
         self.sampler = step_sampler(cfg, pad_id(self.tokenizer))  # one round a step, or DAPO's dynamic sampling
+        self.max_staleness = max_staleness(cfg)  # actor updates a sampled token may lag (rollout.overlap: 1)
+        self.correction = off_policy_correction(cfg.algo)  # algo.off_policy (or algo.rollout_is): (name, knobs)
+        self.rounds = self._async_rounds()  # asynchronous training: the rounds sampled ahead on Ray
+        self.round_seconds: dict[str, float] = {}  # the step's waits for them (perf/…)
         self.old_logprobs_from_update = self._old_logprobs_from_update()
         self.ahead: tuple[list, list[list[int]], int] | None = None  # rollout.overlap's next batch, sampled ahead
         self.actor_updates = 0  # for rollout/staleness
@@ -274,15 +285,19 @@ class Trainer:
         2025, Algorithm 1) the sampler keeps only groups with mixed scores, and rounds go on until it
         holds the step's batch.prompts_per_step groups. With rollout.overlap the batch may have been
         sampled during the last step, and the next one starts now, sampled by π_θ as it is while
-        this one trains."""
+        this one trains. Asynchronous (:attr:`rounds`), the rounds come from rollout ranks sampling
+        ahead, and groups kept from an earlier step that would lag too far are dropped first."""
+        self.round_seconds = {}
+        if self.rounds is not None and isinstance(self.sampler, DynamicSampler):
+            self.sampler.expire(self.workers.rollout.version - self.max_staleness)
         while self.sampler.needs_more():
             self.sampler.add(self._generate_and_reward(step))
         sampled, sampling = self.sampler.take()
-        if self.cfg.rollout.overlap:
+        if self.rounds is None and self.max_staleness == 1:  # rollout.overlap on the local backend
             sampling["rollout/staleness"] = sampled.staleness  # actor updates since the batch was sampled
         if self._samples_ahead(step):
             self._start_ahead()
-        return sampled, sampling
+        return sampled, {**sampling, **self.round_seconds}
 
     def _model_outputs(self, exp: Experience, sampled: Sampled, step: int) -> None:
         """Phase 3. π_old is the policy that sampled: a batch sampled ahead (rollout.overlap) brings its
@@ -295,6 +310,10 @@ class Trainer:
         phases.model_outputs(exp, actor, self.workers.reference, self.workers.critic, a.kl.kind)
         if sampled.behaviour is not None:
             phases.policy_outputs(exp, *sampled.behaviour, a.kl.kind)
+        version = self.workers.rollout.version if self.rounds is not None else None
+        phases.off_policy(exp, version, self.correction)
+        if exp.staleness is not None and int(exp.staleness.max()) > self.max_staleness:  # AsyncRounds' bound
+            raise RuntimeError(f"step {step}: a token lags {int(exp.staleness.max())} > {self.max_staleness} versions")
         if self.teacher is not None:  # log π_T of the sampled tokens, for its reward in phase 4
             phases.teacher_outputs(exp, *self.teacher)
 
@@ -335,13 +354,18 @@ class Trainer:
         then this waits for it, and it comes with the log-probs of the policy that sampled it."""
         behaviour, staleness = None, 0
         with self.timer.phase("generate"):
-            if self.ahead is not None:
+            if self.rounds is not None:  # the oldest round the rollout ranks sampled ahead
+                self.rounds.fill(self._next_prompts, self.cfg.rollout.n, self._sampling())
+                taken, seconds = self.rounds.take()
+                prompts, prompt_ids, rollout = taken.prompts, taken.prompt_ids, taken.rollout
+                for key, value in seconds.items():  # summed over the step's rounds
+                    self.round_seconds[key] = self.round_seconds.get(key, 0.0) + value
+            elif self.ahead is not None:
                 (prompts, prompt_ids, updates), self.ahead = self.ahead, None
                 rollout, *behaviour = self.workers.rollout.take_ahead()
                 staleness = self.actor_updates - updates
             else:
-                prompts = self.prompts.take(self.cfg.batch.prompts_per_step)
-                prompt_ids = self.data.ids(prompts)
+                prompts, prompt_ids = self._next_prompts()
                 rollout = self.workers.rollout.generate(
                     prompt_ids, n=self.cfg.rollout.n, params=self._sampling(), records=prompts
                 )  # multi-turn: each episode's environment is reset with its record
@@ -352,13 +376,19 @@ class Trainer:
             phases.check_failure_rate(results, step, self.cfg.reward.max_failure_rate, self.out / REWARD_TRACEBACK)
         return Sampled(rollout, prompts, prompt_ids, results, tuple(behaviour) if behaviour else None, staleness)
 
+    def _next_prompts(self) -> tuple[list, list[list[int]]]:
+        """The next round's ``batch.prompts_per_step`` records of the prompt stream, and their token ids."""
+        prompts = self.prompts.take(self.cfg.batch.prompts_per_step)
+        return prompts, self.data.ids(prompts)
+
     def _samples_ahead(self, step: int) -> bool:
-        """rollout.overlap: whether the next step's batch is sampled during this step. Not during the
-        last step, nor one that evaluates (evaluation samples too) or checkpoints (a checkpoint holds
-        the prompt stream and the sampling generator with nothing in flight, so that a resumed run
-        samples what this one would have)."""
+        """rollout.overlap (max_staleness 1 on the local backend): whether the next step's batch is
+        sampled during this step. Not during the last step, nor one that evaluates (evaluation samples
+        too) or checkpoints (a checkpoint holds the prompt stream and the sampling generator with
+        nothing in flight, so that a resumed run samples what this one would have)."""
         return (
-            self.cfg.rollout.overlap
+            self.rounds is None
+            and self.max_staleness == 1
             and step < self.cfg.steps
             and not (self._evaluates(step) or self._checkpoints(step))
         )
@@ -366,8 +396,7 @@ class Trainer:
     def _start_ahead(self) -> None:
         """Take the next step's prompts and have the rollout worker sample them with the actor's
         weights as they are now, in the background, while this step trains (glassrl.workers.overlap)."""
-        prompts = self.prompts.take(self.cfg.batch.prompts_per_step)
-        prompt_ids = self.data.ids(prompts)
+        prompts, prompt_ids = self._next_prompts()
         self.workers.rollout.start_ahead(prompt_ids, n=self.cfg.rollout.n, params=self._sampling(), records=prompts)
         self.ahead = (prompts, prompt_ids, self.actor_updates)
 
@@ -485,20 +514,30 @@ class Trainer:
 
     def _old_logprobs_from_update(self) -> bool:
         """π_old = π_θ when the batch makes exactly one optimiser step and nothing before the update
-        reads log π_old (a KL in the reward does): then the update's forward gives it (phase 3)."""
+        reads log π_old (a KL in the reward does, and an off-policy correction's weights): then the
+        update's forward gives it (phase 3). A stale batch without a correction still gets it there:
+        its clip anchors at the log μ it brings (glassrl.rl.update.actor_batch)."""
         return (
             self.resolved.optimizer_steps_per_step == 1
             and self.cfg.algo.kl.placement != "reward"
+            and self.correction is None
             and self.teacher is None  # the teacher's reward reads log π_old in phase 4
             and isinstance(self.workers.actor, OnPolicyActor)
         )
+
+    def _async_rounds(self) -> AsyncRounds | None:
+        """The bounded buffer of asynchronous training (glassrl.rl.sampling.AsyncRounds) when the rollout
+        ranks sample ahead (rollout.max_staleness on Ray); None otherwise."""
+        if not isinstance(self.workers.rollout, AsyncRolloutWorker):
+            return None
+        return AsyncRounds(self.workers.rollout, self.max_staleness, pad_id(self.tokenizer))
 
     def _components(self) -> list:
         """Everything a checkpoint holds (glassrl.run.state), the run's config first (it is checked first)."""
         w = self.workers
         return [
             self.run_config,
-            *[c for c in (w.actor, w.critic, w.rollout) if c is not None],
+            *[c for c in (w.actor, w.critic, w.rollout, self.rounds) if c is not None],
             self.prompts,
             self.counters,
             self.threads,

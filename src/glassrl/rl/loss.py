@@ -23,8 +23,6 @@ from glassrl.algos.losses import (
     positive_nll_term,
     value_loss,
 )
-from glassrl.algos.rollout_is import truncated_is_weights
-from glassrl.errors import GlassrlError
 from glassrl.models.logprobs import response_logprobs
 from glassrl.models.values import response_values
 
@@ -41,7 +39,6 @@ DIAGNOSTIC_METRICS = {
     "cov_clipped": "cov_clip_frac",
     "approx_kl": "approx_kl",
     "clipped": "vf_clip_frac",
-    "is_truncated": "rollout_is_clip_frac",
 }
 
 
@@ -115,24 +112,29 @@ def _response_mask(micro: Batch) -> torch.Tensor:
     return micro["response_mask"]
 
 
+def _policy_mask(micro: Batch) -> torch.Tensor:
+    # An off-policy correction's mask (glassrl.algos.off_policy): a dropped token leaves the policy
+    # loss and its denominator (the batch carries the decision, made before the update: rl/phases).
+    mask = micro["response_mask"]
+    return mask & micro["is_keep"] if "is_keep" in micro else mask
+
+
 def _positive_mask(micro: Batch) -> torch.Tensor:
     # VAPO positive-example LM loss: normalised over the tokens of positive responses only.
     return micro["response_mask"] & (micro["scores"] > 0).unsqueeze(-1)  # (B, T)
 
 
-def _policy_per_token(name: str, params: PolicyLossParams, is_cap: float | None, out: Forward, micro: Batch):
-    mask = micro["response_mask"]
+def _policy_per_token(name: str, params: PolicyLossParams, out: Forward, micro: Batch):
+    mask = _policy_mask(micro)
     result = get_policy_loss(name)(out["logprobs"], micro["old_logprobs"], micro["advantages"], mask, params)
     # approx. KL(π_old || π_θ) of the update, k3 = (r − 1) − log r (Schulman 2020), as CleanRL logs it.
     log_ratio = torch.where(mask, out["logprobs"].detach() - micro["old_logprobs"], 0.0)
     diagnostics = {**result.diagnostics, "approx_kl": torch.expm1(log_ratio) - log_ratio}
-    if is_cap is None:
+    if "is_weights" not in micro:
         return result.loss, diagnostics
-    if "rollout_logprobs" not in micro:
-        raise GlassrlError("algo.rollout_is: the rollout engine kept no log-probs of its samples (rollout_logprobs)")
-    # TIS (Yao et al. 2025): each token's policy-loss term × min(π_old/π_rollout, C), a constant.
-    weights, truncated = truncated_is_weights(micro["old_logprobs"], micro["rollout_logprobs"], mask, is_cap)
-    return result.loss * weights, {**diagnostics, "is_truncated": truncated}
+    # The decoupled loss (Hilton et al. 2022, §3; glassrl.algos.off_policy): each kept token's term × w_i,
+    # a constant of the batch (TIS: min(π_old/μ, C), Yao et al. 2025).
+    return result.loss * micro["is_weights"], diagnostics
 
 
 def _kl_per_token(kind: str, out: Forward, micro: Batch):
@@ -157,14 +159,14 @@ def actor_terms(
     kl_coef: float,
     entropy_coef: float,
     positive_nll_coef: float,
-    rollout_is_cap: float | None = None,
 ) -> list[Term]:
     """The actor's loss: the policy loss, then each auxiliary term whose coefficient is on.
 
     kl_in_loss: the KL estimator when the KL sits in the loss (GRPO, Shao et al. 2024,
     eq. 3), else None. The entropy bonus enters with −c₂ (PPO, Schulman et al. 2017, eq. 9).
-    rollout_is_cap: C of truncated importance sampling (glassrl.algos.rollout_is): the policy
-    loss's per-token terms are weighted by min(π_old/π_rollout, C); None = off.
+    A batch with an off-policy correction's "is_weights" and "is_keep" (glassrl.rl.phases.off_policy)
+    weighs the policy loss's per-token terms and keeps only the kept tokens in it; the other terms
+    see every generated token.
     """
     agg = dict(mode=loss_agg, norm_length=norm_length)
     get_policy_loss(policy_loss)  # unknown name: error now, not at the first update
@@ -172,8 +174,8 @@ def actor_terms(
         Term(
             "actor/policy_loss",
             1.0,
-            mask=_response_mask,
-            per_token=partial(_policy_per_token, policy_loss, params, rollout_is_cap),
+            mask=_policy_mask,
+            per_token=partial(_policy_per_token, policy_loss, params),
             **agg,
         )
     ]

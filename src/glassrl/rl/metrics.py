@@ -30,7 +30,7 @@ from contextlib import contextmanager
 import torch
 
 from glassrl.algos.masked import masked_mean
-from glassrl.algos.rollout_is import logprob_mismatch
+from glassrl.algos.off_policy import logprob_mismatch
 from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rl.experience import Experience
 from glassrl.rollout.agent.metrics import turn_metrics
@@ -276,7 +276,30 @@ def tensor_metrics(exp: Experience) -> dict[str, float]:
         metrics["returns/mean"], metrics["returns/std"] = returns["mean"], returns["std"]
         metrics["critic/values/mean"] = masked_stats(exp.values, mask)["mean"]
         metrics["critic/explained_variance"] = explained_variance(exp.values, exp.returns, mask)
-    if exp.rollout.rollout_logprobs is not None:  # the train/rollout mismatch (glassrl.algos.rollout_is)
+    if exp.rollout.rollout_logprobs is not None:  # the train/rollout mismatch (glassrl.algos.off_policy)
         mean, biggest = logprob_mismatch(exp.logprobs, exp.rollout.rollout_logprobs, mask)
         metrics["rollout/logprob_diff_mean"], metrics["rollout/logprob_diff_max"] = mean.item(), biggest.item()
+    return {**metrics, **off_policy_metrics(exp)}
+
+
+def off_policy_metrics(exp: Experience) -> dict[str, float]:
+    """rollout/staleness… over the step's training tokens (asynchronous training: how many actor
+    updates each lags), and what algo.off_policy did to them: the share of tokens it dropped, the
+    share it cut at its cap, its weights' mean and max."""
+    mask, metrics = exp.response_mask, {}
+    if exp.staleness is not None and bool(mask.any()):
+        lags = exp.staleness[mask]  # (N,) long
+        metrics["rollout/staleness"] = lags.double().mean().item()
+        metrics["rollout/staleness_max"] = int(lags.max())
+        counts = torch.bincount(lags.clamp(min=0).cpu())
+        for k, count in enumerate(counts.tolist()):
+            metrics[f"rollout/staleness_share/{k}"] = count / len(lags)
+    c = exp.correction
+    if c is not None:
+        tokens = max(int(mask.sum()), 1)
+        metrics["rollout/masked_share"] = int((mask & ~c.keep).sum()) / tokens
+        metrics["actor/rollout_is_clip_frac"] = int(c.cut.sum()) / tokens
+        kept = c.weights[c.keep]
+        metrics["rollout/is_weight_mean"] = kept.double().mean().item() if len(kept) else math.nan
+        metrics["rollout/is_weight_max"] = kept.max().item() if len(kept) else math.nan
     return metrics

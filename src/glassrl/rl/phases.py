@@ -2,6 +2,7 @@
 
     exp = score(sampled, tokenizer, ...)                         # 2. scores on tokens, rows that train
     model_outputs(exp, actor, reference, critic, kl_kind)        # 3. log π_old, H, log π_ref, kl, V
+    off_policy(exp, version, correction)                         # 3. staleness; weights for what μ sampled
     teacher_outputs(exp, teacher, weight)                        # 3. log π_T (on-policy distillation)
     policy_outputs(exp, logprobs, entropy, kl_kind)              # 3, late: log π_old from the update (on-policy)
     token_rewards(exp, beta, kl_in_reward)                       # 4. r_i = score_i (+ w·(log π_T − log π_old)) − β·kl_i
@@ -34,6 +35,7 @@ import torch
 
 from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS, REQUIRED_INPUTS, AdvantageParams
 from glassrl.algos.kl import kl_penalty
+from glassrl.algos.off_policy import correct
 from glassrl.algos.shaping import RunningRewardNormalizer, overlong_penalty
 from glassrl.algos.token_rewards import place_outcome_scores, place_process_rewards, teacher_token_rewards
 from glassrl.data.formatting import prompt_text
@@ -426,6 +428,33 @@ def policy_outputs(exp: Experience, logprobs: torch.Tensor, entropy: torch.Tenso
     exp.logprobs, exp.entropy = logprobs, entropy
     if exp.ref_logprobs is not None:
         exp.kl = kl_penalty(exp.logprobs, exp.ref_logprobs, kl_kind)
+
+
+def off_policy(exp: Experience, version: int | None, correction: tuple[str, dict[str, float]] | None) -> None:
+    """Phase 3, last: where the behaviour policy μ that sampled (log μ: ``rollout.rollout_logprobs``) is
+    not π_old. ``version``: the actor updates so far, when the engine recorded each token's version
+    (asynchronous training): staleness_i = version − the version that sampled a_i, on generated tokens.
+
+    ``correction`` (name, knobs) of glassrl.algos.off_policy.OFF_POLICY: each token's weight and
+    keep decision from ρ_i = π_old(a_i|s_i)/μ(a_i|s_i), π_old being phase 3's pass with the current
+    weights (the decoupled objective: Hilton et al. 2022, §3). Without one, a batch sampled by older
+    weights trains as PPO from the policy that sampled it (Schulman et al. 2017: π_old is the policy
+    that collected the data; ``rollout.overlap`` does the same): ``bypass``, the clip anchored at μ."""
+    rollout, mask = exp.rollout, exp.response_mask
+    if version is not None and rollout.policy_versions is not None:
+        versions = rollout.policy_versions.to(mask.device)
+        exp.staleness = torch.where(rollout.response_mask, version - versions, 0)  # (B, T)
+    if correction is None:
+        exp.bypass = exp.staleness is not None
+        return
+    if rollout.rollout_logprobs is None:
+        raise GlassrlError(f"algo.off_policy {correction[0]}: the rollout engine kept no log-probs of its samples")
+    try:
+        exp.correction = correct(
+            correction[0], exp.logprobs, rollout.rollout_logprobs.to(mask.device), mask, correction[1]
+        )
+    except ValueError as err:  # algos' rule: ValueError inside, one line at the boundary
+        raise GlassrlError(f"algo.off_policy: {err}") from None
 
 
 def teacher_outputs(exp: Experience, teacher, weight: float) -> None:

@@ -21,6 +21,9 @@ data file gave it: a Parquet timestamp, a date) and its reward results (details 
 JSON-able kind, plus sets, dates, non-finite floats), encoded by glassrl.run.codec so
 that they read back as they were.
 
+Asynchronous training (``rollout.max_staleness`` = k ≥ 1 on Ray) requests rounds ahead:
+:class:`AsyncRounds` is the bounded buffer between the rollout ranks and the step.
+
 The filter reads the combined reward's score before any shaping — the paper's
 accuracy, not the overlong penalty — over the group's scored members only: failed
 responses are left out of the comparison as out of every group baseline
@@ -29,6 +32,9 @@ responses are left out of the comparison as out of every group baseline
 
 from __future__ import annotations
 
+import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -39,7 +45,8 @@ from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardResult
 from glassrl.rl.phases import Sampled, outcome_scores
-from glassrl.rollout.base import RolloutBatch, Turn, concat_rollouts
+from glassrl.rollout.base import RolloutBatch, SamplingParams, Turn, concat_rollouts
+from glassrl.workers.base import AsyncRolloutWorker
 
 
 class OneRound:
@@ -78,7 +85,7 @@ class DynamicSampler:
     def __init__(self, need: int, max_rounds: int, pad_id: int) -> None:
         self.need, self.max_rounds, self.pad_id = need, max_rounds, pad_id
         self.buffer: list[_Group] = []
-        self.rounds = self.generated = self.kept = 0  # this step's counts (the sampling/… metrics)
+        self.rounds = self.generated = self.kept = self.expired = 0  # this step's counts (sampling/…)
 
     def needs_more(self) -> bool:
         return len(self.buffer) < self.need
@@ -107,8 +114,18 @@ class DynamicSampler:
             "sampling/groups_kept": self.kept,
             "sampling/buffer_groups": len(self.buffer),
         }
-        self.rounds = self.generated = self.kept = 0
+        if self.expired:
+            metrics["sampling/groups_expired"] = self.expired
+        self.rounds = self.generated = self.kept = self.expired = 0
         return join_groups(step, self.pad_id), metrics
+
+    def expire(self, oldest: int) -> None:
+        """Drop the buffered groups that a version older than ``oldest`` sampled (asynchronous training:
+        a group kept for a later step must not lag more than rollout.max_staleness); counted in
+        sampling/groups_expired."""
+        fresh = [g for g in self.buffer if _oldest_version(g.rollout) >= oldest]
+        self.expired += len(self.buffer) - len(fresh)
+        self.buffer = fresh
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
         groups = [
@@ -132,6 +149,104 @@ class DynamicSampler:
             )
             for g in parts["sample_buffer"]["groups"]
         ]
+
+
+def _oldest_version(rollout: RolloutBatch) -> int:
+    """The oldest version that sampled a generated token of ``rollout`` (none recorded: no limit)."""
+    versions = rollout.policy_versions
+    if versions is None or not bool(rollout.response_mask.any()):
+        return 1 << 62
+    return int(versions[rollout.response_mask].min())
+
+
+@dataclass
+class Round:
+    """A round requested ahead: its prompts, and the rollout ranks' handle until its samples are in."""
+
+    prompts: list[PromptRecord]
+    prompt_ids: list[list[int]]
+    pending: Any = None  # AsyncRolloutWorker.submit's handle; None once ``rollout`` is in
+    rollout: RolloutBatch | None = None
+    seconds: dict[str, float] | None = None  # the rollout ranks' perf/… of the round
+
+
+class AsyncRounds:
+    """The bounded buffer of asynchronous training: rounds requested ahead from rollout ranks that
+    keep sampling (glassrl.workers.base.AsyncRolloutWorker), taken oldest first.
+
+    The bound (rollout.max_staleness = k): before a step takes a round, rounds are requested until
+    k + 1 are waiting (requested, not yet taken), each sampled with the weights of the version current
+    when it was requested (or newer: partial rollouts). A step takes at least one round, so a round
+    requested behind j ≤ k others is taken within the next j + 1 steps, while the actor updates at
+    most once per step: no token it holds lags the update that trains on it by more than k versions
+    (a group that dynamic sampling keeps for a later step is dropped when it would: DynamicSampler.expire).
+    At k = 0 this is the synchronous step: one round requested, then taken.
+
+    Checkpoint part "rollout_buffer": the rounds not yet taken, their samples waited for first (a
+    checkpoint holds nothing in flight), and the version of the weights. The prompt stream's position
+    is after them, so a resumed run takes them, then requests what the uninterrupted run would have:
+    no round is lost or taken twice, and with the deterministic schedule it samples the same tokens.
+    """
+
+    part_names = ("rollout_buffer",)
+
+    def __init__(self, rollout: AsyncRolloutWorker, max_staleness: int, pad_id: int) -> None:
+        self.rollout, self.depth, self.pad_id = rollout, max_staleness + 1, pad_id
+        self.rounds: deque[Round] = deque()
+
+    def fill(
+        self,
+        next_prompts: Callable[[], tuple[list[PromptRecord], list[list[int]]]],
+        n: int,
+        params: SamplingParams,
+    ) -> None:
+        """Request rounds until ``max_staleness`` + 1 wait; ``next_prompts()``: the next round's records
+        and token ids (the run's prompt stream)."""
+        while len(self.rounds) < self.depth:
+            prompts, prompt_ids = next_prompts()
+            pending = self.rollout.submit(prompt_ids, n=n, params=params, records=prompts)
+            self.rounds.append(Round(prompts, prompt_ids, pending))
+
+    def take(self) -> tuple[Round, dict[str, float]]:
+        """The oldest round, its samples in (waited for), and perf/batch_wait_s with the ranks' seconds."""
+        start = time.perf_counter()
+        first = self._done(self.rounds.popleft())
+        return first, {**first.seconds, "perf/batch_wait_s": time.perf_counter() - start}
+
+    def _done(self, round_: Round) -> Round:
+        if round_.pending is not None:
+            round_.rollout, round_.seconds = self.rollout.result(round_.pending)
+            round_.pending = None
+        return round_
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        rounds = [self._done(r) for r in self.rounds]
+        state = {
+            "version": self.rollout.version,
+            "rounds": [
+                {
+                    "rollout": _rollout_state(r.rollout),
+                    "prompts": [_record_state(p) for p in r.prompts],
+                    "prompt_ids": r.prompt_ids,
+                }
+                for r in rounds
+            ],
+        }
+        return {"rollout_buffer": ("torch", state)}
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        state = parts["rollout_buffer"]
+        self.rounds = deque(
+            Round(
+                [_record(p) for p in r["prompts"]],
+                [list(ids) for ids in r["prompt_ids"]],
+                None,
+                _rollout(r["rollout"]),
+                {},
+            )
+            for r in state["rounds"]
+        )
+        self.rollout.publish(int(state["version"]))  # the restored actor's weights, as their version
 
 
 def mixed_groups(sampled: Sampled) -> list[bool]:

@@ -61,12 +61,14 @@ def actor_batch(exp: Experience) -> Batch:
     """What the actor's update reads (keys in glassrl.workers.base). "scores" marks VAPO's
     positive examples: correct answers, judged before any shaping."""
     batch = {**model_batch(exp), "advantages": exp.policy_advantages, "scores": exp.raw_scores}
-    if exp.logprobs is not None:  # None: the on-policy update computes them (run_updates' forward_outputs)
+    if exp.bypass:  # a stale batch without a correction: the clip anchors at μ, the policy that sampled
+        batch["old_logprobs"] = exp.rollout.rollout_logprobs
+    elif exp.logprobs is not None:  # None: the on-policy update computes them (run_updates' forward_outputs)
         batch["old_logprobs"] = exp.logprobs
     if exp.ref_logprobs is not None:
         batch["ref_logprobs"] = exp.ref_logprobs
-    if exp.rollout.rollout_logprobs is not None:  # the engine's own log-probs: algo.rollout_is
-        batch["rollout_logprobs"] = exp.rollout.rollout_logprobs
+    if exp.correction is not None:  # algo.off_policy: each token's weight, and whether it stays in the loss
+        batch["is_weights"], batch["is_keep"] = exp.correction.weights, exp.correction.keep
     return batch
 
 
@@ -217,7 +219,10 @@ def run_updates(
     runs before that step, with the weights that sampled, so π_old = π_θ and log π_old is each
     micro-batch's own log π_θ, detached; the ratio is 1 by construction. The forward's outputs
     ("logprobs", "entropy"), detached, fill ``forward_outputs``, (B, T) in the batch's row order:
-    what phase 3 would have computed, without a pass of its own.
+    what phase 3 would have computed, without a pass of its own. A batch that brings its
+    ``old_logprobs`` keeps them as the clip's anchor (a stale batch's log μ, the policy that sampled
+    it: glassrl.rl.phases.off_policy), the ratio then π_θ/μ; the forward's outputs fill
+    ``forward_outputs`` all the same (log π_old with the current weights).
 
     ``shared_prefix`` (model.shared_prefix): each mini-batch's rows are grouped by prompt before
     they are cut into micro-batches, so a micro-batch shares its prompts (glassrl.models.shared_prefix),
@@ -227,6 +232,10 @@ def run_updates(
     """
     ranks = OneProcess(model) if ranks is None else ranks
     on_policy = forward_outputs is not None
+    anchor = None  # on-policy: a stale batch's log μ, set aside so that the forward computes H too
+    if on_policy and "old_logprobs" in batch:
+        batch = dict(batch)
+        anchor = batch.pop("old_logprobs")
     if on_policy and len(plan) != 1:
         raise ValueError(f"run_updates: a batch without old_logprobs takes one optimiser step, not {len(plan)}")
     kept: list[tuple[torch.Tensor, Forward]] = []  # on-policy: (rows, forward outputs) per micro-batch
@@ -260,7 +269,9 @@ def run_updates(
             with ranks.gradient_sync(j == passes - 1 and pairs is None):  # reduced over the ranks once, last
                 out = ranks.forward(forward, micro)
                 if on_policy and real:  # π_old = π_θ before the one optimiser step: log π_old is this forward's
-                    micro["old_logprobs"] = out["logprobs"].detach()
+                    micro["old_logprobs"] = (
+                        out["logprobs"].detach() if anchor is None else anchor[part.to(anchor.device)]
+                    )
                     kept.append((part, {key: value.detach() for key, value in out.items()}))
                 # The loss, each term aggregated by its own mode and weighted by its share of the
                 # mini-batch's units (so the accumulated gradient is the mini-batch's):

@@ -100,6 +100,9 @@ class RolloutBatch:
     rollout_logprobs (B, T) float32: log π(y_i | s_i) as computed while sampling
         (softmax of logits / temperature), 0 off generated tokens; None unless the
         engine was asked for them.
+    policy_versions (B, T) long: the version of the weights that sampled each generated
+        token (asynchronous training: the actor updates before those weights), −1 off
+        generated tokens; None unless the engine samples with :class:`PolicyVersions`.
     """
 
     prompt_ids: torch.Tensor
@@ -112,6 +115,7 @@ class RolloutBatch:
     response_context_mask: torch.Tensor | None = None
     turns: list[tuple[Turn, ...]] | None = None
     rollout_logprobs: torch.Tensor | None = None
+    policy_versions: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.response_context_mask is None:
@@ -161,6 +165,7 @@ class RolloutBatch:
             self.response_context_mask[index],
             None if self.turns is None else [self.turns[i] for i in rows],
             None if self.rollout_logprobs is None else self.rollout_logprobs[index],
+            None if self.policy_versions is None else self.policy_versions[index],
         )
 
 
@@ -183,8 +188,12 @@ def concat_rollouts(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
 
     multi_turn = {b.turns is not None for b in batches}
     with_logprobs = {b.rollout_logprobs is not None for b in batches}
-    if len(multi_turn) > 1 or len(with_logprobs) > 1:
-        raise ValueError("concat_rollouts: batches differ in turns or rollout_logprobs (single- vs multi-turn engines)")
+    with_versions = {b.policy_versions is not None for b in batches}
+    if len(multi_turn) > 1 or len(with_logprobs) > 1 or len(with_versions) > 1:
+        raise ValueError(
+            "concat_rollouts: batches differ in turns, rollout_logprobs or policy_versions "
+            "(single- vs multi-turn engines, or versioned vs not)"
+        )
     return RolloutBatch(
         torch.cat([left(b.prompt_ids, P, pad_id) for b in batches]),
         torch.cat([left(b.prompt_mask, P, False) for b in batches]),
@@ -196,7 +205,19 @@ def concat_rollouts(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
         torch.cat([right(b.response_context_mask, T, False) for b in batches]),
         [t for b in batches for t in b.turns] if multi_turn == {True} else None,
         torch.cat([right(b.rollout_logprobs, T, 0.0) for b in batches]) if with_logprobs == {True} else None,
+        torch.cat([right(b.policy_versions, T, -1) for b in batches]) if with_versions == {True} else None,
     )
+
+
+@runtime_checkable
+class PolicyVersions(Protocol):
+    """The version of the weights an engine samples with (asynchronous training,
+    glassrl.workers.async_rollout.StagedWeights). The engine calls :meth:`refresh` before each forward
+    pass of its sampling; it may load newer weights first (a response in progress then continues
+    with them: partial rollouts) and returns the version that pass runs with, which the engine
+    records on the token it samples from that pass (``RolloutBatch.policy_versions``)."""
+
+    def refresh(self) -> int: ...
 
 
 @runtime_checkable

@@ -68,7 +68,7 @@ from transformers.generation.stopping_criteria import StoppingCriteriaList
 from glassrl.data.records import PromptRecord
 from glassrl.models.loading import pad_id
 from glassrl.models.shared_prefix import attention_mask_for, distinct_rows, full_attention
-from glassrl.rollout.base import RolloutBatch, SamplingParams, masked_token_lists
+from glassrl.rollout.base import PolicyVersions, RolloutBatch, SamplingParams, masked_token_lists
 from glassrl.rollout.decoding import (
     PreallocatedCache,
     cache_argument,
@@ -159,6 +159,8 @@ def decode(
     generator: torch.Generator,
     logprobs_out: torch.Tensor | None = None,
     decode_text: Callable[[list[list[int]]], list[str]] | None = None,
+    versions: PolicyVersions | None = None,
+    versions_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The tokens after left-padded prompts, (B, T) long: T = the steps run (until every row has
     ended at a stop of ``stops`` or at ``params.max_new_tokens``), ``pad_id`` after a row's stop.
@@ -169,7 +171,11 @@ def decode(
     ``why_not_decode(model)`` is None. ``logprobs_out`` (B, max_new_tokens) float32, when given,
     receives :func:`sampled_logprobs` of each token written (untouched after a row's stop).
     ``decode_text``: token-id lists -> texts, special tokens kept (the tokenizer's
-    ``batch_decode``); needed when ``stops`` has strings.
+    ``batch_decode``); needed when ``stops`` has strings. ``versions`` (asynchronous training):
+    refreshed before every forward pass, which may load newer weights into ``model`` (the cache keeps
+    the keys and values the earlier weights wrote, as PipelineRL's in-flight weight updates do:
+    Piché et al. 2025); ``versions_out`` (B, max_new_tokens) long receives the version of the pass
+    that gave each token its distribution.
     """
     B, P = prompt_ids.shape
     device = prompt_ids.device
@@ -213,6 +219,7 @@ def decode(
     # Prefill each distinct prompt once (generate computes the n samples' identical rows n times;
     # a row's numbers do not depend on the other rows), then copy its cache rows to its samples.
     first, inverse = distinct_rows(prompt_ids, prompt_mask)  # (U,), (B,)
+    version = versions.refresh() if versions is not None else 0  # of the weights of the next forward pass
     logits = last_logits(prompt_ids[first], mask[first, :P], positions[first])  # (U, V)
     if len(first) < B:
         cache.take_rows(inverse)
@@ -224,6 +231,8 @@ def decode(
         tokens[rows, t] = chosen
         if logprobs_out is not None:
             logprobs_out[rows, t] = sampled_logprobs(logits, chosen, params)
+        if versions_out is not None:
+            versions_out[rows, t] = version
         ended = torch.isin(chosen, stop_ids)  # (n,)
         if stops.strings:  # decode each running row's last tokens (glassrl.rollout.stops)
             tails = tokens[rows, max(0, t + 1 - stops.window) : t + 1].tolist()
@@ -238,6 +247,8 @@ def decode(
             rows, chosen, positions = rows[order], chosen[order], positions[order]
             cache.move_rows(to, source, k)
             mask[to, :length] = mask[source, :length]
+        if versions is not None:
+            version = versions.refresh()
         logits = last_logits(chosen[:, None], mask[: len(rows), :length], positions)  # (n, V)
 
 
@@ -252,15 +263,20 @@ def generate_with_hf(
     generator: torch.Generator,
     logprobs_out: torch.Tensor | None = None,
     decode_text: Callable[[list[list[int]]], list[str]] | None = None,
+    versions: PolicyVersions | None = None,
+    versions_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """:func:`decode`'s result by ``model.generate`` (the reference, and the path for models that
     :func:`why_not_decode` refuses): the tokens after the prompts, (B, T) long; ``logprobs_out``
     as :func:`decode` fills it (from ``generate``'s raw logits). Stop strings are checked by
     :class:`~glassrl.rollout.stops.StopStringCriteria`, as :func:`decode` checks them. With no stop
-    id, ``generate`` falls back to the model's ``generation_config`` EOS."""
+    id, ``generate`` falls back to the model's ``generation_config`` EOS. ``versions`` is refreshed
+    once, before: ``generate`` runs whole with one version of the weights (``versions_out``)."""
     if stops.strings and decode_text is None:
         raise ValueError("generate_with_hf: stop strings need decode_text")
     criteria = [StopStringCriteria(stops, decode_text, prompt_ids.shape[1])] if stops.strings else []
+    if versions_out is not None:
+        versions_out.fill_(versions.refresh() if versions is not None else 0)
     with sampling_rng(generator):
         out = model.generate(
             input_ids=prompt_ids,
@@ -301,15 +317,24 @@ class HFRolloutEngine:
 
     ``sampling_logprobs``: keep log π of each sampled token as computed while sampling
     (``RolloutBatch.rollout_logprobs``, :func:`sampled_logprobs`), for the train/rollout
-    mismatch metrics and truncated importance sampling (glassrl.algos.rollout_is).
+    mismatch metrics and truncated importance sampling (glassrl.algos.off_policy).
     ``stops``: where responses end (glassrl.rollout.stops); default: the stop tokens of the
-    tokenizer and the model's ``generation_config``, no stop string.
+    tokenizer and the model's ``generation_config``, no stop string. ``versions`` (asynchronous
+    training): the version of the weights each token is sampled with (``RolloutBatch.policy_versions``).
     """
 
-    def __init__(self, model, tokenizer, sampling_logprobs: bool = False, stops: StopSet | None = None) -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        sampling_logprobs: bool = False,
+        stops: StopSet | None = None,
+        versions: PolicyVersions | None = None,
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.sampling_logprobs = sampling_logprobs
+        self.versions = versions
         self.stops = stops if stops is not None else stop_set(tokenizer, getattr(model, "generation_config", None))
         self.pad_id = pad_id(tokenizer)
         self.sample, self.path = sampler_for(model)
@@ -334,6 +359,9 @@ class HFRolloutEngine:
         self.model.eval()
         B = prompt_ids.shape[0]
         logprobs = torch.zeros((B, params.max_new_tokens), device=device) if self.sampling_logprobs else None
+        versions = (
+            None if self.versions is None else torch.zeros((B, params.max_new_tokens), dtype=torch.long, device=device)
+        )
         try:
             response_ids = self.sample(
                 self.model,
@@ -345,6 +373,8 @@ class HFRolloutEngine:
                 generator=generator,
                 logprobs_out=logprobs,
                 decode_text=self.tokenizer.batch_decode,
+                versions=self.versions,
+                versions_out=versions,
             )  # (B, T)
         finally:
             self.model.train(was_training)
@@ -361,6 +391,7 @@ class HFRolloutEngine:
             finish_reasons=["stop" if e else "length" for e in ended.tolist()],
             texts=texts,
             rollout_logprobs=None if logprobs is None else torch.where(response_mask, logprobs[:, :T], 0.0),
+            policy_versions=None if versions is None else torch.where(response_mask, versions[:, :T], -1),
         )
 
     def texts(self, responses: list[list[int]]) -> list[str]:

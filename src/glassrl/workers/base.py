@@ -13,6 +13,8 @@ tensors with first dimension B:
     advantages      (B, T)   float  what the policy loss sees     (actor update)
     ref_logprobs    (B, T)   float  log π_ref(a_i|s_i)            (actor update, KL in the loss)
     scores          (B,)     float  outcome scores                (actor update, positive-example NLL)
+    is_weights      (B, T)   float  off-policy weight w_i         (actor update, algo.off_policy)
+    is_keep         (B, T)   bool   the token stays in the policy loss (actor update, algo.off_policy)
     old_values      (B, T)   float  V(s_i) at rollout             (critic update)
     returns         (B, T)   float  R_i, the critic's target      (critic update)
 
@@ -136,3 +138,24 @@ class AheadRollout(RolloutWorker, Protocol):
     def take_ahead(self) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
         """The batch sampled ahead, with log π_old(a_i|s_i) and H(π_old(·|s_i)) (B, T) of the
         policy that sampled it."""
+
+
+@runtime_checkable
+class AsyncRolloutWorker(RolloutWorker, Protocol):
+    """Rollout ranks that keep sampling while the actor trains (``rollout.max_staleness`` ≥ 1:
+    glassrl.workers.ray.RayAsyncRollout). A batch is sent ahead and taken later; it is sampled with
+    the weights of the version current when it was sent (or newer, with partial rollouts), and its
+    ``policy_versions`` say which sampled each token."""
+
+    version: int  # the actor updates the weights hold now
+
+    def submit(
+        self, prompts: list[list[int]], *, n: int, params: SamplingParams, records: Sequence[PromptRecord] | None = None
+    ) -> Any:
+        """Send len(prompts) × n responses to be sampled; returns a handle for :meth:`result`."""
+
+    def result(self, pending: Any) -> tuple[RolloutBatch, dict[str, float]]:
+        """The batch of ``pending`` (waiting for it) and the ranks' "perf/…" seconds."""
+
+    def publish(self, version: int) -> None:
+        """The actor's weights, just restored, are ``version``: send them as such."""

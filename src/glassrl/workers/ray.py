@@ -25,7 +25,10 @@ under LoRA, "reference" (glassrl.workers.lora: the actor's model, adapters off).
 A rollout placed apart is a group of its own, each rank sampling with its copy of π_θ;
 :class:`RayWeightSync` keeps those copies equal to the actor's after every update and load
 (glassrl.workers.weight_sync: actor rank 0 broadcasts to the rollout ranks over a process group
-of their own), and :class:`RayActor` runs it, so the training loop does not see it.
+of their own), and :class:`RayActor` runs it, so the training loop does not see it. In
+asynchronous training (``rollout.max_staleness`` ≥ 1) the rollout ranks receive in a thread of
+their own while they sample (glassrl.workers.async_rollout), and :class:`RayAsyncRollout` hands the
+trainer batches requested ahead: each sampled with the weights of the version it names.
 
 Placement (Ray placement groups): "colocate" puts rank r of every role in bundle r
 of one group (the bundle holds their summed resources); "separate" gives each role
@@ -128,6 +131,9 @@ class RankHost:
 
     def call(self, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.objects[name], method)(*args, **kwargs)
+
+    def ping(self) -> bool:
+        return True
 
 
 def _options(resources: dict[str, float]) -> dict[str, Any]:
@@ -250,10 +256,29 @@ class RankGroup:
                 raise err.cause from None
         return ray.get(futures)
 
+    def probe(self, timeout_s: float = 10.0) -> None:
+        """A GlassrlError naming the first rank found dead (within ``timeout_s``); nothing when none is
+        (a rank busy with queued calls answers late, and counts as alive)."""
+        ray = _ray()
+        futures = [h.ping.remote() for h in self.hosts]
+        done, _ = ray.wait(futures, num_returns=len(futures), timeout=timeout_s)
+        for future in done:
+            try:
+                ray.get(future)
+            except ray.exceptions.RayActorError:
+                self.get([future], ranks=[futures.index(future)])
+            except ray.exceptions.RayError:
+                pass
+
     def shutdown(self) -> None:
         ray = _ray()
         for host in self.hosts:
             ray.kill(host)
+
+
+def ray_errors() -> tuple[type[BaseException], ...]:
+    """Ray's exception classes (for ``except``), Ray imported now."""
+    return (_ray().exceptions.RayError,)
 
 
 class RayCluster:
@@ -374,14 +399,25 @@ class RayWeightSync:
     """The rollout group's copies of π_θ made equal to the actor's (glassrl.workers.weight_sync).
 
     Actor rank 0 and the W rollout ranks form a process group of their own (NCCL on ``device``
-    cuda, else gloo; rank 0's address and a free port from actor rank 0). A call: every actor
-    rank runs ``send`` (under FSDP2 they gather each parameter together), every rollout rank
-    ``receive``; the answer is the wall time in seconds. The group is formed, and a first sync
-    run, on construction (LoRA adapters are drawn at random on each side).
+    cuda, else gloo; rank 0's address and a free port from actor rank 0). A call sends the weights
+    and ``version`` (the actor updates they hold: :class:`RayActor` counts them; a resume sets it):
+    every actor rank runs ``send`` (under FSDP2 they gather each parameter together), every rollout
+    rank ``receive``, or, ``background`` (asynchronous training), receives in a thread of its own
+    while it samples (glassrl.workers.async_rollout.BackgroundReceiver); the answer is the wall time
+    in seconds. The group is formed, and a first sync run, on construction (LoRA adapters are drawn
+    at random on each side).
     """
 
-    def __init__(self, actors: RankGroup, rollouts: RankGroup, device: str = "cpu", name: str = "weights") -> None:
-        self.actors, self.rollouts, self.name = actors, rollouts, name
+    def __init__(
+        self,
+        actors: RankGroup,
+        rollouts: RankGroup,
+        device: str = "cpu",
+        name: str = "weights",
+        background: bool = False,
+    ) -> None:
+        self.actors, self.rollouts, self.name, self.background = actors, rollouts, name, background
+        self.version = 0
         address, port = actors.get([actors.hosts[0].rendezvous.remote()], ranks=[0])[0]
         world = 1 + rollouts.world_size
         self._run(
@@ -392,7 +428,12 @@ class RayWeightSync:
 
     def __call__(self) -> float:
         start = time.perf_counter()
-        self._run([("send",)] * self.actors.world_size, [("receive",)] * self.rollouts.world_size)
+        receive = [] if self.background else [("receive",)] * self.rollouts.world_size
+        try:
+            self._run([("send", self.version)] * self.actors.world_size, receive)
+        except ray_errors() as err:  # a send cut off: a rollout rank may have died under it
+            self.rollouts.probe()
+            raise err
         return time.perf_counter() - start
 
     def _run(self, actor_calls: list[tuple], rollout_calls: list[tuple]) -> None:
@@ -450,6 +491,7 @@ class RayActor(_RayTrainee):
 
     def _synced(self, metrics: dict[str, float]) -> dict[str, float]:
         if self.weight_sync is not None:
+            self.weight_sync.version += 1  # the weights now hold one more actor update
             metrics["perf/weight_sync_s"] = self.weight_sync()
         return metrics
 
@@ -521,22 +563,37 @@ class RayRollout:
     def generate(
         self, prompts: list[list[int]], *, n: int, params: SamplingParams, records: Sequence[PromptRecord] | None = None
     ) -> RolloutBatch:
+        return self._gather(self._submit(prompts, n=n, params=params, records=records))
+
+    def _submit(self, prompts, *, n, params, records, **more) -> list[tuple[int, int, Any]]:
+        """Each busy rank's chunk of ``prompts`` sent to it: (rank, first prompt index, future)."""
         chunks = _chunks(len(prompts), self.ranks)
         busy = [r for r, c in enumerate(chunks) if len(c)]  # fewer prompts than ranks: some rest
-        futures = [
-            self.group.hosts[r].call.remote(
-                self.name,
-                "generate",
-                [prompts[i] for i in chunks[r]],
-                n=n,
-                params=params,
-                records=None if records is None else [records[i] for i in chunks[r]],
+        return [
+            (
+                r,
+                chunks[r].start,
+                self.group.hosts[r].call.remote(
+                    self.name,
+                    "generate",
+                    [prompts[i] for i in chunks[r]],
+                    n=n,
+                    params=params,
+                    records=None if records is None else [records[i] for i in chunks[r]],
+                    **more,
+                ),
             )
             for r in busy
         ]
-        outs = self.group.get(futures, ranks=busy)
-        for r, out in zip(busy, outs):
-            out.group_index = out.group_index + chunks[r].start  # index into the whole prompt list
+
+    def _results(self, pending: list[tuple[int, int, Any]]) -> list[Any]:
+        return self.group.get([future for _, _, future in pending], ranks=[r for r, _, _ in pending])
+
+    def _gather(self, pending: list[tuple[int, int, Any]], outs: list[RolloutBatch] | None = None) -> RolloutBatch:
+        """The ranks' batches as one, group indices into the whole prompt list."""
+        outs = self._results(pending) if outs is None else outs
+        for (_, start, _), out in zip(pending, outs):
+            out.group_index = out.group_index + start
         return concat_rollouts(outs, self.pad_id)
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
@@ -552,3 +609,48 @@ class RayRollout:
                 "ray.rollout_ranks, or ray.rollout.world_size when apart)"
             )
         self.group.call_each(self.name, "load_state_dict", [({"rollout_rng": s},) for s in states])
+
+
+class RayAsyncRollout(RayRollout):
+    """Rollout ranks that sample while the actor trains (asynchronous training; their side:
+    glassrl.workers.async_rollout.AsyncRolloutRank), fed by ``sync`` in the background.
+
+    :meth:`submit` sends a batch's prompts at once and returns; each rank queues it behind the
+    batches it holds and samples it with the weights of ``version`` (the actor updates now), or newer
+    with partial rollouts; :meth:`result` waits for it. A rank runs its calls in the order sent, so
+    :meth:`generate` (evaluation) and ``state_dict`` (its RNG) come after every batch sent before.
+    """
+
+    def __init__(self, group: RankGroup, pad_id: int, sync: RayWeightSync, name: str = "rollout") -> None:
+        super().__init__(group, pad_id, name)
+        self.sync = sync
+
+    @property
+    def version(self) -> int:
+        """The actor updates the weights hold now (what the last sync sent)."""
+        return self.sync.version
+
+    def publish(self, version: int) -> None:
+        """The actor's weights, restored from a checkpoint, are version ``version``: sent as such."""
+        self.sync.version = version
+        self.sync()
+
+    def submit(
+        self, prompts: list[list[int]], *, n: int, params: SamplingParams, records: Sequence[PromptRecord] | None = None
+    ) -> list[tuple[int, int, Any]]:
+        """Queue len(prompts) × n responses on the ranks (contiguous chunks), sampled with this version."""
+        return self._submit(prompts, n=n, params=params, records=records, version=self.version)
+
+    def result(self, pending: list[tuple[int, int, Any]]) -> tuple[RolloutBatch, dict[str, float]]:
+        """The batch of :meth:`submit` (waiting for it) and the ranks' seconds, the most of any rank."""
+        answers = self._results(pending)
+        timings: dict[str, float] = {}
+        for _, seconds in answers:
+            for key, value in seconds.items():
+                timings[key] = max(timings.get(key, 0.0), value)
+        return self._gather(pending, [batch for batch, _ in answers]), timings
+
+    def generate(
+        self, prompts: list[list[int]], *, n: int, params: SamplingParams, records: Sequence[PromptRecord] | None = None
+    ) -> RolloutBatch:
+        return self.result(self.submit(prompts, n=n, params=params, records=records))[0]

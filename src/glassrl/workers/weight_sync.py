@@ -32,6 +32,9 @@ Receiving: per bucket, the receiver hands ``[(name, tensor), …]`` (views of th
 Face names) to its ``load_weights``, the signature of a vLLM model's ``load_weights``
 (glassrl.rollout.vllm calls that through ``collective_rpc``); :class:`ModuleSink` is the one for
 a Hugging Face model: each tensor copied into the parameter of that name, in place.
+
+Versions: each sync starts with one broadcast of the weights' version (the actor updates they hold:
+asynchronous training stages them by version, glassrl.workers.async_rollout), then the buckets.
 """
 
 from __future__ import annotations
@@ -172,16 +175,18 @@ class WeightSender:
         self.group.store.set(LAYOUT_KEY, _dumps(self.buckets))
 
     @torch.no_grad()
-    def send(self) -> None:
-        """Broadcast the current trained weights, bucket by bucket (every actor rank calls it)."""
+    def send(self, version: int = 0) -> None:
+        """Broadcast ``version``, then the current trained weights, bucket by bucket (every actor rank calls it)."""
+        if self.is_main:
+            if self.group is None:
+                raise RuntimeError("WeightSender.send before join")
+            self.group.broadcast(torch.tensor([version], dtype=torch.long, device=self.group.device))
         params = dict(trained_parameters(self.model))
         for bucket in self.buckets:
             # Gathered on every rank (a collective of the actor group under FSDP2), in the same order.
             full = [_full(params[s.name]) for s in bucket.slots]
             if not self.is_main:
                 continue
-            if self.group is None:
-                raise RuntimeError("WeightSender.send before join")
             if len(full) == 1 and full[0].device == self.group.device and full[0].is_contiguous():
                 self.group.broadcast(full[0])  # the root only reads it
                 continue
@@ -204,20 +209,26 @@ class WeightReceiver:
         self.buckets: list[Bucket] = []
         self.buffers: dict[torch.dtype, torch.Tensor] = {}
 
-    def join(self, address: str, port: int, rank: int, world_size: int, device: str = "cpu") -> None:
-        self.group = SyncGroup(address, port, rank, world_size, device)
+    def join(
+        self, address: str, port: int, rank: int, world_size: int, device: str = "cpu", timeout_s: float = 600.0
+    ) -> None:
+        """Rank ``rank`` of the sync group; ``timeout_s``: the longest a receive may wait for rank 0."""
+        self.group = SyncGroup(address, port, rank, world_size, device, timeout_s)
         self.buckets = _loads(self.group.store.get(LAYOUT_KEY).decode())  # waits for rank 0 to write it
 
     @torch.no_grad()
-    def receive(self) -> None:
-        """The weights rank 0 sends now, loaded bucket by bucket."""
+    def receive(self) -> int:
+        """The weights rank 0 sends now, loaded bucket by bucket; returns their version."""
         if self.group is None:
             raise RuntimeError("WeightReceiver.receive before join")
+        version = torch.zeros(1, dtype=torch.long, device=self.group.device)
+        self.group.broadcast(version)
         for bucket in self.buckets:
             flat = _buffer(self.buffers, self.buckets, bucket, self.group.device)
             self.group.broadcast(flat)
             # load_weights copies out before the buffer is written again (the next bucket)
             self.load_weights([(s.name, flat[s.offset : s.offset + s.numel].view(s.shape)) for s in bucket.slots])
+        return int(version.item())
 
 
 class ModuleSink:
@@ -226,11 +237,16 @@ class ModuleSink:
     def __init__(self, model: nn.Module) -> None:
         self.params = dict(model.named_parameters())
 
-    @torch.no_grad()
     def __call__(self, weights: list[tuple[str, torch.Tensor]]) -> None:
-        for name, tensor in weights:
-            target = self.params.get(name)
-            if target is None or target.shape != tensor.shape:
-                found = "no such parameter" if target is None else f"shape {tuple(target.shape)}"
-                raise ValueError(f"weight sync: {name} {tuple(tensor.shape)} sent, the rollout model has {found}")
-            target.copy_(tensor)
+        copy_into(self.params, weights)
+
+
+@torch.no_grad()
+def copy_into(targets: dict[str, torch.Tensor], weights: list[tuple[str, torch.Tensor]]) -> None:
+    """Each named tensor of a bucket copied (cast) into the tensor of that name in ``targets``, in place."""
+    for name, tensor in weights:
+        target = targets.get(name)
+        if target is None or target.shape != tensor.shape:
+            found = "no such parameter" if target is None else f"shape {tuple(target.shape)}"
+            raise ValueError(f"weight sync: {name} {tuple(tensor.shape)} sent, the rollout model has {found}")
+        target.copy_(tensor)

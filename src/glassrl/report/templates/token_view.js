@@ -16,7 +16,8 @@
   const $ = function (id) { return document.getElementById(id); };
   const state = { source: DATA.initial.source, ledger: DATA.initial.ledger, quantity: null, selected: null };
   // RdBu end points and centre: negative blue, 0 near white, positive red.
-  const INTEGER_FIELDS = ["index", "token_id", "response_index", "group_id", "length", "step", "turn"];
+  const INTEGER_FIELDS = ["index", "token_id", "response_index", "group_id", "length", "step", "turn",
+    "policy_version", "staleness"];
   const PARAMETERS = ["gamma", "lam", "beta"];
   const LOW = [33, 102, 172], MID = [247, 247, 247], HIGH = [178, 24, 43];
 

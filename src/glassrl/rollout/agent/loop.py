@@ -24,7 +24,9 @@ Per turn, for the responses still running:
 
 The turn's finish reason is recorded (:class:`glassrl.rollout.base.Turn`); a response's finish
 reason is its last turn's. Sampling draws from the caller's generator, turn after turn, so the
-same generator state and the same (deterministic) tools give the same batch.
+same generator state and the same (deterministic) tools give the same batch. Sampling with
+:class:`~glassrl.rollout.base.PolicyVersions` (asynchronous training), each generated token records
+the version of the weights that sampled it, turn after turn (``RolloutBatch.policy_versions``).
 """
 
 from __future__ import annotations
@@ -42,7 +44,15 @@ from glassrl.errors import GlassrlError
 from glassrl.models.loading import pad_id
 from glassrl.rollout.agent.environment import Environment, StepResult
 from glassrl.rollout.agent.formats import CallFormat, build_call_format
-from glassrl.rollout.base import ROLE_GENERATED, ROLE_OBSERVATION, ROLE_PAD, RolloutBatch, SamplingParams, Turn
+from glassrl.rollout.base import (
+    ROLE_GENERATED,
+    ROLE_OBSERVATION,
+    ROLE_PAD,
+    PolicyVersions,
+    RolloutBatch,
+    SamplingParams,
+    Turn,
+)
 from glassrl.rollout.hf import left_pad, sampler_for
 from glassrl.rollout.stops import STRING, TOKEN, StopSet, stop_set
 
@@ -52,12 +62,14 @@ Ended = Literal["eos", "stop", "length"]
 @dataclass
 class SampledTurn:
     """One sampled turn: its tokens (the stop token or the stop string's last token included), how
-    it ended ("eos": at a stop token; "stop": at a stop string; "length"), and log π of each token
-    under softmax(logits / temperature) when asked for."""
+    it ended ("eos": at a stop token; "stop": at a stop string; "length"), log π of each token
+    under softmax(logits / temperature) when asked for, and the version of the weights that sampled
+    each token when the sampler has versions."""
 
     tokens: list[int]
     ended: Ended
     logprobs: list[float] | None = None
+    versions: list[int] | None = None
 
 
 class TurnSampler(Protocol):
@@ -96,10 +108,12 @@ class HFTurnSampler:
     """One turn per context, sampled as :mod:`glassrl.rollout.hf` samples (its decoding loop, or
     ``model.generate`` for a model the loop cannot run: the same tokens either way).
     ``stops``: the stop tokens and ``rollout.stop`` strings (glassrl.rollout.stops; default: the
-    tokenizer's and the model's stop tokens); each call adds the call format's stop strings."""
+    tokenizer's and the model's stop tokens); each call adds the call format's stop strings.
+    ``versions``: the weights' versions, recorded per token (asynchronous training)."""
 
-    def __init__(self, model, tokenizer, stops: StopSet | None = None) -> None:
+    def __init__(self, model, tokenizer, stops: StopSet | None = None, versions: PolicyVersions | None = None) -> None:
         self.model = model
+        self.versions = versions
         self.tokenizer = tokenizer
         self.stops = stops if stops is not None else stop_set(tokenizer, getattr(model, "generation_config", None))
         self.pad_id = pad_id(tokenizer)
@@ -121,6 +135,9 @@ class HFTurnSampler:
         stops = self.stops.with_strings(stop_strings)
         steps = max(max_new_tokens)
         logprobs = torch.zeros((len(contexts), steps), device=self.device) if with_logprobs else None
+        versions = None
+        if self.versions is not None:
+            versions = torch.zeros((len(contexts), steps), dtype=torch.long, device=self.device)
         was_training = self.model.training
         self.model.eval()
         try:
@@ -134,15 +151,26 @@ class HFTurnSampler:
                 generator=generator,
                 logprobs_out=logprobs,
                 decode_text=self.tokenizer.batch_decode,
+                versions=self.versions,
+                versions_out=versions,
             ).tolist()  # (b, steps)
         finally:
             self.model.train(was_training)
         if with_logprobs:
             logprobs = logprobs.tolist()
+        if versions is not None:
+            versions = versions.tolist()
         turns = []
         for b, row in enumerate(new):
             tokens, ended = trim_turn(row, max_new_tokens[b], stops, self.tokenizer.decode)
-            turns.append(SampledTurn(tokens, ended, logprobs[b][: len(tokens)] if with_logprobs else None))
+            turns.append(
+                SampledTurn(
+                    tokens,
+                    ended,
+                    logprobs[b][: len(tokens)] if with_logprobs else None,
+                    versions[b][: len(tokens)] if versions is not None else None,
+                )
+            )
         return turns
 
 
@@ -156,6 +184,7 @@ class _Episode:
     tokens: list[int] = field(default_factory=list)
     roles: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     final_text: str = ""
     done: bool = False
@@ -269,12 +298,14 @@ class AgentRolloutEngine:
             e.tokens += s.tokens
             e.roles += [ROLE_GENERATED] * len(s.tokens)
             e.logprobs += s.logprobs if s.logprobs is not None else [0.0] * len(s.tokens)
+            e.versions += s.versions if s.versions is not None else [-1] * len(s.tokens)
             result = futures[i].result() if i in futures else StepResult()
             reason, observation, obs_ids = self._outcome(e, s, result, calls[i], budget, last)
             end = len(e.tokens)
             e.tokens += obs_ids
             e.roles += [ROLE_OBSERVATION] * len(obs_ids)
             e.logprobs += [0.0] * len(obs_ids)
+            e.versions += [-1] * len(obs_ids)
             e.turns.append(
                 Turn(start, end, len(e.tokens), reason, texts[i], observation, result.tool_calls, result.reward_parts)
             )
@@ -308,9 +339,11 @@ class AgentRolloutEngine:
             return [v + [fill] * (T - len(v)) for v in values]
 
         roles = torch.tensor(rows([e.roles for e in episodes], ROLE_PAD), dtype=torch.int8)  # (B, T)
-        rollout_logprobs = None
+        rollout_logprobs = policy_versions = None
         if self.sampling_logprobs:
             rollout_logprobs = torch.tensor(rows([e.logprobs for e in episodes], 0.0), dtype=torch.float32)
+        if getattr(self.sampler, "versions", None) is not None:
+            policy_versions = torch.tensor(rows([e.versions for e in episodes], -1), dtype=torch.long)
         return RolloutBatch(
             prompt_ids=prompt_ids.repeat_interleave(n, dim=0).to(device),  # (B, P)
             prompt_mask=prompt_mask.repeat_interleave(n, dim=0).to(device),  # (B, P)
@@ -322,6 +355,7 @@ class AgentRolloutEngine:
             response_context_mask=(roles != ROLE_PAD).to(device),
             turns=[tuple(e.turns) for e in episodes],
             rollout_logprobs=None if rollout_logprobs is None else rollout_logprobs.to(device),
+            policy_versions=None if policy_versions is None else policy_versions.to(device),
         )
 
 

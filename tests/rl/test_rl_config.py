@@ -304,3 +304,16 @@ def test_the_knob_tables_cover_the_registries():
 def test_sft_and_rm_configs_validate(cls, overrides, message):
     with pytest.raises(GlassrlError, match=message):
         load_config(cls, None, overrides)
+
+
+def test_sampling_ahead_on_ray_samples_apart_unless_the_placement_is_written():
+    cfg = load_config(TrainConfig, presets.path("grpo"), ["trainer.backend=ray", "rollout.max_staleness=2"])
+    assert cfg.ray.rollout.placement == "apart"
+    cfg = load_config(TrainConfig, presets.path("grpo"), ["trainer.backend=ray"])
+    assert cfg.ray.rollout.placement == "with_actor"  # synchronous: the actor's ranks sample
+    with pytest.raises(GlassrlError, match="set ray.rollout.placement: apart"):
+        load_config(
+            TrainConfig,
+            presets.path("grpo"),
+            ["trainer.backend=ray", "rollout.max_staleness=2", "ray.rollout.placement=with_actor"],
+        )

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from glassrl import config_paths
+from glassrl.config import knob_set
 from glassrl.models.lora import LoraConfig
 from glassrl.optim import OptimConfig
 from glassrl.rl.checks import agentic_tasks, check_train_config, uses_critic
@@ -319,7 +320,7 @@ class RayRolloutConfig:
     sync, glassrl.workers.weight_sync; docs/scale-out.md)."""
 
     placement: Literal["with_actor", "apart"] = (
-        "with_actor"  # with_actor: the first ray.rollout_ranks actor ranks sample with their replicas; apart: the ranks below, each with its copy of π_θ, which actor rank 0 broadcasts to after every update and load
+        "with_actor"  # with_actor (the default, except with rollout.max_staleness >= 1, which samples apart): the first ray.rollout_ranks actor ranks sample with their replicas; apart: the ranks below, each with its copy of π_θ, which actor rank 0 broadcasts to after every update and load
     )
     world_size: int = 1  # apart: sampling ranks (prompts in contiguous chunks; rank r samples as actor rank r would with ray.rollout_ranks = world_size)
     resources: dict[str, float] = field(
@@ -420,7 +421,16 @@ class TrainConfig:
         """Every check of the config (ranges, registry names, consistency, knobs the chosen algorithm
         ignores); GlassrlError naming the key. ``written``: the dotted keys the user wrote (the loader
         passes them), None to judge a knob by its value against the default."""
+        self._sample_apart_when_ahead(written)
         check_train_config(self, written)
+
+    def _sample_apart_when_ahead(self, written: Set[str] | None) -> None:
+        """On Ray, sampling ahead (rollout.max_staleness >= 1) is done by rollout ranks of their own:
+        there ray.rollout.placement defaults to apart (a placement the user wrote is kept, and
+        checked)."""
+        ahead = self.rollout.max_staleness > 0
+        if self.trainer.backend == "ray" and ahead and not knob_set(self, "ray.rollout.placement", written):
+            self.ray.rollout.placement = "apart"
 
 
 @dataclass(frozen=True)

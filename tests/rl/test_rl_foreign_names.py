@@ -41,7 +41,7 @@ def test_each_hint_names_real_keys_and_the_docs_list_the_name(name):
         ("loss_type=dr_grpo", "did you mean algo.loss_agg?"),
         ("data.train_batch_size=64", "did you mean batch.prompts_per_step?"),
         ("actor_rollout_ref.rollout.n=8", "did you mean model.actor, rollout.*"),
-        ("sync_ref_model=true", "no such key yet"),
+        ("sync_ref_model=true", "algo.kl.ref_sync_every"),
     ],
 )
 def test_an_unknown_trl_or_verl_key_says_the_glassrl_one(override, hint):

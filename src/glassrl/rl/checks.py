@@ -78,6 +78,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
             "data.eval_size": cfg.data.eval_size,
             "algo.entropy_coef": a.entropy_coef,
             "algo.kl.coef": a.kl.coef,
+            "algo.kl.ref_sync_every": a.kl.ref_sync_every,
             "algo.ptx_coef": a.ptx_coef,
             "algo.positive_nll_coef": a.positive_nll_coef,
             "algo.value_warmup_steps": a.value_warmup_steps,
@@ -205,6 +206,7 @@ def _check_consistency(cfg: TrainConfig) -> None:
             "the adaptive controller tunes β of a KL in the reward; "
             f"algo.kl.placement = {a.kl.placement} (set target to null)",
         )
+    _check_ref_sync(cfg)
     if a.reward_norm and a.reward_init_norm:
         fail("algo.reward_init_norm", True, "algo.reward_norm is on too: choose one normalisation of the scores")
     _check_reward_model_critic(cfg)
@@ -273,8 +275,10 @@ def _check_ignored(cfg: TrainConfig, written: Set[str] | None) -> None:
     unread("algo.policy_loss", a.policy_loss, POLICY_LOSS_KNOBS)
     if a.loss_agg != "seq-mean-token-sum-norm":
         ignored("algo.norm_length", f"the L of loss_agg seq-mean-token-sum-norm; algo.loss_agg = {a.loss_agg}")
+    if kl.ref_sync_every == 0:
+        ignored("algo.kl.ref_sync_alpha", "the soft update's α; algo.kl.ref_sync_every = 0 keeps π_ref fixed")
     if kl.placement == "none":
-        for key in ("algo.kl.kind", "algo.kl.coef", "algo.kl.horizon", "model.reference"):
+        for key in ("algo.kl.kind", "algo.kl.coef", "algo.kl.horizon", "algo.kl.ref_sync_every", "model.reference"):
             ignored(key, "algo.kl.placement = none: there is no KL term and no reference policy")
     elif kl.target is None:
         ignored("algo.kl.horizon", "the adaptive KL controller's horizon; algo.kl.target is null (fixed β)")
@@ -460,6 +464,28 @@ def _check_off_policy(cfg: TrainConfig, written: Set[str] | None) -> None:
         low, high = o.low or knobs["low"], o.high or knobs["high"]
         if not low <= high:
             fail("algo.off_policy.low", low, f"must be <= algo.off_policy.high ({high})")
+
+
+def _check_ref_sync(cfg: TrainConfig) -> None:
+    """algo.kl.ref_sync_every: a π_ref of its own weights, in one process."""
+    kl = cfg.algo.kl
+    if kl.ref_sync_every == 0:
+        return
+    if not 0 < kl.ref_sync_alpha <= 1:
+        fail("algo.kl.ref_sync_alpha", kl.ref_sync_alpha, "must lie in (0, 1]")
+    if cfg.trainer.backend == "ray":
+        fail(
+            "algo.kl.ref_sync_every",
+            kl.ref_sync_every,
+            "not wired into trainer.backend = ray; use trainer.backend: local",
+        )
+    if cfg.model.lora is not None and cfg.model.reference is None:
+        fail(
+            "algo.kl.ref_sync_every",
+            kl.ref_sync_every,
+            "under LoRA π_ref is the actor with its adapters off, which has no weights of its own to update; "
+            "name a model.reference",
+        )
 
 
 def _check_ray(cfg: TrainConfig, written: Set[str] | None) -> None:

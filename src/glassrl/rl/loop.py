@@ -204,6 +204,7 @@ class Trainer:
             phases.advantages(exp, a)
         with self.timer.phase("update"):  # 6. epochs × mini-batches × micro-batches: the critic, then the actor
             updated = self._update(exp, step)
+            self._sync_reference(step)
         self.counters.step = step
         metrics = self._metrics(exp, {**sampling, **updated}, start)  # 7. log, ledger, evaluation, checkpoint
         self._log_and_save(step, exp, metrics)
@@ -322,6 +323,12 @@ class Trainer:
         token (verl's apply_kl_penalty; TRL sums over the sequence instead); n = responses."""
         if exp.kl_in_reward and math.isfinite(kl := masked_mean(exp.kl, exp.response_mask).item()):
             self.kl.update(kl, self.resolved.responses_per_step)
+
+    def _sync_reference(self, step: int) -> None:
+        """algo.kl.ref_sync_every: every N steps π_ref moves towards the updated π_θ (TR-DPO)."""
+        kl = self.cfg.algo.kl
+        if kl.ref_sync_every and step % kl.ref_sync_every == 0:
+            self.workers.reference.mix_in(self.workers.actor.model, kl.ref_sync_alpha)
 
     def _update(self, exp: Experience, step: int) -> dict[str, float]:
         """Phase 6: the critic's update, then the actor's (not during VAPO's value pre-training, the
@@ -538,6 +545,7 @@ class Trainer:
         return [
             self.run_config,
             *[c for c in (w.actor, w.critic, w.rollout, self.rounds) if c is not None],
+            *([w.reference] if getattr(w.reference, "part_names", ()) else []),
             self.prompts,
             self.counters,
             self.threads,

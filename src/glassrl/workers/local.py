@@ -223,13 +223,33 @@ class LocalCritic(_Trained):
 
 
 class LocalReference:
-    """π_ref: frozen, so nothing to checkpoint (it is reloaded from its path)."""
+    """π_ref: frozen, so nothing to checkpoint (it is reloaded from its path), unless it follows
+    the actor (``synced``: algo.kl.ref_sync_every), when its weights are checkpoint part "reference"."""
 
-    def __init__(self, model: nn.Module, passes: Passes) -> None:
+    def __init__(self, model: nn.Module, passes: Passes, *, synced: bool = False) -> None:
         self.model, self.passes = model.eval().requires_grad_(False), passes
+        self.part_names: tuple[str, ...] = ("reference",) if synced else ()
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         return micro_batched_logprobs(self.model, batch, self.passes, with_entropy=False)[0]
+
+    @torch.no_grad()
+    def mix_in(self, actor: nn.Module, alpha: float) -> None:
+        """θ_ref ← α·θ + (1 − α)·θ_ref, parameter by parameter (TR-DPO's soft update, Gorbatovski
+        et al. 2024, eq. 6; α = 1 copies θ). ``lerp_`` computes θ_ref + α·(θ − θ_ref)."""
+        theirs = dict(actor.named_parameters())
+        for name, mine in self.model.named_parameters():
+            mine.lerp_(theirs[name].to(mine.dtype), alpha)
+
+    def state_dict(self) -> dict[str, tuple[str, object]]:
+        weights = {name: p.detach().cpu().contiguous() for name, p in self.model.named_parameters()}
+        return {"reference": ("safetensors", weights)}
+
+    @torch.no_grad()
+    def load_state_dict(self, parts: dict[str, object]) -> None:
+        saved = parts["reference"]
+        for name, mine in self.model.named_parameters():
+            mine.copy_(saved[name])
 
 
 class FrozenActor:

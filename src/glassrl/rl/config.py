@@ -171,7 +171,7 @@ class KLConfig:
     coef: float = 0.001  # β, the KL coefficient (initial value for the adaptive controller)
     target: float | None = None  # adaptive controller's target KL per token; null = fixed β (placement reward only)
     horizon: int = 10000  # adaptive controller's horizon in responses (Ziegler et al. 2019, §2.2)
-    ref_sync_every: int = 0  # every N steps π_ref ← α·π_θ + (1 − α)·π_ref, after the update (TR-DPO's soft update, Gorbatovski et al. 2024, eq. 6; TRL's sync_ref_model / ref_model_sync_steps); 0 = π_ref stays fixed
+    ref_sync_every: int = 0  # every N steps π_ref ← α·π_θ + (1 − α)·π_ref, after the update (TR-DPO, Gorbatovski et al. 2024, arXiv:2404.09656: its soft update, α = 1 its hard update; TRL's sync_ref_model / ref_model_sync_steps); 0 = π_ref stays fixed
     ref_sync_alpha: float = (
         0.6  # α of ref_sync_every, in (0, 1]: 1 copies π_θ (TR-DPO's hard update); TRL's ref_model_mixup_alpha
     )

@@ -236,7 +236,7 @@ class LocalReference:
     @torch.no_grad()
     def mix_in(self, actor: nn.Module, alpha: float) -> None:
         """θ_ref ← α·θ + (1 − α)·θ_ref, parameter by parameter (TR-DPO's soft update, Gorbatovski
-        et al. 2024, eq. 6; α = 1 copies θ). ``lerp_`` computes θ_ref + α·(θ − θ_ref)."""
+        et al. 2024, arXiv:2404.09656; α = 1 copies θ, its hard update). ``lerp_`` computes θ_ref + α·(θ − θ_ref)."""
         theirs = dict(actor.named_parameters())
         for name, mine in self.model.named_parameters():
             mine.lerp_(theirs[name].to(mine.dtype), alpha)

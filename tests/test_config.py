@@ -272,3 +272,17 @@ def test_type_text(hint, text):
 def test_value_text(value, text):
     assert value_text(value) == text
     assert yaml.safe_load(text) == value or isinstance(value, float)  # YAML 1.1 reads 1e-05 as text
+
+
+def test_a_section_given_in_part_keeps_its_default_in_the_parent_not_the_class_default():
+    # SFTConfig's optimiser defaults to warm-up 10 and cosine, TrainConfig's critic to lr 1e-4:
+    # one key of the section set must not send the others back to OptimConfig's own defaults.
+    from glassrl.rl.config import TrainConfig
+    from glassrl.supervised.sft import SFTConfig
+
+    sft = load_config(SFTConfig, None, ["optim.lr=1e-3"])
+    assert (sft.optim.lr, sft.optim.warmup_steps, sft.optim.decay) == (1e-3, 10, "cosine")
+    train = load_config(TrainConfig, None, ["algo.advantage=gae", "critic_optim.grad_clip=0.5"])
+    assert (train.critic_optim.lr, train.critic_optim.grad_clip) == (1e-4, 0.5)
+    ray = load_config(TrainConfig, None, ["trainer.backend=ray", "ray.actor.resources={GPU: 1}"])
+    assert ray.ray.actor.resources == {"GPU": 1}  # a mapping is replaced, not merged

@@ -426,7 +426,10 @@ def build(cls: type[C], data: Any, origin: Origin) -> C:
     return _build(cls, data, prefix="", origin=origin)
 
 
-def _build(cls: type[C], data: dict[str, Any], prefix: str, origin: Origin) -> C:
+def _build(cls: type[C], data: dict[str, Any], prefix: str, origin: Origin, base: Any = None) -> C:
+    """``cls`` from ``data``; a field ``data`` does not give takes ``base``'s value when there is a
+    ``base`` (the section's default in its parent, e.g. SFTConfig's optimiser with its own warm-up),
+    else the class's default."""
     if not isinstance(data, dict):
         raise origin.invalid(prefix.rstrip(".") or "config", "a mapping", data)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
@@ -445,8 +448,18 @@ def _build(cls: type[C], data: dict[str, Any], prefix: str, origin: Origin) -> C
         raise origin.missing(prefix + required[0])
     kwargs = {}
     for name, value in data.items():
-        kwargs[name] = coerce(hints[name], value, f"{prefix}{name}", origin)
+        default = getattr(base, name) if base is not None else _field_default(fields[name])
+        kwargs[name] = coerce(hints[name], value, f"{prefix}{name}", origin, default=default)
+    if base is not None:
+        kwargs |= {name: copy.deepcopy(getattr(base, name)) for name in fields if name not in data}
     return cls(**kwargs)
+
+
+def _field_default(f: dataclasses.Field) -> Any:
+    """A field's default value (its factory called); None when it has none."""
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
 
 
 def _moved(hints: dict[str, Any], name: str) -> str | None:
@@ -459,10 +472,11 @@ def _moved(hints: dict[str, Any], name: str) -> str | None:
     return None
 
 
-def coerce(hint: Any, value: Any, key: str, origin: Origin) -> Any:
+def coerce(hint: Any, value: Any, key: str, origin: Origin, default: Any = None) -> Any:
     """``value`` at ``key`` checked against the type ``hint`` (and converted: a section to its
     dataclass, a number to float); errors worded by ``origin``. A mapping's values are not
-    checked by the type: a caller that needs them typed checks each with this."""
+    checked by the type: a caller that needs them typed checks each with this. ``default``: the
+    field's default; a section's keys that ``value`` leaves out keep the default section's."""
     origin_type = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin_type in (typing.Union, types.UnionType):
@@ -474,14 +488,15 @@ def coerce(hint: Any, value: Any, key: str, origin: Origin) -> Any:
         errors = []
         for option in options:
             try:
-                return coerce(option, value, key, origin)
+                return coerce(option, value, key, origin, default=default)
             except GlassrlError as err:
                 errors.append(str(err))
         raise GlassrlError(errors[0])
     if dataclasses.is_dataclass(hint):
         if value is True or value is None:  # a section written `true` (or empty): its defaults
             value = {}
-        return _build(hint, value, prefix=key + ".", origin=origin)
+        base = default if isinstance(default, hint) else None
+        return _build(hint, value, prefix=key + ".", origin=origin, base=base)
     if origin_type is typing.Literal:
         if value not in args:
             raise origin.not_one_of(key, value, args)

@@ -65,6 +65,20 @@ def test_one_criterion_saturating_alone_is_a_warning():
     assert watch_metrics(_rows(reward__format__mean=rising, reward__env__accuracy__mean=rising), window=5) == []
 
 
+def test_one_criterion_of_one_rubric_saturating_alone_is_a_warning():
+    rising = [0.1 * s for s in range(11)]
+    flat = [0.5, 0.52] * 5 + [0.5]
+    rows = _rows(
+        reward__rubric__mean=rising,  # the source's mean rises with its criterion: not a criterion of it
+        reward__rubric__citation__mean=rising,
+        reward__rubric__accuracy__mean=flat,
+        reward__rubric__temporal__mean=flat,
+    )
+    alerts = watch_metrics(rows, window=5)
+    assert [(a.step, a.kind) for a in alerts] == [(4, "criterion_saturates")]
+    assert alerts[0].message.startswith("reward/rubric/citation/mean alone rises")
+
+
 def test_the_report_draws_the_alerts_and_highlights_their_rows(tmp_path):
     import json
 

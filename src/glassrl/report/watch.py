@@ -23,8 +23,9 @@ to hold, and again only after it has stopped holding):
   jumps up, or ``response/distinct_2`` (``repetition_jump``: fewer distinct bigrams) jumps down:
   its last value lies more than ``threshold`` standard deviations of the window's earlier values
   from their mean.
-- ``criterion_saturates`` (a warning): with two or more reward sources or environment reward parts
-  (``reward/<name>/mean``, ``reward/env/<name>/mean``: a rubric's criteria as separate sources),
+- ``criterion_saturates`` (a warning): among two or more reward sources and environment reward
+  parts (``reward/<name>/mean``, ``reward/env/<name>/mean``), or among the criteria of one rubric
+  source (``reward/<source>/<criterion>/mean``, compared with each other, not with the sources),
   one moves up by more than ``threshold`` to the highest value it has had while no other moves by
   more than threshold/2: the policy has found one criterion to satisfy.
 
@@ -44,6 +45,7 @@ KL, LENGTH, DISTINCT = "kl/sequence", "response/length/mean", "response/distinct
 # the signals a rising proxy is checked against without gold: (rule, metric, +1: a jump up, −1: down)
 SIGNALS = (("kl_jump", KL, 1), ("length_jump", LENGTH, 1), ("repetition_jump", DISTINCT, -1))
 _CRITERION = re.compile(r"^reward/(env/)?(?!gold$|proxy$)[^/]+/mean$")
+_CRITERION_OF = re.compile(r"^reward/(?!env/)([^/]+)/[^/]+/mean$")  # a criterion of one rubric source
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,17 @@ class RewardWatch:
         return (last - mean) / spread
 
     def _saturating(self, row: dict[str, Any]) -> str | None:
-        criteria = [k for k in row if _CRITERION.match(k) and self._ready(k)]
+        """The first criterion saturating alone among the sources, then among each rubric's criteria."""
+        groups: dict[str | None, list[str]] = {None: [k for k in row if _CRITERION.match(k)]}
+        for key in row:
+            if match := _CRITERION_OF.match(key):
+                groups.setdefault(match.group(1), []).append(key)
+        for criteria in groups.values():
+            if (alone := self._alone([k for k in criteria if self._ready(k)], row)) is not None:
+                return alone
+        return None
+
+    def _alone(self, criteria: list[str], row: dict[str, Any]) -> str | None:
         if len(criteria) < 2:
             return None
         moves = {k: self._move(k) for k in criteria}

@@ -60,7 +60,10 @@ CASES = [
         r"^rollout\.partial_rollouts = True: trainer\.backend = local",
     ),
     (["rollout.max_staleness=2"], r"^rollout\.max_staleness = 2: trainer\.backend = local samples at most one"),
-    ([*RAY, "rollout.max_staleness=1", "ray.rollout.placement=with_actor"], r"^rollout\.max_staleness = 1: samples ahead on rollout ranks of their own"),
+    (
+        [*RAY, "rollout.max_staleness=1", "ray.rollout.placement=with_actor"],
+        r"^rollout\.max_staleness = 1: samples ahead on rollout ranks of their own",
+    ),
     ([*RAY, "rollout.overlap=true"], r"^rollout\.overlap = True: not wired into trainer\.backend = ray"),
 ]
 

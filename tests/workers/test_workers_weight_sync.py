@@ -166,6 +166,7 @@ def _rank(rank: int, case: str, ports: tuple[int, int], model_dir: str, out: str
             result["logits"] = model(input_ids=ids).logits.detach()
     torch.save(result, Path(out) / f"rank{rank}.pt")
     if dist.is_initialized():
+        dist.barrier()  # no rank tears gloo down while a peer still uses the connection (SIGABRT at exit)
         dist.destroy_process_group()
 
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import tiny_run_overrides
+
 TINY_SPEC = dict(
     hidden_size=32,
     num_layers=2,
@@ -89,3 +91,9 @@ def prompt_files(tmp_path_factory) -> tuple[Path, Path]:
     """(train, test) JSONL files of 8 and 8 arith-verify prompts."""
     root = tmp_path_factory.mktemp("prompts")
     return write_prompts(root / "train.jsonl", "train", 8), write_prompts(root / "test.jsonl", "test", 8)
+
+
+@pytest.fixture
+def fast(tiny_model_dir, prompt_files, tmp_path):
+    """Overrides that make any TrainConfig a seconds-long run of the tiny model on 8 prompts."""
+    return tiny_run_overrides(tiny_model_dir, prompt_files, tmp_path / "run")

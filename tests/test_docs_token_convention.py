@@ -20,7 +20,8 @@ import pytest
 from glassrl import cli
 from glassrl.cli import build_parser
 from glassrl.commands import explain, explain_input
-from glassrl.ledger.legend import phrase, sequence_score
+from glassrl.ledger.legend import sequence_score
+from glassrl.ledger.phrases import phrase
 from glassrl.ledger.render import COLUMNS, cell, columns, fmt, legend_lines
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,13 +12,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from glassrl.agents import TaggedFormat
 from glassrl.builtin import research_model
 from glassrl.builtin.agent_model import TAGS, agent_tokenizer, sft_rows
 from glassrl.data.collate import encode_responses
 from glassrl.data.formatting import format_prompts
 from glassrl.data.tasks import research
 from glassrl.models.default_model import RESEARCH_SPEC
-from glassrl.rollout.agent import TaggedFormat
 
 SPEC = dataclasses.replace(RESEARCH_SPEC, sft_examples=400)
 

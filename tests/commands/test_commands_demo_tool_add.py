@@ -19,6 +19,7 @@ from rich.console import Console
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from glassrl import presets
+from glassrl.agents import TaggedFormat, task_environment
 from glassrl.builtin import agent_model
 from glassrl.cli import main
 from glassrl.commands import demo
@@ -28,7 +29,6 @@ from glassrl.data.formatting import format_prompts
 from glassrl.data.tasks import load_task
 from glassrl.models.default_model import AGENT_SPEC, MARKER, AgentModelSpec, spec_json
 from glassrl.rl.config import TrainConfig, agent_config, resolve
-from glassrl.rollout.agent import TaggedFormat, task_environment
 
 TINY = AgentModelSpec(
     hidden_size=32,

@@ -13,7 +13,8 @@ import torch
 
 from glassrl.ledger import Ledger, LedgerTurn, read_jsonl
 from glassrl.ledger.compute import from_experience
-from glassrl.ledger.legend import PHRASES, turn_legend
+from glassrl.ledger.legend import turn_legend
+from glassrl.ledger.phrases import PHRASES
 from glassrl.ledger.render import columns, to_markdown
 from glassrl.rollout.base import RolloutBatch, Turn
 

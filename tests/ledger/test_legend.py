@@ -19,17 +19,14 @@ from glassrl.cli import build_parser
 from glassrl.commands import explain, explain_input
 from glassrl.ledger.legend import (
     ACCOUNTS,
-    LANGUAGES,
-    PHRASES,
     _width,
     baseline_legend,
     factor,
     fmt,
-    label,
-    phrase,
     terminal_line,
     token_legend,
 )
+from glassrl.ledger.phrases import LANGUAGES, PHRASES, label, phrase
 from glassrl.ledger.render import legend_lines, legend_text
 
 ROOT = Path(__file__).resolve().parents[2]

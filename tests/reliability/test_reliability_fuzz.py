@@ -22,6 +22,8 @@ from harness import ERROR_LINE, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from glassrl.agents.formats import build_call_format
+from glassrl.agents.tools import FunctionTool, run_call, tool_map
 from glassrl.config import load_config
 from glassrl.data.datasets import load_prompts
 from glassrl.data.formatting import format_prompts
@@ -29,8 +31,6 @@ from glassrl.data.preferences import load_preference_file
 from glassrl.errors import GlassrlError
 from glassrl.models.loading import load_tokenizer
 from glassrl.rl.config import TrainConfig
-from glassrl.rollout.agent.formats import build_call_format
-from glassrl.rollout.agent.tools import FunctionTool, run_call, tool_map
 from glassrl.run import codec
 from glassrl.supervised.rm import RMConfig, encode_pairs
 from glassrl.supervised.sft import SFTConfig, load_pairs, tokenize_pairs

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from harness import assert_one_error_line
 
+from glassrl.agents.formats import build_call_format
+from glassrl.agents.tools import FunctionTool, run_call, tool_map
 from glassrl.data.datasets import load_prompts
 from glassrl.data.preferences import load_preference_file
 from glassrl.errors import GlassrlError
 from glassrl.models.loading import load_tokenizer
-from glassrl.rollout.agent.formats import build_call_format
-from glassrl.rollout.agent.tools import FunctionTool, run_call, tool_map
 from glassrl.supervised.sft import load_pairs
 from helpers import tiny_run_overrides
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from glassrl.ledger import read_jsonl
-from glassrl.ledger.legend import label, token_legend
+from glassrl.ledger.legend import token_legend
+from glassrl.ledger.phrases import label
 from glassrl.ledger.render import fmt
 from helpers import EXAMPLES
 

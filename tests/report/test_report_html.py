@@ -263,7 +263,8 @@ def test_explain_html_of_the_reference_example(tmp_path):
 
 def test_token_legend_is_the_python_legend_in_the_chosen_language(runs, tmp_path, capsys):
     from glassrl.cli import main
-    from glassrl.ledger.legend import baseline_legend, labels, phrase, token_legend
+    from glassrl.ledger.legend import baseline_legend, token_legend
+    from glassrl.ledger.phrases import labels, phrase
 
     for lang in ("en", "zh"):
         out = tmp_path / f"report-{lang}.html"
@@ -291,7 +292,7 @@ def test_token_legend_is_the_python_legend_in_the_chosen_language(runs, tmp_path
 
 def test_the_page_composes_no_legend_sentence():
     """The JavaScript copy of the legend is gone: no fixed piece of any phrase, in any language, is in the script."""
-    from glassrl.ledger.legend import PHRASES
+    from glassrl.ledger.phrases import PHRASES
     from glassrl.report.html import _template
 
     script = _template("token_view.js")

@@ -12,9 +12,9 @@ import re
 
 import torch
 
-from glassrl.rollout.agent import SampledTurn, StepResult
-from glassrl.rollout.agent.calculator import Calculator
-from glassrl.rollout.agent.loop import trim_turn
+from glassrl.agents import SampledTurn, StepResult
+from glassrl.agents.calculator import Calculator
+from glassrl.agents.loop import trim_turn
 
 
 class Retry:

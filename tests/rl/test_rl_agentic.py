@@ -161,7 +161,7 @@ def test_tool_add_with_tool_calls(tiny_model_dir, tmp_path, monkeypatch):
 
     from glassrl.ledger import read_jsonl
 
-    monkeypatch.setattr("glassrl.rollout.agent.HFTurnSampler", agentic_env.ScriptedSampler)
+    monkeypatch.setattr("glassrl.agents.HFTurnSampler", agentic_env.ScriptedSampler)
     run = tmp_path / "run"
     extra = [
         f"rollout.agent.tools=[{ENV}:c]",
@@ -191,9 +191,9 @@ def test_tool_add_with_tool_calls(tiny_model_dir, tmp_path, monkeypatch):
 
 
 def test_config_selects_the_environment(tiny_model_dir, tmp_path):
+    from glassrl.agents import ToolEnvironment
     from glassrl.models import load_tokenizer
     from glassrl.rl.build import environment_maker, prompt_format
-    from glassrl.rollout.agent import ToolEnvironment
 
     cfg = load_config(TrainConfig, None, ["data.train=task:tool-add"])
     assert agent_config(cfg) == AgentConfig()  # an agentic task: multi-turn with its defaults

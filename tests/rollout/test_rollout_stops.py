@@ -11,8 +11,8 @@ import pytest
 import torch
 from transformers import GenerationConfig, LlamaForCausalLM
 
+from glassrl.agents.loop import HFTurnSampler
 from glassrl.data.formatting import format_prompt
-from glassrl.rollout.agent.loop import HFTurnSampler
 from glassrl.rollout.base import SamplingParams
 from glassrl.rollout.hf import HFRolloutEngine, decode, generate_with_hf, left_pad
 from glassrl.rollout.stops import (

@@ -41,7 +41,7 @@ steps answered 0.5 % of the test prompts right; the model built here (2 layers, 
 5-digit number copied as if it had the usual 4 digits.
 
 Why the tags are whole tokens: the rollout encodes each observation on its own
-(:meth:`glassrl.rollout.agent.formats.TaggedFormat.observation`) and appends it to the sampled
+(:meth:`glassrl.agents.formats.TaggedFormat.observation`) and appends it to the sampled
 tokens; SFT encodes the transcript in one piece. With ``</call>`` and ``<result>`` as BPE text,
 ``"</call><result>"`` would pre-tokenize as ``…call``, ``><``, ``result…``: a token the rollout
 never produces. As added tokens they split the text first, so the transcript's tokens are
@@ -67,6 +67,8 @@ from rich.console import Console
 from tokenizers import AddedToken
 from transformers import LlamaForCausalLM
 
+from glassrl.agents import AgentRolloutEngine, HFTurnSampler, TaggedFormat, task_environment
+from glassrl.agents.metrics import tool_use
 from glassrl.builtin.default_model import ensure_built, one_thread
 from glassrl.data import tasks
 from glassrl.data.records import PromptRecord
@@ -81,13 +83,11 @@ from glassrl.models.default_model import (
 )
 from glassrl.models.default_tokenizer import build_tokenizer
 from glassrl.optim import OptimConfig, seed_everything
-from glassrl.rollout.agent import AgentRolloutEngine, HFTurnSampler, TaggedFormat, task_environment
-from glassrl.rollout.agent.metrics import tool_use
 from glassrl.rollout.base import SamplingParams
 from glassrl.supervised.sft import SFTConfig, train_sft
 
 AGENT_MODEL = "default-agent"  # its name for model.actor
-TAGS = ("<call>", "</call>", "<result>", "</result>")  # the tagged call format's (glassrl.rollout.agent.formats)
+TAGS = ("<call>", "</call>", "<result>", "</result>")  # the tagged call format's (glassrl.agents.formats)
 BEHAVIOURS = ("call", "malformed", "head")
 # A failed call as a small model writes one, for a+b: each is answered with an error by the environment.
 MALFORMED = (

@@ -51,6 +51,7 @@ import torch
 import transformers
 from rich.console import Console
 
+from glassrl.agents import AgentRolloutEngine, HFTurnSampler, TaggedFormat, task_environment
 from glassrl.builtin.agent_model import Episode, agent_tokenizer, train_on_transcripts
 from glassrl.builtin.default_model import ensure_built, one_thread
 from glassrl.data.records import PromptRecord
@@ -63,7 +64,6 @@ from glassrl.models.default_model import (
     default_model_dir,
 )
 from glassrl.optim import seed_everything
-from glassrl.rollout.agent import AgentRolloutEngine, HFTurnSampler, TaggedFormat, task_environment
 from glassrl.rollout.base import SamplingParams
 
 RESEARCH_MODEL = "default-research"  # its name for model.actor

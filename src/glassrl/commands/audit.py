@@ -36,12 +36,12 @@ def run(args: argparse.Namespace) -> int:
 
     from glassrl import presets
     from glassrl.config import load_config
+    from glassrl.diagnose.episode_audit import summary, table
     from glassrl.errors import GlassrlError
     from glassrl.jsonl import read_utf8
     from glassrl.report.html import write_audit_html
     from glassrl.rl.audit import audit_run
     from glassrl.rl.config import TrainConfig
-    from glassrl.rollout.agent.audit import summary, table
 
     script = template = None
     if args.script is not None:

@@ -1,4 +1,4 @@
-"""`glassrl diff RUN_A RUN_B [--atol X] [--rtol Y]`: where two runs part, to the token (glassrl.report.diff)."""
+"""`glassrl diff RUN_A RUN_B [--atol X] [--rtol Y]`: where two runs part, to the token (glassrl.diagnose.diff)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from glassrl.report.diff import diff_runs
+    from glassrl.diagnose.diff import diff_runs
 
     result = diff_runs(args.run_a, args.run_b, atol=args.atol, rtol=args.rtol)
     print("\n".join(result.lines()))

@@ -42,7 +42,7 @@ from glassrl.commands import explain_input, explain_model
 from glassrl.commands.explain_model import DEFAULT_REWARD
 from glassrl.errors import GlassrlError
 from glassrl.ledger import read_jsonl
-from glassrl.ledger.legend import LANGUAGES
+from glassrl.ledger.phrases import LANGUAGES
 from glassrl.ledger.render import legend_text, to_markdown, to_rich
 
 if TYPE_CHECKING:

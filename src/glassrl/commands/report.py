@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from glassrl.ledger.legend import LANGUAGES
+from glassrl.ledger.phrases import LANGUAGES
 
 HELP = "write one self-contained HTML report (learning curves, token view, config) of run directories"
 
@@ -31,8 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from glassrl.diagnose.diff import diff_runs
     from glassrl.report.html import write_run_report
 
     out = Path(args.out) if args.out else Path(args.run_dirs[0]) / "report.html"
-    print(write_run_report(args.run_dirs, out, step=args.step, lang=args.lang))
+    # two runs: where they part, as `glassrl diff` says it (its checkpoints left to `glassrl diff`)
+    divergence = diff_runs(*args.run_dirs, checkpoints=False).lines() if len(args.run_dirs) == 2 else None
+    print(write_run_report(args.run_dirs, out, step=args.step, lang=args.lang, divergence=divergence))
     return 0

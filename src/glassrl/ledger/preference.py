@@ -21,7 +21,7 @@ import unicodedata
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from glassrl.ledger.legend import LANGUAGES
+from glassrl.ledger.phrases import LANGUAGES
 
 SIDES = ("chosen", "rejected")
 

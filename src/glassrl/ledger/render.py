@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from glassrl.ledger.legend import DASH, baseline_legend, fmt, num, phrase, terminal_line, token_legend, turn_legend
+from glassrl.ledger.legend import DASH, baseline_legend, fmt, num, terminal_line, token_legend, turn_legend
 from glassrl.ledger.model import OFF_POLICY_FIELDS, SYMBOLS, Ledger, ResponseLedger, TokenRow
+from glassrl.ledger.phrases import phrase
 
 if TYPE_CHECKING:
     from rich.console import Group

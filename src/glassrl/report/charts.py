@@ -18,7 +18,7 @@ gold and proxy reward-model scores against d = √KL(π ‖ π_init): the proxy 
 with d while the gold peaks and falls once the policy exploits the reward model. Gold
 (left axis) and proxy (right axis) have their own scales.
 
-A run's reward-watch alerts (``watch.jsonl``, glassrl.rl.watch) are dotted vertical lines in its
+A run's reward-watch alerts (``watch.jsonl``, glassrl.diagnose.training_watch) are dotted vertical lines in its
 colour at their steps on every chart against the step.
 
 The charts carry no plotly.js: the page inlines it once (glassrl.report.html).
@@ -207,7 +207,9 @@ def build_charts(runs: list[RunDir]) -> list[Chart]:
                         yaxis="y2" if key == "reward/proxy" else "y",
                     )
                 )
-        if not against_kl:  # the reward watch's alerts (glassrl.rl.watch): a dotted line at each one's step
+        if (
+            not against_kl
+        ):  # the reward watch's alerts (glassrl.diagnose.training_watch): a dotted line at each one's step
             for r, run in enumerate(runs):
                 for alert in run.alerts:
                     fig.add_vline(

@@ -37,8 +37,8 @@ from typing import Any
 from glassrl.errors import GlassrlError
 from glassrl.files import disk_errors, replaced
 from glassrl.ledger import OFF_POLICY_FIELDS, RESPONSE_FIELDS, RUN_FIELDS, SYMBOLS, TOKEN_FIELDS, Ledger, TokenRow
-from glassrl.ledger.legend import baseline_legend, labels, phrase, token_legend, turn_legend
-from glassrl.report.diff import diff_runs
+from glassrl.ledger.legend import baseline_legend, token_legend, turn_legend
+from glassrl.ledger.phrases import labels, phrase
 from glassrl.report.run_dir import RunDir, read_runs
 
 # The quantities a token can be coloured by, in menu order: (ledger field, label).
@@ -63,14 +63,21 @@ _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
 
 
 def write_run_report(
-    run_dirs: list[str | Path], out: str | Path, step: int | None = None, lang: str = "en", name: str | None = None
+    run_dirs: list[str | Path],
+    out: str | Path,
+    step: int | None = None,
+    lang: str = "en",
+    name: str | None = None,
+    divergence: list[str] | None = None,
 ) -> Path:
     """Write the report of ``run_dirs`` (overlaid; the first run's ledgers shown first) to ``out``.
 
     ``step``: the ledger step shown when the page opens (default: the first run's last
     ledger step); GlassrlError when no run has a ledger for it. ``lang``: the language
-    of the token legend (glassrl.ledger.legend.LANGUAGES). ``name``: the one run's name, where its
-    directory's is not (a trainer writing the report into its staged outputs). Returns ``out``.
+    of the token legend (glassrl.ledger.phrases.LANGUAGES). ``name``: the one run's name, where its
+    directory's is not (a trainer writing the report into its staged outputs). ``divergence``: the lines
+    of ``glassrl diff`` for two runs (glassrl.diagnose.diff, computed by the caller: the report only
+    renders), shown as their first divergence. Returns ``out``.
     """
     from plotly.offline import get_plotlyjs
 
@@ -84,7 +91,7 @@ def write_run_report(
     names = ", ".join(run.name for run in runs)
     preference = [run for run in runs if run.preference_ledgers]
     watched = [run for run in runs if run.alerts]
-    compared = _divergence(runs) if len(runs) == 2 else ""
+    compared = _divergence(divergence) if divergence is not None else ""
     body = "\n".join(
         [
             '<nav><a href="#curves">learning curves</a> · '
@@ -117,7 +124,7 @@ def write_run_report(
 
 
 def write_audit_html(title: str, checks: list[tuple[str, int, int, str]], failures: list[str], out: str | Path) -> Path:
-    """The audit table of ``glassrl audit --html`` (glassrl.rollout.agent.audit.summary): per check the
+    """The audit table of ``glassrl audit --html`` (glassrl.diagnose.episode_audit.summary): per check the
     episodes that passed, then each failure with its first offending token in context."""
     rows = "".join(
         f'<tr class="{"ok" if passed == total else "fail"}"><td>{html.escape(name)}</td><td>{passed}/{total}</td>'
@@ -148,7 +155,7 @@ def token_payload(
 
     Tokens are rows of values in the order of ``token_fields`` (compact: one list per token).
     Each response carries its tokens' legends in ``lang`` (``legend``: per token, [key, text]
-    per line; the labels of the keys once, in ``legend.labels``), each ledger the lines of its
+    per line; the labels of the keys once, in ``phrases.labels``), each ledger the lines of its
     group baselines (``baselines``, empty for GAE).
     """
     present = [(name, label) for name, label in QUANTITIES if name in VIEW_FIELDS]
@@ -258,7 +265,7 @@ def _curves(charts: list) -> str:
 
 
 def _watch(runs: list[RunDir]) -> str:
-    """The reward watch's alerts (glassrl.rl.watch): a row each, its ledger rows linked into the token view."""
+    """The reward watch's alerts (glassrl.diagnose.training_watch): a row each, its ledger rows linked into the token view."""
     rows = []
     for source, run in enumerate(runs):
         for alert in run.alerts:
@@ -280,15 +287,12 @@ def _watch(runs: list[RunDir]) -> str:
     )
 
 
-def _divergence(runs: list[RunDir]) -> str:
-    """Where two runs part (glassrl.report.diff), as ``glassrl diff`` prints it, checkpoints aside."""
-    result = diff_runs(runs[0].path, runs[1].path, checkpoints=False)
+def _divergence(lines: list[str]) -> str:
+    """Where two runs part (glassrl.diagnose.diff), as ``glassrl diff`` prints it, checkpoints aside."""
     return (
         '<section id="divergence"><h2>First divergence</h2><p>Configs, ledgers and metrics compared '
         "as <code>glassrl diff</code> does; the checkpoints are not read here (<code>glassrl diff</code> "
-        'compares them tensor by tensor).</p><pre class="diff">'
-        + html.escape("\n".join(result.lines()))
-        + "</pre></section>"
+        'compares them tensor by tensor).</p><pre class="diff">' + html.escape("\n".join(lines)) + "</pre></section>"
     )
 
 

@@ -7,7 +7,7 @@
 A run directory holds ``config.yaml`` (the resolved config), ``metrics.jsonl``
 (``{"step": n, key: value, ...}`` per logged step, glassrl.report.sinks),
 ``ledgers/step_XXXXXX.jsonl`` (a sample of the step's responses, Ledger.to_jsonl)
-``watch.jsonl`` (the reward watch's alerts, when one fired: glassrl.rl.watch)
+``watch.jsonl`` (the reward watch's alerts, when one fired: glassrl.diagnose.training_watch)
 and, when the trainer wrote it, ``environment.json`` (:func:`collect_environment`
 at the start of the run). A ``glassrl dpo`` run (``glassrl.json`` of kind "preference") holds
 ``<loss>_config.yaml`` instead of ``config.yaml`` and ``ledgers/preference.jsonl``, the
@@ -41,7 +41,7 @@ LEDGERS = "ledgers"
 ENVIRONMENT = "environment.json"
 MARKER = "glassrl.json"  # what a supervised trainer's output is (glassrl.supervised)
 PREFERENCE_LEDGERS = "preference.jsonl"  # under ledgers/, written by glassrl dpo
-WATCH = "watch.jsonl"  # the reward watch's alerts, one JSON object a line (glassrl.rl.watch)
+WATCH = "watch.jsonl"  # the reward watch's alerts, one JSON object a line (glassrl.diagnose.training_watch)
 _LEDGER_NAME = re.compile(r"^step_(\d+)\.jsonl$")
 
 
@@ -59,7 +59,7 @@ class RunDir:
     preference_ledgers: list[PreferenceLedger] = field(default_factory=list)  # glassrl dpo's held-out pairs
     alerts: list[dict[str, Any]] = field(
         default_factory=list
-    )  # watch.jsonl: the reward watch's alerts (glassrl.rl.watch)
+    )  # watch.jsonl: the reward watch's alerts (glassrl.diagnose.training_watch)
     _ledgers: dict[int, Ledger] = field(default_factory=dict, repr=False)
 
     def ledger(self, step: int) -> Ledger:

@@ -1,5 +1,5 @@
 """``glassrl audit``: episodes of a run's environment, call format and chat template, sampled by the
-model or a script, and checked (glassrl.rollout.agent.audit holds the checks).
+model or a script, and checked (glassrl.diagnose.episode_audit holds the checks).
 
     audits = audit_run(cfg, episodes=4, script=["<call>calculator 1+2</call>", "3"])
     print("\\n".join(table(audits)))
@@ -16,16 +16,16 @@ from collections.abc import Sequence
 
 import torch
 
+from glassrl.agents import AgentRolloutEngine, HFTurnSampler
 from glassrl.data.datasets import load_prompts
 from glassrl.data.records import PromptRecord
 from glassrl.data.sources import Source, parse_sources
 from glassrl.data.tasks import load_task, parse_task
+from glassrl.diagnose.episode_audit import EpisodeAudit, Recorder, ScriptedTurns, audit_batch
 from glassrl.errors import GlassrlError
 from glassrl.models.loading import load_causal_lm, load_tokenizer
 from glassrl.rl.build import actor_path, environment_maker
 from glassrl.rl.config import TrainConfig, agent_config
-from glassrl.rollout.agent import AgentRolloutEngine, HFTurnSampler
-from glassrl.rollout.agent.audit import EpisodeAudit, Recorder, ScriptedTurns, audit_batch
 from glassrl.rollout.base import SamplingParams
 
 

@@ -41,8 +41,8 @@ from glassrl.run.open import ACTOR, CRITIC, model_in_run
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
 
 if TYPE_CHECKING:
+    from glassrl.agents import Environment
     from glassrl.data.records import PromptRecord
-    from glassrl.rollout.agent import Environment
 
 
 @dataclass
@@ -328,7 +328,7 @@ def environment_maker(cfg: TrainConfig, agent: AgentConfig) -> Callable[[], Envi
     task's, or the user's ``module:function``), else a ToolEnvironment of rollout.agent.tools, else
     the environment of data.train's agentic task. Relative ``file.py`` paths are read from the
     working directory, as data and reward files are. A bad spec fails here, naming its key."""
-    from glassrl.rollout.agent import build_tools, environment_factory, task_environment
+    from glassrl.agents import build_tools, environment_factory, task_environment
 
     try:
         if agent.environment is not None:
@@ -350,7 +350,7 @@ def environment_maker(cfg: TrainConfig, agent: AgentConfig) -> Callable[[], Envi
 
 
 def _tool_environment(specs: list[str], **settings) -> Environment:
-    from glassrl.rollout.agent import ToolEnvironment, build_tools
+    from glassrl.agents import ToolEnvironment, build_tools
 
     return ToolEnvironment(build_tools(specs), **settings)
 
@@ -363,7 +363,7 @@ def rollout_engine(cfg: TrainConfig, model, tokenizer, versions=None):
     ``rollout.stop`` (glassrl.rollout.stops). It keeps its own log-probs (``rollout_logprobs``) when
     an off-policy correction reads them, or when it samples for asynchronous training: ``versions``
     (glassrl.rollout.base.PolicyVersions), whose version it records on each token."""
-    from glassrl.rollout.agent import AgentRolloutEngine, HFTurnSampler
+    from glassrl.agents import AgentRolloutEngine, HFTurnSampler
     from glassrl.rollout.hf import HFRolloutEngine
     from glassrl.rollout.stops import stop_set
 
@@ -402,9 +402,9 @@ def rollout_engine(cfg: TrainConfig, model, tokenizer, versions=None):
 
 def prompt_format(cfg: TrainConfig, tokenizer) -> Callable[[Sequence[PromptRecord]], list[list[int]]] | None:
     """How the run's prompts become token ids when the run is agentic: with the environment's tools
-    rendered in, as the call format writes them (glassrl.rollout.agent.agent_prompt_ids); None for
+    rendered in, as the call format writes them (glassrl.agents.agent_prompt_ids); None for
     a single-turn run (the prompt alone, glassrl.data.formatting.format_prompts)."""
-    from glassrl.rollout.agent import agent_prompt_ids, build_call_format
+    from glassrl.agents import agent_prompt_ids, build_call_format
 
     agent = agent_config(cfg)
     if agent is None:

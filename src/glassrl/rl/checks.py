@@ -323,7 +323,7 @@ def _check_agent(cfg: TrainConfig, written: Set[str] | None) -> None:
             "rollout.agent.tools, or train on an agentic task (data.train = task:tool-add, task:research)"
         )
     if agent.environment is not None and ":" not in agent.environment:
-        from glassrl.rollout.agent.tasks import TASK_ENVIRONMENTS
+        from glassrl.agents.tasks import TASK_ENVIRONMENTS
 
         if agent.environment not in TASK_ENVIRONMENTS:
             valid = ", ".join(TASK_ENVIRONMENTS)

@@ -84,7 +84,7 @@ class DataConfig:
 
 @dataclass
 class AgentConfig:
-    """Multi-turn rollouts with tools (glassrl.rollout.agent, docs/agentic.md): the model writes a turn,
+    """Multi-turn rollouts with tools (glassrl.agents, docs/agentic.md): the model writes a turn,
     the environment answers with an observation that stays in the context (mask False), until a final
     answer, max_turns, or rollout.max_new_tokens."""
 

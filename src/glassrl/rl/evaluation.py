@@ -36,13 +36,13 @@ import math
 import re
 from collections.abc import Callable, Sequence
 
+from glassrl.agents.metrics import tool_use
 from glassrl.data.datasets import MissingField, lookup
 from glassrl.data.records import PromptRecord
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rewards.tasks import TASK_VERIFIERS
 from glassrl.rl.metrics import criterion_means
 from glassrl.rl.phases import reward_requests
-from glassrl.rollout.agent.metrics import tool_use
 from glassrl.rollout.base import SamplingParams
 from glassrl.workers.base import RewardWorker, RolloutWorker
 

@@ -48,6 +48,7 @@ from rich.console import Console
 
 from glassrl.algos.masked import masked_mean
 from glassrl.config import flatten, safe_load, to_dict
+from glassrl.diagnose.training_watch import TrainingWatch, proxy_only_rows
 from glassrl.errors import GlassrlError
 from glassrl.files import DISK_FULL, disk_errors, open_append, replaced
 from glassrl.ledger.compute import from_experience
@@ -93,7 +94,6 @@ from glassrl.rl.phases import Sampled
 from glassrl.rl.prompts import build_prompts
 from glassrl.rl.sampling import AsyncRounds, DynamicSampler
 from glassrl.rl.update import actor_batch, critic_batch, minibatch_plan
-from glassrl.rl.watch import TrainingWatch, proxy_only_rows
 from glassrl.rollout.base import SamplingParams
 from glassrl.rollout.stops import describe as describe_stops
 from glassrl.rollout.stops import saved_generation_config
@@ -169,7 +169,7 @@ class Trainer:
         self.components = self._components()  # what a checkpoint holds, the config first
         self._open_run_dir(resume, progress)  # the lock, then a resume's checkpoint, then the metric sinks
         lg = cfg.logging
-        self.watch = (  # the reward-hacking watch (glassrl.rl.watch)
+        self.watch = (  # the reward-hacking watch (glassrl.diagnose.training_watch)
             TrainingWatch(
                 lg.watch_window, lg.watch_threshold, self.out, self.console, self.counters.step if resume else None
             )
@@ -457,7 +457,7 @@ class Trainer:
             state.save(self.checkpoints, step, self.components)
 
     def _proxy_only_rows(self, step: int, exp: Experience, metrics: dict[str, float]) -> list[tuple[int, int]]:
-        """The ledger sample's responses that an alert points at (glassrl.rl.watch.proxy_only_rows)."""
+        """The ledger sample's responses that an alert points at (glassrl.diagnose.training_watch.proxy_only_rows)."""
         k = min(self.cfg.logging.ledger_samples, len(exp.results))
         proxy = [r.score if r.is_ok else None for r in exp.results[:k]]
         gold = None

@@ -29,11 +29,11 @@ from contextlib import contextmanager
 
 import torch
 
+from glassrl.agents.metrics import turn_metrics
 from glassrl.algos.masked import masked_mean
 from glassrl.algos.off_policy import logprob_mismatch
 from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rl.experience import Experience
-from glassrl.rollout.agent.metrics import turn_metrics
 from glassrl.rollout.base import masked_token_lists
 
 

@@ -11,7 +11,7 @@ score sits on it, as the last valid token) and a gradient: the policy learns
 when to stop. Tokens after EOS are padding (mask False). A response that hit
 ``max_new_tokens`` without EOS has finish reason "length", otherwise "stop".
 
-Multi-turn responses (glassrl.rollout.agent) interleave generated tokens with
+Multi-turn responses (glassrl.agents) interleave generated tokens with
 observation tokens (tool results) that the model did not write. Two masks tell
 them apart: ``response_mask`` is True on generated tokens only (they train);
 ``response_context_mask`` is True on every real response token, generated or

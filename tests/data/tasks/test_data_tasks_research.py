@@ -92,7 +92,7 @@ def test_every_episode_is_solvable(split):
     """Its four pages (one of each kind, in its language), the official one with the true figure on
     the company's site, dated before "today"; the careful agent's query finds every page; the
     official report scores 2.5, the rumour and the forecast 0, the forgotten citation 2.0."""
-    from glassrl.rollout.agent.corpus import Corpus, Page
+    from glassrl.agents.corpus import Corpus, Page
 
     for e in research.episodes(split, 0, 200):
         today = dt.date.fromisoformat(e.today)

@@ -47,7 +47,7 @@ TASKS: dict[str, Task] = {
     arith_verify.NAME: Task(arith_verify.records, arith_verify.record_for_prompt),
     add.NAME: Task(add.records, add.record_for_prompt),
 }
-# Tasks answered over several turns with tools (glassrl.rollout.agent.tasks holds their environments).
+# Tasks answered over several turns with tools (glassrl.agents.tasks holds their environments).
 # Kept apart from TASKS: the default model's tokenizer and SFT mix are built from TASKS' text, and
 # must not change when an agentic task is added.
 AGENTIC_TASKS: dict[str, Task] = {

@@ -253,7 +253,7 @@ def question(episode: Episode) -> str:
 
 def pages(episode: Episode) -> list[dict[str, str]]:
     """The episode's four pages, in the search engine's order: id, url, title, kind, lang, date, text
-    (the fields of glassrl.rollout.agent.corpus.Page)."""
+    (the fields of glassrl.agents.corpus.Page)."""
     e = episode
     c, p, y, k = e.company, e.product, e.year, e.quarter
     released = dt.date(y + e.full_year, *_RELEASE[k]).isoformat()

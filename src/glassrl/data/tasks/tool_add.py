@@ -1,8 +1,8 @@
 """The tool-add task: additions of 3- and 4-digit numbers, with a calculator the model may call.
 
 "4821+975=?" → "5796". Too large for the default model to add in its head (it learnt sums of
-two digits), easy with the ``calculator`` tool (:mod:`glassrl.rollout.agent.calculator`). An
-episode in the tagged call format (:mod:`glassrl.rollout.agent.formats`)::
+two digits), easy with the ``calculator`` tool (:mod:`glassrl.agents.calculator`). An
+episode in the tagged call format (:mod:`glassrl.agents.formats`)::
 
     4821+975=?  <call>calculator 4821+975</call><result>5796</result>5796<|eos|>
     (prompt)    (generated, trains)            (observation)         (generated)

@@ -1,6 +1,6 @@
 """The sandbox's first process: it runs as root (or as the caller) before the user's code.
 
-Not imported by glassrl: :mod:`glassrl.rollout.agent.sandbox` runs this file as a script with
+Not imported by glassrl: :mod:`glassrl.agents.sandbox` runs this file as a script with
 ``python -I -S -B``, inside new network, mount and PID namespaces when the machine allows
 them, so it uses the standard library only. Arguments: one JSON object (see ``sandbox.py``);
 the user's code arrives on stdin; the outcome goes to the file descriptor ``status_fd`` as one JSON line,

@@ -8,11 +8,11 @@ import dataclasses
 
 import torch
 
+from glassrl.agents import AgentRolloutEngine, FunctionTool, ToolEnvironment, task_environment
 from glassrl.data.records import PromptRecord
 from glassrl.data.tasks import load_task
+from glassrl.diagnose.episode_audit import CHECKS, Recorder, ScriptedTurns, audit_batch, table
 from glassrl.models.loading import load_tokenizer
-from glassrl.rollout.agent import AgentRolloutEngine, FunctionTool, ToolEnvironment, task_environment
-from glassrl.rollout.agent.audit import CHECKS, Recorder, ScriptedTurns, audit_batch, table
 from glassrl.rollout.base import SamplingParams
 
 CALL = '<tool_call>{"name": "look", "arguments": {}}</tool_call>'

@@ -13,7 +13,7 @@ An environment is one episode's world. The rollout loop makes a fresh one per re
 
 ``env.tools`` are the tools offered to the model: the loop renders them into the prompt
 (chat template ``tools=``, or the tagged format's description). The calls arrive parsed by the
-call format (:mod:`glassrl.rollout.agent.formats`), so an environment does not depend on how
+call format (:mod:`glassrl.agents.formats`), so an environment does not depend on how
 a model writes a call; one that has no tools can read ``text`` alone (a game, a simulated user).
 
 ``step`` runs in a worker thread, concurrently with the other responses' environments; an
@@ -29,8 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from glassrl.agents.tools import Tool, ToolCall, ToolResult, run_call, tool_map
 from glassrl.data.records import PromptRecord
-from glassrl.rollout.agent.tools import Tool, ToolCall, ToolResult, run_call, tool_map
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class ToolEnvironment:
     """Runs the turn's tool calls and returns their results; a turn without a call is the final answer.
 
     tools:             the tools offered
-    call_timeout_s:    time limit per call (see :func:`~glassrl.rollout.agent.tools.run_call`); above
+    call_timeout_s:    time limit per call (see :func:`~glassrl.agents.tools.run_call`); above
                        the python tool's own wall limit (10 s), so that its message is the sandbox's
     max_calls:         calls run per turn; further ones are answered with an error
     max_result_chars:  a result longer than this is cut (and says so)

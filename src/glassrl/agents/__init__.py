@@ -15,9 +15,9 @@
 docs/agentic.md describes the whole.
 """
 
-from glassrl.rollout.agent.environment import Environment, StepResult, ToolEnvironment
-from glassrl.rollout.agent.formats import HermesFormat, TaggedFormat, build_call_format, supports_tools
-from glassrl.rollout.agent.loop import (
+from glassrl.agents.environment import Environment, StepResult, ToolEnvironment
+from glassrl.agents.formats import HermesFormat, TaggedFormat, build_call_format, supports_tools
+from glassrl.agents.loop import (
     AgentRolloutEngine,
     HFTurnSampler,
     SampledTurn,
@@ -25,9 +25,9 @@ from glassrl.rollout.agent.loop import (
     agent_prompt_ids,
     reward_parts,
 )
-from glassrl.rollout.agent.registry import BUILTIN_TOOLS, build_tool, build_tools
-from glassrl.rollout.agent.tasks import TASK_ENVIRONMENTS, environment_factory, task_environment
-from glassrl.rollout.agent.tools import FunctionTool, Tool, ToolCall, ToolResult, run_call
+from glassrl.agents.registry import BUILTIN_TOOLS, build_tool, build_tools
+from glassrl.agents.tasks import TASK_ENVIRONMENTS, environment_factory, task_environment
+from glassrl.agents.tools import FunctionTool, Tool, ToolCall, ToolResult, run_call
 
 __all__ = [
     "BUILTIN_TOOLS",

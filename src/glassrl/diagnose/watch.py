@@ -1,5 +1,5 @@
 """The reward-hacking watch: early signs that the policy climbs the trained (proxy) reward and not the
-goal, read from the metrics step by step (during training, glassrl.rl.watch; or offline from
+goal, read from the metrics step by step (during training, glassrl.diagnose.training_watch; or offline from
 metrics.jsonl, the report's alerts).
 
     watch = RewardWatch(window=10, threshold=2.0)

@@ -24,7 +24,7 @@ list, dict; a parameter without a default is required).
 (ok / error / timeout) whose text says what was wrong. The limit is enforced on the waiting:
 the call runs in a daemon thread, and a call past its limit is abandoned, not stopped (Python
 cannot stop a thread). A tool whose work must be stopped runs it in a process of its own with
-its own limit, as the ``python`` tool does (:mod:`glassrl.rollout.agent.sandbox`).
+its own limit, as the ``python`` tool does (:mod:`glassrl.agents.sandbox`).
 """
 
 from __future__ import annotations

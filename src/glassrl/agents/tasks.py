@@ -15,13 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from glassrl.agents.corpus import Corpus, OpenPageTool, Page, RankedSearchTool
+from glassrl.agents.environment import Environment, ToolEnvironment
+from glassrl.agents.registry import build_tools, load_attribute
+from glassrl.agents.tools import tool_map
 from glassrl.data.records import PromptRecord
 from glassrl.data.tasks import research, tool_add
 from glassrl.errors import GlassrlError
-from glassrl.rollout.agent.corpus import Corpus, OpenPageTool, Page, RankedSearchTool
-from glassrl.rollout.agent.environment import Environment, ToolEnvironment
-from glassrl.rollout.agent.registry import build_tools, load_attribute
-from glassrl.rollout.agent.tools import tool_map
 
 
 def _tool_add() -> Environment:
@@ -69,7 +69,7 @@ def task_environment(name: str) -> Callable[[], Environment]:
 
 def environment_factory(spec: str, base_dir: str | Path = ".") -> Callable[[], Environment]:
     """A fresh environment per call, from ``spec``: a bundled task's name (tool-add, research) or
-    ``module:attribute`` / ``file.py:attribute`` (:func:`~glassrl.rollout.agent.registry.load_attribute`)
+    ``module:attribute`` / ``file.py:attribute`` (:func:`~glassrl.agents.registry.load_attribute`)
     naming a class or a function that takes no argument and returns an environment. One
     environment is made here, so that a bad spec fails at once (GlassrlError naming it) rather
     than in the middle of a rollout."""

@@ -36,16 +36,16 @@ from typing import Any
 
 import torch
 
+from glassrl.agents.environment import Environment, StepResult
+from glassrl.agents.formats import CallFormat, HermesFormat
+from glassrl.agents.loop import SampledTurn
+from glassrl.agents.tools import ToolCall, schema
 from glassrl.algos.advantages.gae import gae
 from glassrl.algos.aggregation import aggregate
 from glassrl.algos.kl import kl_penalty
 from glassrl.algos.losses import POLICY_LOSSES, PolicyLossParams
 from glassrl.algos.token_rewards import assemble_token_rewards
 from glassrl.data.records import PromptRecord
-from glassrl.rollout.agent.environment import Environment, StepResult
-from glassrl.rollout.agent.formats import CallFormat, HermesFormat
-from glassrl.rollout.agent.loop import SampledTurn
-from glassrl.rollout.agent.tools import ToolCall, schema
 from glassrl.rollout.base import RolloutBatch
 
 CHECKS = {

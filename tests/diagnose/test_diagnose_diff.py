@@ -13,10 +13,10 @@ import torch
 from safetensors.torch import save_file
 
 from glassrl.cli import main
+from glassrl.diagnose.checkpoint_diff import read_safetensors
+from glassrl.diagnose.diff import diff_runs
 from glassrl.errors import GlassrlError
 from glassrl.ledger import RESPONSE_FIELDS, TOKEN_FIELDS, Ledger, ResponseLedger, TokenRow
-from glassrl.report.checkpoint_diff import read_safetensors
-from glassrl.report.diff import diff_runs
 
 
 def _token(i: int, text: str, logprob: float) -> TokenRow:
@@ -172,20 +172,21 @@ def test_not_a_run_is_one_line(tmp_path, capsys):
         diff_runs(a, tmp_path / "nowhere")
 
 
-def test_the_report_of_two_runs_shows_their_first_divergence(tmp_path):
-    from glassrl.report.html import write_run_report
+def test_the_report_of_two_runs_shows_their_first_divergence(tmp_path, capsys):
+    from glassrl.cli import main
 
     a, b = _run(tmp_path / "a"), _run(tmp_path / "b", change={2: {(1, 3): -1.203}})
-    page = write_run_report([a, b], tmp_path / "report.html").read_text(encoding="utf-8")
+    assert main(["report", str(a), str(b), "--out", str(tmp_path / "report.html")]) == 0
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert '<a href="#divergence">first divergence</a>' in page
     assert "first divergence: step 2, phase 3, response 1, token 3 (&#x27;等于&#x27;): logprobs -1.25 vs -1.203" in page
-    one = write_run_report([a], tmp_path / "one.html").read_text(encoding="utf-8")
-    assert 'id="divergence"' not in one
+    assert main(["report", str(a), "--out", str(tmp_path / "one.html")]) == 0
+    assert 'id="divergence"' not in (tmp_path / "one.html").read_text(encoding="utf-8")
 
 
 def test_every_ledger_column_has_a_phase():
+    from glassrl.diagnose.diff import _COLUMN_PHASE
     from glassrl.ledger import RUN_FIELDS
-    from glassrl.report.diff import _COLUMN_PHASE
 
     columns = {*RUN_FIELDS, *RESPONSE_FIELDS, *TOKEN_FIELDS} - {"step", "response_index", "index"}
     assert columns <= _COLUMN_PHASE.keys()

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from glassrl.agents import AgentRolloutEngine, HFTurnSampler, StepResult
 from glassrl.data.records import PromptRecord
 from glassrl.models import load_causal_lm, load_tokenizer, response_logprobs
-from glassrl.rollout.agent import AgentRolloutEngine, HFTurnSampler, StepResult
 from glassrl.rollout.base import SamplingParams
 
 RECORDS = [PromptRecord("请问1+1=2？", source="t#0"), PromptRecord("Is 3+4=8?", source="t#1")]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from glassrl.diagnose.watch import RewardWatch, watch_metrics
 from glassrl.errors import GlassrlError
-from glassrl.report.watch import RewardWatch, watch_metrics
 
 
 def _rows(**series):

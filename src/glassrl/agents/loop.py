@@ -39,11 +39,11 @@ from typing import Literal, Protocol
 
 import torch
 
+from glassrl.agents.environment import Environment, StepResult
+from glassrl.agents.formats import CallFormat, build_call_format
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.models.loading import pad_id
-from glassrl.rollout.agent.environment import Environment, StepResult
-from glassrl.rollout.agent.formats import CallFormat, build_call_format
 from glassrl.rollout.base import (
     ROLE_GENERATED,
     ROLE_OBSERVATION,

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from glassrl.agents.calculator import Calculator, evaluate
+from glassrl.agents.registry import BUILTIN_TOOLS, build_tool, build_tools
+from glassrl.agents.tasks import environment_factory
+from glassrl.agents.tools import FunctionTool, ToolCall, check_arguments, run_call, schema, tool_map
 from glassrl.errors import GlassrlError
-from glassrl.rollout.agent.calculator import Calculator, evaluate
-from glassrl.rollout.agent.registry import BUILTIN_TOOLS, build_tool, build_tools
-from glassrl.rollout.agent.tasks import environment_factory
-from glassrl.rollout.agent.tools import FunctionTool, ToolCall, check_arguments, run_call, schema, tool_map
 
 
 @pytest.mark.parametrize(
@@ -264,8 +264,8 @@ def test_tool_and_environment_files_import_the_modules_beside_them(tmp_path):
     )
     (tmp_path / "user" / "my_env.py").write_text(
         "from glassrl_test_neighbour_31 import twice\n"
-        "from glassrl.rollout.agent.environment import ToolEnvironment\n"
-        "from glassrl.rollout.agent.calculator import Calculator\n"
+        "from glassrl.agents.environment import ToolEnvironment\n"
+        "from glassrl.agents.calculator import Calculator\n"
         "def make():\n"
         "    assert twice('a') == 'aa'\n"
         "    return ToolEnvironment([Calculator()])\n"

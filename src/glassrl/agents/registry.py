@@ -10,7 +10,7 @@
 
 The attribute may be a tool object (has name, description, parameters, call), a class (called
 with no arguments, its instance must be a tool), or a plain function (wrapped in
-:class:`~glassrl.rollout.agent.tools.FunctionTool`). Anything else, a missing file, module or
+:class:`~glassrl.agents.tools.FunctionTool`). Anything else, a missing file, module or
 attribute, or an import that raises, is one GlassrlError naming the spec.
 """
 
@@ -23,11 +23,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from glassrl.agents.calculator import Calculator
+from glassrl.agents.corpus import OpenPageTool, SearchTool
+from glassrl.agents.sandbox import PythonTool
+from glassrl.agents.tools import FunctionTool, Tool, tool_map
 from glassrl.errors import GlassrlError
-from glassrl.rollout.agent.calculator import Calculator
-from glassrl.rollout.agent.corpus import OpenPageTool, SearchTool
-from glassrl.rollout.agent.sandbox import PythonTool
-from glassrl.rollout.agent.tools import FunctionTool, Tool, tool_map
 from glassrl.user_code import import_file
 
 # name -> constructor with no arguments

@@ -392,7 +392,7 @@ class PythonTool:
         if missing:  # at start, where the run is built: model-written code is about to run less contained
             warnings.warn(
                 f"python tool: model-written code runs without {', '.join(missing)} ({iso.note}); "
-                "see glassrl.rollout.agent.sandbox",
+                "see glassrl.agents.sandbox",
                 RuntimeWarning,
                 stacklevel=2,
             )

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from glassrl.agents.calculator import Calculator
+from glassrl.agents.corpus import SearchTool
+from glassrl.agents.formats import HermesFormat, TaggedFormat, build_call_format, supports_tools
+from glassrl.agents.loop import trim_turn
+from glassrl.agents.tools import ToolCall
 from glassrl.data.formatting import format_prompt
 from glassrl.errors import GlassrlError
-from glassrl.rollout.agent.calculator import Calculator
-from glassrl.rollout.agent.corpus import SearchTool
-from glassrl.rollout.agent.formats import HermesFormat, TaggedFormat, build_call_format, supports_tools
-from glassrl.rollout.agent.loop import trim_turn
-from glassrl.rollout.agent.tools import ToolCall
 from glassrl.rollout.stops import StopSet
 
 
@@ -232,7 +232,7 @@ def test_a_template_that_rewrites_tool_output_gets_a_refusal_instead(qwen_tokeni
     output cannot be encoded apart from the template's own tokens: the output is refused."""
     import copy
 
-    from glassrl.rollout.agent.formats import REFUSED
+    from glassrl.agents.formats import REFUSED
 
     tok = copy.deepcopy(qwen_tokenizer)
     tok.chat_template = tok.chat_template.replace("{{- message.content }}", "{{- message.content | trim }}")

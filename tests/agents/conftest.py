@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from glassrl.rollout.agent.loop import SampledTurn, trim_turn
+from glassrl.agents.loop import SampledTurn, trim_turn
 from glassrl.rollout.stops import StopSet
 from helpers import QWEN25_TEMPLATE
 

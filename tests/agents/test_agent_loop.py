@@ -10,10 +10,10 @@ import threading
 import pytest
 import torch
 
+from glassrl.agents import AgentRolloutEngine, StepResult, ToolEnvironment, reward_parts
+from glassrl.agents.calculator import Calculator
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
-from glassrl.rollout.agent import AgentRolloutEngine, StepResult, ToolEnvironment, reward_parts
-from glassrl.rollout.agent.calculator import Calculator
 from glassrl.rollout.base import ROLE_GENERATED, ROLE_OBSERVATION, ROLE_PAD, SamplingParams, concat_rollouts
 
 RECORD = PromptRecord("4821+975=?", "5796", {"sum": 5796}, "t#0")
@@ -240,9 +240,9 @@ def test_max_turns_must_be_positive(tokenizer):
 
 
 def test_the_tool_add_task_end_to_end_with_its_environment_and_verifier(tokenizer, scripted):
+    from glassrl.agents import task_environment
     from glassrl.data.tasks import tool_add
     from glassrl.rewards import NumericVerifier, RewardRequest
-    from glassrl.rollout.agent import task_environment
 
     records = tool_add.records("test", 0, 3)
     engine = AgentRolloutEngine(

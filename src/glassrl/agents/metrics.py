@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-# A tool call's status (glassrl.rollout.agent.tools.ToolResult); each has a tool/calls/<status> rate.
+# A tool call's status (glassrl.agents.tools.ToolResult); each has a tool/calls/<status> rate.
 CALL_STATUSES = ("ok", "error", "timeout")
 
 

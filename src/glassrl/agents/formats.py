@@ -46,10 +46,10 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from glassrl.agents.tools import TOOL_NAME, Tool, ToolCall, schema
 from glassrl.data.formatting import Prompt, format_prompt
 from glassrl.errors import GlassrlError
 from glassrl.jsonl import TooDeep, load_json
-from glassrl.rollout.agent.tools import TOOL_NAME, Tool, ToolCall, schema
 
 _PROBE_TOOL = "glassrl_probe_tool"
 

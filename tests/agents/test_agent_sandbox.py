@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from glassrl.agents import sandbox
+from glassrl.agents.sandbox import Isolation, PythonTool, SandboxLimits, _run, isolation, run_python
 from glassrl.errors import GlassrlError
-from glassrl.rollout.agent import sandbox
-from glassrl.rollout.agent.sandbox import Isolation, PythonTool, SandboxLimits, _run, isolation, run_python
 
 ISO = isolation()
 needs_namespaces = pytest.mark.skipif(not ISO.namespaces, reason=f"no namespaces here: {ISO.note}")

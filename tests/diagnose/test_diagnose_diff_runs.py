@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from glassrl.cli import main
+from glassrl.diagnose.diff import diff_runs
 from glassrl.ledger import read_jsonl
-from glassrl.report.diff import diff_runs
 from helpers import preset_trainer, tiny_run_overrides
 from run_helpers import KillAt, Killed
 

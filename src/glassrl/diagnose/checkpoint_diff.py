@@ -28,7 +28,7 @@ from glassrl.config import flatten
 from glassrl.errors import GlassrlError
 
 # not compared: the manifest (glassrl.run.checkpoint.MANIFEST: times of the save) and the trainer's config
-# part (the run's config.yaml again, compared first by glassrl.report.diff)
+# part (the run's config.yaml again, compared first by glassrl.diagnose.diff)
 SKIPPED = ("manifest.json", "config.json")
 
 # safetensors dtype -> numpy dtype (little-endian); BF16 is read as uint16 and widened

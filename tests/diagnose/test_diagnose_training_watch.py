@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from glassrl.diagnose.training_watch import proxy_only_rows
+from glassrl.diagnose.watch import Alert, RewardWatch
 from glassrl.errors import GlassrlError
-from glassrl.report.watch import Alert, RewardWatch
-from glassrl.rl.watch import proxy_only_rows
 from helpers import preset_trainer
 
 
@@ -55,7 +55,7 @@ def test_bad_watch_settings(fast, override):
 def test_a_resumed_run_replays_its_metrics_and_drops_later_alerts(tmp_path):
     from rich.console import Console
 
-    from glassrl.rl.watch import TrainingWatch
+    from glassrl.diagnose.training_watch import TrainingWatch
 
     rows = [{"step": s, "reward/proxy": 0.1 * s, "reward/gold": 0.5 - 0.01 * s * s} for s in range(1, 13)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

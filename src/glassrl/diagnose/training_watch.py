@@ -1,4 +1,4 @@
-"""The reward-hacking watch of a training run: glassrl.report.watch's rules on every step's metrics.
+"""The reward-hacking watch of a training run: glassrl.diagnose.watch's rules on every step's metrics.
 
 An alert (with ``reward.gold``) or a warning is printed on the console, counted in the step's
 metrics (``watch/alerts``), and appended to ``output_dir/watch.jsonl`` with the ledger rows it points
@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from glassrl.diagnose.watch import GOLD, PROXY, Alert, RewardWatch
 from glassrl.files import open_append
 from glassrl.jsonl import read_utf8
 from glassrl.report.run_dir import METRICS, WATCH, read_metrics
-from glassrl.report.watch import GOLD, PROXY, Alert, RewardWatch
 from glassrl.run.atomic import write_text
 
 

@@ -10,15 +10,15 @@ import re
 import pytest
 import torch
 
+from glassrl.agents import AgentRolloutEngine, run_call, task_environment
+from glassrl.agents.corpus import CORPUS_DIR, Corpus, OpenPageTool, SearchTool, load_pages, terms
+from glassrl.agents.tools import ToolCall, tool_map
 from glassrl.builtin.research_model import opened_kind, scripted_turns
 from glassrl.data.tasks import research
 from glassrl.data.tasks.research import pages
 from glassrl.errors import GlassrlError
 from glassrl.rewards import RewardRequest
 from glassrl.rewards.research import research_rubric
-from glassrl.rollout.agent import AgentRolloutEngine, run_call, task_environment
-from glassrl.rollout.agent.corpus import CORPUS_DIR, Corpus, OpenPageTool, SearchTool, load_pages, terms
-from glassrl.rollout.agent.tools import ToolCall, tool_map
 from glassrl.rollout.base import SamplingParams
 
 

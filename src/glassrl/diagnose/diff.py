@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from glassrl.config import flatten, safe_load
+from glassrl.diagnose.checkpoint_diff import compare_checkpoints, tensor_count
 from glassrl.errors import GlassrlError
 from glassrl.ledger import RESPONSE_FIELDS, RUN_FIELDS, TOKEN_FIELDS, Ledger
-from glassrl.report.checkpoint_diff import compare_checkpoints, tensor_count
 from glassrl.report.run_dir import RunDir, read_run
 
 # The trainer's phase (glassrl.rl.loop, Trainer.step) that computes each ledger column and metric namespace.

@@ -1,13 +1,18 @@
 """`glassrl init-model [--agent [tool-add | research]] [--out DIR] [--seed N] [--force]`: build the
 embedded default model, or a tool-using variant: ``--agent`` (or ``--agent tool-add``) the
 calculator agent (glassrl.builtin.agent_model), ``--agent research`` the research agent of the
-reference dialogue (glassrl.builtin.research_model)."""
+reference dialogue (glassrl.builtin.research_model).
+
+`glassrl init-model --arch qwen2.5-0.5b | qwen3-0.6b [--layers N] [--dtype D] [--out DIR]`: a real-size
+architecture with random weights and Qwen's real tokenizer and chat template (glassrl.builtin.qwen), to
+run every command at the size users train, without a download."""
 
 from __future__ import annotations
 
 import argparse
 
 AGENTS = ("tool-add", "research")
+ARCHS = ("qwen2.5-0.5b", "qwen3-0.6b")  # glassrl.builtin.qwen.ARCHITECTURES (not imported: start-up time)
 HELP = "build the default model (tokenizer + small Llama trained on the bundled task) and cache it"
 
 
@@ -29,6 +34,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seed", type=int, default=0, help="seed of the weights' initialisation and the SFT data order (default 0)"
     )
     parser.add_argument("--force", action="store_true", help="rebuild even if a complete model is already there")
+    parser.add_argument(
+        "--arch",
+        choices=ARCHS,
+        help="instead of a trained bundled model: this real architecture, random weights, Qwen2.5's tokenizer",
+    )
+    parser.add_argument(
+        "--layers", type=int, metavar="N", help="with --arch: N decoder layers (the width and vocabulary kept)"
+    )
+    parser.add_argument(
+        "--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="with --arch: weights' dtype"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
     from glassrl.run.lock import RunLock, sibling_lock_path
 
     console = Console()
+    if args.arch is not None:
+        return _write_arch(args, console)
+    if args.layers is not None:
+        raise GlassrlError("--layers: only with --arch")
     version, ensure = {
         None: (VERSION, ensure_default_model),
         "tool-add": (AGENT_VERSION, ensure_agent_model),
@@ -73,6 +93,40 @@ def run(args: argparse.Namespace) -> int:
         f"  arith-verify train ({train['n']} prompts, greedy): exact {train['exact']:.1%}, "
         f"verdict {train['verdict']:.1%}, format {train['format']:.1%}",
         soft_wrap=True,
+    )
+    return 0
+
+
+def _write_arch(args: argparse.Namespace, console) -> int:
+    """``--arch``: a random-weight model of a real configuration, Qwen2.5's tokenizer beside it."""
+    import json
+    from pathlib import Path
+
+    from glassrl.builtin.qwen import write_qwen_model
+    from glassrl.errors import GlassrlError
+    from glassrl.files import DISK_FULL, disk_errors
+    from glassrl.models.default_model import default_model_dir
+    from glassrl.run.lock import RunLock, sibling_lock_path
+
+    if args.agent is not None:
+        raise GlassrlError("--arch and --agent: choose one")
+    name = args.arch + (f"-{args.layers}l" if args.layers is not None else "") + f"-random-{args.dtype}"
+    out = Path(args.out) if args.out is not None else default_model_dir(name)
+    if (out / "glassrl-arch.json").is_file() and not args.force:
+        console.print(f"{args.arch}: {out} (already written; --force writes it again)", markup=False, soft_wrap=True)
+        return 0
+    if out.exists() and not out.is_dir():
+        raise GlassrlError(f"--out {out}: is a file, not a directory")
+    with disk_errors(f"--out {out}", out, only=DISK_FULL), RunLock(sibling_lock_path(out), f"--out {out}"):
+        path = write_qwen_model(args.arch, out, layers=args.layers, seed=args.seed, dtype=args.dtype)
+    info = json.loads((path / "glassrl-arch.json").read_text(encoding="utf-8"))
+    console.print(f"{args.arch}: {path}", markup=False, soft_wrap=True)
+    console.print(
+        f"  {info['layers']} layers, {info['parameters']:,} parameters, {args.dtype}, random weights (seed "
+        f"{args.seed}); Qwen2.5's tokenizer (151,665 ids, embedding of 151,936 rows) and chat template with tools. "
+        f"Train it with model.actor={path}",
+        soft_wrap=True,
+        markup=False,
     )
     return 0
 

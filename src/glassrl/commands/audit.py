@@ -1,5 +1,8 @@
 """`glassrl audit CONFIG [key=value ...] [--episodes N] [--script FILE] [--chat-template FILE]`: check a
-multi-turn environment, its call format and chat template against the token convention (glassrl.rl.audit)."""
+multi-turn environment, its call format and chat template against the token convention (glassrl.rl.audit).
+
+`glassrl audit --reward CONFIG [key=value ...] [--samples N]`: red-team the run's reward: what it pays for
+responses that do not do the task (glassrl.diagnose.reward_redteam); exit 1 when one earns."""
 
 from __future__ import annotations
 
@@ -28,6 +31,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--chat-template", metavar="FILE", help="Jinja chat template to use instead of the tokenizer's")
     parser.add_argument("--html", metavar="FILE", help="also write the table as an HTML page")
+    parser.add_argument(
+        "--reward",
+        action="store_true",
+        help="red-team the reward instead: score mutations of reference answers (empty, format only, the "
+        "prompt copied, a wrong answer in the right format, padding, ...) and fail when one earns",
+    )
+    parser.add_argument(
+        "--samples", type=int, default=32, metavar="N", help="with --reward: prompts of data.train mutated (default 32)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,6 +70,14 @@ def run(args: argparse.Namespace) -> int:
             raise GlassrlError(f"--chat-template: no file {args.chat_template}")
         template = read_utf8(args.chat_template)
     cfg = load_config(TrainConfig, presets.config_file(args.config), args.overrides)
+    if args.reward:
+        from rich.console import Console
+
+        from glassrl.rl.audit import red_team_config
+
+        report = red_team_config(cfg, samples=args.samples, console=Console(stderr=True))
+        print("\n".join(report.table()))
+        return 0 if report.ok else 1
     audits = audit_run(cfg, episodes=args.episodes, script=script, chat_template=template)
     print("\n".join(table(audits)))
     if args.html:

@@ -4,6 +4,9 @@ model or a script, and checked (glassrl.diagnose.episode_audit holds the checks)
     audits = audit_run(cfg, episodes=4, script=["<call>calculator 1+2</call>", "3"])
     print("\\n".join(table(audits)))
 
+``red_team_config`` is ``glassrl audit --reward``: the run's reward scored on mutations of real responses
+(glassrl.diagnose.reward_redteam), the gold being reward.gold or, for a bundled task, its verifier.
+
 The environment is the run's (rollout.agent.environment, rollout.agent.tools or data.train's agentic
 task: glassrl.rl.build.environment_maker), the prompts the first ``episodes`` of data.train's first
 source, the tokenizer model.actor's (its chat template replaced by ``chat_template`` when given),
@@ -22,9 +25,12 @@ from glassrl.data.records import PromptRecord
 from glassrl.data.sources import Source, parse_sources
 from glassrl.data.tasks import load_task, parse_task
 from glassrl.diagnose.episode_audit import EpisodeAudit, Recorder, ScriptedTurns, audit_batch
+from glassrl.diagnose.reward_redteam import RedTeamReport, Sample, red_team
 from glassrl.errors import GlassrlError
 from glassrl.models.loading import load_causal_lm, load_tokenizer
-from glassrl.rl.build import actor_path, environment_maker
+from glassrl.rewards.base import RewardRequest, RewardResult
+from glassrl.rewards.tasks import TASK_VERIFIERS
+from glassrl.rl.build import actor_path, build_gold, build_reward, environment_maker
 from glassrl.rl.config import TrainConfig, agent_config
 from glassrl.rollout.base import SamplingParams
 
@@ -91,3 +97,43 @@ def _records(cfg: TrainConfig, episodes: int) -> list[PromptRecord]:
     return load_prompts(
         source.path, prompt_key=source.prompt_key, answer_key=source.answer_key, metadata_keys=source.metadata_keys
     )[:episodes]
+
+
+class TaskGold:
+    """The bundled tasks' verifiers as one source: each record judged by its task's (score 1.0 = correct)."""
+
+    name = "task-verifier"
+
+    def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
+        return [TASK_VERIFIERS[r.record.metadata["task"]].score([r])[0] for r in requests]
+
+
+def red_team_config(cfg: TrainConfig, *, samples: int, console=None) -> RedTeamReport:
+    """``glassrl audit --reward``: the first ``samples`` prompts of data.train with their reference answers
+    as the real responses, mutated and scored by reward.sources; the gold is reward.gold, else the bundled
+    task's verifier, else none (every mutation that should earn nothing is then taken as wrong)."""
+    if samples < 1:
+        raise GlassrlError(f"--samples: expected a number >= 1, got {samples}")
+    records = [r for r in _records(cfg, samples) if r.answer]
+    if not records:
+        raise GlassrlError("data.train: no prompt has a reference answer to mutate (data.answer_key)")
+    gold = build_gold(cfg)
+    if gold is None and all(r.metadata.get("task") in TASK_VERIFIERS for r in records):
+        gold = TaskGold()
+    if console is not None:
+        console.print(
+            f"reward red-team: {len(records)} reference answers of data.train, reward.sources "
+            f"({', '.join(s['name'] for s in cfg.reward.sources)}), gold: "
+            + (getattr(gold, "name", "reward.gold") if gold is not None else "none (mutations taken as wrong)"),
+            markup=False,
+            soft_wrap=True,
+        )
+    pool = [Sample(_prompt_text(r), r.answer, r) for r in records]
+    return red_team(build_reward(cfg), gold, pool)
+
+
+def _prompt_text(record: PromptRecord) -> str:
+    """A record's prompt as text: itself, or its chat messages' contents one per line."""
+    if isinstance(record.prompt, str):
+        return record.prompt
+    return "\n".join(str(m.get("content", "")) for m in record.prompt)

@@ -280,10 +280,11 @@ def test_the_python_tool_warns_when_it_runs_code_unsandboxed(monkeypatch):
     fallback = Isolation(namespaces=False, tmp_uid=False, python=ISO.python, note="unshare: Operation not permitted")
     monkeypatch.setattr(sandbox, "isolation", lambda: fallback)
     with pytest.warns(
-        RuntimeWarning, match="without tmp-uid, net, pid, fs, min-root .*unshare: Operation not permitted"
+        RuntimeWarning,
+        match="without tmp-uid, net, pid, ipc, uts, fs, min-root, seccomp, keyring .*unshare: Operation not permitted",
     ):
         PythonTool(FAST)
-    complete = Isolation(namespaces=True, tmp_uid=True, python=ISO.python)
+    complete = Isolation(namespaces=True, tmp_uid=True, python=ISO.python, seccomp=True)
     monkeypatch.setattr(sandbox, "isolation", lambda: complete)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

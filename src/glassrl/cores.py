@@ -4,13 +4,12 @@ A base module: the trainers' ``threads`` (glassrl.models.threads), the worker po
 functions and user tools (glassrl.worker_pool) and the rollout's tool threads (glassrl.rl.build)
 all read it.
 
-The rule (docs/reliability.md, "Counts that become threads or processes"): a count that becomes
-threads or processes is capped where it is read, at the most that can do work at once, and a
-line names the key, the count asked and the cap. For threads and processes that compute, that is
-the usable cores (:func:`usable_cores`): more only wait for each other (issue 14 measured two
-threads on one core making every op as slow as the slower), and an absurd count
-(``threads=1000000``, issue 37) exhausted the machine's threads: the tokenizer's pool panicked
-and the process crashed. A count that is only ever asked for, never an error.
+The rule (docs/reliability.md, "Counts that become threads or processes"): a count of threads or
+processes that compute is capped at the usable cores (:func:`usable_cores`), and the start-up
+line says so; a count of threads that wait is bounded by the work there is. Never an error: more
+than the cores only wait for each other (issue 14 measured two threads sharing a core making
+every op as slow as the slower), and an absurd count (``threads=1000000``, issue 37) exhausted
+the machine's threads: the tokenizer's pool panicked and the process crashed.
 """
 
 from __future__ import annotations
@@ -34,10 +33,3 @@ def _cgroup_quota() -> float | None:
     except (OSError, ValueError):
         return None
     return None if limit == "max" else int(limit) / int(period)
-
-
-def capped(key: str, asked: int, cap: int, why: str) -> tuple[int, str | None]:
-    """(the count to use, the line that says it was capped, or None when ``asked`` <= ``cap``)."""
-    if asked <= cap:
-        return asked, None
-    return cap, f"{key} = {asked}: capped at {cap} ({why})"

@@ -27,7 +27,8 @@ list, dict; a parameter without a default is required).
 (ok / error / timeout) whose text says what was wrong. The limit is enforced on the waiting:
 the call runs in a daemon thread, and a call past its limit is abandoned, not stopped (Python
 cannot stop a thread). A tool whose work must be stopped runs it in a process of its own with
-its own limit, as the ``python`` tool does (:mod:`glassrl.rollout.agent.sandbox`).
+its own limit, as the ``python`` tool does (:mod:`glassrl.rollout.agent.sandbox`) and every user
+tool built from a spec (:class:`glassrl.rollout.agent.registry.WorkerTool`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 outside the sandbox (``outside``) does what the sandbox refuses, so every test can fail.
 
 - a 64 MiB System V shared-memory segment: outside, it outlives the process, the host sees it and
-  a later process reads it back; in the sandbox (an IPC namespace of its own) none of that;
+  a later process reads it back; in the sandbox (an IPC namespace of its own) none of that, and
+  its segments hold at most ``disk_bytes`` in all;
 - a key added to the user key ring: outside, the next process of the uid reads it; in the
   sandbox, never (seccomp refuses the key-ring calls; without seccomp, the uid's ring is emptied
   at the next run's start);
@@ -108,6 +109,26 @@ def test_a_shared_memory_segment_neither_outlives_the_run_nor_reaches_the_host_o
     assert host_segment(key) is None
     assert inside(READ.format(key=key)) == "absent"
     assert {"ipc", "uts"} <= set(run_python("pass", FAST).guarantees)
+
+
+TWO_SEGMENTS = SHM + (
+    "ids = [libc.shmget(KEY + k, 64 << 20, 0o1000 | 0o600) for k in range(2)]\n"
+    "print(*(i >= 0 for i in ids), os.strerror(ctypes.get_errno()) if min(ids) < 0 else '')\n"
+)
+
+
+@needs_namespaces
+def test_shared_memory_in_all_is_bounded_by_the_disk_limit():
+    """A segment is memory no process's RLIMIT_AS counts until attached: the namespace's own
+    shmall keeps it to ``disk_bytes`` (64 MiB) in all."""
+    key = 0x62000000 + os.getpid() % 0xFFFF
+    try:  # control: outside, two 64 MiB segments
+        assert outside(TWO_SEGMENTS.format(key=key)) == "True True"
+    finally:
+        for k in range(2):
+            if (shmid := host_segment(key + k)) is not None:
+                remove_segment(shmid)
+    assert inside(TWO_SEGMENTS.format(key=key)) == "True False No space left on device"
 
 
 @needs_namespaces

@@ -35,6 +35,7 @@ CI; not in an unprivileged container):
   message queues) of its own, destroyed with it: a segment it creates is not the host's, cannot
   be attached by a host process or read by a later run, and does not outlive the run
   unaccounted (issue 37 measured a 64 MiB segment, mode 666, left behind by a run without it);
+  its segments hold at most ``disk_bytes`` in all (the namespace's own ``shmall``);
 - **uts**: a host name of its own (``sandbox``): the host's is not read;
 - **min-root** (with a uid of its own: root could mount the host's disk again): a root of its
   own holding only the system's directories (``/usr``, ``/etc``, ``/bin``, ``/lib*``, ``/sbin``)

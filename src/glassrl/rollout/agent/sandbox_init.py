@@ -17,9 +17,10 @@ Steps, in order:
    directory, so neither their files nor a UNIX socket bound in them (a network namespace
    scopes abstract UNIX sockets, not those) can be reached. Then every mount is remounted
    read-only, keeping its nosuid/nodev/noexec/atime flags, and a fresh tmpfs of
-   ``disk_bytes`` is mounted on the work directory, the one writable place. The mount
-   namespace is private (``unshare --mount``), so none of this is seen outside, and it all
-   vanishes with the namespace. The host name (a UTS namespace of its own) becomes ``sandbox``.
+   ``disk_bytes`` is mounted on the work directory, the one writable place. Before that, the
+   IPC namespace's limits are set (:func:`ipc_limits`: shared memory at most ``disk_bytes``
+   in all). The mount namespace is private (``unshare --mount``), so none of this is seen
+   outside, and it all vanishes with the namespace. The host name (a UTS namespace of its own) becomes ``sandbox``.
 2. ``main.py`` (the user's code) is written into the work directory.
 3. A child is forked; it closes every inherited descriptor above 2, sets the rlimits, drops to
    the sandbox uid (root only), joins a fresh session key ring and, under a sandbox uid, empties
@@ -55,6 +56,7 @@ PR_SET_NO_NEW_PRIVS = 38
 # the interpreter and the system's commands need (merged-/usr links stay links).
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 DEVICES = ("null", "zero", "full", "random", "urandom")
+SHM_SEGMENTS, MSG_QUEUES = 64, 16  # System V IPC objects of the sandbox's own IPC namespace
 # pivot_root(2) has no libc wrapper: its system call number, by os.uname().machine.
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 # keyctl(2) has none either (keyutils' libkeyutils is not the C library).
@@ -195,9 +197,27 @@ def minimal_root(libc, workdir, keep):
     os.rmdir("/.old-root")
 
 
+def ipc_limits(disk_bytes):
+    """The IPC namespace's own limits (its sysctls, written through the new /proc): System V shared
+    memory in all at most ``disk_bytes``, as the work directory (a segment is memory that no
+    process's RLIMIT_AS counts until it is attached), at most SHM_SEGMENTS segments and
+    MSG_QUEUES message queues (each holds up to msgmnb, 16 KiB, of kernel memory)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    values = {
+        "kernel/shmmax": disk_bytes,
+        "kernel/shmall": -(-disk_bytes // page),
+        "kernel/shmmni": SHM_SEGMENTS,
+        "kernel/msgmni": MSG_QUEUES,
+    }
+    for name, value in values.items():
+        with open(f"/proc/sys/{name}", "w") as f:
+            f.write(str(value))
+
+
 def read_only_world(workdir, disk_bytes, uid, keep):
     libc = ctypes.CDLL(None, use_errno=True)
     minimal_root(libc, workdir, keep)
+    ipc_limits(disk_bytes)
     for target, flags in mounts():
         mount(libc, None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None)
     owner = "" if uid is None else f",uid={uid},gid={uid}"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import io
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 
 import torch
 from rich.console import Console
@@ -21,7 +23,7 @@ from glassrl.data.records import PromptRecord
 from glassrl.models.loading import load_tokenizer
 from glassrl.rl.build import environment_maker
 from glassrl.rl.config import TrainConfig, agent_config
-from glassrl.rollout.agent import AgentRolloutEngine, FunctionTool, ToolEnvironment
+from glassrl.rollout.agent import AgentRolloutEngine, FunctionTool, ToolEnvironment, sandbox
 from glassrl.rollout.agent.audit import ScriptedTurns
 from glassrl.rollout.base import SamplingParams
 from glassrl.supervised.sft import SFTConfig, train_sft
@@ -91,3 +93,25 @@ def test_environments_stepped_at_once_never_outnumber_the_episodes(tiny_model_di
         records=records,
     )
     assert len(seen) == 3 and max(seen) <= 3
+
+
+def test_python_sandboxes_at_once_never_outnumber_the_usable_cores(monkeypatch):
+    """rollout.agent.tool_workers × max_calls python calls at once: one sandbox per usable core runs."""
+    monkeypatch.setattr(sandbox, "_running", lru_cache(maxsize=1)(lambda: threading.BoundedSemaphore(1)))
+    running, most, lock = [0], [0], threading.Lock()
+    run = sandbox._run
+
+    def counted(*args):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            return run(*args)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(sandbox, "_run", counted)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: sandbox.run_python("print(1)", sandbox.SandboxLimits(wall_s=20.0)), range(4)))
+    assert [r.stdout for r in results] == ["1\n"] * 4 and most[0] == 1

@@ -88,6 +88,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from glassrl.cores import usable_cores
 from glassrl.errors import GlassrlError
 
 INIT = Path(__file__).with_name("sandbox_init.py")
@@ -248,9 +249,20 @@ def isolation() -> Isolation:
     return Isolation(True, tmp_uid, python, "; ".join(notes), seccomp)
 
 
+@lru_cache(maxsize=1)
+def _running() -> threading.BoundedSemaphore:
+    """One sandbox per usable core at once (glassrl.cores): rollout.agent.tool_workers environments
+    times rollout.agent.max_calls calls each would otherwise start that many at once, each with
+    its own process, memory and CPU limits, and share the cores until every one ran past its wall
+    clock. A run waits for its turn (the wait counts in the tool call's time limit)."""
+    return threading.BoundedSemaphore(usable_cores())
+
+
 def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxResult:
-    """Run ``code`` in the sandbox (module docstring) and wait for it; never raises for the code's sake."""
-    return _run(code, limits, isolation())
+    """Run ``code`` in the sandbox (module docstring) and wait for it; never raises for the code's sake.
+    At most one run per usable core at once (:func:`_running`)."""
+    with _running():
+        return _run(code, limits, isolation())
 
 
 def _run(code: str, limits: SandboxLimits, iso: Isolation) -> SandboxResult:

@@ -253,7 +253,9 @@ def test_concurrent_runs_get_a_uid_each():
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda _: run_python("import os; print(os.getuid())", FAST), range(4)))
+        # _run: past run_python's one run per usable core, so that four do run at once
+        code = "import os, time; print(os.getuid()); time.sleep(1)"
+        results = list(pool.map(lambda _: _run(code, FAST, ISO), range(4)))
     assert all(r.status == "ok" for r in results)
     uids = {int(r.stdout) for r in results}
     assert len(uids) == 4 and all(uid >= 1_000_000 for uid in uids)

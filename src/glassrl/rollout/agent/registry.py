@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -116,11 +117,22 @@ class WorkerTool:
 # ---------------------------------------------------------------- in the worker process
 
 _LOADED: dict[tuple[str, str], Tool] = {}  # (spec, base_dir) -> the tool, made once per worker
+_DIRECTORIES: list[str] = []  # of the tool files loaded: kept on sys.path, which the pool resets per call
 
 
 def _load(spec: str, base_dir: str) -> None:
     if (spec, base_dir) not in _LOADED:
         _LOADED[spec, base_dir] = _as_tool(spec, load_attribute(spec, base_dir))
+        where = spec.rpartition(":")[0]
+        if where.endswith(".py"):
+            _DIRECTORIES.append(str((Path(base_dir) / where).resolve().parent))
+
+
+def _on_path() -> None:
+    """A tool may import its file's neighbours when called, as when it was loaded."""
+    for directory in _DIRECTORIES:
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
 
 
 def _describe(spec: str, base_dir: str) -> dict[str, Any]:
@@ -129,6 +141,7 @@ def _describe(spec: str, base_dir: str) -> dict[str, Any]:
 
 
 def _call(spec: str, base_dir: str, arguments: dict[str, Any]) -> str:
+    _on_path()
     return as_text(str(_LOADED[spec, base_dir].call(arguments)))
 
 

@@ -253,7 +253,9 @@ def test_concurrent_runs_get_a_uid_each():
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda _: run_python("import os; print(os.getuid())", FAST), range(4)))
+        # _run: past run_python's one run per usable core, so that four do run at once
+        code = "import os, time; print(os.getuid()); time.sleep(1)"
+        results = list(pool.map(lambda _: _run(code, FAST, ISO), range(4)))
     assert all(r.status == "ok" for r in results)
     uids = {int(r.stdout) for r in results}
     assert len(uids) == 4 and all(uid >= 1_000_000 for uid in uids)
@@ -280,10 +282,11 @@ def test_the_python_tool_warns_when_it_runs_code_unsandboxed(monkeypatch):
     fallback = Isolation(namespaces=False, tmp_uid=False, python=ISO.python, note="unshare: Operation not permitted")
     monkeypatch.setattr(sandbox, "isolation", lambda: fallback)
     with pytest.warns(
-        RuntimeWarning, match="without tmp-uid, net, pid, fs, min-root .*unshare: Operation not permitted"
+        RuntimeWarning,
+        match="without tmp-uid, net, pid, ipc, uts, fs, min-root, seccomp, keyring .*unshare: Operation not permitted",
     ):
         PythonTool(FAST)
-    complete = Isolation(namespaces=True, tmp_uid=True, python=ISO.python)
+    complete = Isolation(namespaces=True, tmp_uid=True, python=ISO.python, seccomp=True)
     monkeypatch.setattr(sandbox, "isolation", lambda: complete)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -261,6 +261,10 @@ def test_tool_and_environment_files_import_the_modules_beside_them(tmp_path):
         "def double(text: str) -> str:\n"
         "    '''Repeat the text.'''\n"
         "    return twice(text)\n"
+        "def later(text: str) -> str:\n"
+        "    '''Repeat the text, importing the neighbour when called.'''\n"
+        "    from glassrl_test_neighbour_37 import twice as again\n"
+        "    return again(text)\n"
     )
     (tmp_path / "user" / "my_env.py").write_text(
         "from glassrl_test_neighbour_31 import twice\n"
@@ -271,4 +275,8 @@ def test_tool_and_environment_files_import_the_modules_beside_them(tmp_path):
         "    return ToolEnvironment([Calculator()])\n"
     )
     assert build_tool("user/my_tools.py:double", base_dir=tmp_path).call({"text": "ab"}) == "abab"
+    # a neighbour imported only when called, in the one worker (which resets sys.path for each call)
+    (tmp_path / "user" / "glassrl_test_neighbour_37.py").write_text("def twice(text):\n    return text * 2\n")
+    later = build_tool("user/my_tools.py:later", base_dir=tmp_path, processes=1)
+    assert [later.call({"text": t}) for t in ("a", "b")] == ["aa", "bb"]
     assert environment_factory("user/my_env.py:make", base_dir=tmp_path)() is not None

@@ -72,3 +72,18 @@ def test_set_threads_applies_the_choice_and_the_line_says_why():
 def test_usable_cores_and_own_load_are_sane():
     assert 1 <= threads.usable_cores() <= (threads.os.cpu_count() or 1)
     assert threads.own_load() >= 0.0
+
+
+@pytest.mark.parametrize(
+    ("setting", "recorded", "environ", "why"),
+    [
+        (1_000_000, None, {}, "threads = 1000000; capped at the 4 usable cores"),
+        ("auto", None, {"GLASSRL_THREADS": "64"}, "auto: GLASSRL_THREADS=64; capped at the 4 usable cores"),
+        ("auto", None, {"OMP_NUM_THREADS": "5"}, "auto: OMP_NUM_THREADS=5; capped at the 4 usable cores"),
+        ("auto", 16, {}, "auto: recorded by the run in its checkpoint (auto would choose 2 now); capped at the 4"),
+    ],
+)
+def test_a_count_above_the_usable_cores_is_capped_and_the_line_says_so(machine, setting, recorded, environ, why):
+    """issue 37: threads=1000000 started a million OpenMP threads (the tokenizer's pool panicked, a segfault)."""
+    n, text = threads.choose_threads(setting, recorded, environ)
+    assert n == 4 and text.startswith(why)

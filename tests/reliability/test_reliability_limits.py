@@ -13,7 +13,7 @@ from harness import assert_one_error_line
 from glassrl.data.records import PromptRecord
 from glassrl.jsonl import MAX_NESTING
 from glassrl.rewards import RewardRequest, UserFunctionSource
-from glassrl.rewards.timeout import MAX_OUTPUT_BYTES
+from glassrl.worker_pool import MAX_OUTPUT_BYTES
 from helpers import tiny_run_overrides
 
 DEEP = 5000  # yaml and json both raised RecursionError

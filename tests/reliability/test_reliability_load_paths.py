@@ -17,7 +17,7 @@ import glassrl
 PACKAGE = Path(glassrl.__file__).resolve().parent
 # module -> why it may unpickle
 PICKLE_ALLOWED = {
-    "rewards/timeout.py": "the worker unpickles what its own caller sent; the caller reads JSON back",
+    "worker_pool.py": "the worker unpickles what its own caller sent; the caller reads JSON back",
     "run/sharded.py": "DCP's old format, through an unpickler that builds DCP's metadata classes only",
 }
 UNSAFE_YAML = {"load", "unsafe_load", "full_load", "load_all", "unsafe_load_all", "full_load_all"}

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from glassrl.rewards.timeout import WorkerPool, call_with_timeout
+from glassrl.worker_pool import WorkerPool, call_with_timeout
 
 
 @pytest.fixture(scope="module")

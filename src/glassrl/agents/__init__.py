@@ -15,19 +15,44 @@
 docs/agentic.md describes the whole.
 """
 
-from glassrl.agents.environment import Environment, StepResult, ToolEnvironment
-from glassrl.agents.formats import HermesFormat, TaggedFormat, build_call_format, supports_tools
-from glassrl.agents.loop import (
-    AgentRolloutEngine,
-    HFTurnSampler,
-    SampledTurn,
-    TurnSampler,
-    agent_prompt_ids,
-    reward_parts,
-)
-from glassrl.agents.registry import BUILTIN_TOOLS, build_tool, build_tools
-from glassrl.agents.tasks import TASK_ENVIRONMENTS, environment_factory, task_environment
-from glassrl.agents.tools import FunctionTool, Tool, ToolCall, ToolResult, run_call
+import importlib
+
+# name -> the submodule that defines it. Imported on first use (PEP 562), so that importing one
+# submodule does not import them all: a user tool's worker process (glassrl.worker_pool) imports
+# .registry and .tools, and must not pay for .loop's torch.
+_EXPORTS = {
+    "Environment": "environment",
+    "StepResult": "environment",
+    "ToolEnvironment": "environment",
+    "HermesFormat": "formats",
+    "TaggedFormat": "formats",
+    "build_call_format": "formats",
+    "supports_tools": "formats",
+    "AgentRolloutEngine": "loop",
+    "HFTurnSampler": "loop",
+    "SampledTurn": "loop",
+    "TurnSampler": "loop",
+    "agent_prompt_ids": "loop",
+    "reward_parts": "loop",
+    "BUILTIN_TOOLS": "registry",
+    "build_tool": "registry",
+    "build_tools": "registry",
+    "TASK_ENVIRONMENTS": "tasks",
+    "environment_factory": "tasks",
+    "task_environment": "tasks",
+    "FunctionTool": "tools",
+    "Tool": "tools",
+    "ToolCall": "tools",
+    "ToolResult": "tools",
+    "run_call": "tools",
+}
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+
 
 __all__ = [
     "BUILTIN_TOOLS",

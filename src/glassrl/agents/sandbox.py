@@ -31,6 +31,12 @@ CI; not in an unprivileged container):
   the host's abstract UNIX sockets (which belong to a network namespace) are out of reach;
 - **pid**: a new PID namespace with its own ``/proc``: the code sees only its own processes,
   and when it ends the kernel kills all of them;
+- **ipc**: a new IPC namespace: System V shared memory, semaphores and message queues (and POSIX
+  message queues) of its own, destroyed with it: a segment it creates is not the host's, cannot
+  be attached by a host process or read by a later run, and does not outlive the run
+  unaccounted (issue 37 measured a 64 MiB segment, mode 666, left behind by a run without it);
+  its segments hold at most ``disk_bytes`` in all (the namespace's own ``shmall``);
+- **uts**: a host name of its own (``sandbox``): the host's is not read;
 - **min-root** (with a uid of its own: root could mount the host's disk again): a root of its
   own holding only the system's directories (``/usr``, ``/etc``, ``/bin``, ``/lib*``, ``/sbin``)
   and the interpreter's prefix, the device nodes null, zero, full, random, urandom, ``/proc``
@@ -40,6 +46,20 @@ CI; not in an unprivileged container):
   X11, D-Bus, /dev/log, a dev server's socket);
 - **fs** (same condition): every mount of that root is read-only; the work directory is a
   fresh tmpfs of ``disk_bytes`` (total disk use capped), the only writable place.
+
+When libseccomp (``libseccomp.so.2``, the Debian package libseccomp2) loads and the kernel takes
+a filter:
+- **seccomp**: a filter refuses (EPERM) what tool code never needs: the key rings (``keyctl``,
+  ``add_key``, ``request_key``), ``ptrace`` and reading another process's memory, new
+  namespaces (``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*`` flag; ``clone3`` answers
+  ENOSYS so that the C library uses ``clone``): no nested user namespace, whose capabilities
+  would open the kernel's mount and network code to the code), mounts, ``bpf``,
+  ``perf_event_open``, ``userfaultfd``, io_uring and kernel modules (``sandbox_init.DENIED_SYSCALLS``).
+
+Always, besides: the code joins a fresh session key ring, and under a uid of its own that uid's
+user key ring is emptied first; **keyring** holds when seccomp does (no key ring can be reached)
+or the uid is its own (what a run leaves in its uid's key ring, the next run of that uid does not
+find): a key added by one run is never read by the next.
 
 Without namespaces (``isolation().note`` says why), the code can open network connections,
 connect to the host's UNIX sockets, read whatever its uid may (world-readable run directories
@@ -68,6 +88,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from glassrl.cores import usable_cores
 from glassrl.errors import GlassrlError
 
 INIT = Path(__file__).with_name("sandbox_init.py")
@@ -77,10 +98,11 @@ INIT = Path(__file__).with_name("sandbox_init.py")
 UID_BASE = 1_900_000_000
 UID_SLOTS = 1024
 # --mount makes every mount private (util-linux's default propagation); sandbox_init.py mounts /proc.
-UNSHARE_FLAGS = ("--net", "--mount", "--pid", "--fork", "--kill-child")
+UNSHARE_FLAGS = ("--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--kill-child")
 
 Status = Literal["ok", "error", "timeout"]
-GUARANTEES = ("rlimits", "env", "tmpdir", "tmp-uid", "net", "pid", "fs", "min-root")  # what may hold, in order
+# what may hold, in order
+GUARANTEES = ("rlimits", "env", "tmpdir", "tmp-uid", "net", "pid", "ipc", "uts", "fs", "min-root", "seccomp", "keyring")
 
 
 @dataclass(frozen=True)
@@ -111,7 +133,8 @@ class SandboxResult:
     message:    what happened, in words ("exit code 1", "killed by SIGXCPU (CPU time limit)")
     truncated:  stdout or stderr was longer than the limit and was cut
     guarantees: what held for this run, a subset of GUARANTEES ("rlimits", "env", "tmpdir",
-                "tmp-uid", "net", "pid", "fs", "min-root"); see the module docstring
+                "tmp-uid", "net", "pid", "ipc", "uts", "fs", "min-root", "seccomp", "keyring"); see the
+                module docstring
     workdir:    the directory it ran in (already deleted)
     """
 
@@ -128,12 +151,14 @@ class SandboxResult:
 
 @dataclass(frozen=True)
 class Isolation:
-    """What this machine allows: namespaces (net, pid, min-root, fs), a uid of its own (root), and why not."""
+    """What this machine allows: namespaces (net, pid, ipc, uts, min-root, fs), a uid of its own (root),
+    the seccomp filter, and why not."""
 
     namespaces: bool
     tmp_uid: bool
     python: str
     note: str = ""
+    seccomp: bool = False
 
     @property
     def guarantees(self) -> tuple[str, ...]:
@@ -141,10 +166,14 @@ class Isolation:
         if self.tmp_uid:
             out.append("tmp-uid")
         if self.namespaces:
-            out += ["net", "pid"]
+            out += ["net", "pid", "ipc", "uts"]
         if self.namespaces and self.tmp_uid:
             # code running as root could remount the read-only mounts writable, or mount the old root again
             out += ["fs", "min-root"]
+        if self.seccomp:
+            out.append("seccomp")
+        if self.seccomp or self.tmp_uid:
+            out.append("keyring")
         return tuple(out)
 
 
@@ -197,7 +226,8 @@ def _interpreter(for_other_uid: bool) -> str | None:
 
 @lru_cache(maxsize=1)
 def isolation() -> Isolation:
-    """Probe once per process: run ``pass`` in namespaces; fall back, saying why."""
+    """Probe once per process: run ``pass`` under the seccomp filter, then in namespaces; fall back
+    from either, saying why."""
     root = os.geteuid() == 0
     python = _interpreter(for_other_uid=root)
     notes = [] if root else ["not root: the code runs as this process's uid"]
@@ -205,19 +235,34 @@ def isolation() -> Isolation:
         notes.append("no Python interpreter reachable by another uid: the code runs as root")
         python = _interpreter(for_other_uid=False)
     tmp_uid = root and _interpreter(for_other_uid=True) is not None
+    probe = _run("pass", SandboxLimits(wall_s=20.0), Isolation(False, tmp_uid, python, seccomp=True))
+    seccomp = probe.status == "ok"
+    if not seccomp:
+        notes.append(f"no seccomp filter ({probe.message}: {probe.stderr.strip()[-200:]})")
     if shutil.which("unshare") is None:
-        notes.append("no unshare command (util-linux): no network, mount or PID namespace")
-        return Isolation(False, tmp_uid, python, "; ".join(notes))
-    probe = _run("pass", SandboxLimits(wall_s=20.0), Isolation(True, tmp_uid, python))
+        notes.append("no unshare command (util-linux): no network, mount, PID, IPC or UTS namespace")
+        return Isolation(False, tmp_uid, python, "; ".join(notes), seccomp)
+    probe = _run("pass", SandboxLimits(wall_s=20.0), Isolation(True, tmp_uid, python, seccomp=seccomp))
     if probe.status != "ok":
         notes.append(f"namespaces unavailable ({probe.message}: {probe.stderr.strip()[-200:]})")
-        return Isolation(False, tmp_uid, python, "; ".join(notes))
-    return Isolation(True, tmp_uid, python, "; ".join(notes))
+        return Isolation(False, tmp_uid, python, "; ".join(notes), seccomp)
+    return Isolation(True, tmp_uid, python, "; ".join(notes), seccomp)
+
+
+@lru_cache(maxsize=1)
+def _running() -> threading.BoundedSemaphore:
+    """One sandbox per usable core at once (glassrl.cores): rollout.agent.tool_workers environments
+    times rollout.agent.max_calls calls each would otherwise start that many at once, each with
+    its own process, memory and CPU limits, and share the cores until every one ran past its wall
+    clock. A run waits for its turn (the wait counts in the tool call's time limit)."""
+    return threading.BoundedSemaphore(usable_cores())
 
 
 def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxResult:
-    """Run ``code`` in the sandbox (module docstring) and wait for it; never raises for the code's sake."""
-    return _run(code, limits, isolation())
+    """Run ``code`` in the sandbox (module docstring) and wait for it; never raises for the code's sake.
+    At most one run per usable core at once (:func:`_running`)."""
+    with _running():
+        return _run(code, limits, isolation())
 
 
 def _run(code: str, limits: SandboxLimits, iso: Isolation) -> SandboxResult:
@@ -231,6 +276,7 @@ def _run(code: str, limits: SandboxLimits, iso: Isolation) -> SandboxResult:
             "status_fd": status_w,
             "uid": uid,
             "namespaces": iso.namespaces,
+            "seccomp": iso.seccomp,
             "python": iso.python,
             "keep": [str(Path(iso.python).parent.parent)],  # the interpreter's prefix, in the minimal root
             "env": {"PATH": "/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"},

@@ -13,7 +13,10 @@ A tool is any object with
 raise: the environment turns the exception into an observation ("error: calculator:
 ZeroDivisionError: division by zero"), never a crash; so is ``sys.exit`` (SystemExit) or
 KeyboardInterrupt raised inside a tool, which runs in a thread of its own and can stop nothing
-else. Arguments are checked against ``parameters`` before ``call`` (:func:`check_arguments`), so a
+else. A tool that runs its work elsewhere raises :class:`ToolFailed` to give the result a status
+of its own: a user's tool (``module:attribute``, ``file.py:attribute``) runs in a worker process
+(:class:`glassrl.agents.registry.WorkerTool`), where ``os._exit``, a crash or a hang ends
+that worker, and the call is an error or timeout observation. Arguments are checked against ``parameters`` before ``call`` (:func:`check_arguments`), so a
 tool receives only the properties it declares, with the JSON types it declares.
 
 A plain Python function becomes a tool with :class:`FunctionTool`: its name, its docstring's
@@ -24,7 +27,8 @@ list, dict; a parameter without a default is required).
 (ok / error / timeout) whose text says what was wrong. The limit is enforced on the waiting:
 the call runs in a daemon thread, and a call past its limit is abandoned, not stopped (Python
 cannot stop a thread). A tool whose work must be stopped runs it in a process of its own with
-its own limit, as the ``python`` tool does (:mod:`glassrl.agents.sandbox`).
+its own limit, as the ``python`` tool does (:mod:`glassrl.agents.sandbox`) and every user
+tool built from a spec (:class:`glassrl.agents.registry.WorkerTool`).
 """
 
 from __future__ import annotations
@@ -81,6 +85,14 @@ class ToolCall:
     text: str | None = None
     error: str | None = None
     raw: str = ""
+
+
+class ToolFailed(Exception):
+    """A call that ended without an answer, with its status ("error", "timeout") and what happened."""
+
+    def __init__(self, status: Literal["error", "timeout"], message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
 
 
 @dataclass(frozen=True)
@@ -175,6 +187,8 @@ def _call_with_deadline(tool: Tool, arguments: dict[str, Any], timeout_s: float)
     def target() -> None:  # a lone surrogate (a tool's, or one the model wrote in its call) is not text to tokenize
         try:
             box["text"] = as_text(str(tool.call(arguments)))
+        except ToolFailed as err:
+            box["status"], box["error"] = err.status, as_text(err.message)
         except BaseException as err:  # noqa: BLE001 - a tool's failure, sys.exit included, is the model's observation
             box["error"] = as_text(f"{type(err).__name__}: {err}" if str(err) else type(err).__name__)
 
@@ -186,7 +200,7 @@ def _call_with_deadline(tool: Tool, arguments: dict[str, Any], timeout_s: float)
     if thread.is_alive():
         return ToolResult(tool.name, "timeout", f"error: {tool.name}: no answer within {timeout_s:g} s", seconds)
     if "error" in box:
-        return ToolResult(tool.name, "error", f"error: {tool.name}: {box['error']}", seconds)
+        return ToolResult(tool.name, box.get("status", "error"), f"error: {tool.name}: {box['error']}", seconds)
     return ToolResult(tool.name, "ok", box["text"], seconds)
 
 

@@ -185,7 +185,9 @@ How a config is read (`glassrl.config.load_config`):
 - `threads` (every command): intra-op CPU threads. `auto` takes `GLASSRL_THREADS` or
   `OMP_NUM_THREADS` when set, else the cores free now (the cores this process may use minus the
   1-minute load average of other processes, at least 1: `glassrl.models.threads`); a start-up
-  line says the count and why. `glassrl train` records the count in every checkpoint and in
+  line says the count and why. Whatever chose it, a count above the usable cores (the CPU
+  affinity, a cgroup quota) is capped at them, and the line says so (`threads=1000000` started a
+  million threads and crashed: docs/reliability.md). `glassrl train` records the count in every checkpoint and in
   `environment.json`, and `--resume` under `auto` reuses it instead of choosing again. On one
   machine 1 and 2 threads trained the default model and a 10× one to bit-identical metrics and
   weights, but a sum over 4 M floats or a 512×4096×512 matrix product differs in the last bits

@@ -20,6 +20,10 @@ The config key ``threads`` (RL, SFT and reward-model configs) is ``auto`` or a c
    on them (the 1-minute load average minus this process's own recent CPU use), rounded
    to the nearest whole core, at least 1.
 
+Whatever chose it, the count is capped at the usable cores, and the line says so
+(glassrl.cores: ``threads=1000000`` made torch start a million OpenMP threads, the tokenizer's
+pool panicked and the process crashed).
+
 The load average lags (it is a 1-minute moving average) and counts runnable threads, not
 cores used; the choice is made once, when a trainer starts (:func:`set_threads`), and the
 console says which count and why (:func:`startup_line`).
@@ -31,32 +35,16 @@ import math
 import os
 import resource
 import time
-from pathlib import Path
 from typing import Literal
 
 import torch
 
+from glassrl.cores import usable_cores
 from glassrl.errors import GlassrlError
 
 ENV = "GLASSRL_THREADS"
 AUTO = "auto"
 _START = time.monotonic()  # import time: close enough to the process start for the own-load estimate
-
-
-def usable_cores() -> int:
-    """Cores this process may run on: its CPU affinity, capped by a cgroup v2 ``cpu.max`` quota."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    quota = _cgroup_quota()
-    return max(1, min(cores, math.ceil(quota))) if quota is not None else cores
-
-
-def _cgroup_quota() -> float | None:
-    """cgroup v2 ``cpu.max`` as cores ("max" or no file: None)."""
-    try:
-        limit, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
-    except (OSError, ValueError):
-        return None
-    return None if limit == "max" else int(limit) / int(period)
 
 
 def own_load() -> float:
@@ -93,9 +81,18 @@ def auto_threads(environ: dict[str, str] | None = None) -> tuple[int, str]:
 def choose_threads(
     setting: int | Literal["auto"] = AUTO, recorded: int | None = None, environ: dict[str, str] | None = None
 ) -> tuple[int, str]:
-    """(threads, why): the rule of the module docstring. ``setting``: the config's ``threads``;
+    """(threads, why): the rule of the module docstring, capped at the usable cores (glassrl.cores:
+    ``threads=1000000`` exhausted the machine's threads). ``setting``: the config's ``threads``;
     ``recorded``: the count a resumed run recorded (None for a fresh run, or one that recorded none);
     ``why`` is the parenthesis of the start-up line."""
+    threads, why = _choose(setting, recorded, environ)
+    cores = usable_cores()
+    if threads > cores:
+        return cores, f"{why}; capped at the {cores} usable cores: more threads would only wait for each other"
+    return threads, why
+
+
+def _choose(setting: int | Literal["auto"], recorded: int | None, environ: dict[str, str] | None) -> tuple[int, str]:
     if setting != AUTO:
         noted = (
             f"; the run recorded {recorded}: its numbers may differ in the last bits from an unbroken run's"

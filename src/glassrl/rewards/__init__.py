@@ -12,9 +12,9 @@ from glassrl.rewards.math_answer import MathVerifier
 from glassrl.rewards.registry import REWARD_SOURCES, build_combined, build_reward_source
 from glassrl.rewards.reward_model import RewardModelSource
 from glassrl.rewards.rubric import Criterion, RubricSource
-from glassrl.rewards.timeout import CallOutcome, WorkerPool, call_with_timeout, shared_pool
 from glassrl.rewards.user_function import UserFunctionSource
 from glassrl.rewards.verifiers import ArithVerifyVerifier, ExactMatchVerifier, NumericVerifier
+from glassrl.worker_pool import CallOutcome, WorkerPool, call_with_timeout, shared_pool
 
 __all__ = [
     "REWARD_SOURCES",

@@ -16,7 +16,7 @@ enforced by transformers' ``max_time`` stopping criterion, which is checked afte
 every generated token from whatever thread runs it — unlike ``signal.alarm``,
 which works in the main thread only. The judge is our code running a model
 already in memory, so a cooperative deadline suffices (user code, which may hang
-anywhere, runs in a killable process instead: :mod:`glassrl.rewards.timeout`).
+anywhere, runs in a killable process instead: :mod:`glassrl.worker_pool`).
 An answer that had neither ended (EOS) nor reached ``max_new_tokens`` when the
 time ran out is a ``timeout`` result; an answer without a parsable score is an
 ``error`` result carrying the judge's text.
@@ -69,7 +69,7 @@ class JudgeSource:
                 f"{max_score}, {timeout_s}, {max_new_tokens}, {batch_size}"
             )
         # torch and transformers load when a judge is built, so that importing
-        # glassrl.rewards stays torch-free (rewards/timeout.py's user-function worker imports it)
+        # glassrl.rewards stays torch-free (worker_pool.py's user-function worker imports it)
         from glassrl.models import load_causal_lm, load_tokenizer
 
         self.model = load_causal_lm(model_path, dtype=dtype, device=device)

@@ -13,7 +13,7 @@ cannot agree with the majority). An extractor that raises gives that response an
 
 An extractor named by a spec (``"module:function"`` or ``"path/to/file.py:function"``, relative
 to ``base_dir``) is user code from a config: like a user-function reward, it is imported and run
-in an isolated worker (:mod:`glassrl.rewards.timeout`), one call per batch within ``timeout_s``;
+in an isolated worker (:mod:`glassrl.worker_pool`), one call per batch within ``timeout_s``;
 only the answers' text comes back. A callable given directly runs in-process (code you wrote).
 """
 
@@ -24,9 +24,9 @@ from typing import Any
 
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardRequest, RewardResult
-from glassrl.rewards.timeout import default_pool, describe_error
 from glassrl.rewards.user_function import load_callable, load_in_worker, preload, resolve_spec
 from glassrl.rewards.verifiers import extract_last_number
+from glassrl.worker_pool import default_pool, describe_error
 
 AnswerExtractor = Callable[[str], "str | None"]
 
@@ -63,7 +63,7 @@ class MajorityVoteSource:
 
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
         # torch loads on the first vote, so that importing
-        # glassrl.rewards stays torch-free (rewards/timeout.py's user-function worker imports it)
+        # glassrl.rewards stays torch-free (worker_pool.py's user-function worker imports it)
         import torch
 
         from glassrl.algos.shaping import majority_vote

@@ -13,7 +13,7 @@ mathematically (``1/2``, ``0.5`` and ``\\frac{1}{2}`` agree; ``1,234`` is 1234),
 
 math-verify (sympy underneath) can take unbounded time on a pathological expression, and its own
 timeouts use ``signal.alarm`` (main thread only), so each check runs in a reward worker
-(:mod:`glassrl.rewards.timeout`) with math-verify's timeouts off and ``timeout_s`` enforced by
+(:mod:`glassrl.worker_pool`) with math-verify's timeouts off and ``timeout_s`` enforced by
 killing the worker: such a response is a ``timeout`` result.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rewards.styles import ground_truth
-from glassrl.rewards.timeout import default_pool
+from glassrl.worker_pool import default_pool
 
 _IMPORT_TIMEOUT_S = 120.0  # sympy's import is slow on a loaded machine
 

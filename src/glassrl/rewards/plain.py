@@ -3,7 +3,7 @@
 A user's function may return anything: a numpy scalar, a tensor, ``10**400``, NaN, a date or a
 set in its details, or an object built to attack whoever unpickles it. The worker converts the
 value here — inside the worker, under the call's time limit, so a conversion that hangs is the
-call's timeout — into a plain dict that JSON carries (:mod:`glassrl.rewards.timeout`)::
+call's timeout — into a plain dict that JSON carries (:mod:`glassrl.worker_pool`)::
 
     {"status": "ok", "score": float, "process_rewards": [[end, reward], ...], "details": {...}}
     {"status": "error", "message": "..."}

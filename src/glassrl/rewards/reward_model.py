@@ -45,7 +45,7 @@ class RewardModelSource:
         device: str = "auto",
     ) -> None:
         # torch and transformers load when the source is built, so that importing
-        # glassrl.rewards stays torch-free (rewards/timeout.py's user-function worker imports it)
+        # glassrl.rewards stays torch-free (worker_pool.py's user-function worker imports it)
         from glassrl.models import load_scalar_model, load_tokenizer
 
         if max_length < 1 or batch_size < 1:

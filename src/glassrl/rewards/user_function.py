@@ -12,7 +12,7 @@ The function is named by a spec:
 It may be written in glassrl's, TRL's or verl's convention (``style``; see
 :mod:`glassrl.rewards.styles`), detected from its signature when ``style`` is ``auto``.
 
-Isolation (:mod:`glassrl.rewards.timeout`): the module is imported in a worker, never in the
+Isolation (:mod:`glassrl.worker_pool`): the module is imported in a worker, never in the
 trainer, within ``import_timeout_s``; each call runs within ``timeout_s`` (one response, or the
 whole batch for the batched trl style); what the function returns is converted to a plain
 score and JSON-able details inside the worker (:mod:`glassrl.rewards.plain`), and only that
@@ -37,14 +37,14 @@ from glassrl.errors import GlassrlError
 from glassrl.rewards import styles
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rewards.plain import plain_result, result_from_plain
-from glassrl.rewards.timeout import (
+from glassrl.user_code import import_file
+from glassrl.worker_pool import (
     DEFAULT_MEMORY_LIMIT_MB,
     DEFAULT_RECYCLE_AFTER,
     CallOutcome,
     WorkerPool,
     shared_pool,
 )
-from glassrl.user_code import import_file
 
 logger = logging.getLogger(__name__)
 

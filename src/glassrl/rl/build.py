@@ -328,16 +328,20 @@ def environment_maker(cfg: TrainConfig, agent: AgentConfig) -> Callable[[], Envi
     task's, or the user's ``module:function``), else a ToolEnvironment of rollout.agent.tools, else
     the environment of data.train's agentic task. Relative ``file.py`` paths are read from the
     working directory, as data and reward files are. A bad spec fails here, naming its key."""
-    from glassrl.agents import build_tools, environment_factory, task_environment
+    from glassrl.agents import ToolEnvironment, build_tools, environment_factory, task_environment
+    from glassrl.cores import usable_cores
 
     try:
         if agent.environment is not None:
             return environment_factory(agent.environment)
         if agent.tools:
-            build_tools(agent.tools)  # every spec checked now, not in the middle of a rollout
+            # built once, every spec checked now; a user's tool runs in worker processes, one per
+            # environment stepped at once and at most one per usable core (glassrl.cores)
+            processes = max(1, min(agent.tool_workers, usable_cores()))
+            tools = build_tools(agent.tools, call_timeout_s=agent.call_timeout_s, processes=processes)
             return partial(
-                _tool_environment,
-                agent.tools,
+                ToolEnvironment,
+                tools,
                 call_timeout_s=agent.call_timeout_s,
                 max_calls=agent.max_calls,
                 max_result_chars=agent.max_result_chars,
@@ -347,12 +351,6 @@ def environment_maker(cfg: TrainConfig, agent: AgentConfig) -> Callable[[], Envi
         key = "rollout.agent.environment" if agent.environment is not None else "rollout.agent.tools"
         raise GlassrlError(f"{key}: {err}") from None
     return task_environment(agentic_tasks(cfg)[0])
-
-
-def _tool_environment(specs: list[str], **settings) -> Environment:
-    from glassrl.agents import ToolEnvironment, build_tools
-
-    return ToolEnvironment(build_tools(specs), **settings)
 
 
 def rollout_engine(cfg: TrainConfig, model, tokenizer, versions=None):

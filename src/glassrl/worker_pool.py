@@ -1,5 +1,9 @@
 """Run user code in isolated worker processes: a time limit, a memory limit, plain JSON back.
 
+A base module: the reward sources (user reward functions, math-verify, majority vote) and the
+agent's user tools (glassrl.agents.registry) run their calls here, each through a pool of
+its own; a pool's ``role`` ("reward", "tool") names its workers in every message.
+
 What the caller (the trainer) is kept safe from, and how:
 
 - **A call that hangs.** The caller waits on the worker's pipe with a deadline (``poll``, which
@@ -61,6 +65,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from glassrl.cores import usable_cores
+
 # Starting a worker (interpreter start plus glassrl's imports) is not user time; a generous
 # bound only catches a worker that cannot start at all.
 _START_TIMEOUT_S = 120.0
@@ -84,9 +90,9 @@ DEFAULT_RECYCLE_AFTER = 1000
 _HEADER = struct.Struct(">Q")
 # The worker's first act: find glassrl where the caller found it, then serve.
 _BOOTSTRAP = (
-    "import sys; sys.path[:0] = sys.argv[5:]; "
-    "from glassrl.rewards.timeout import _worker_main; "
-    "_worker_main(*map(int, sys.argv[1:5]))"
+    "import sys; sys.path[:0] = sys.argv[6:]; "
+    "from glassrl.worker_pool import _worker_main; "
+    "_worker_main(*map(int, sys.argv[1:5]), sys.argv[5])"
 )
 
 Setup = tuple[Callable[..., Any], Sequence[Any]]
@@ -105,6 +111,18 @@ class CallOutcome:
 
 class _ReplyTooLarge(Exception):
     pass
+
+
+def _ended(code: int | None) -> str:
+    """How a worker ended, from its exit status: "exit code 0", "killed by SIGSEGV"."""
+    if code is None:
+        return "it did not exit"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 # ---------------------------------------------------------------- framing
@@ -213,7 +231,8 @@ class _CappedOutput:
     made a pipe; a thread passes at most ``budget`` bytes on to where ``fd`` pointed (the trainer's
     stream) and drops the rest, saying so once. The worker's loop sets ``budget`` at each call."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, role: str) -> None:
+        self.role = role
         self.target = os.dup(fd)
         read_end, write_end = os.pipe()
         os.dup2(write_end, fd)
@@ -230,11 +249,11 @@ class _CappedOutput:
             if budget >= 0 > self.budget:
                 _write_all(
                     self.target,
-                    f"\n[glassrl: a reward call wrote more than {MAX_OUTPUT_BYTES} bytes here; the rest is dropped]\n".encode(),
+                    f"\n[glassrl: a {self.role} call wrote more than {MAX_OUTPUT_BYTES} bytes here; the rest is dropped]\n".encode(),
                 )
 
 
-def _worker_main(read_fd: int, write_fd: int, lifeline_fd: int, memory_limit_mb: int) -> None:
+def _worker_main(read_fd: int, write_fd: int, lifeline_fd: int, memory_limit_mb: int, role: str) -> None:
     """Worker loop: receive pickled ``(sys.path, setup, call)``, reply to each part with JSON."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _start_reaper(lifeline_fd)
@@ -250,7 +269,7 @@ def _worker_main(read_fd: int, write_fd: int, lifeline_fd: int, memory_limit_mb:
             )
         except (ValueError, OSError):
             pass  # macOS does not enforce RLIMIT_AS; the limit holds on Linux
-    streams = [_CappedOutput(1), _CappedOutput(2)]
+    streams = [_CappedOutput(1, role), _CappedOutput(2, role)]
     _send(write_fd, b'{"status": "ready"}')
     while True:
         try:
@@ -282,14 +301,14 @@ class _Worker:
     closed: bool = False
 
     @classmethod
-    def start(cls, memory_limit_mb: int | None) -> _Worker:
+    def start(cls, memory_limit_mb: int | None, role: str) -> _Worker:
         to_worker_r, to_worker_w = os.pipe()
         from_worker_r, from_worker_w = os.pipe()
         lifeline_r, lifeline_w = os.pipe()
         passed = (to_worker_r, from_worker_w, lifeline_r)
         try:
             process = subprocess.Popen(
-                [sys.executable, "-c", _BOOTSTRAP, *map(str, passed), str(memory_limit_mb or 0), *sys.path],
+                [sys.executable, "-c", _BOOTSTRAP, *map(str, passed), str(memory_limit_mb or 0), role, *sys.path],
                 pass_fds=passed,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group, killed as one
@@ -306,12 +325,12 @@ class _Worker:
             _receive(worker.inbox, time.monotonic() + _START_TIMEOUT_S, 64)
         except TimeoutError:
             worker.kill()
-            raise OSError(f"reward worker did not start within {_START_TIMEOUT_S:g} s") from None
+            raise OSError(f"{role} worker did not start within {_START_TIMEOUT_S:g} s") from None
         except (EOFError, OSError, _ReplyTooLarge):
             code = worker.exit_code()
             worker.kill()
             limit = f" under a memory limit of {memory_limit_mb} MiB" if memory_limit_mb else ""
-            raise OSError(f"reward worker exited while starting{limit} (exit code {code})") from None
+            raise OSError(f"{role} worker exited while starting{limit} (exit code {code})") from None
         return worker
 
     def alive(self) -> bool:
@@ -347,9 +366,17 @@ class WorkerPool:
 
     memory_limit_mb: address-space limit of each worker (RLIMIT_AS); None = no limit
     recycle_after:   calls a worker serves before it is replaced; None = never
+    role:            what the workers run, in messages ("reward worker died (exit code 0)")
     """
 
-    def __init__(self, size: int, *, memory_limit_mb: int | None = None, recycle_after: int | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        *,
+        memory_limit_mb: int | None = None,
+        recycle_after: int | None = None,
+        role: str = "reward",
+    ) -> None:
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
         if memory_limit_mb is not None and memory_limit_mb < 1:
@@ -359,6 +386,7 @@ class WorkerPool:
         self.size = size
         self.memory_limit_mb = memory_limit_mb
         self.recycle_after = recycle_after
+        self.role = role
         # None = a slot whose worker has not been started (or was killed); started on use.
         self._idle: queue.Queue[_Worker | None] = queue.Queue()
         for _ in range(size):
@@ -395,7 +423,7 @@ class WorkerPool:
                 worker = None
             if worker is None:
                 try:
-                    worker = _Worker.start(self.memory_limit_mb)
+                    worker = _Worker.start(self.memory_limit_mb, self.role)
                 except OSError as err:
                     return CallOutcome("error", message=str(err))
                 with self._lock:
@@ -417,7 +445,7 @@ class WorkerPool:
         try:
             _send(worker.outbox, pickle.dumps((list(sys.path), setup, call)))
         except OSError:
-            return CallOutcome("error", message=f"reward worker died (exit code {worker.exit_code()})"), False
+            return CallOutcome("error", message=f"{self.role} worker died ({_ended(worker.exit_code())})"), False
         if setup is not None:
             reply, healthy = self._reply(worker, setup_timeout_s, "setup")
             if reply.status != "ok":
@@ -433,7 +461,9 @@ class WorkerPool:
         except TimeoutError:
             return CallOutcome("timeout", message=f"{prefix}no result after {timeout_s:g} s (worker killed)"), False
         except (EOFError, OSError):
-            return CallOutcome("error", message=f"{prefix}reward worker died (exit code {worker.exit_code()})"), False
+            return CallOutcome(
+                "error", message=f"{prefix}{self.role} worker died ({_ended(worker.exit_code())})"
+            ), False
         except _ReplyTooLarge as err:
             message = f"{prefix}the reply is {err.args[0]} bytes, more than {MAX_REPLY_BYTES}"
             return CallOutcome("error", message=message), False
@@ -448,7 +478,7 @@ class WorkerPool:
                 return CallOutcome("error", message=message, traceback=trace, at=at), True
         except Exception:  # noqa: BLE001 - bytes that are not our reply: someone else wrote to the pipe
             pass
-        return CallOutcome("error", message=f"{prefix}unreadable reply from the reward worker"), False
+        return CallOutcome("error", message=f"{prefix}unreadable reply from the {self.role} worker"), False
 
     def _discard(self, worker: _Worker) -> None:
         worker.kill()
@@ -486,21 +516,25 @@ def _close_all_pools() -> None:
         pool.close()
 
 
-_shared: dict[tuple[int | None, int | None], WorkerPool] = {}
+_shared: dict[tuple[int | None, int | None, str, int], WorkerPool] = {}
 _shared_lock = threading.Lock()
 
 
 def shared_pool(
-    memory_limit_mb: int | None = DEFAULT_MEMORY_LIMIT_MB, recycle_after: int | None = DEFAULT_RECYCLE_AFTER
+    memory_limit_mb: int | None = DEFAULT_MEMORY_LIMIT_MB,
+    recycle_after: int | None = DEFAULT_RECYCLE_AFTER,
+    *,
+    role: str = "reward",
+    size: int | None = None,
 ) -> WorkerPool:
-    """The process-wide pool for these limits (one worker per core, at most 4), shared by the
-    sources that ask for the same limits."""
+    """The process-wide pool for these limits, role and size, shared by the callers that ask for the
+    same. ``size`` None: one worker per usable core (glassrl.cores: the CPU affinity, not every
+    core the machine has), at most 4."""
+    size = min(4, usable_cores()) if size is None else size
     with _shared_lock:
-        key = (memory_limit_mb, recycle_after)
+        key = (memory_limit_mb, recycle_after, role, size)
         if key not in _shared:
-            _shared[key] = WorkerPool(
-                min(4, os.cpu_count() or 1), memory_limit_mb=memory_limit_mb, recycle_after=recycle_after
-            )
+            _shared[key] = WorkerPool(size, memory_limit_mb=memory_limit_mb, recycle_after=recycle_after, role=role)
         return _shared[key]
 
 

@@ -162,7 +162,8 @@ def tiny_research(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.mark.slow  # ~1 min on 2 busy cores: the tiny model's build and two 5-step runs (PPO: 4 of them the critic's warm-up)
+# ~1 min on 2 busy cores: the tiny model's build and two 5-step runs (PPO: 4 of them the critic's warm-up)
+@pytest.mark.slow
 def test_demo_research_trains_both_and_keeps_every_turn_in_the_ledger(tiny_research, tmp_path, capsys):
     out = tmp_path / "demo-research"
     overrides = [

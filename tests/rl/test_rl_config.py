@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,11 @@ from rich.console import Console
 from glassrl import presets
 from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, AdvantageParams
 from glassrl.algos.losses import POLICY_LOSSES, PolicyLossParams
-from glassrl.config import load_config, load_saved_config, print_resolved, to_dict
+from glassrl.config import describe, load_config, load_saved_config, print_resolved, to_dict
 from glassrl.errors import GlassrlError
-from glassrl.rl import config as config_module
 from glassrl.rl.checks import ESTIMATOR_KNOBS, POLICY_LOSS_KNOBS
 from glassrl.rl.config import AlgoConfig, TrainConfig, resolve
+from glassrl.supervised.preference import PreferenceConfig
 from glassrl.supervised.rm import RMConfig
 from glassrl.supervised.sft import SFTConfig
 
@@ -162,27 +161,12 @@ def test_gae_gets_a_critic_and_consistent_options_pass():
     assert not _resolve("algo.kl.placement=none").uses_reference
 
 
-@pytest.mark.parametrize("top", [TrainConfig, SFTConfig, RMConfig])
-def test_every_field_has_a_one_line_comment(top):
-    """Each dataclass field of the three trainers' configs carries a trailing comment (the
-    documentation of its key); its line, or the closing line of a wrapped default, holds it."""
-    classes = [top]
-    seen = set()
-    while classes:
-        cls = classes.pop()
-        if cls in seen:
-            continue
-        seen.add(cls)
-        text = Path(sys.modules[cls.__module__].__file__).read_text(encoding="utf-8").splitlines()
-        start = text.index(f"class {cls.__name__}:")
-        for f in dataclasses.fields(cls):
-            i = next(i for i in range(start, len(text)) if re.match(rf"    {f.name}: ", text[i]))
-            while text[i].rstrip().endswith(("(", "[", "{")):  # wrapped by the formatter
-                i += 1
-            assert "  # " in text[i] or "  # " in text[i + 1], f"{cls.__name__}.{f.name} has no comment"
-            hint = cls.__annotations__[f.name]
-            for name in re.findall(r"[A-Z][A-Za-z]+Config", str(hint)):
-                classes.append(getattr(config_module, name))
+@pytest.mark.parametrize("top", [TrainConfig, SFTConfig, RMConfig, PreferenceConfig])
+def test_every_field_has_its_help(top):
+    """Each field of the trainers' configs, nested sections included, gives its help
+    (glassrl.config.option): the documentation of its key in config show and docs/config.md."""
+    missing = [row.key for row in describe(top) if not row.help]
+    assert not missing, f"no help: {', '.join(missing)}"
 
 
 def test_the_presets_are_found():

@@ -77,7 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--offline",
         action="store_true",
-        help="with --pipeline rlhf: the offline branch instead, SFT → DPO on the same pairs (no reward model, no sampling)",
+        help="with --pipeline rlhf: the offline branch instead, SFT → DPO on the same pairs "
+        "(no reward model, no sampling)",
     )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="more config overrides, e.g. actor_optim.lr=1e-3")
 

@@ -230,7 +230,10 @@ class _CappedOutput:
             if budget >= 0 > self.budget:
                 _write_all(
                     self.target,
-                    f"\n[glassrl: a reward call wrote more than {MAX_OUTPUT_BYTES} bytes here; the rest is dropped]\n".encode(),
+                    (
+                        f"\n[glassrl: a reward call wrote more than {MAX_OUTPUT_BYTES} bytes here; "
+                        "the rest is dropped]\n"
+                    ).encode(),
                 )
 
 

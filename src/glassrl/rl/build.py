@@ -131,8 +131,8 @@ def with_shared_prefix(cfg: TrainConfig, actor: Path, resumed: Path | None = Non
     without padding_free, when the actor's, the reference's and the critic's checkpoints have full
     attention in every layer (a sliding window cannot be kept in the layout's own mask:
     glassrl.models.shared_prefix). Off on a GPU, where it has not been measured since it became one
-    pass, and on Ray, where it has not been measured (``true`` runs it there). ``resumed``: the config.yaml of the run being resumed;
-    one written before model.shared_prefix existed ran padded, and goes on so."""
+    pass, and on Ray, where it has not been measured (``true`` runs it there). ``resumed``: the
+    config.yaml of the run being resumed; one written before model.shared_prefix existed ran padded, and goes on so."""
     import dataclasses
 
     import yaml

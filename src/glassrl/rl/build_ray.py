@@ -62,7 +62,8 @@ from glassrl.rl.build import (
     with_lora,
 )
 from glassrl.rl.checks import max_staleness
-from glassrl.rl.config import RayRoleConfig, RayRolloutConfig, Resolved, TrainConfig
+from glassrl.rl.config import Resolved, TrainConfig
+from glassrl.rl.config_ray import RayRoleConfig, RayRolloutConfig
 from glassrl.rl.loss import actor_forward, critic_forward
 from glassrl.rl.ptx import PtxLoss, PtxTerm
 from glassrl.run import stop

@@ -551,7 +551,8 @@ def _check_ray(cfg: TrainConfig, written: Set[str] | None) -> None:
         fail(
             "rollout.max_staleness",
             cfg.rollout.max_staleness,
-            "samples ahead on rollout ranks of their own, kept in sync with the actor: set ray.rollout.placement: apart",
+            "samples ahead on rollout ranks of their own, kept in sync with the actor: "
+            "set ray.rollout.placement: apart",
         )
     teachers = [i for i, s in enumerate(cfg.reward.sources) if s.get("name") == "teacher"]
     if teachers:

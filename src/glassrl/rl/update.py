@@ -23,15 +23,15 @@ each step's values summed before the non-finite check), the identity in one proc
 (:class:`OneProcess`) and torch.distributed's on a rank (glassrl.workers.data_parallel).
 
 One update, followed from the trainer: Trainer.step (glassrl.rl.loop) runs phase 6 in
-Trainer._update, which builds the plan (:func:`minibatch_plan`) and calls ``workers.critic.update(critic_batch(exp), plan)``, then
-``workers.actor.update(actor_batch(exp), plan)`` (or ``update_on_policy``, which also returns
-phase 3's log-probs and entropy). In one process that is glassrl.workers.local.LocalActor, which
-calls the ``update`` glassrl.rl.build bound for it (:func:`run_updates` with the config's loss:
-glassrl.rl.build.role_update); on Ray, glassrl.workers.ray.RayActor splits the batch and plan
-over the ranks and each rank's glassrl.workers.data_parallel.DataParallelActor calls the same
-function, bound by glassrl.rl.build_ray with its ranks. Here, per mini-batch: the micro-batches'
-forward and backward passes, PPO-ptx's term, the clipped gradient norm, the non-finite check,
-``optimizer.step()``.
+Trainer._update, which builds the plan (:func:`minibatch_plan`) and calls
+``workers.critic.update(critic_batch(exp), plan)``, then ``workers.actor.update(actor_batch(exp),
+plan)`` (or ``update_on_policy``, which also returns phase 3's log-probs and entropy). In one
+process that is glassrl.workers.local.LocalActor, which calls the ``update`` glassrl.rl.build bound
+for it (:func:`run_updates` with the config's loss: glassrl.rl.build.role_update); on Ray,
+glassrl.workers.ray.RayActor splits the batch and plan over the ranks and each rank's
+glassrl.workers.data_parallel.DataParallelActor calls the same function, bound by
+glassrl.rl.build_ray with its ranks. Here, per mini-batch: the micro-batches' forward and backward
+passes, PPO-ptx's term, the clipped gradient norm, the non-finite check, ``optimizer.step()``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ from glassrl.ledger import read_jsonl
 from glassrl.ledger.credit import action_rows, observation_values, turn_credit
 from glassrl.ledger.model import LedgerTurn, ResponseLedger, TokenRow
 from glassrl.models.default_model import RESEARCH_SPEC
-from glassrl.rl.config import TrainConfig, agent_config, resolve
+from glassrl.rl.config import TrainConfig, agent_config
+from glassrl.rl.resolve import resolve
 
 TINY = dataclasses.replace(
     RESEARCH_SPEC,

@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
 
     from glassrl.commands.common import clock, fresh_run_dir, run_explain
     from glassrl.config import load_config, print_resolved
-    from glassrl.rl.config import TrainConfig, resolve
+    from glassrl.rl.config import TrainConfig
+    from glassrl.rl.resolve import resolve
 
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     start = time.perf_counter()

@@ -1,21 +1,18 @@
-"""What ``glassrl train CONFIG`` reads: nested typed dataclasses, and ``resolve()``.
+"""What ``glassrl train CONFIG`` reads: nested typed dataclasses.
 
-    cfg = load_config(TrainConfig, "examples/grpo.yaml", ["algo.clip_high=0.28"])  # validated
-    resolved = resolve(cfg)          # every derived size, checked; GlassrlError naming the key
+    cfg = load_config(TrainConfig, "examples/grpo.yaml", ["algo.clip_high=0.28"])  # checked
+    resolved = resolve(cfg)  # glassrl.rl.resolve: made concrete, every size derived
     print_resolved(resolved, console)
 
-Sizes have units (DESIGN §3: one way to say a batch size):
-- ``batch.prompts_per_step`` prompts per training step (global); each is sampled
-  ``rollout.n`` times, so a step holds ``prompts_per_step × n`` responses;
-- ``batch.mini_batch_prompts`` prompts per optimiser step (× n responses);
-- ``batch.micro_batch_responses`` responses per forward/backward pass (per worker);
-  micro-batches of one mini-batch accumulate gradients.
-Optimiser settings count optimiser steps (``epochs × mini-batches`` per training step).
+Sizes have units (DESIGN §3: one way to say a batch size; glassrl.rl.resolve derives them):
+``batch.prompts_per_step`` prompts per training step (global), each sampled ``rollout.n`` times;
+``batch.mini_batch_prompts`` prompts per optimiser step; ``batch.micro_batch_responses`` responses
+per forward/backward pass (per worker). Optimiser settings count optimiser steps.
 
-Checks (:meth:`TrainConfig.validate` calls glassrl.rl.checks; the loader runs them, and ``resolve`` again): ranges,
-registry names, consistency, and knobs the chosen algorithm ignores (``algo.lam`` under
-GRPO, ``algo.cispo_*`` without CISPO, ``critic_optim.*`` without a critic, ...), each one
-GlassrlError line naming the key and why. The optimiser section (:class:`OptimConfig`) and the
+Checks (:meth:`TrainConfig.validate` calls glassrl.rl.checks; the loader runs them, and ``resolve``
+again; they change nothing): ranges, registry names, consistency, and knobs the chosen algorithm
+ignores (``algo.lam`` under GRPO, ``algo.cispo_*`` without CISPO, ``critic_optim.*`` without a
+critic, ...), each one GlassrlError line naming the key and why. The optimiser section (:class:`OptimConfig`) and the
 top-level ``threads`` (:func:`check_threads`) are shared with the SFT and reward-model configs
 (glassrl.supervised.sft, glassrl.supervised.rm).
 
@@ -32,10 +29,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from glassrl import config_paths
-from glassrl.config import knob_set, option
+from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS
+from glassrl.config import option
+from glassrl.data.tasks import AGENTIC_TASKS, parse_task
 from glassrl.models.lora import LoraConfig
 from glassrl.optim import OptimConfig
-from glassrl.rl.checks import agentic_tasks, check_train_config, uses_critic
+from glassrl.rl.checks import check_train_config
 from glassrl.rl.config_ray import RayConfig, TrainerConfig
 from glassrl.rl.foreign_names import FOREIGN_NAMES
 from glassrl.rollout.base import SamplingParams
@@ -421,6 +420,10 @@ class AlgoConfig:
         None, help="clip scores (after normalisation) to [−score_clip, score_clip]; null = off"
     )
 
+    def uses_critic(self) -> bool:
+        """Whether the advantage estimator reads values V(s_i), i.e. the run trains a critic."""
+        return ADVANTAGE_ESTIMATORS[self.advantage].critic
+
 
 @dataclass
 class BatchConfig:
@@ -547,99 +550,33 @@ class TrainConfig:
 
     def validate(self, written: Set[str] | None = None) -> None:
         """Every check of the config (ranges, registry names, consistency, knobs the chosen algorithm
-        ignores); GlassrlError naming the key. ``written``: the dotted keys the user wrote (the loader
-        passes them), None to judge a knob by its value against the default."""
-        self._sample_apart_when_ahead(written)
+        ignores: glassrl.rl.checks); GlassrlError naming the key. ``written``: the dotted keys the user
+        wrote (the loader passes them), None to judge a knob by its value against the default. It
+        changes nothing: glassrl.rl.resolve makes the config concrete."""
         check_train_config(self, written)
 
-    def _sample_apart_when_ahead(self, written: Set[str] | None) -> None:
-        """On Ray, sampling ahead (rollout.max_staleness >= 1) is done by rollout ranks of their own:
-        there ray.rollout.placement defaults to apart (a placement the user wrote is kept, and
-        checked)."""
-        ahead = self.rollout.max_staleness > 0
-        if self.trainer.backend == "ray" and ahead and not knob_set(self, "ray.rollout.placement", written):
-            self.ray.rollout.placement = "apart"
+    # What settings mean together, read by the checks (which import no config class) and by
+    # glassrl.rl.resolve, which records them once in Resolved.
 
+    def max_staleness(self) -> int:
+        """Policy versions a sampled token may lag: rollout.max_staleness, rollout.overlap (its older
+        form) read as 1."""
+        return 1 if self.rollout.overlap else self.rollout.max_staleness
 
-@dataclass(frozen=True)
-class Resolved:
-    """Every size the trainer uses, derived once from a checked config (see module docstring)."""
+    def rollout_placement(self) -> str:
+        """Where π_θ samples on Ray: ray.rollout.placement, whose default (with_actor) becomes apart when
+        sampling ahead (rollout.max_staleness >= 1): that is done by rollout ranks of their own. A
+        with_actor the user wrote beside sampling ahead is refused (glassrl.rl.checks), so on a
+        checked config this is where it samples."""
+        ahead = self.trainer.backend == "ray" and self.rollout.max_staleness > 0
+        return "apart" if ahead else self.ray.rollout.placement
 
-    cfg: TrainConfig
-    responses_per_step: int  # prompts_per_step × n
-    mini_batch_responses: int  # mini_batch_prompts × n
-    mini_batches_per_epoch: int  # prompts_per_step / mini_batch_prompts
-    grad_accum_steps: int  # mini_batch_responses / micro_batch_responses
-    optimizer_steps_per_step: int  # epochs × mini_batches_per_epoch
-    total_optimizer_steps: int  # steps × optimizer_steps_per_step
-    actor_warmup_steps: int  # training steps of critic-only updates before the actor trains (value warm-up)
-    uses_critic: bool  # the estimator reads values
-    uses_reference: bool  # a KL term needs π_ref
-    norm_length: int  # L of seq-mean-token-sum-norm
-
-    title = "glassrl train: resolved sizes"
-
-    def rows(self) -> list[tuple[str, str, str]]:
-        """(quantity, value, unit) for the resolved table."""
-        c = self.cfg
-        rows = [
-            ("training steps", f"{c.steps}", "steps"),
-            ("prompts per step", f"{c.batch.prompts_per_step}", "prompts, global"),
-            ("samples per prompt (n)", f"{c.rollout.n}", "responses per prompt"),
-            ("responses per step", f"{self.responses_per_step}", "responses, global"),
-            ("mini-batch", f"{c.batch.mini_batch_prompts}", "prompts, per optimiser step"),
-            ("mini-batch", f"{self.mini_batch_responses}", "responses, per optimiser step"),
-            ("mini-batches per epoch", f"{self.mini_batches_per_epoch}", "optimiser steps per epoch"),
-            ("epochs", f"{c.batch.epochs}", "passes over a step's responses"),
-            ("micro-batch", f"{c.batch.micro_batch_responses}", "responses, per micro-batch, per worker"),
-            ("gradient accumulation", f"{self.grad_accum_steps}", "micro-batches per optimiser step"),
-            ("optimiser steps per step", f"{self.optimizer_steps_per_step}", "optimiser steps, per training step"),
-            ("optimiser steps in all", f"{self.total_optimizer_steps}", "optimiser steps, whole run"),
-            ("max response length", f"{c.rollout.max_new_tokens}", "tokens, per response"),
-            ("max prompt length", _prompt_limit_text(c), f"tokens, per prompt; longer: {c.data.overlong_prompts}"),
-            ("advantage estimator", c.algo.advantage, "critic: " + ("yes" if self.uses_critic else "no")),
-            ("policy loss", f"{c.algo.policy_loss} / {c.algo.loss_agg}", "loss / aggregation"),
-            ("KL", _kl_text(c.algo.kl), "placement (estimator, β)"),
-            *c.actor_optim.rows("actor "),
-        ]
-        return rows + (c.critic_optim.rows("critic ") if self.uses_critic else [])
-
-
-def resolve(cfg: TrainConfig) -> Resolved:
-    """Check ``cfg`` (:meth:`TrainConfig.validate`) and derive every size.
-
-    Raises GlassrlError naming the key, its value and the rule it breaks.
-    """
-    cfg.validate()
-    b, n = cfg.batch, cfg.rollout.n
-    mini_responses = b.mini_batch_prompts * n
-    mini_batches = b.prompts_per_step // b.mini_batch_prompts
-    a = cfg.algo
-    return Resolved(
-        cfg=cfg,
-        responses_per_step=b.prompts_per_step * n,
-        mini_batch_responses=mini_responses,
-        mini_batches_per_epoch=mini_batches,
-        grad_accum_steps=mini_responses // b.micro_batch_responses,
-        optimizer_steps_per_step=b.epochs * mini_batches,
-        total_optimizer_steps=cfg.steps * b.epochs * mini_batches,
-        actor_warmup_steps=a.value_warmup_steps,
-        uses_critic=uses_critic(a),
-        uses_reference=a.kl.placement != "none",
-        norm_length=a.norm_length if a.norm_length is not None else cfg.rollout.max_new_tokens,
-    )
-
-
-def _prompt_limit_text(cfg: TrainConfig) -> str:
-    value = cfg.data.max_prompt_tokens
-    return f"auto (positions − {cfg.rollout.max_new_tokens})" if value == "auto" else f"{value}"
-
-
-def _kl_text(kl: KLConfig) -> str:
-    if kl.placement == "none":
-        return "none"
-    beta = f"β={kl.coef:g}" + (f" → target KL {kl.target:g}" if kl.target is not None else "")
-    return f"{kl.placement} ({kl.kind}, {beta})"
+    def agentic_tasks(self) -> list[str]:
+        """The bundled agentic tasks (glassrl.data.tasks.AGENTIC_TASKS) among data.train's sources, in order."""
+        train = self.data.train
+        paths = [train] if isinstance(train, str) else [s.get("path", "") for s in train]
+        refs = [parse_task(p) for p in paths if isinstance(p, str)]
+        return list(dict.fromkeys(r.name for r in refs if r is not None and r.name in AGENTIC_TASKS))
 
 
 def off_policy_correction(algo: AlgoConfig) -> tuple[str, dict[str, float]] | None:
@@ -658,4 +595,4 @@ def agent_config(cfg: TrainConfig) -> AgentConfig | None:
     task (task:tool-add, task:research), the defaults (that task's environment); None = single-turn."""
     if cfg.rollout.agent is not None:
         return cfg.rollout.agent
-    return AgentConfig() if agentic_tasks(cfg) else None
+    return AgentConfig() if cfg.agentic_tasks() else None

@@ -95,7 +95,8 @@ def main() -> None:
 
     print("\ntok/s: per wall second; tok/CPU-s: per CPU second of the process (steadier on a shared machine)")
     print(
-        "| workload | new tokens | generate tok/s | decode tok/s | ratio | generate tok/CPU-s | decode tok/CPU-s | ratio | identical |"
+        "| workload | new tokens | generate tok/s | decode tok/s | ratio "
+        "| generate tok/CPU-s | decode tok/CPU-s | ratio | identical |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     eos, no_stop = stop_set(tokenizer, model.generation_config), StopSet(ids=())

@@ -260,7 +260,8 @@ def main() -> None:
     for n in ours:
         print(f"{n}: rollout: {results[n]['rollout path']}")
     print(
-        f"\n{name}, {steps} steps per run, the first left out; {responses} responses × {new_tokens} tokens per step; seconds per step:"
+        f"\n{name}, {steps} steps per run, the first left out; {responses} responses × {new_tokens} tokens "
+        "per step; seconds per step:"
     )
     print(HEADER)
     for n, s in summaries.items():

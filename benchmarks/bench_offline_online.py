@@ -1,7 +1,7 @@
 """The reference chapter's "Online & Offline RLHF", measured on the bundled task (docs/rlhf.md).
 
-    .venv/bin/python benchmarks/bench_offline_online.py                     # every leg (~15 min on 2 cores at load average 10)
-    .venv/bin/python benchmarks/bench_offline_online.py --legs dpo,grpo     # some of them
+    .venv/bin/python benchmarks/bench_offline_online.py                 # every leg (~15 min, 2 cores, load 10)
+    .venv/bin/python benchmarks/bench_offline_online.py --legs dpo,grpo # some of them
 
 From the same SFT policy (the embedded default model) and on the same bundled data, each leg
 trains with glassrl's own trainer, then every final policy is measured the same way

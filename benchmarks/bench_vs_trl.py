@@ -31,7 +31,8 @@ What it does:
 Timing: wall time between the ends of consecutive optimiser steps, the first step left out
 (warm-up): each library's whole step (generation, reward, log-probs, update, its own logging).
 "CPU s per step" is the worker's CPU time (all its threads) per step: steadier than wall time on
-a shared machine, and with one thread the work itself. Peak RSS is the worker process's VmHWM (model, reference model, optimiser, libraries).
+a shared machine, and with one thread the work itself. Peak RSS is the worker process's VmHWM
+(model, reference model, optimiser, libraries).
 glassrl writes no ledger, checkpoint or report here (TRL's run writes none either).
 The load average is printed before and after: figures taken on a shared machine are noise
 beyond what its load explains.
@@ -151,7 +152,10 @@ def ensure_trl_venv(venv: Path) -> Path:
 
     want = {"trl": TRL_VERSION, "torch": TORCH_VERSION, "transformers": transformers.__version__}
     python = venv / "bin" / "python"
-    probe = "import json, trl, torch, transformers; print(json.dumps({m.__name__: m.__version__.split('+')[0] for m in (trl, torch, transformers)}))"
+    probe = (
+        "import json, trl, torch, transformers; "
+        "print(json.dumps({m.__name__: m.__version__.split('+')[0] for m in (trl, torch, transformers)}))"
+    )
     if python.is_file():
         found = subprocess.run([python, "-c", probe], capture_output=True, text=True)
         if found.returncode == 0 and json.loads(found.stdout.strip().splitlines()[-1]) == want:
@@ -396,7 +400,8 @@ def main() -> None:
         "--models",
         default=None,
         help="comma-separated, of: default (the embedded model), large (10x, trained by the same recipe),\n"
-        "large-random (10x, random weights: max-length responses, no reward)\n(default: default,large; --quick: default)",
+        "large-random (10x, random weights: max-length responses, no reward)\n"
+        "(default: default,large; --quick: default)",
     )
     p.add_argument("--threads", type=int, help="intra-op threads of both sides (default: glassrl's choice)")
     p.add_argument("--pairs", type=int, default=1, help="glassrl/TRL runs per model, alternating; medians reported")
@@ -405,7 +410,8 @@ def main() -> None:
     p.add_argument("--trl-venv", default=str(Path.home() / ".cache" / "glassrl" / "bench-trl-venv"))
     p.add_argument(
         "--trl-python",
-        help="run TRL's side with this interpreter (trl importable there) instead of --trl-venv: a GPU machine without pip",
+        help="run TRL's side with this interpreter (trl importable there) instead of --trl-venv: "
+        "a GPU machine without pip",
     )
     p.add_argument("--bf16", action="store_true", help="bf16 autocast on both sides (fp32 master weights)")
     p.add_argument(

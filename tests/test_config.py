@@ -14,6 +14,7 @@ from glassrl.config import (
     knob_set,
     load_config,
     load_saved_config,
+    option,
     to_dict,
     type_text,
     value_text,
@@ -55,7 +56,8 @@ def test_unknown_key_lists_valid_keys(tmp_path):
     path.write_text("optim:\n  lrr: 1\n")
     with pytest.raises(
         GlassrlError,
-        match=r"c.yaml: unknown key optim.lrr \(did you mean optim.lr\?\); valid keys here: optim.lr, optim.warmup_steps",
+        match=r"c.yaml: unknown key optim.lrr \(did you mean optim.lr\?\); "
+        r"valid keys here: optim.lr, optim.warmup_steps",
     ):
         load_config(Cfg, path)
 
@@ -206,20 +208,27 @@ def test_flatten():
 class Documented:
     """A docstring is not a field's help."""
 
-    lr: float = 1e-3  # peak learning rate
-    mode: Literal["fast", "slow"] = "fast"  # how to go: a comment inside the parentheses that ruff wraps a long line in
-    optim: Optim | None = None  # the optimiser; null = none
+    lr: float = option(1e-3, help="peak learning rate")
+    mode: Literal["fast", "slow"] = option(
+        "fast",
+        help="how to go: a help too long for one line is written as strings side by side, which Python joins into one",
+    )
+    optim: Optim | None = option(None, help="the optimiser; null = none")
     undocumented: int = 0
     title = "not a field"  # a class attribute
+    given: list[int] = option(factory=lambda: [1], help="a mutable default, made by a factory")
 
 
-def test_field_help_is_the_comment_on_the_fields_lines():
+def test_field_help_is_each_options_help():
     assert field_help(Documented) == {
         "lr": "peak learning rate",
-        "mode": "how to go: a comment inside the parentheses that ruff wraps a long line in",
+        "mode": "how to go: a help too long for one line is written as strings side by side, "
+        "which Python joins into one",
         "optim": "the optimiser; null = none",
         "undocumented": "",
+        "given": "a mutable default, made by a factory",
     }
+    assert Documented().given == [1] and Documented().given is not Documented().given
 
 
 def test_describe_lists_every_option_with_type_value_and_help():
@@ -231,6 +240,7 @@ def test_describe_lists_every_option_with_type_value_and_help():
         Option("optim.lr", "float", "0.0001", "", False),  # what optim=true would give
         Option("optim.warmup_steps", "int", "0", "", False),
         Option("undocumented", "int", "0", "", False),
+        Option("given", "list[int]", "[1]", "a mutable default, made by a factory", False),
     ]
     given = describe(Documented, Documented(lr=0.5, optim=Optim(warmup_steps=3)))
     assert [(r.key, r.value) for r in given if r.key in ("lr", "optim", "optim.warmup_steps")] == [

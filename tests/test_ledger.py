@@ -281,7 +281,7 @@ def test_columns_and_fmt():
     assert set(TOKEN_FIELDS) >= {"values", "returns", "whitened_advantages", "response_mask"}
 
 
-# ---------------------------------------------------------------- phases 4 and 5 (the trainer's and explain's one sequence)
+# -------------------------------------------------------- phases 4 and 5 (the trainer's and explain's one sequence)
 
 
 def test_token_rewards_and_credit_by_hand():

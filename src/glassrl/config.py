@@ -24,27 +24,21 @@
   directory of its file (the working directory without one), the keys the command line set and
   whether the file is a run's own config.yaml, before it is checked, to make the paths that are
   relative to the config file absolute (TrainConfig: glassrl.config_paths).
-- Each field's help is the comment on its own line(s) in the class body
-  (:func:`field_help`); :func:`describe` lists every option with its type, default
-  and help (``glassrl config show``, docs/config.md).
+- Each field's help is given with its default: ``lr: float = option(1e-3, help="peak learning
+  rate")`` (:func:`option`, read back by :func:`field_help`); :func:`describe` lists every option
+  with its type, default and help (``glassrl config show``, docs/config.md).
 - ``to_dict(cfg)`` gives plain data for writing the resolved config next to a run;
   :func:`load_saved_config` reads such a file back.
 """
 
 from __future__ import annotations
 
-import ast
 import copy
 import dataclasses
 import difflib
-import functools
-import inspect
-import io
 import math
 import re
 import sys
-import textwrap
-import tokenize
 import types
 import typing
 from collections.abc import Set
@@ -198,25 +192,16 @@ def _describe(cls: type, values: Any, prefix: str) -> list[Option]:
     return rows
 
 
-@functools.cache
+def option(default: Any = dataclasses.MISSING, *, help: str, factory: Any = dataclasses.MISSING) -> Any:
+    """A config field with its help, the text ``glassrl config show`` and docs/config.md give it:
+    ``dataclasses.field`` with ``default`` (or ``factory``, for a mutable default) and the help in its
+    metadata (:func:`field_help`)."""
+    return dataclasses.field(default=default, default_factory=factory, metadata={"help": help})
+
+
 def field_help(cls: type) -> dict[str, str]:
-    """{field name: help}: the comment on each field's own line(s) in the class body (a value
-    ruff wraps in parentheses keeps its comment inside them); "" for a field without one."""
-    try:
-        source = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):  # no source (a class built at run time)
-        return {}
-    comments = {
-        tok.start[0]: tok.string.lstrip("#").strip()
-        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
-        if tok.type == tokenize.COMMENT
-    }
-    body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
-    return {
-        node.target.id: " ".join(comments[n] for n in range(node.lineno, node.end_lineno + 1) if n in comments)
-        for node in body
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-    }
+    """{field name: help}: what each field's :func:`option` gives; "" for a field without one."""
+    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
 
 
 def type_text(hint: Any) -> str:

@@ -10,7 +10,8 @@
   ``path``), which are usually an earlier run's ``output_dir`` — is the working directory's.
 
 ``glassrl sft``, ``rm`` and ``dpo`` follow the same rule for their ``data`` and ``eval_data``
-(:func:`anchor_data`). ``TrainConfig.anchor_paths`` makes the first kind absolute when the config file names them, so that
+(:func:`anchor_data`). ``TrainConfig.anchor_paths`` makes the first kind absolute when the config
+file names them, so that
 the run's config.yaml, and a resume from it, read the same files from anywhere; a path from the
 command line, and one in a run's own config.yaml (runs before this rule recorded them as given),
 stays relative: the working directory's. "No such file" errors name the path they looked for.

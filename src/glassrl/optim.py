@@ -38,7 +38,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from glassrl.config import at_least, fail
+from glassrl.config import at_least, fail, option
 from glassrl.errors import GlassrlError
 
 
@@ -46,17 +46,21 @@ from glassrl.errors import GlassrlError
 class OptimConfig:
     """The optimiser section of every trainer (RL actor and critic, SFT, reward model)."""
 
-    lr: float = 1e-5  # peak learning rate of AdamW
-    warmup_steps: int = 0  # linear warm-up, in optimiser steps
-    warmup_ratio: float | None = (
-        None  # warm-up as a fraction of all optimiser steps, ceil(ratio × total) (TRL's warmup_ratio); null = warmup_steps
+    lr: float = option(1e-5, help="peak learning rate of AdamW")
+    warmup_steps: int = option(0, help="linear warm-up, in optimiser steps")
+    warmup_ratio: float | None = option(
+        None,
+        help=(
+            "warm-up as a fraction of all optimiser steps, ceil(ratio × total) (TRL's warmup_ratio); null = "
+            "warmup_steps"
+        ),
     )
-    decay: Literal["cosine", "linear", "constant"] = (
-        "constant"  # after warm-up: cosine or linear (TRL's default) to 0 at the last optimiser step, or constant
+    decay: Literal["cosine", "linear", "constant"] = option(
+        "constant", help="after warm-up: cosine or linear (TRL's default) to 0 at the last optimiser step, or constant"
     )
-    weight_decay: float = 0.0  # AdamW weight decay on matrices (not on norms and biases)
-    grad_clip: float | None = (
-        1.0  # clip the global gradient norm to this; null = no clipping (the norm is still logged)
+    weight_decay: float = option(0.0, help="AdamW weight decay on matrices (not on norms and biases)")
+    grad_clip: float | None = option(
+        1.0, help="clip the global gradient norm to this; null = no clipping (the norm is still logged)"
     )
 
     def check(self, prefix: str) -> None:
@@ -141,7 +145,10 @@ def optimizer_path(optimizer: torch.optim.Optimizer) -> str:
     params = [p for group in optimizer.param_groups for p in group["params"]]
     if any(p.is_cuda for p in params):
         kinds = sorted({type(p).__name__ for p in params if type(p) is not torch.nn.Parameter or not p.is_cuda})
-        return f"AdamW, torch's default kernel; the fused one needs plain CUDA parameters, these are also {', '.join(kinds)}"
+        return (
+            "AdamW, torch's default kernel; the fused one needs plain CUDA parameters, "
+            f"these are also {', '.join(kinds)}"
+        )
     return "AdamW, one tensor at a time (torch's default on CPU)"
 
 

@@ -249,7 +249,10 @@ class _CappedOutput:
             if budget >= 0 > self.budget:
                 _write_all(
                     self.target,
-                    f"\n[glassrl: a {self.role} call wrote more than {MAX_OUTPUT_BYTES} bytes here; the rest is dropped]\n".encode(),
+                    (
+                        f"\n[glassrl: a {self.role} call wrote more than {MAX_OUTPUT_BYTES} bytes here; "
+                        "the rest is dropped]\n"
+                    ).encode(),
                 )
 
 

@@ -222,7 +222,10 @@ def test_fork_bomb_stops_at_the_process_limit_and_leaves_nothing():
 
 def test_timeout_kills_the_process_group_and_leaves_nothing():
     marker = 800000 + os.getpid() % 99999
-    code = f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\nimport time\ntime.sleep(60)"
+    code = (
+        f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
+        "import time\ntime.sleep(60)"
+    )
     result = run_python(code, SandboxLimits(wall_s=2.0))
     assert result.status == "timeout" and result.exit_code is None
     alive = subprocess.run(["pgrep", "-f", f"^sleep {marker}$"], capture_output=True, text=True).stdout

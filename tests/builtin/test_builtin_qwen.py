@@ -120,9 +120,9 @@ def test_the_chat_template_renders_qwen2_5_s_chatml(qwen):
         ],
         tokenize=False,
     )
-    assert (
-        plain
-        == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n"
+    assert plain == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+        "<|im_start|>assistant\nhello<|im_end|>\n"
     )
     default = qwen.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
     assert (
@@ -140,8 +140,10 @@ def test_the_chat_template_renders_qwen2_5_s_chatml(qwen):
     assert qwen.apply_chat_template(conversation, tools=TOOLS, tokenize=False) == (
         f"<|im_start|>system\n{DEFAULT_SYSTEM}{TOOLS_SYSTEM}"
         "<|im_start|>user\n巴黎天气?<|im_end|>\n"
-        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "巴黎"}}\n</tool_call><|im_end|>\n'
-        '<|im_start|>user\n<tool_response>\n{"temp": 20}\n</tool_response>\n<tool_response>\nsunny\n</tool_response><|im_end|>\n'
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "巴黎"}}\n'
+        "</tool_call><|im_end|>\n"
+        '<|im_start|>user\n<tool_response>\n{"temp": 20}\n</tool_response>\n'
+        "<tool_response>\nsunny\n</tool_response><|im_end|>\n"
         "<|im_start|>assistant\n20 °C, sunny.<|im_end|>\n"
     )
     # text before a call, and two calls in one turn
@@ -203,3 +205,50 @@ def test_init_model_writes_a_reduced_depth_model_that_generates(tmp_path):
         timeout=600,
     )
     assert again.returncode == 0 and "already written" in again.stdout
+
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "hi"}],
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "1+1?"},
+        {"role": "assistant", "content": "2"},
+    ],
+    [
+        {"role": "user", "content": "巴黎天气?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "w", "arguments": {"c": "巴黎"}}}],
+        },
+        {"role": "tool", "content": '{"temp": 20}'},
+        {"role": "tool", "content": "sunny"},
+        {"role": "assistant", "content": "20 °C."},
+        {"role": "user", "content": "and tomorrow?"},
+    ],
+    [
+        {"role": "system", "content": "You call tools."},
+        {"role": "user", "content": "x"},
+        {
+            "role": "assistant",
+            "content": "Two calls.",
+            "tool_calls": [{"name": "w", "arguments": {"c": 1}}, {"name": "v", "arguments": {}}],
+        },
+        {"role": "tool", "content": "a"},
+    ],
+]
+
+
+@pytest.mark.parametrize("conversation", CONVERSATIONS)
+@pytest.mark.parametrize("with_tools", [False, True])
+def test_the_template_renders_as_qwen2_5_s_published_one(qwen, conversation, with_tools):
+    """Our template against Qwen2.5-Instruct's own (tests/helpers.QWEN25_TEMPLATE, from its
+    tokenizer_config.json): the same text for every conversation, with and without tools."""
+    from helpers import QWEN25_TEMPLATE
+
+    kwargs = {"tools": TOOLS} if with_tools else {}
+    ours = qwen.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True, **kwargs)
+    published = qwen.apply_chat_template(
+        conversation, tokenize=False, add_generation_prompt=True, chat_template=QWEN25_TEMPLATE, **kwargs
+    )
+    assert ours == published

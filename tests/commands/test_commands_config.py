@@ -24,7 +24,7 @@ def test_docs_config_md_is_generated_from_the_dataclasses():
 @pytest.mark.parametrize("command", list(CONFIGS))
 def test_every_option_has_a_one_line_help(command):
     missing = [row.key for row in describe(config_class(command)) if not row.help.strip()]
-    assert not missing, f"give these fields a comment on their line: {missing}"
+    assert not missing, f"give these fields their help, option(default, help=...): {missing}"
 
 
 def test_show_prints_every_option_with_a_presets_values(capsys):
@@ -37,6 +37,14 @@ def test_show_prints_every_option_with_a_presets_values(capsys):
     assert cells == ["steps", "int", "60", "100", "training steps (each: generate, score, advantages, update)"]
     cells = [c.strip() for c in lines["algo.kl.coef"].split("│")[1:-1]]
     assert cells[:4] == ["algo.kl.coef", "float", "0.001", ""]
+
+
+def test_show_gives_the_placement_the_run_takes(capsys):
+    """Sampling ahead on Ray samples apart unless the placement is written (glassrl.rl.resolve): the
+    value shown is where π_θ samples, beside the default it differs from."""
+    assert main(["config", "show", "grpo", "trainer.backend=ray", "rollout.max_staleness=1"]) == 0
+    lines = {line.split("│")[1].strip(): line for line in capsys.readouterr().out.splitlines() if "│" in line}
+    assert [c.strip() for c in lines["ray.rollout.placement"].split("│")[1:-1]][2:4] == ["apart", "with_actor"]
 
 
 def test_show_without_a_config_prints_the_defaults_and_knows_sft_and_rm(capsys):

@@ -27,7 +27,8 @@ from glassrl.ledger import read_jsonl
 from glassrl.ledger.credit import action_rows, observation_values, turn_credit
 from glassrl.ledger.model import LedgerTurn, ResponseLedger, TokenRow
 from glassrl.models.default_model import RESEARCH_SPEC
-from glassrl.rl.config import TrainConfig, agent_config, resolve
+from glassrl.rl.config import TrainConfig, agent_config
+from glassrl.rl.resolve import resolve
 
 TINY = dataclasses.replace(
     RESEARCH_SPEC,
@@ -162,7 +163,8 @@ def tiny_research(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.mark.slow  # ~1 min on 2 busy cores: the tiny model's build and two 5-step runs (PPO: 4 of them the critic's warm-up)
+# ~1 min on 2 busy cores: the tiny model's build and two 5-step runs (PPO: 4 of them the critic's warm-up)
+@pytest.mark.slow
 def test_demo_research_trains_both_and_keeps_every_turn_in_the_ledger(tiny_research, tmp_path, capsys):
     out = tmp_path / "demo-research"
     overrides = [

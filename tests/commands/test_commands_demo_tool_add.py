@@ -28,7 +28,8 @@ from glassrl.data.collate import encode_responses
 from glassrl.data.formatting import format_prompts
 from glassrl.data.tasks import load_task
 from glassrl.models.default_model import AGENT_SPEC, MARKER, AgentModelSpec, spec_json
-from glassrl.rl.config import TrainConfig, agent_config, resolve
+from glassrl.rl.config import TrainConfig, agent_config
+from glassrl.rl.resolve import resolve
 
 TINY = AgentModelSpec(
     hidden_size=32,

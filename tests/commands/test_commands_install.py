@@ -24,7 +24,8 @@ import glassrl
 from glassrl import presets
 from glassrl.cli import main
 from glassrl.config import load_config
-from glassrl.rl.config import TrainConfig, resolve
+from glassrl.rl.config import TrainConfig
+from glassrl.rl.resolve import resolve
 from glassrl.supervised.rm import RMConfig
 from glassrl.supervised.sft import SFTConfig
 

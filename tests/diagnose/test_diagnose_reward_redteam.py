@@ -144,7 +144,8 @@ def test_the_table_names_sources_and_criteria_and_the_mutations(samples):
 def test_glassrl_audit_reward_exits_1_naming_what_pays(bugs, tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text(
-        f"data:\n  train: task:arith-verify\nreward:\n  sources:\n    - {{name: user_function, spec: '{bugs}:format_pays'}}\n",
+        "data:\n  train: task:arith-verify\nreward:\n  sources:\n"
+        f"    - {{name: user_function, spec: '{bugs}:format_pays'}}\n",
         encoding="utf-8",
     )
     cli = [sys.executable, "-m", "glassrl.cli", "audit", "--reward", str(config), "--samples", "12"]

@@ -95,7 +95,6 @@ def test_a_batch_that_cannot_fit_is_refused_at_start_with_the_figure(
     import glassrl.rl.memory as memory
 
     monkeypatch.setattr(memory, "available_bytes", lambda device: 8 * memory.GIB)
-    monkeypatch.setattr(memory, "uses_critic", lambda algo: False)
     run = tiny_run_overrides(tiny_model_dir, prompt_files, tmp_path / "run")
     big = ["batch.prompts_per_step=100000", "batch.mini_batch_prompts=100000", "batch.micro_batch_responses=8"]
     assert_one_error_line(
@@ -114,7 +113,8 @@ def test_a_batch_that_cannot_fit_is_refused_at_start_with_the_figure(
 
 def _resolved(overrides):
     from glassrl.config import load_config
-    from glassrl.rl.config import TrainConfig, resolve
+    from glassrl.rl.config import TrainConfig
+    from glassrl.rl.resolve import resolve
     from helpers import EXAMPLES
 
     cfg = load_config(TrainConfig, EXAMPLES / "grpo.yaml", overrides)

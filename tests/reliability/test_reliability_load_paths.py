@@ -24,7 +24,8 @@ UNSAFE_YAML = {"load", "unsafe_load", "full_load", "load_all", "unsafe_load_all"
 
 
 def _calls(tree: ast.AST):
-    """(owner, attribute, call) of each call: ("torch", "load", …) for ``torch.load(…)``, (None, None, …) for ``f(…)``."""
+    """(owner, attribute, call) of each call: ("torch", "load", …) for ``torch.load(…)``, (None, None, …)
+    for ``f(…)``."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             func = node.func

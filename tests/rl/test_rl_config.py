@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,12 @@ from rich.console import Console
 from glassrl import presets
 from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, AdvantageParams
 from glassrl.algos.losses import POLICY_LOSSES, PolicyLossParams
-from glassrl.config import load_config, load_saved_config, print_resolved, to_dict
+from glassrl.config import describe, load_config, load_saved_config, print_resolved, to_dict
 from glassrl.errors import GlassrlError
-from glassrl.rl import config as config_module
 from glassrl.rl.checks import ESTIMATOR_KNOBS, POLICY_LOSS_KNOBS
-from glassrl.rl.config import AlgoConfig, TrainConfig, resolve
+from glassrl.rl.config import AlgoConfig, TrainConfig
+from glassrl.rl.resolve import resolve
+from glassrl.supervised.preference import PreferenceConfig
 from glassrl.supervised.rm import RMConfig
 from glassrl.supervised.sft import SFTConfig
 
@@ -162,27 +162,27 @@ def test_gae_gets_a_critic_and_consistent_options_pass():
     assert not _resolve("algo.kl.placement=none").uses_reference
 
 
-@pytest.mark.parametrize("top", [TrainConfig, SFTConfig, RMConfig])
-def test_every_field_has_a_one_line_comment(top):
-    """Each dataclass field of the three trainers' configs carries a trailing comment (the
-    documentation of its key); its line, or the closing line of a wrapped default, holds it."""
-    classes = [top]
-    seen = set()
-    while classes:
-        cls = classes.pop()
-        if cls in seen:
-            continue
-        seen.add(cls)
-        text = Path(sys.modules[cls.__module__].__file__).read_text(encoding="utf-8").splitlines()
-        start = text.index(f"class {cls.__name__}:")
-        for f in dataclasses.fields(cls):
-            i = next(i for i in range(start, len(text)) if re.match(rf"    {f.name}: ", text[i]))
-            while text[i].rstrip().endswith(("(", "[", "{")):  # wrapped by the formatter
-                i += 1
-            assert "  # " in text[i] or "  # " in text[i + 1], f"{cls.__name__}.{f.name} has no comment"
-            hint = cls.__annotations__[f.name]
-            for name in re.findall(r"[A-Z][A-Za-z]+Config", str(hint)):
-                classes.append(getattr(config_module, name))
+def test_resolve_makes_the_config_concrete_once_and_leaves_it_unchanged():
+    """The schedules' lengths, the staleness bound and the correction are derived once (glassrl.rl.resolve);
+    the config given is not changed (a new one is made concrete: model.dtype auto -> float32 on CPU)."""
+    cfg = load_config(TrainConfig, None, ["steps=10", "batch.epochs=2", "model.device=cpu", "rollout.overlap=true"])
+    r = resolve(cfg)
+    assert (r.total_optimizer_steps, r.actor_optimizer_steps) == (20, 20)  # 10 steps × 2 epochs × 1 mini-batch
+    assert r.max_staleness == 1 and r.correction is None  # rollout.overlap is max_staleness 1
+    assert (r.cfg.model.dtype, r.cfg.model.compute_dtype) == ("float32", "float32")
+    assert (cfg.model.dtype, cfg.model.compute_dtype) == ("auto", "auto")
+    warm = resolve(load_config(TrainConfig, None, ["algo.advantage=gae", "algo.value_warmup_steps=3", "steps=10"]))
+    assert (warm.total_optimizer_steps, warm.actor_optimizer_steps) == (10, 7)  # no actor step in the warm-up
+    tis = resolve(load_config(TrainConfig, None, ["algo.rollout_is.cap=3"]))
+    assert tis.correction == ("token_tis", {"cap": 3.0}) and tis.max_staleness == 0
+
+
+@pytest.mark.parametrize("top", [TrainConfig, SFTConfig, RMConfig, PreferenceConfig])
+def test_every_field_has_its_help(top):
+    """Each field of the trainers' configs, nested sections included, gives its help
+    (glassrl.config.option): the documentation of its key in config show and docs/config.md."""
+    missing = [row.key for row in describe(top) if not row.help]
+    assert not missing, f"no help: {', '.join(missing)}"
 
 
 def test_the_presets_are_found():
@@ -308,9 +308,10 @@ def test_sft_and_rm_configs_validate(cls, overrides, message):
 
 def test_sampling_ahead_on_ray_samples_apart_unless_the_placement_is_written():
     cfg = load_config(TrainConfig, presets.path("grpo"), ["trainer.backend=ray", "rollout.max_staleness=2"])
-    assert cfg.ray.rollout.placement == "apart"
+    assert cfg.ray.rollout.placement == "with_actor"  # as written (the default): checking changes nothing
+    assert resolve(cfg).cfg.ray.rollout.placement == "apart"  # made concrete by the resolve step
     cfg = load_config(TrainConfig, presets.path("grpo"), ["trainer.backend=ray"])
-    assert cfg.ray.rollout.placement == "with_actor"  # synchronous: the actor's ranks sample
+    assert resolve(cfg).cfg.ray.rollout.placement == "with_actor"  # synchronous: the actor's ranks sample
     with pytest.raises(GlassrlError, match="set ray.rollout.placement: apart"):
         load_config(
             TrainConfig,

@@ -81,7 +81,7 @@ def test_an_old_checkpoints_relative_data_path_resumes_as_what_it_meant(tmp_path
     working directory); resumed with that file from there, today's absolute path names the same
     file, and the run goes on."""
     from glassrl.config import to_dict
-    from glassrl.rl.build import saved_in_todays_terms, with_precision
+    from glassrl.rl.resolve import saved_in_todays_terms, with_precision
     from glassrl.run.state import RunConfig
 
     monkeypatch.chdir(tmp_path)

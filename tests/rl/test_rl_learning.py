@@ -3,8 +3,8 @@
 The reward is one the tiny model can learn in a dozen steps: 1 when the answer's verdict
 is "no" (不… / No…), whatever the truth. The SFT'd tiny model says no about a third of the
 time, so groups have mixed outcomes from the start (GRPO has signal), the critic has
-something to fit (PPO), and the reward has room to rise. Measured: the mean reward of the last 3 steps against the first 3,
-with fixed seeds (deterministic on CPU).
+something to fit (PPO), and the reward has room to rise. Measured: the mean reward of the last 3
+steps against the first 3, with fixed seeds (deterministic on CPU).
 """
 
 from __future__ import annotations

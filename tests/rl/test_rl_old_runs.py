@@ -8,8 +8,8 @@ import yaml
 
 from glassrl.config import load_config, to_dict
 from glassrl.errors import GlassrlError
-from glassrl.rl.build import saved_in_todays_terms, with_precision, with_shared_prefix
 from glassrl.rl.config import TrainConfig
+from glassrl.rl.resolve import saved_in_todays_terms, with_precision, with_shared_prefix
 from glassrl.run.state import RunConfig
 
 

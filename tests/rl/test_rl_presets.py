@@ -21,7 +21,8 @@ import torch
 
 from glassrl import presets
 from glassrl.config import load_config
-from glassrl.rl.config import TrainConfig, resolve
+from glassrl.rl.config import TrainConfig
+from glassrl.rl.resolve import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

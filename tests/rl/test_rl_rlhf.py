@@ -121,7 +121,7 @@ def _rm_cfg(*overrides: str) -> TrainConfig:
 
 
 def test_critic_from_the_reward_model_config():
-    from glassrl.rl.build import critic_path
+    from glassrl.rl.resolve import critic_path
 
     cfg = _rm_cfg()
     assert critic_path(cfg, Path("actor_dir")) == Path("runs/rm")

@@ -200,12 +200,24 @@ class _CacheNamed(torch.nn.Module):
 
 
 class _PastKeyValues(_CacheNamed):
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None, logits_to_keep=0):  # fmt: skip
-        return super().forward(input_ids, attention_mask, position_ids, use_cache, logits_to_keep, past_key_values=past_key_values)  # fmt: skip
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        past_key_values=None,
+        use_cache=None,
+        logits_to_keep=0,
+    ):
+        return super().forward(
+            input_ids, attention_mask, position_ids, use_cache, logits_to_keep, past_key_values=past_key_values
+        )
 
 
 class _Cache(_CacheNamed):
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, use_cache=None, logits_to_keep=0):  # fmt: skip
+    def forward(
+        self, input_ids=None, attention_mask=None, position_ids=None, cache=None, use_cache=None, logits_to_keep=0
+    ):
         return super().forward(input_ids, attention_mask, position_ids, use_cache, logits_to_keep, cache=cache)
 
 

@@ -122,7 +122,8 @@ def test_evaluate_by_hand(monkeypatch, use_margin):
     assert got["eval/accuracy"] == pytest.approx(1 / 3)
     assert got["eval/reward_gap"] == pytest.approx(1 / 3)
     assert got["eval/loss"] == pytest.approx(loss)
-    # by hand: no margin (0.1269 + 0.6931 + 1.3133) / 3; margin (log(1+e^-1) + 2 log(1+e^2)) / 3 = (0.3133 + 2 × 2.1269) / 3
+    # by hand: no margin (0.1269 + 0.6931 + 1.3133) / 3;
+    # margin (log(1+e^-1) + 2 log(1+e^2)) / 3 = (0.3133 + 2 × 2.1269) / 3
     assert got["eval/loss"] == pytest.approx(1.5224 if use_margin else 0.7111, abs=1e-4)
 
 

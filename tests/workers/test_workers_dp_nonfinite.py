@@ -1,4 +1,5 @@
-"""Non-finite checks of the update on data-parallel ranks (glassrl.rl.update.run_updates, glassrl.workers.data_parallel).
+"""Non-finite checks of the update on data-parallel ranks (glassrl.rl.update.run_updates,
+glassrl.workers.data_parallel).
 
 2 ranks (torch.multiprocessing spawn, gloo, CPU, DDP) train on a batch one of whose rows is
 poisoned with a NaN; each mini-batch's rows are split over the ranks, so at the 2 optimiser

@@ -16,8 +16,9 @@ KeyboardInterrupt raised inside a tool, which runs in a thread of its own and ca
 else. A tool that runs its work elsewhere raises :class:`ToolFailed` to give the result a status
 of its own: a user's tool (``module:attribute``, ``file.py:attribute``) runs in a worker process
 (:class:`glassrl.agents.registry.WorkerTool`), where ``os._exit``, a crash or a hang ends
-that worker, and the call is an error or timeout observation. Arguments are checked against ``parameters`` before ``call`` (:func:`check_arguments`), so a
-tool receives only the properties it declares, with the JSON types it declares.
+that worker, and the call is an error or timeout observation. Arguments are checked against
+``parameters`` before ``call`` (:func:`check_arguments`), so a tool receives only the properties it
+declares, with the JSON types it declares.
 
 A plain Python function becomes a tool with :class:`FunctionTool`: its name, its docstring's
 first line as description, and its parameters from the type hints (str, int, float, bool,

@@ -101,7 +101,8 @@ QWEN25_CHAT_TEMPLATE = (
     "{%- if message.content -%}{{- '\\n' + message.content -}}{%- endif -%}"
     "{%- for call in message.tool_calls -%}"
     "{%- set fn = call.function if call.function is defined else call -%}"
-    '{{- \'\\n<tool_call>\\n{"name": "\' + fn.name + \'", "arguments": \' + (fn.arguments | tojson) + \'}\\n</tool_call>\' -}}'
+    '{{- \'\\n<tool_call>\\n{"name": "\' + fn.name + \'", "arguments": \' -}}'
+    "{{- (fn.arguments | tojson) + '}\\n</tool_call>' -}}"
     "{%- endfor -%}"
     "{{- '<|im_end|>\\n' -}}"
     "{%- elif message.role == 'tool' -%}"

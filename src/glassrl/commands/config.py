@@ -77,6 +77,10 @@ def _show(args: argparse.Namespace) -> int:
     given = args.config is not None or bool(args.overrides)
     path = presets.config_file(args.config) if args.config is not None else None
     values = load_config(cls, path, args.overrides) if given else None
+    if values is not None and command == "train":  # where π_θ samples, as the run places it
+        from glassrl.rl.resolve import with_placement
+
+        values = with_placement(values)
     title = f"glassrl {command}: " + (f"{args.config or 'defaults'} " if given else "") + f"({cls.__name__})"
     table = Table(title=title, title_justify="left")
     table.add_column("key", no_wrap=True)

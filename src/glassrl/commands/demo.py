@@ -77,7 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--offline",
         action="store_true",
-        help="with --pipeline rlhf: the offline branch instead, SFT → DPO on the same pairs (no reward model, no sampling)",
+        help="with --pipeline rlhf: the offline branch instead, SFT → DPO on the same pairs "
+        "(no reward model, no sampling)",
     )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="more config overrides, e.g. actor_optim.lr=1e-3")
 
@@ -100,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
 
     from glassrl.commands.common import clock, fresh_run_dir, run_explain
     from glassrl.config import load_config, print_resolved
-    from glassrl.rl.config import TrainConfig, resolve
+    from glassrl.rl.config import TrainConfig
+    from glassrl.rl.resolve import resolve
 
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     start = time.perf_counter()

@@ -63,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
     from glassrl.config import load_config, print_resolved
     from glassrl.data.tasks import load_task
     from glassrl.rl.build import actor_path
-    from glassrl.rl.config import TrainConfig, resolve
+    from glassrl.rl.config import TrainConfig
     from glassrl.rl.loop import Trainer
+    from glassrl.rl.resolve import resolve
 
     if args.algo is not None:
         raise GlassrlError("--algo: not with --task research (it trains both research_ppo and research_grpo)")

@@ -107,8 +107,8 @@ def run_rlhf(
 
     console.print(Rule("3. PPO with four models: actor and critic train, reward model and reference frozen"))
     point_at_reward_model(ppo_cfg, out / "rm")
-    from glassrl.rl.config import resolve
     from glassrl.rl.loop import Trainer
+    from glassrl.rl.resolve import resolve
 
     print_resolved(resolve(ppo_cfg), console)
     Trainer(ppo_cfg, console=console, progress=progress).train()

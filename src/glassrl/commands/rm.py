@@ -11,7 +11,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "config",
         nargs="?",
-        help="YAML file of RMConfig fields, or the preset rm (examples/rm.yaml); left out: RMConfig's defaults and the key=value given",
+        help="YAML file of RMConfig fields, or the preset rm (examples/rm.yaml); "
+        "left out: RMConfig's defaults and the key=value given",
     )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="override a config field, e.g. steps=50")
 

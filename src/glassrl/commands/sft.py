@@ -11,7 +11,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "config",
         nargs="?",
-        help="YAML file of SFTConfig fields, or the preset sft (examples/sft.yaml); left out: SFTConfig's defaults and the key=value given",
+        help="YAML file of SFTConfig fields, or the preset sft (examples/sft.yaml); "
+        "left out: SFTConfig's defaults and the key=value given",
     )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="override a config field, e.g. optim.lr=3e-4")
 

@@ -36,8 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
     from glassrl import presets
     from glassrl.config import load_config, print_resolved
-    from glassrl.rl.config import TrainConfig, resolve
+    from glassrl.rl.config import TrainConfig
     from glassrl.rl.loop import Trainer
+    from glassrl.rl.resolve import resolve
 
     hf_logging.disable_progress_bar()  # per-shard bars on every checkpoint would drown the progress bar
     cfg = load_config(TrainConfig, presets.config_file(args.config), args.overrides)

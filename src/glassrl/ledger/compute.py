@@ -36,7 +36,9 @@ from glassrl.ledger.model import Ledger, LedgerTurn
 class ExperienceLike(Protocol):
     """What :func:`from_experience` reads of a glassrl.rl.experience.Experience."""
 
-    rollout: Any  # RolloutBatch: prompt_ids (B, P), prompt_mask (B, P), response_ids (B, T), group_index (B,), context_lengths, token_roles, turns, texts, select
+    # RolloutBatch: prompt_ids (B, P), prompt_mask (B, P), response_ids (B, T), group_index (B,),
+    # context_lengths, token_roles, turns, texts, select
+    rollout: Any
     prompts: list[str]
     response_mask: torch.Tensor
     scores: torch.Tensor

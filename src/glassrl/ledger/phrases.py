@@ -108,7 +108,9 @@ PHRASES: dict[str, dict[str, str]] = {
         "label.return": "回报",
         "label.whiten": "白化",
         "heading.baselines": "基线（每个回答的优势如何由它的组或基线得出）：",
-        "heading.legend": "逐 token 说明（s_i = 生成 token i 之前的状态，a_i = 该 token；values[i] = V(s_i) 在 a_i 之前读出）：",
+        "heading.legend": (
+            "逐 token 说明（s_i = 生成 token i 之前的状态，a_i = 该 token；values[i] = V(s_i) 在 a_i 之前读出）："
+        ),
         "token": "回答 {b}，token {i}：a_{i} = {token}",
         "state.prompt": "s_{i} = prompt 本身 = {prompt}",
         "state": "s_{i} = prompt ⊕ y_<{i} = {prompt} ⊕ {prefix}",
@@ -145,11 +147,15 @@ PHRASES: dict[str, dict[str, str]] = {
         "return.reinforce_pp": (
             "R_{i} = G_{i} = r_{i} + γ·G_(next) = {ret}：从 a_{i} 起各奖励的折扣和（γ = {gamma}，没有 critic）"
         ),
-        "adv.reinforce_pp": "A_{i} = (G_{i} − G 的均值)/G 的标准差（在全部有效 token 上）= ({ret} − {mean})/{std} = {adv}",
+        "adv.reinforce_pp": (
+            "A_{i} = (G_{i} − G 的均值)/G 的标准差（在全部有效 token 上）= ({ret} − {mean})/{std} = {adv}"
+        ),
         "adv.process": "A_{i} = 在 token {i} 或其后结束的各步的归一化步奖励 r̃ 之和（token {ends}）= {adv}",
         "adv.generic": "A_{i} = {adv}，R_{i} = {ret}（估计器 {estimator}）",
         "group.scores": "组 {gid}：每个回答的 S = Σ_i r_i = [{scores}]，均值 {mean}，标准差 {std}（无偏）",
-        "group.steps": "组 {gid}：{n} 个步奖励，均值 {mean}，标准差 {std}（无偏）；每个变为 r̃ = (r − 均值)/(标准差 + ε)",
+        "group.steps": (
+            "组 {gid}：{n} 个步奖励，均值 {mean}，标准差 {std}（无偏）；每个变为 r̃ = (r − 均值)/(标准差 + ε)"
+        ),
         "baseline.grpo": "回答 {b}：A = (S − 均值)/(标准差 + ε) = ({S} − {mean})/({std} + ε) = {adv}",
         "baseline.dr_grpo": "回答 {b}：A = S − 均值 = {S} − {mean} = {adv}（不除以标准差）",
         "baseline.rloo": "回答 {b}：基线 = 其余 {n} 个回答的 S 的均值 = {others}；A = {S} − {baseline} = {adv}",

@@ -160,7 +160,9 @@ PHRASES: dict[str, dict[str, str]] = {
         "margin": "margin r_chosen − r_rejected = {c:.4f} − ({r:.4f}) = {margin:.4f}: {order}.",
         "ordered": "the pair is ordered right",
         "misordered": "the pair is ordered wrong (a tie counts as wrong)",
-        "loss.dpo": "Loss −(1−ε)·log σ(margin) − ε·log σ(−margin) = {loss:.4f} (β = {beta:g}, ε = {label_smoothing:g}).",
+        "loss.dpo": (
+            "Loss −(1−ε)·log σ(margin) − ε·log σ(−margin) = {loss:.4f} (β = {beta:g}, ε = {label_smoothing:g})."
+        ),
         "loss.ipo": "Loss (margin/β − 1/(2β))² = {loss:.4f} (β = {beta:g}).",
         "loss.simpo": "Loss −log σ(margin − γ) = {loss:.4f} (γ = {simpo_gamma:g}).",
         "loss.kto": "KTO scores each response against z₀, a statistic of its training batch: no pair loss here.",

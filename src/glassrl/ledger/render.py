@@ -5,8 +5,8 @@ Numbers are shown to 4 decimals; a quantity that was not computed shows as
 has them; the convention's columns (kl_i … Â_i) are always shown, so that a
 missing critic reads as "—" rather than disappearing. Observation tokens
 (mask False) are dim in the rich table; a token another policy sampled adds its version, staleness,
-log μ and the off-policy correction's weight and decision (v, lag, log μ, w_i, keep); a multi-turn ledger adds the columns ``turn`` and
-``role`` (gen / obs) and, under each response, its turns with their credit
+log μ and the off-policy correction's weight and decision (v, lag, log μ, w_i, keep); a multi-turn
+ledger adds the columns ``turn`` and ``role`` (gen / obs) and, under each response, its turns with their credit
 (:func:`glassrl.ledger.legend.turn_legend`).
 
 The legend's words and numbers come from :mod:`glassrl.ledger.legend` (the one

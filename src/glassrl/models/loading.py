@@ -169,7 +169,10 @@ def fit_special_tokens(tokenizer, rows: int | None, where: str) -> str | None:
     note, pad = None, tokenizer.pad_token
     if pad is None or not fits(tokenizer.pad_token_id):
         if pad is not None:
-            note = f"{where}: pad_token {pad!r} has id {tokenizer.pad_token_id}, but {size}; padding with eos_token {eos!r} (id {tokenizer.eos_token_id}) instead"
+            note = (
+                f"{where}: pad_token {pad!r} has id {tokenizer.pad_token_id}, but {size}; "
+                f"padding with eos_token {eos!r} (id {tokenizer.eos_token_id}) instead"
+            )
         tokenizer.pad_token = eos
     dropped = {pad} - {tokenizer.pad_token}  # no longer used: the token it stood for needs no row
     outside = [

@@ -28,6 +28,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
+from glassrl.config import option
 from glassrl.errors import GlassrlError
 from glassrl.models.value_head import VALUE_HEAD_MARKER, VALUE_HEAD_WEIGHTS, CausalLMWithValueHead
 
@@ -53,11 +54,11 @@ class LoraSettings:
 class LoraConfig:
     """LoRA adapters (Hu et al. 2021, eq. 3: W₀ + BA·α/r) with peft (glassrl.models.lora); only they train."""
 
-    r: int = 8  # rank of the adapters B (d×r) and A (r×k)
-    alpha: float = 16.0  # scale α: the update is BA·α/r
-    dropout: float = 0.0  # dropout on the adapters' input, in [0, 1)
-    target_modules: str | list[str] = (
-        "all-linear"  # modules that get an adapter: names, or all-linear (every Linear but the output layer)
+    r: int = option(8, help="rank of the adapters B (d×r) and A (r×k)")
+    alpha: float = option(16.0, help="scale α: the update is BA·α/r")
+    dropout: float = option(0.0, help="dropout on the adapters' input, in [0, 1)")
+    target_modules: str | list[str] = option(
+        "all-linear", help="modules that get an adapter: names, or all-linear (every Linear but the output layer)"
     )
 
     def settings(self) -> LoraSettings:

@@ -21,9 +21,9 @@ dummy sequence whose outputs are never read.
     packed = pack(input_ids, attention_mask)
     hidden = decoder(input_ids=packed.input_ids, position_ids=packed.position_ids,
                      attention_mask=None, use_cache=False).last_hidden_state.flatten(0, 1)  # (R·W, H)
-    source, valid = packed.response_sources(T)                                             # (B, T) each
-    per_token = head(hidden[source[valid]])                                                # (K,) real response tokens only
-    out = unpack(per_token, valid)                                                         # (B, T), 0 on padding
+    source, valid = packed.response_sources(T)                          # (B, T) each
+    per_token = head(hidden[source[valid]])                             # (K,) real response tokens only
+    out = unpack(per_token, valid)                                      # (B, T), 0 on padding
 
 An architecture whose mask code ignores the restarts would attend across sequences and return
 wrong numbers silently, so :func:`check_packing` runs two short sequences both ways before a run

@@ -27,9 +27,10 @@ attention (a key masked out still costs its product), while every chunk costs it
 Wide rows (whole groups per chunk) compute each prompt once and spend attention on the masked
 pairs; narrow rows repeat the prompt in several chunks, and a row's unfilled tail is computed too.
 :func:`pack_shared` tries widths from the padded row's length L up (L, 2L, 4L, … until two whole
-groups fit in a row, or all of them) and keeps the layout with the fewest estimated multiply-adds (:func:`layer_cost`: the linear layers per token, attention per
-query-key pair, from the model's config; backward scales both alike). Chunks go into rows
-first-fit decreasing, as padding-free's sequences do (glassrl.models.packing).
+groups fit in a row, or all of them) and keeps the layout with the fewest estimated multiply-adds
+(:func:`layer_cost`: the linear layers per token, attention per query-key pair, from the model's
+config; backward scales both alike). Chunks go into rows first-fit decreasing, as padding-free's
+sequences do (glassrl.models.packing).
 
 Rounding: a row's numbers depend on the rows packed with it (the matrix products and the attention
 see other shapes), so two passes over the same row in different micro-batches agree to ~1e-6, not to

@@ -265,7 +265,8 @@ def _curves(charts: list) -> str:
 
 
 def _watch(runs: list[RunDir]) -> str:
-    """The reward watch's alerts (glassrl.diagnose.training_watch): a row each, its ledger rows linked into the token view."""
+    """The reward watch's alerts (glassrl.diagnose.training_watch): a row each, its ledger rows linked into
+    the token view."""
     rows = []
     for source, run in enumerate(runs):
         for alert in run.alerts:

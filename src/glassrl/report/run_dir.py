@@ -11,8 +11,8 @@ A run directory holds ``config.yaml`` (the resolved config), ``metrics.jsonl``
 and, when the trainer wrote it, ``environment.json`` (:func:`collect_environment`
 at the start of the run). A ``glassrl dpo`` run (``glassrl.json`` of kind "preference") holds
 ``<loss>_config.yaml`` instead of ``config.yaml`` and ``ledgers/preference.jsonl``, the
-preference ledgers of its first held-out pairs (glassrl.ledger.preference). Without that file the environment is collected when the
-report is written, and the report says so. Reads only files: no torch model, so a
+preference ledgers of its first held-out pairs (glassrl.ledger.preference). Without that file the
+environment is collected when the report is written, and the report says so. Reads only files: no torch model, so a
 run can be inspected offline.
 """
 

@@ -8,8 +8,8 @@ the negative reverse KL between student and teacher at the sampled token: GKD (A
 2024, "On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes", eq. 4
 with λ = 1, every sequence the student's own, and D the reverse KL) in the one-sample estimate
 that Thinking Machines' "On-Policy Distillation" (Lu et al. 2025) trains on as a per-token reward
-(GKD sums the divergence over the vocabulary instead). Unlike an outcome score it is dense: every token learns where the teacher would
-have gone, not only whether the answer was right.
+(GKD sums the divergence over the vocabulary instead). Unlike an outcome score it is dense: every
+token learns where the teacher would have gone, not only whether the answer was right.
 
 The teacher is frozen like the reference policy and reads the student's tokens: it must share
 the student's tokenizer (checked when the run is built). log π_θ is the trainer's log π_old

@@ -135,7 +135,8 @@ def load_in_worker(pool: WorkerPool, target: str, where: str, import_timeout_s: 
     outcome = pool.call(_describe, (target,), import_timeout_s)
     if outcome.status == "timeout":
         raise GlassrlError(
-            f"{where}: importing it did not finish within import_timeout_s={import_timeout_s:g} s (the worker was killed)"
+            f"{where}: importing it did not finish within import_timeout_s={import_timeout_s:g} s "
+            "(the worker was killed)"
         )
     if outcome.status == "error":
         hint = ""

@@ -64,7 +64,8 @@ class NumericVerifier:
 
 class ArithVerifyVerifier:
     """The arith-verify task, judged by :func:`glassrl.data.tasks.arith_verify.grade`: the verdict
-    (yes/no) and the stated sum must both be right, and the answer must be in the question's language (``metadata["lang"]``, when given):
+    (yes/no) and the stated sum must both be right, and the answer must be in the question's language
+    (``metadata["lang"]``, when given):
     是的/不是 answer a Chinese question, Yes/No an English one. "是的，等于7！" to
     "Is 3+4=7?" is right arithmetic in the wrong language and scores 0 (the language
     consistency of DeepSeek-R1, Guo et al. 2025, §2.3.3, as a hard requirement).

@@ -1,7 +1,8 @@
 """Build a run's parts from its config: the in-process role workers (the prompts: glassrl.rl.prompts).
 
 Everything that reads TrainConfig to construct models lives here, so that the
-loop only sees workers (glassrl.workers.base). The Ray backend's build,
+loop only sees workers (glassrl.workers.base). It builds; the config it reads was made concrete,
+and the sizes and schedule lengths derived, by glassrl.rl.resolve. The Ray backend's build,
 glassrl.rl.build_ray, returns the same :class:`Workers` and reuses the loss and LoRA
 helpers below.
 """
@@ -17,27 +18,23 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from glassrl import config_paths
 from glassrl.algos.kl import AdaptiveKLController, FixedKLController
-from glassrl.config import flatten, to_dict
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
 from glassrl.optim import make_optimizer, optimizer_path
-from glassrl.rl.checks import agentic_tasks, loss_params, max_staleness
+from glassrl.rl.checks import loss_params
 from glassrl.rl.config import (
     AgentConfig,
     KLConfig,
-    ModelConfig,
-    Resolved,
     TrainConfig,
     agent_config,
     off_policy_correction,
 )
 from glassrl.rl.loss import actor_forward, actor_terms, critic_forward, critic_terms
 from glassrl.rl.ptx import PtxLoss, PtxTerm, load_ptx_examples
+from glassrl.rl.resolve import Resolved, critic_path
 from glassrl.rl.sampling import DynamicSampler, OneRound
 from glassrl.rl.update import run_updates
-from glassrl.run.open import ACTOR, CRITIC, model_in_run
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
 
 if TYPE_CHECKING:
@@ -65,160 +62,6 @@ class Workers:
             stop()
 
 
-DATA_PATHS = ("data.train", "data.test", "data.ptx")  # the config keys naming data files (glassrl.config_paths)
-# reward sources whose ``path`` names a model, and the part of a run's checkpoint it means
-MODEL_SOURCES = {"reward_model": CRITIC, "teacher": ACTOR}
-
-
-def with_warm_start(cfg: TrainConfig) -> tuple[TrainConfig, list[str]]:
-    """``cfg`` with every model key that names a run or one of its checkpoints (model.actor,
-    model.reference: its policy; model.critic: its critic; a reward_model or teacher source's
-    path) replaced by that model's directory (glassrl.run.open.model_in_run), so that config.yaml
-    records what was loaded; and the start-up lines that say so. A warm start: the weights only,
-    a fresh optimiser and schedule (``--resume`` continues a run instead)."""
-    import dataclasses
-
-    lines: list[str] = []
-
-    def resolved(name: str | None, key: str, part: str = ACTOR) -> str | None:
-        found = None if name is None else model_in_run(name, key, part)
-        if found is None:
-            return name
-        lines.append(found[1])
-        return str(found[0])
-
-    m = cfg.model
-    critic = m.critic if m.critic == "reward_model" else resolved(m.critic, "model.critic", CRITIC)
-    model = dataclasses.replace(
-        m,
-        actor=resolved(m.actor, "model.actor"),
-        reference=resolved(m.reference, "model.reference"),
-        critic=critic,
-    )
-    sources = [
-        {**s, "path": resolved(s["path"], f"reward.sources[{i}].path", MODEL_SOURCES[s["name"]])}
-        if s.get("name") in MODEL_SOURCES and isinstance(s.get("path"), str)
-        else s
-        for i, s in enumerate(cfg.reward.sources)
-    ]
-    reward = dataclasses.replace(cfg.reward, sources=sources)
-    return dataclasses.replace(cfg, model=model, reward=reward), lines
-
-
-def with_precision(cfg: TrainConfig) -> TrainConfig:
-    """``cfg`` with model.dtype and model.compute_dtype "auto" made concrete for where the policy
-    runs, so that config.yaml and every checkpoint record the precision that ran.
-
-    Weights: float32, the optimiser's master copy (AdamW on bfloat16 weights loses small
-    updates: glassrl.models.precision). Compute: bfloat16 autocast on CUDA (the policy's device,
-    or ``ray.actor.resources`` naming a GPU), float32 on CPU, where bfloat16 matmuls are slower
-    than float32 ones. A frozen π_ref runs exactly as the actor does, so KL is 0 until the first update.
-    """
-    import dataclasses
-
-    m = cfg.model
-    dtype = "float32" if m.dtype == "auto" else m.dtype
-    on_gpu = _policy_on_gpu(cfg)
-    compute = m.compute_dtype
-    if compute == "auto":
-        compute = "bfloat16" if on_gpu and dtype == "float32" else "float32"
-    return dataclasses.replace(cfg, model=dataclasses.replace(m, dtype=dtype, compute_dtype=compute))
-
-
-def with_shared_prefix(cfg: TrainConfig, actor: Path, resumed: Path | None = None) -> tuple[TrainConfig, str]:
-    """``cfg`` with model.shared_prefix "auto" made concrete (config.yaml and checkpoints record it),
-    and why, for the start-up lines (:func:`layout_path`): on for the in-process backend on CPU
-    without padding_free, when the actor's, the reference's and the critic's checkpoints have full
-    attention in every layer (a sliding window cannot be kept in the layout's own mask:
-    glassrl.models.shared_prefix). Off on a GPU, where it has not been measured since it became one
-    pass, and on Ray, where it has not been measured (``true`` runs it there). ``resumed``: the config.yaml of the run being resumed;
-    one written before model.shared_prefix existed ran padded, and goes on so."""
-    import dataclasses
-
-    import yaml
-    from transformers import AutoConfig
-
-    from glassrl.models.loading import resolve_model_path
-    from glassrl.models.shared_prefix import full_attention
-
-    m = cfg.model
-    if m.shared_prefix != "auto":
-        return cfg, f"set to {str(m.shared_prefix).lower()}"
-    off = None
-    if cfg.trainer.backend != "local":
-        off = f"trainer.backend is {cfg.trainer.backend}, where the layout has not been measured yet"
-    elif m.padding_free:
-        off = "model.padding_free packs without padding already"
-    elif _policy_on_gpu(cfg):
-        off = "the policy is on a GPU, where the layout has not been measured yet"
-    elif resumed is not None and resumed.is_file():
-        if "shared_prefix" not in (yaml.safe_load(resumed.read_text(encoding="utf-8")).get("model") or {}):
-            off = "the run being resumed began before model.shared_prefix existed, padded"
-    if off is None:
-        paths = [actor, critic_path(cfg, actor)] + ([resolve_model_path(m.reference)] if m.reference else [])
-        windowed = [p for p in paths if not full_attention(AutoConfig.from_pretrained(p, local_files_only=True))]
-        if windowed:
-            off = f"{windowed[0]} has layers that are not full attention"
-    why = "auto: in-process on CPU, full attention in every model" if off is None else f"auto, off: {off}"
-    return dataclasses.replace(cfg, model=dataclasses.replace(m, shared_prefix=off is None)), why
-
-
-def layout_path(model: ModelConfig, why: str) -> str:
-    """The start-up line's account of the forward passes' layout; ``why``: :func:`with_shared_prefix`'s."""
-    if model.padding_free:
-        return "packed without padding (model.padding_free)"
-    if model.shared_prefix is True:
-        return f"packed, each distinct prompt once per chunk (model.shared_prefix {why})"
-    return f"padded (model.shared_prefix {why})"
-
-
-def _policy_on_gpu(cfg: TrainConfig) -> bool:
-    """Whether the policy trains on CUDA: its device, or ``ray.actor.resources`` naming a GPU."""
-    from glassrl.models.loading import resolve_device
-
-    if cfg.trainer.backend == "ray":
-        return cfg.ray.actor.resources.get("GPU", 0) > 0
-    return resolve_device(cfg.model.device).type == "cuda"
-
-
-def saved_in_todays_terms(cfg: TrainConfig) -> Callable[[dict], dict]:
-    """For a checkpoint's config (flat dotted keys) written before :func:`with_precision`: its
-    model.dtype "auto" then meant float32 on CPU and bfloat16 on CUDA (glassrl.models.loading),
-    which is what it is compared as; a CPU run resumes, a CUDA run of bfloat16 weights is told
-    it differs from today's float32 masters. One without model.shared_prefix ran the padded passes
-    (False), as :func:`with_shared_prefix` resumes it. A relative data, tool or environment path
-    was read from the working directory then: where it names the file today's absolute path names
-    (glassrl.config_paths: a config file's paths), it is compared as that path."""
-    on_gpu = _policy_on_gpu(cfg)
-    cwd = Path.cwd()
-    now = flatten(to_dict(cfg))
-
-    def same_file(key: str, old, anchor) -> object:
-        return now[key] if key in now and anchor(old, cwd) == anchor(now[key], cwd) else old
-
-    def upgrade(flat: dict) -> dict:
-        if flat.get("model.dtype") == "auto":
-            flat = {**flat, "model.dtype": "bfloat16" if on_gpu else "float32"}
-        if "model.shared_prefix" not in flat:  # before it existed: the padded passes
-            flat = {**flat, "model.shared_prefix": False}
-        flat = {**flat, **{k: same_file(k, flat[k], config_paths.data_path) for k in DATA_PATHS if k in flat}}
-        for key in ("rollout.agent.tools", "rollout.agent.environment"):
-            if key in flat:
-                flat[key] = same_file(key, flat[key], _file_specs)
-        return flat
-
-    return upgrade
-
-
-def _file_specs(specs, base: Path):
-    """:func:`glassrl.config_paths.file_spec` of a spec or of each of a list of them."""
-    return (
-        [config_paths.file_spec(s, base) for s in specs]
-        if isinstance(specs, list)
-        else config_paths.file_spec(specs, base)
-    )
-
-
 def actor_path(cfg: TrainConfig, console) -> Path:
     """model.actor as a checkpoint directory (a directory, or a hub id in the local Hugging Face cache:
     glassrl.models.resolve_model_path); "default", "default-agent" and "default-research" build the
@@ -233,22 +76,6 @@ def actor_path(cfg: TrainConfig, console) -> Path:
     if not (path / "config.json").is_file():
         raise GlassrlError(f"model.actor = {cfg.model.actor!r}: no Hugging Face checkpoint (config.json) in {path}")
     return path
-
-
-def critic_path(cfg: TrainConfig, actor: Path) -> Path:
-    """Where the critic starts: model.critic; the actor (a fresh scalar head on its body) when
-    null; ``reward_model``: the reward_model source's checkpoint, its scalar head included, so
-    that V(s_i) starts from the reward model's reading of the text (InstructGPT, Ouyang et al.
-    2022, §3.5: "The value function is initialized from the RM"). The config check made sure
-    the heads agree."""
-    if cfg.model.critic is None:
-        return actor
-    if cfg.model.critic == "reward_model":
-        i, source = next((i, s) for i, s in enumerate(cfg.reward.sources) if s.get("name") == "reward_model")
-        if "path" not in source:
-            raise GlassrlError(f"reward.sources[{i}].path: missing (model.critic = reward_model loads it)")
-        return Path(source["path"])
-    return Path(cfg.model.critic)
 
 
 def kl_controller(kl: KLConfig) -> FixedKLController | AdaptiveKLController:
@@ -350,7 +177,7 @@ def environment_maker(cfg: TrainConfig, agent: AgentConfig) -> Callable[[], Envi
     except GlassrlError as err:
         key = "rollout.agent.environment" if agent.environment is not None else "rollout.agent.tools"
         raise GlassrlError(f"{key}: {err}") from None
-    return task_environment(agentic_tasks(cfg)[0])
+    return task_environment(cfg.agentic_tasks()[0])
 
 
 def rollout_engine(cfg: TrainConfig, model, tokenizer, versions=None):
@@ -487,11 +314,6 @@ def under_autocast(cfg: TrainConfig, forward: Callable, ranks=None) -> Callable:
     return forward if ranks is not None and cfg.ray.fsdp else Autocast(forward, cfg.model.compute_dtype)
 
 
-def actor_optimizer_steps(cfg: TrainConfig, resolved: Resolved) -> int:
-    """Optimiser steps the actor takes in the run (none in the value warm-up steps): its schedule's length."""
-    return (cfg.steps - cfg.algo.value_warmup_steps) * resolved.optimizer_steps_per_step
-
-
 def forward_passes(cfg: TrainConfig):
     """The run's :class:`~glassrl.workers.local.Passes`: every role's forward passes without gradient
     (micro-batch, sampling temperature, model.compute_dtype, padding_free, shared_prefix); also what
@@ -547,7 +369,7 @@ def build_local_workers(
     model, load_actor = with_lora(load_lm(path), lora, path, load_lm)
     check_master_weights(model, compute)
     check_layout(model)
-    optimizer, scheduler = make_optimizer(model, cfg.actor_optim, actor_optimizer_steps(cfg, resolved))
+    optimizer, scheduler = make_optimizer(model, cfg.actor_optim, resolved.actor_optimizer_steps)
     actor = LocalActor(
         model,
         tokenizer,
@@ -563,7 +385,7 @@ def build_local_workers(
     rollout = LocalRollout(engine, generator, compute)
     paths = {"rollout": engine.path, "optimiser": optimizer_path(optimizer)}
     stop = None
-    if max_staleness(cfg) == 1:  # a copy of the policy samples the next batch in a thread (glassrl.workers.overlap)
+    if resolved.max_staleness == 1:  # a copy of the policy samples the next batch in a thread (glassrl.workers.overlap)
         rollout = OverlapRollout(
             rollout,
             model,

@@ -51,9 +51,7 @@ import torch
 from glassrl.optim import make_optimizer, optimizer_path, seed_everything
 from glassrl.rl.build import (
     Workers,
-    actor_optimizer_steps,
     build_reward,
-    critic_path,
     forward_passes,
     lora_settings,
     role_update,
@@ -61,10 +59,11 @@ from glassrl.rl.build import (
     under_autocast,
     with_lora,
 )
-from glassrl.rl.checks import max_staleness
-from glassrl.rl.config import RayRoleConfig, RayRolloutConfig, Resolved, TrainConfig
+from glassrl.rl.config import TrainConfig
+from glassrl.rl.config_ray import RayRoleConfig, RayRolloutConfig
 from glassrl.rl.loss import actor_forward, critic_forward
 from glassrl.rl.ptx import PtxLoss, PtxTerm
+from glassrl.rl.resolve import Resolved, critic_path
 from glassrl.run import stop
 
 
@@ -115,7 +114,7 @@ def build_ray_workers(
             rollouts = cluster["rollout"]
             # NCCL when both sides hold a GPU, else gloo (a GPU actor's buckets staged through the CPU).
             device = "cuda" if _device(ray.actor) == _device(ray.rollout) == "cuda" else "cpu"
-            if max_staleness(cfg):  # the ranks sample while the actor trains, and receive in the background
+            if resolved.max_staleness:  # the ranks sample while the actor trains, and receive in the background
                 sync = RayWeightSync(actors, rollouts, device, background=True)
                 rollout = RayAsyncRollout(rollouts, pad, sync)
             else:
@@ -176,7 +175,7 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ptx: PtxTerm | N
     _check_layout(cfg, model)
     dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
     # After wrapping: under FSDP2 the optimiser must hold the sharded parameters.
-    optimizer, scheduler = make_optimizer(dp.module, cfg.actor_optim, actor_optimizer_steps(cfg, resolved))
+    optimizer, scheduler = make_optimizer(dp.module, cfg.actor_optim, resolved.actor_optimizer_steps)
     shared = m.shared_prefix is True
     # phase 3 logs the entropy
     forward = under_autocast(cfg, partial(actor_forward, r.temperature, True, shared_prefix=shared), dp)
@@ -221,7 +220,7 @@ def rollout_rank(cfg: TrainConfig, path: str, ctx) -> dict:
     load_lm = partial(load_causal_lm, dtype=m.dtype, device=str(ctx.device))
     model, _ = with_lora(load_lm(Path(path)), lora_settings(cfg), Path(path), load_lm)
     generator = torch.Generator(ctx.device).manual_seed(cfg.seed + 1 + ctx.rank)
-    k = max_staleness(cfg)
+    k = cfg.max_staleness()
     if k:
         staged = StagedWeights(model, newest_only=cfg.rollout.partial_rollouts)
         engine = rollout_engine(cfg, model, tokenizer, versions=staged)

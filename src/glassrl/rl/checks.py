@@ -2,14 +2,16 @@
 chosen algorithm ignores, multi-turn settings and scale-out; each failure one GlassrlError line
 naming the key and why. :meth:`TrainConfig.validate` runs :func:`check_train_config`.
 
-The checks read a config; they do not build one (this module imports no config class at run time).
+The checks read a config, ``cfg`` below (a glassrl.rl.config.TrainConfig), by its fields and by what
+its settings mean together (``cfg.max_staleness()``, ``cfg.rollout_placement()``,
+``cfg.agentic_tasks()``, ``cfg.algo.uses_critic()``); they change nothing, and they import no config
+class: glassrl.rl.config imports this module, so the import points one way.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Set
-from typing import TYPE_CHECKING
 
 from glassrl.algos.advantages import ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS
 from glassrl.algos.losses import POLICY_LOSSES
@@ -18,11 +20,8 @@ from glassrl.data.sources import Source, parse_sources
 from glassrl.errors import GlassrlError
 from glassrl.optim import OptimConfig
 
-if TYPE_CHECKING:
-    from glassrl.rl.config import AlgoConfig, TrainConfig
 
-
-def check_train_config(cfg: TrainConfig, written: Set[str] | None = None) -> None:
+def check_train_config(cfg, written: Set[str] | None = None) -> None:
     """Every check (module docstring); ``written``: the dotted keys the user wrote, None to judge a
     knob by its value against the default."""
     _check_ranges(cfg)
@@ -33,14 +32,9 @@ def check_train_config(cfg: TrainConfig, written: Set[str] | None = None) -> Non
     _check_scale_out(cfg, written)
 
 
-def uses_critic(algo: AlgoConfig) -> bool:
-    """Whether the advantage estimator reads values V(s_i), i.e. the run trains a critic."""
-    return ADVANTAGE_ESTIMATORS[algo.advantage].critic
-
-
-def agentic(cfg: TrainConfig) -> bool:
+def _agentic(cfg) -> bool:
     """Whether the run's rollouts are multi-turn (glassrl.rl.config.agent_config is not None)."""
-    return cfg.rollout.agent is not None or bool(agentic_tasks(cfg))
+    return cfg.rollout.agent is not None or bool(cfg.agentic_tasks())
 
 
 def _divides(part: int, part_key: str, whole: int, whole_key: str, unit: str) -> None:
@@ -51,7 +45,7 @@ def _divides(part: int, part_key: str, whole: int, whole_key: str, unit: str) ->
         )
 
 
-def _check_ranges(cfg: TrainConfig) -> None:
+def _check_ranges(cfg) -> None:
     a, r, b = cfg.algo, cfg.rollout, cfg.batch
     at_least(
         1,
@@ -133,7 +127,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
     loss_params(a)
 
 
-def loss_params(algo: AlgoConfig):
+def loss_params(algo):
     """The policy-loss parameters (glassrl.algos.losses.PolicyLossParams) named in ``algo``."""
     from glassrl.algos.losses import PolicyLossParams
 
@@ -144,7 +138,7 @@ def loss_params(algo: AlgoConfig):
         raise GlassrlError(str(err).replace("PolicyLossParams.", "algo.")) from None
 
 
-def _check_names(cfg: TrainConfig) -> None:
+def _check_names(cfg) -> None:
     from glassrl.algos.aggregation import AGGREGATIONS
     from glassrl.algos.kl import KL_ESTIMATORS
     from glassrl.rewards import REWARD_SOURCES
@@ -168,7 +162,7 @@ def _check_names(cfg: TrainConfig) -> None:
         fail("reward.gold.name", cfg.reward.gold.get("name"), f"unknown; valid: {', '.join(REWARD_SOURCES)}")
 
 
-def _check_consistency(cfg: TrainConfig) -> None:
+def _check_consistency(cfg) -> None:
     a, b, n = cfg.algo, cfg.batch, cfg.rollout.n
     parse_sources(cfg.data.train, "data.train", Source(""))  # a mixture's entries: paths, weights > 0, keys
     _divides(b.mini_batch_prompts, "batch.mini_batch_prompts", b.prompts_per_step, "batch.prompts_per_step", "prompts")
@@ -220,7 +214,7 @@ def _check_consistency(cfg: TrainConfig) -> None:
         )
 
 
-def _check_reward_model_critic(cfg: TrainConfig) -> None:
+def _check_reward_model_critic(cfg) -> None:
     """model.critic = reward_model needs a reward_model source, loaded with the critic's head."""
     if cfg.model.critic != "reward_model":
         return
@@ -250,7 +244,7 @@ CRITIC_KNOBS = (
 )
 
 
-def _check_ignored(cfg: TrainConfig, written: Set[str] | None) -> None:
+def _check_ignored(cfg, written: Set[str] | None) -> None:
     """A knob the user set (:func:`glassrl.config.knob_set`) that the chosen algorithm never reads
     is an error saying what ignores it."""
     a, kl = cfg.algo, cfg.algo.kl
@@ -266,7 +260,7 @@ def _check_ignored(cfg: TrainConfig, written: Set[str] | None) -> None:
                 readers = ", ".join(name for name, knobs in table.items() if knob in knobs)
                 ignored(f"algo.{knob}", f"{key} = {chosen} does not read it (only {readers})")
 
-    if not uses_critic(a):
+    if not a.uses_critic():
         for key in CRITIC_KNOBS:
             ignored(key, f"only a critic uses it, and algo.advantage = {a.advantage} has none")
     unread("algo.advantage", a.advantage, ESTIMATOR_KNOBS)
@@ -294,19 +288,10 @@ def _check_ignored(cfg: TrainConfig, written: Set[str] | None) -> None:
 TOOL_KNOBS = ("valid_call_reward", "call_timeout_s", "max_calls", "max_result_chars")
 
 
-def agentic_tasks(cfg: TrainConfig) -> list[str]:
-    """The bundled agentic tasks (glassrl.data.tasks.AGENTIC_TASKS) among data.train's sources, in order."""
-    from glassrl.data.tasks import AGENTIC_TASKS, parse_task
-
-    paths = [cfg.data.train] if isinstance(cfg.data.train, str) else [s.get("path", "") for s in cfg.data.train]
-    refs = [parse_task(p) for p in paths if isinstance(p, str)]
-    return list(dict.fromkeys(r.name for r in refs if r is not None and r.name in AGENTIC_TASKS))
-
-
-def _check_agent(cfg: TrainConfig, written: Set[str] | None) -> None:
+def _check_agent(cfg, written: Set[str] | None) -> None:
     """Ranges of rollout.agent, and where its episodes' environment comes from: exactly one of
     rollout.agent.environment, rollout.agent.tools, an agentic data.train task."""
-    agent, tasks = cfg.rollout.agent, agentic_tasks(cfg)
+    agent, tasks = cfg.rollout.agent, cfg.agentic_tasks()
     if len(tasks) > 1 and (agent is None or agent.environment is None and not agent.tools):
         fail("data.train", cfg.data.train, f"mixes agentic tasks ({', '.join(tasks)}): set rollout.agent.environment")
     if agent is None:
@@ -336,7 +321,7 @@ def _check_agent(cfg: TrainConfig, written: Set[str] | None) -> None:
                 fail(f"rollout.agent.{knob}", getattr(agent, knob), "ignored: it sets up rollout.agent.tools, empty")
 
 
-def _check_scale_out(cfg: TrainConfig, written: Set[str] | None) -> None:
+def _check_scale_out(cfg, written: Set[str] | None) -> None:
     """model.compute_dtype, model.lora, model.shared_prefix, rollout.engine, algo.rollout_is, trainer.backend
     and ray.*."""
     m, r, a = cfg.model, cfg.rollout, cfg.algo
@@ -368,7 +353,7 @@ def _check_scale_out(cfg: TrainConfig, written: Set[str] | None) -> None:
         fail("rollout.vllm.gpu_memory_utilization", r.vllm.gpu_memory_utilization, "must lie in (0, 1)")
     if r.engine == "vllm" and m.lora is not None:
         fail("rollout.engine", "vllm", "with model.lora: syncing LoRA adapters into vLLM is not built; use hf")
-    if r.engine == "vllm" and agentic(cfg):
+    if r.engine == "vllm" and _agentic(cfg):
         fail("rollout.engine", "vllm", "multi-turn rollouts (rollout.agent) sample with the Hugging Face engine")
     if r.engine != "vllm" and knob_set(cfg, "rollout.vllm", written):
         raise GlassrlError(f"rollout.vllm: ignored: rollout.engine = {r.engine}; remove it or set rollout.engine: vllm")
@@ -376,29 +361,24 @@ def _check_scale_out(cfg: TrainConfig, written: Set[str] | None) -> None:
     if cfg.trainer.backend == "local":
         if knob_set(cfg, "ray", written):
             raise GlassrlError("ray: ignored: trainer.backend = local; remove the section or set trainer.backend: ray")
-        if max_staleness(cfg) > 1:
+        if cfg.max_staleness() > 1:
             fail(
                 "rollout.max_staleness",
                 cfg.rollout.max_staleness,
                 "trainer.backend = local samples at most one step ahead (1, rollout.overlap); use trainer.backend: ray",
             )
-        if max_staleness(cfg) == 1:
+        if cfg.max_staleness() == 1:
             _check_overlap(cfg)
         return
     _check_ray(cfg, written)
 
 
-def max_staleness(cfg: TrainConfig) -> int:
-    """rollout.max_staleness, with the older key rollout.overlap read as 1."""
-    return 1 if cfg.rollout.overlap else cfg.rollout.max_staleness
-
-
-def _staleness_key(cfg: TrainConfig) -> tuple[str, object]:
+def _staleness_key(cfg) -> tuple[str, object]:
     """The key (and its value) that asked for sampling ahead: rollout.overlap or rollout.max_staleness."""
     return ("rollout.overlap", True) if cfg.rollout.overlap else ("rollout.max_staleness", cfg.rollout.max_staleness)
 
 
-def _check_staleness(cfg: TrainConfig, written: Set[str] | None) -> None:
+def _check_staleness(cfg, written: Set[str] | None) -> None:
     """rollout.max_staleness (and rollout.overlap, its older form): what sampling ahead cannot serve."""
     a, r = cfg.algo, cfg.rollout
     at_least(0, {"rollout.max_staleness": r.max_staleness})
@@ -409,7 +389,7 @@ def _check_staleness(cfg: TrainConfig, written: Set[str] | None) -> None:
             f"is rollout.max_staleness: 1, and rollout.max_staleness = {r.max_staleness}; keep one",
         )
     key, value = _staleness_key(cfg)
-    if max_staleness(cfg) == 0:
+    if cfg.max_staleness() == 0:
         if knob_set(cfg, "rollout.partial_rollouts", written):
             fail(
                 "rollout.partial_rollouts",
@@ -423,19 +403,19 @@ def _check_staleness(cfg: TrainConfig, written: Set[str] | None) -> None:
         fail(key, value, f"rollout.engine = {r.engine} keeps its own weights; it samples with engine hf")
 
 
-def _check_overlap(cfg: TrainConfig) -> None:
+def _check_overlap(cfg) -> None:
     """Sampling one step ahead on the local backend (rollout.overlap, rollout.max_staleness: 1): the
     next step's batch in a thread while a step trains, so nothing else may sample during the step."""
     key, value = _staleness_key(cfg)
     if cfg.algo.dynamic_sampling:
         fail(key, value, "algo.dynamic_sampling samples more rounds within a step; choose one")
-    if agentic(cfg):
+    if _agentic(cfg):
         fail(key, value, "multi-turn rollouts (rollout.agent) are not wired into it")
     if cfg.rollout.partial_rollouts:
         fail("rollout.partial_rollouts", True, "trainer.backend = local samples ahead whole batches (rollout.overlap)")
 
 
-def _check_off_policy(cfg: TrainConfig, written: Set[str] | None) -> None:
+def _check_off_policy(cfg, written: Set[str] | None) -> None:
     """algo.off_policy: a correction of OFF_POLICY, the knobs it reads, in range; not beside algo.rollout_is."""
     from glassrl.algos.off_policy import OFF_POLICY
 
@@ -466,7 +446,7 @@ def _check_off_policy(cfg: TrainConfig, written: Set[str] | None) -> None:
             fail("algo.off_policy.low", low, f"must be <= algo.off_policy.high ({high})")
 
 
-def _check_ref_sync(cfg: TrainConfig) -> None:
+def _check_ref_sync(cfg) -> None:
     """algo.kl.ref_sync_every: a π_ref of its own weights, in one process."""
     kl = cfg.algo.kl
     if kl.ref_sync_every == 0:
@@ -488,10 +468,13 @@ def _check_ref_sync(cfg: TrainConfig) -> None:
         )
 
 
-def _check_ray(cfg: TrainConfig, written: Set[str] | None) -> None:
+def _check_ray(cfg, written: Set[str] | None) -> None:
     """What trainer.backend = ray needs: groups that can be placed, a mini-batch per rank, wired features."""
     ray, a = cfg.ray, cfg.algo
-    apart = ray.rollout.placement == "apart"
+    placement = cfg.rollout_placement()
+    if knob_set(cfg, "ray.rollout.placement", written):  # what the user wrote is kept, and checked
+        placement = ray.rollout.placement
+    apart = placement == "apart"
     roles = {"actor": ray.actor, "critic": ray.critic, "reference": ray.reference, "reward": ray.reward}
     if apart:
         roles["rollout"] = ray.rollout
@@ -522,7 +505,7 @@ def _check_ray(cfg: TrainConfig, written: Set[str] | None) -> None:
     if ray.rollout_ranks is not None and not 1 <= ray.rollout_ranks <= ray.actor.world_size:
         fail("ray.rollout_ranks", ray.rollout_ranks, f"must lie in [1, ray.actor.world_size = {ray.actor.world_size}]")
     mini = cfg.batch.mini_batch_prompts * cfg.rollout.n
-    trained = [("actor", ray.actor)] + ([("critic", ray.critic)] if uses_critic(a) else [])
+    trained = [("actor", ray.actor)] + ([("critic", ray.critic)] if a.uses_critic() else [])
     for name, role in trained:
         if role.world_size > mini:
             fail(
@@ -547,11 +530,12 @@ def _check_ray(cfg: TrainConfig, written: Set[str] | None) -> None:
             "not wired into trainer.backend = ray, whose asynchronous mode is rollout.max_staleness "
             "(with ray.rollout.placement: apart)",
         )
-    if max_staleness(cfg) and not apart:
+    if cfg.max_staleness() and not apart:
         fail(
             "rollout.max_staleness",
             cfg.rollout.max_staleness,
-            "samples ahead on rollout ranks of their own, kept in sync with the actor: set ray.rollout.placement: apart",
+            "samples ahead on rollout ranks of their own, kept in sync with the actor: "
+            "set ray.rollout.placement: apart",
         )
     teachers = [i for i, s in enumerate(cfg.reward.sources) if s.get("name") == "teacher"]
     if teachers:

@@ -41,11 +41,11 @@ from glassrl.rl.build import (
     prompt_format,
     rollout_engine,
     test_spec,
-    with_precision,
 )
-from glassrl.rl.config import TrainConfig, resolve
+from glassrl.rl.config import TrainConfig
 from glassrl.rl.evaluation import evaluate
 from glassrl.rl.prompts import applies_template, build_prompts, prompt_ids, render
+from glassrl.rl.resolve import resolve, with_precision
 from glassrl.run.open import open_checkpoint
 from glassrl.workers.local import LocalReward, LocalRollout
 

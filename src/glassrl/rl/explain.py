@@ -59,8 +59,9 @@ from glassrl.ledger.compute import from_experience
 from glassrl.models import load_causal_lm, load_scalar_model, load_tokenizer
 from glassrl.rewards.user_function import resolve_spec
 from glassrl.rl import phases
-from glassrl.rl.build import actor_path, build_reward, forward_passes, prompt_format, rollout_engine, with_precision
+from glassrl.rl.build import actor_path, build_reward, forward_passes, prompt_format, rollout_engine
 from glassrl.rl.config import TrainConfig, agent_config
+from glassrl.rl.resolve import with_precision
 from glassrl.rollout.base import RolloutBatch, Turn, concat_rollouts
 from glassrl.rollout.hf import left_pad
 from glassrl.run.open import CONFIG, Checkpoint, model_in_run, open_checkpoint

@@ -18,7 +18,9 @@ TRL = {
         "batch.prompts_per_step (glassrl counts prompts; TRL counts completions: "
         "prompts_per_step = per_device_train_batch_size × devices × gradient_accumulation_steps / num_generations)"
     ),
-    "gradient_accumulation_steps": "batch.mini_batch_prompts and batch.micro_batch_responses (one optimiser step per mini-batch)",
+    "gradient_accumulation_steps": (
+        "batch.mini_batch_prompts and batch.micro_batch_responses (one optimiser step per mini-batch)"
+    ),
     "num_iterations": "batch.epochs (TRL's μ: passes over a step's responses)",
     "beta": "algo.kl.coef (TRL puts β·KL in the loss, k3: algo.kl.placement=loss, algo.kl.kind=k3)",
     "epsilon": "algo.clip_low",
@@ -27,7 +29,9 @@ TRL = {
     "scale_rewards": "algo.advantage (true/group: grpo, scaled by the group's std; false/none: dr_grpo, not scaled)",
     "importance_sampling_level": "algo.policy_loss (token: ppo_clip, sequence: gspo)",
     "mask_truncated_completions": "algo.mask_truncated",
-    "max_prompt_length": "data.max_prompt_tokens (with data.overlong_prompts=truncate_left to cut from the left as TRL does)",
+    "max_prompt_length": (
+        "data.max_prompt_tokens (with data.overlong_prompts=truncate_left to cut from the left as TRL does)"
+    ),
     "max_completion_length": "rollout.max_new_tokens",
     "temperature": "rollout.temperature",
     "top_p": "rollout.top_p",

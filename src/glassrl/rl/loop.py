@@ -74,24 +74,19 @@ from glassrl.rl.build import (
     build_local_workers,
     build_ptx,
     kl_controller,
-    layout_path,
     prompt_format,
-    saved_in_todays_terms,
     step_sampler,
     teacher,
-    with_precision,
-    with_shared_prefix,
-    with_warm_start,
 )
 from glassrl.rl.build_ray import build_ray_workers
-from glassrl.rl.checks import max_staleness
-from glassrl.rl.config import TrainConfig, off_policy_correction, resolve
+from glassrl.rl.config import TrainConfig
 from glassrl.rl.evaluation import correct, evaluate
 from glassrl.rl.experience import Experience
 from glassrl.rl.memory import check_step_fits
 from glassrl.rl.metrics import PhaseTimer, accuracy, gold_metrics, response_metrics, reward_metrics, tensor_metrics
 from glassrl.rl.phases import Sampled
 from glassrl.rl.prompts import build_prompts
+from glassrl.rl.resolve import layout_path, resolve, resolve_layout, saved_in_todays_terms
 from glassrl.rl.sampling import AsyncRounds, DynamicSampler
 from glassrl.rl.update import actor_batch, critic_batch, minibatch_plan
 from glassrl.rollout.base import SamplingParams
@@ -128,11 +123,10 @@ class Trainer:
         self, cfg: TrainConfig, *, resume: bool = False, console: Console | None = None, progress: bool = True
     ) -> None:
         self.console = console or Console()
-        cfg, warm = with_warm_start(cfg)  # a model named by a run or checkpoint: that model's directory
-        for line in warm:
+        self.resolved = resolve(cfg)  # checked, made concrete (warm start, precision, placement), sizes
+        for line in self.resolved.warm_start:  # a model named by a run or checkpoint: that model's directory
             self.console.print(line, markup=False, soft_wrap=True)
-        cfg = with_precision(cfg)  # model.dtype / compute_dtype "auto" made concrete
-        self.cfg, self.resolved = cfg, resolve(cfg)
+        cfg = self.cfg = self.resolved.cfg
         self.out = Path(cfg.output_dir)
         self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)
         self.threads = self._set_threads(resume)  # before any torch work
@@ -140,22 +134,22 @@ class Trainer:
         seed_everything(cfg.seed)
         path = actor_path(cfg, self.console)
         # model.shared_prefix "auto" made concrete (a resumed run goes on as it began)
-        cfg, layout = with_shared_prefix(cfg, path, self.out / "config.yaml" if resume else None)
-        self.cfg = cfg
+        self.resolved = resolve_layout(self.resolved, path, self.out / "config.yaml" if resume else None)
+        cfg = self.cfg = self.resolved.cfg
         self.tokenizer, self.data = self._build_prompts(path)
         self.prompts, self.test_records = self.data.train, self.data.test  # a PromptStream or MixtureStream
         self.ptx = build_ptx(cfg, self.resolved, self.tokenizer, self.data.limit + cfg.rollout.max_new_tokens)
         check_step_fits(cfg, self.resolved, path, self.data.limit)  # before any model is loaded
         build_workers = build_ray_workers if cfg.trainer.backend == "ray" else build_local_workers
         self.workers = build_workers(cfg, self.resolved, path, self.tokenizer, self.ptx)
-        self.paths = self._say_paths(layout, memory)
+        self.paths = self._say_paths(self.resolved.layout, memory)
         self.gold = build_gold(cfg)  # reward.gold: scored for reward/gold, never trained on
         self.teacher = teacher(self.workers, self.tokenizer)  # on-policy distillation: (teacher, w) or None
         self.kl = kl_controller(cfg.algo.kl)
         self.shapers = phases.score_shapers(cfg.algo)
         self.sampler = step_sampler(cfg, pad_id(self.tokenizer))  # one round a step, or DAPO's dynamic sampling
-        self.max_staleness = max_staleness(cfg)  # actor updates a sampled token may lag (rollout.overlap: 1)
-        self.correction = off_policy_correction(cfg.algo)  # algo.off_policy (or algo.rollout_is): (name, knobs)
+        self.max_staleness = self.resolved.max_staleness  # actor updates a sampled token may lag (overlap: 1)
+        self.correction = self.resolved.correction  # algo.off_policy (or algo.rollout_is): (name, knobs)
         self.rounds = self._async_rounds()  # asynchronous training: the rounds sampled ahead on Ray
         self.round_seconds: dict[str, float] = {}  # the step's waits for them (perf/…)
         self.old_logprobs_from_update = self._old_logprobs_from_update()

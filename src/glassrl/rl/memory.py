@@ -29,8 +29,8 @@ import torch
 
 from glassrl.errors import GlassrlError
 from glassrl.models.loading import resolve_device
-from glassrl.rl.checks import uses_critic
-from glassrl.rl.config import Resolved, TrainConfig
+from glassrl.rl.config import TrainConfig
+from glassrl.rl.resolve import Resolved
 
 GIB = 2**30
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -46,7 +46,7 @@ def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit:
     head_dim = int(model.get("head_dim") or int(model["hidden_size"]) // heads)
     dtype = _BYTES.get(cfg.model.compute_dtype if cfg.model.compute_dtype != "auto" else cfg.model.dtype, 4)
     B, length = resolved.responses_per_step, prompt_limit + cfg.rollout.max_new_tokens
-    models = 4 + 1 + (4 if uses_critic(cfg.algo) else 0)  # the actor trains; a reference; a critic trains
+    models = 4 + 1 + (4 if resolved.uses_critic else 0)  # the actor trains; a reference; a critic trains
     return {
         "key-value cache": B * layers * 2 * kv_heads * head_dim * length * dtype,
         "per-token tensors": B * length * _PER_TOKEN_BYTES,

@@ -276,7 +276,8 @@ def prompt_limit(cfg: TrainConfig, positions: int | None, path: Path) -> tuple[i
             )
         if positions - new < 1:
             raise GlassrlError(
-                f"rollout.max_new_tokens = {new}: leaves no room for a prompt in the model's {positions} positions ({path})"
+                f"rollout.max_new_tokens = {new}: leaves no room for a prompt in the model's "
+                f"{positions} positions ({path})"
             )
         return positions - new, f"auto: the model's {positions} positions − rollout.max_new_tokens = {new}"
     if positions is not None and value + new > positions:

@@ -14,17 +14,13 @@ adds its part through the same update loop (glassrl.rl.update.run_updates).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from glassrl.data.collate import collate
 from glassrl.data.stream import PromptStream
 from glassrl.errors import GlassrlError
+from glassrl.rl.ranks import Ranks
 from glassrl.supervised.sft import Example, load_pairs, response_loss, tokenize_pairs
-
-if TYPE_CHECKING:
-    from glassrl.rl.update import Ranks
 
 
 def load_ptx_examples(spec: str, tokenizer, max_length: int) -> list[Example]:
@@ -52,7 +48,7 @@ class PtxTerm:
 
     def backward(self, pairs: list[Example], ranks: Ranks, device: torch.device) -> torch.Tensor:
         """Accumulate ∇(γ · CE) of ``pairs`` into the model's gradients, in micro-batches, each pass
-        through ``ranks`` (the update's, glassrl.rl.update.Ranks; the gradients are reduced over the
+        through ``ranks`` (the update's, glassrl.rl.ranks.Ranks; the gradients are reduced over the
         ranks in the last). Exact: each micro-batch's summed CE over the response tokens of the
         whole batch, every rank's pairs. Returns this rank's share of the CE (token mean, detached)."""
         total = int(ranks.sum(torch.tensor(sum(len(response) for _, response in pairs))).item())

@@ -17,30 +17,27 @@ Terms are selected by config values (a coefficient > 0, a KL placement), never
 by algorithm name: :func:`actor_terms` and :func:`critic_terms`.
 
 :func:`run_updates` is the one update loop, in one process and on each rank of a data-parallel
-group alike: what differs is its ``ranks`` (:class:`Ranks`), the collectives it calls at fixed
+group alike: what differs is its ``ranks`` (glassrl.rl.ranks.Ranks), the collectives it calls at fixed
 points (the units of a mini-batch summed over the ranks, the gradient reduced in the last pass,
 each step's values summed before the non-finite check), the identity in one process
-(:class:`OneProcess`) and torch.distributed's on a rank (glassrl.workers.data_parallel).
+(glassrl.rl.ranks.OneProcess) and torch.distributed's on a rank (glassrl.workers.data_parallel).
 
 One update, followed from the trainer: Trainer.step (glassrl.rl.loop) runs phase 6 in
-Trainer._update, which builds the plan (:func:`minibatch_plan`) and calls ``workers.critic.update(critic_batch(exp), plan)``, then
-``workers.actor.update(actor_batch(exp), plan)`` (or ``update_on_policy``, which also returns
-phase 3's log-probs and entropy). In one process that is glassrl.workers.local.LocalActor, which
-calls the ``update`` glassrl.rl.build bound for it (:func:`run_updates` with the config's loss:
-glassrl.rl.build.role_update); on Ray, glassrl.workers.ray.RayActor splits the batch and plan
-over the ranks and each rank's glassrl.workers.data_parallel.DataParallelActor calls the same
-function, bound by glassrl.rl.build_ray with its ranks. Here, per mini-batch: the micro-batches'
-forward and backward passes, PPO-ptx's term, the clipped gradient norm, the non-finite check,
-``optimizer.step()``.
+Trainer._update, which builds the plan (:func:`minibatch_plan`) and calls
+``workers.critic.update(critic_batch(exp), plan)``, then ``workers.actor.update(actor_batch(exp),
+plan)`` (or ``update_on_policy``, which also returns phase 3's log-probs and entropy). In one
+process that is glassrl.workers.local.LocalActor, which calls the ``update`` glassrl.rl.build bound
+for it (:func:`run_updates` with the config's loss: glassrl.rl.build.role_update); on Ray,
+glassrl.workers.ray.RayActor splits the batch and plan over the ranks and each rank's
+glassrl.workers.data_parallel.DataParallelActor calls the same function, bound by
+glassrl.rl.build_ray with its ranks. Here, per mini-batch: the micro-batches' forward and backward
+passes, PPO-ptx's term, the clipped gradient norm, the non-finite check, ``optimizer.step()``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
-from contextlib import AbstractContextManager
-from typing import Any, Protocol
 
 import torch
 
@@ -52,9 +49,8 @@ from glassrl.rl.experience import Experience
 from glassrl.rl.loss import DIAGNOSTIC_METRICS, Forward, Term
 from glassrl.rl.phases import model_batch
 from glassrl.rl.ptx import PtxTerm
+from glassrl.rl.ranks import Batch, OneProcess, Ranks
 from glassrl.supervised.sft import Example
-
-Batch = dict[str, torch.Tensor]
 
 
 def actor_batch(exp: Experience) -> Batch:
@@ -120,55 +116,6 @@ class _Stats:
         return {k: total / count for k, total, count in zip(keys, sums.tolist(), counts.tolist()) if count > 0}
 
 
-class Ranks(Protocol):
-    """The ranks an update runs on, as the loop sees them: what differs between one process
-    (:class:`OneProcess`, every collective the identity) and a rank of a data-parallel group
-    (glassrl.workers.data_parallel.DataParallelModel, DDP replicas or FSDP2 shards)."""
-
-    world_size: int
-
-    def forward(self, fn: Callable[[torch.nn.Module, Batch], Any], micro: Batch) -> Any:
-        """``fn(model, micro)``, a forward pass with gradient (through the DDP / FSDP2 wrapper)."""
-
-    def gradient_sync(self, on: bool) -> AbstractContextManager[None]:
-        """Around a forward and its backward: the gradients are reduced over the ranks only when ``on``."""
-
-    def passes(self, n: int) -> int:
-        """Passes to run when this rank has ``n``: n, or the most any rank has (FSDP2 gathers in each)."""
-
-    def sum(self, t: torch.Tensor) -> torch.Tensor:
-        """``t`` summed over the ranks."""
-
-    def combine(self, values: dict[str, torch.Tensor], alike: str) -> tuple[dict[str, torch.Tensor], str]:
-        """An optimiser step's values over all ranks: each this rank's share, summed, except
-        ``alike``, equal on every rank (rank 0's); and " on ranks r, … of W" naming the ranks
-        whose own shares are not finite ("" in one process)."""
-
-
-class OneProcess:
-    """The update in one process: every collective is the identity."""
-
-    world_size = 1
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-
-    def forward(self, fn: Callable[[torch.nn.Module, Batch], Any], micro: Batch) -> Any:
-        return fn(self.model, micro)
-
-    def gradient_sync(self, on: bool) -> AbstractContextManager[None]:
-        return contextlib.nullcontext()
-
-    def passes(self, n: int) -> int:
-        return n
-
-    def sum(self, t: torch.Tensor) -> torch.Tensor:
-        return t
-
-    def combine(self, values: dict[str, torch.Tensor], alike: str) -> tuple[dict[str, torch.Tensor], str]:
-        return values, ""
-
-
 def run_updates(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -200,7 +147,7 @@ def run_updates(
     glassrl.workers.ray.RayActor), or, without ``ptx_pairs``, the next batch of ``ptx``'s stream
     (a glassrl.rl.ptx.PtxLoss).
 
-    ``ranks`` (None: :class:`OneProcess`): this process is one rank of a data-parallel group
+    ``ranks`` (None: glassrl.rl.ranks.OneProcess): this process is one rank of a data-parallel group
     (glassrl.workers.data_parallel.DataParallelModel), ``model`` its replica or shard, and
     ``batch`` and ``plan`` its part of the driver's (glassrl.workers.sharding.shard_plan). What must
     be global is: each micro-batch's weight is its share of the units of the *whole* mini-batch

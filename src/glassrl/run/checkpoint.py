@@ -231,7 +231,8 @@ class CheckpointManager:
         missing, extra = sorted(required - present), sorted(present - required)
         if missing:
             raise GlassrlError(
-                f"checkpoint {path.name} has no part {', '.join(map(repr, missing))} (it has: {', '.join(sorted(present))})"
+                f"checkpoint {path.name} has no part {', '.join(map(repr, missing))} "
+                f"(it has: {', '.join(sorted(present))})"
             )
         if extra:
             raise GlassrlError(

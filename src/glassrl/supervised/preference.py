@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Set
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -65,7 +65,7 @@ from glassrl.algos.losses import (
     pair_loss,
     side_rewards,
 )
-from glassrl.config import at_least, check_threads, fail, knob_set
+from glassrl.config import at_least, check_threads, fail, knob_set, option
 from glassrl.data.collate import collate, encode_response
 from glassrl.data.formatting import format_prompt, prompt_text
 from glassrl.data.preferences import load_labelled, load_preferences
@@ -104,39 +104,57 @@ LOSS_KNOBS = tuple(f.name for f in PreferenceLossParams.__dataclass_fields__.val
 class PreferenceConfig:
     """What ``glassrl dpo CONFIG`` reads (examples/dpo.yaml, examples/kto.yaml). Checked by :meth:`validate`."""
 
-    model: str = "default"  # the policy to train (usually an SFT model): checkpoint dir, cached hub id or "default"
-    reference: str | None = None  # π_ref: checkpoint dir or cached hub id; null = the policy before its first step
-    loss: str = "dpo"  # dpo | ipo | simpo | kto (glassrl.algos.losses.preference; docs/algorithms/)
-    beta: float = 0.1  # β: strength of the pull to π_ref (DPO, IPO's τ, KTO); SimPO's reward scale (2.0–2.5)
-    label_smoothing: float = 0.0  # dpo: ε, the assumed rate of flipped labels (conservative DPO); 0 = DPO
-    simpo_gamma: float = 0.5  # simpo: γ, the target reward margin
-    kto_desirable_weight: float = 1.0  # kto: λ_D, the weight of desirable examples
-    kto_undesirable_weight: float = 1.0  # kto: λ_U, the weight of undesirable examples
-    data: str = (
-        "task:arith-verify-preferences"  # "task:NAME[/SPLIT]" or a JSONL of pairs (kto: or of prompt/completion/label)
+    model: str = option(
+        "default", help="the policy to train (usually an SFT model): checkpoint dir, cached hub id or \"default\""
     )
-    eval_data: str | None = None  # held-out pairs: the same forms; null = the test split of a task:NAME data
-    seed: int = 0  # seeds python, numpy, torch and the data order
-    steps: int = 200  # optimiser steps, each on batch_size pairs (kto: labelled responses)
-    batch_size: int = 32  # pairs (kto: labelled responses) per optimiser step
-    max_length: int = 64  # longest prompt+response in tokens; a longer one is an error naming it
-    optim: OptimConfig = field(
-        default_factory=lambda: OptimConfig(lr=1e-4, warmup_steps=10, decay="cosine")
-    )  # optimiser and schedule (shared with glassrl train)
-    lora: LoraConfig | None = None  # LoRA adapters on the policy (only they train); null = every weight trains
-    compute_dtype: Literal["auto", "float32", "bfloat16"] = (
-        "auto"  # matrix products: auto (bfloat16 on CUDA over float32 weights, else float32) | float32 | bfloat16
+    reference: str | None = option(
+        None, help="π_ref: checkpoint dir or cached hub id; null = the policy before its first step"
     )
-    output_dir: str = "runs/dpo"  # policy, tokenizer, <loss>_config.yaml, metrics.jsonl, glassrl.json, checkpoints/
-    eval_every: int = 0  # steps between held-out evaluations; 0 = only at the end
-    log_every: int = 10  # steps between metric rows
-    checkpoint_every: int = 0  # steps between checkpoints (--resume continues from the latest); 0 = at the end only
-    keep_checkpoints: int = 2  # newest checkpoints kept
-    device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
-    threads: int | Literal["auto"] = (
-        "auto"  # intra-op CPU threads: N, or auto = the cores free now (glassrl.models.threads)
+    loss: str = option("dpo", help="dpo | ipo | simpo | kto (glassrl.algos.losses.preference; docs/algorithms/)")
+    beta: float = option(
+        0.1, help="β: strength of the pull to π_ref (DPO, IPO's τ, KTO); SimPO's reward scale (2.0–2.5)"
     )
-    on_nonfinite: Literal["stop", "skip"] = "stop"  # NaN/inf loss or grad norm: stop (exit 2, no output) or skip it
+    label_smoothing: float = option(0.0, help="dpo: ε, the assumed rate of flipped labels (conservative DPO); 0 = DPO")
+    simpo_gamma: float = option(0.5, help="simpo: γ, the target reward margin")
+    kto_desirable_weight: float = option(1.0, help="kto: λ_D, the weight of desirable examples")
+    kto_undesirable_weight: float = option(1.0, help="kto: λ_U, the weight of undesirable examples")
+    data: str = option(
+        "task:arith-verify-preferences",
+        help="\"task:NAME[/SPLIT]\" or a JSONL of pairs (kto: or of prompt/completion/label)",
+    )
+    eval_data: str | None = option(
+        None, help="held-out pairs: the same forms; null = the test split of a task:NAME data"
+    )
+    seed: int = option(0, help="seeds python, numpy, torch and the data order")
+    steps: int = option(200, help="optimiser steps, each on batch_size pairs (kto: labelled responses)")
+    batch_size: int = option(32, help="pairs (kto: labelled responses) per optimiser step")
+    max_length: int = option(64, help="longest prompt+response in tokens; a longer one is an error naming it")
+    optim: OptimConfig = option(
+        factory=lambda: OptimConfig(lr=1e-4, warmup_steps=10, decay="cosine"),
+        help="optimiser and schedule (shared with glassrl train)",
+    )
+    lora: LoraConfig | None = option(
+        None, help="LoRA adapters on the policy (only they train); null = every weight trains"
+    )
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = option(
+        "auto", help="matrix products: auto (bfloat16 on CUDA over float32 weights, else float32) | float32 | bfloat16"
+    )
+    output_dir: str = option(
+        "runs/dpo", help="policy, tokenizer, <loss>_config.yaml, metrics.jsonl, glassrl.json, checkpoints/"
+    )
+    eval_every: int = option(0, help="steps between held-out evaluations; 0 = only at the end")
+    log_every: int = option(10, help="steps between metric rows")
+    checkpoint_every: int = option(
+        0, help="steps between checkpoints (--resume continues from the latest); 0 = at the end only"
+    )
+    keep_checkpoints: int = option(2, help="newest checkpoints kept")
+    device: str = option("auto", help="auto (CUDA when visible) | cpu | cuda | cuda:N")
+    threads: int | Literal["auto"] = option(
+        "auto", help="intra-op CPU threads: N, or auto = the cores free now (glassrl.models.threads)"
+    )
+    on_nonfinite: Literal["stop", "skip"] = option(
+        "stop", help="NaN/inf loss or grad norm: stop (exit 2, no output) or skip it"
+    )
 
     title = "glassrl dpo: resolved"
 

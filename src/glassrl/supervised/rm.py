@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,7 +41,7 @@ from rich.console import Console
 
 from glassrl import config_paths
 from glassrl.algos.losses import pairwise_rm_loss
-from glassrl.config import at_least, check_seed, check_threads, fail
+from glassrl.config import at_least, check_seed, check_threads, fail, option
 from glassrl.data.collate import collate, encode_response
 from glassrl.data.formatting import format_prompt
 from glassrl.data.preferences import load_preferences
@@ -58,28 +58,38 @@ from glassrl.supervised.loop import Tally, check_positions, model_dir, train_sup
 class RMConfig:
     """What ``glassrl rm CONFIG`` reads (examples/rm.yaml). Checked by :meth:`validate`."""
 
-    model: str = "default"  # causal LM (+ fresh head) or scalar checkpoint of this head: dir, cached hub id, "default"
-    head: Literal["token-classification", "value-head"] = (
-        "token-classification"  # backbone + score Linear (plain HF), or causal LM + v_head (glassrl.models.value_head)
+    model: str = option(
+        "default", help="causal LM (+ fresh head) or scalar checkpoint of this head: dir, cached hub id, \"default\""
     )
-    data: str = "task:arith-verify-preferences"  # "task:NAME[/SPLIT]" (a bundled preference set) or a JSONL of pairs
-    eval_data: str | None = None  # the same forms; null = the test split of a task:NAME data (a JSONL data needs one)
-    use_margin: bool = False  # subtract each pair's margin inside the sigmoid (every pair must have one)
-    seed: int = 0  # seeds python, numpy, torch (the fresh head) and the data order
-    steps: int = 200  # optimiser steps, each on batch_size pairs (2 × batch_size sequences)
-    batch_size: int = 32  # preference pairs per optimiser step
-    max_length: int = 64  # longest prompt+response in tokens; a longer pair is an error naming it
-    optim: OptimConfig = field(
-        default_factory=lambda: OptimConfig(lr=1e-4, warmup_steps=10, decay="cosine")
-    )  # optimiser and schedule (shared with glassrl train)
-    output_dir: str = "runs/rm"  # reward model, tokenizer, rm_config.yaml, metrics.jsonl, glassrl.json
-    eval_every: int = 0  # steps between held-out evaluations; 0 = only at the end
-    log_every: int = 10  # steps between metric rows
-    device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
-    threads: int | Literal["auto"] = (
-        "auto"  # intra-op CPU threads: N, or auto = the cores free now (glassrl.models.threads)
+    head: Literal["token-classification", "value-head"] = option(
+        "token-classification",
+        help="backbone + score Linear (plain HF), or causal LM + v_head (glassrl.models.value_head)",
     )
-    on_nonfinite: Literal["stop", "skip"] = "stop"  # NaN/inf loss or grad norm: stop (exit 2, no output) or skip it
+    data: str = option(
+        "task:arith-verify-preferences", help="\"task:NAME[/SPLIT]\" (a bundled preference set) or a JSONL of pairs"
+    )
+    eval_data: str | None = option(
+        None, help="the same forms; null = the test split of a task:NAME data (a JSONL data needs one)"
+    )
+    use_margin: bool = option(False, help="subtract each pair's margin inside the sigmoid (every pair must have one)")
+    seed: int = option(0, help="seeds python, numpy, torch (the fresh head) and the data order")
+    steps: int = option(200, help="optimiser steps, each on batch_size pairs (2 × batch_size sequences)")
+    batch_size: int = option(32, help="preference pairs per optimiser step")
+    max_length: int = option(64, help="longest prompt+response in tokens; a longer pair is an error naming it")
+    optim: OptimConfig = option(
+        factory=lambda: OptimConfig(lr=1e-4, warmup_steps=10, decay="cosine"),
+        help="optimiser and schedule (shared with glassrl train)",
+    )
+    output_dir: str = option("runs/rm", help="reward model, tokenizer, rm_config.yaml, metrics.jsonl, glassrl.json")
+    eval_every: int = option(0, help="steps between held-out evaluations; 0 = only at the end")
+    log_every: int = option(10, help="steps between metric rows")
+    device: str = option("auto", help="auto (CUDA when visible) | cpu | cuda | cuda:N")
+    threads: int | Literal["auto"] = option(
+        "auto", help="intra-op CPU threads: N, or auto = the cores free now (glassrl.models.threads)"
+    )
+    on_nonfinite: Literal["stop", "skip"] = option(
+        "stop", help="NaN/inf loss or grad norm: stop (exit 2, no output) or skip it"
+    )
 
     title = "glassrl rm: resolved"
 

@@ -5,9 +5,9 @@
 
 Each example is ``format_prompt(tokenizer, prompt)`` — a text prompt first rendered as
 ``glassrl train`` renders it (``chat_template``, ``system_prompt``: :func:`render_pairs`) —
-followed by the response's tokens and EOS (:func:`glassrl.data.collate.encode_responses`). The loss is the token-mean cross-entropy of
-the response tokens (Ouyang et al. 2022, InstructGPT, §3.5 "SFT"): prompt tokens and padding
-are masked out. ``train/loss`` is that token mean over the steps since the last row;
+followed by the response's tokens and EOS (:func:`glassrl.data.collate.encode_responses`). The loss
+is the token-mean cross-entropy of the response tokens (Ouyang et al. 2022, InstructGPT, §3.5
+"SFT"): prompt tokens and padding are masked out. ``train/loss`` is that token mean over the steps since the last row;
 ``eval/loss`` over the whole held-out set.
 
 The loop is the supervised trainers' one (glassrl.supervised.loop: lock, seeds, progress bar,
@@ -19,7 +19,7 @@ and ``metrics.jsonl`` (one JSON object per logged step; a non-finite value is nu
 from __future__ import annotations
 
 from collections.abc import Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from rich.console import Console
 
 from glassrl import config_paths
-from glassrl.config import at_least, check_seed, check_threads, fail, knob_set
+from glassrl.config import at_least, check_seed, check_threads, fail, knob_set, option
 from glassrl.data.collate import collate, encode_responses
 from glassrl.data.formatting import format_prompts, render_text_prompts
 from glassrl.data.tasks import TASKS, held_out_split, load_task, parse_task
@@ -45,30 +45,39 @@ from glassrl.supervised.loop import Tally, check_positions, model_dir, train_sup
 class SFTConfig:
     """What ``glassrl sft CONFIG`` reads (examples/sft.yaml). Checked by :meth:`validate`."""
 
-    model: str = "default"  # checkpoint dir or hub id in the local HF cache, or "default" (the embedded default model)
-    tokenizer: str | None = None  # tokenizer directory or cached hub id; null = the model's
-    data: str | list[str] = "task:add"  # "task:NAME[/SPLIT]" or a JSONL of prompt/response; a list is concatenated
-    eval_data: str | list[str] | None = None  # the same forms; null = the test splits of data's tasks (JSONL: none)
-    seed: int = 0  # seeds python, numpy, torch and the data order
-    steps: int | None = None  # optimiser steps; null = epochs passes over data
-    epochs: float = 1.0  # passes over data when steps is null
-    batch_size: int = 32  # examples per optimiser step
-    max_length: int = 64  # longest prompt+response in tokens; a longer example is an error naming it
-    chat_template: Literal["auto", "none"] = (
-        "auto"  # auto: text prompts use the tokenizer's template, as in glassrl train
+    model: str = option(
+        "default", help="checkpoint dir or hub id in the local HF cache, or \"default\" (the embedded default model)"
     )
-    system_prompt: str | None = None  # system message put first in every prompt the chat template renders
-    optim: OptimConfig = field(
-        default_factory=lambda: OptimConfig(lr=1e-3, warmup_steps=10, decay="cosine")
-    )  # optimiser and schedule (shared with glassrl train)
-    output_dir: str = "runs/sft"  # model, tokenizer, sft_config.yaml, metrics.jsonl
-    eval_every: int = 0  # steps between evaluations of the eval loss; 0 = only at the end
-    log_every: int = 10  # steps between metric rows
-    device: str = "auto"  # auto (CUDA when visible) | cpu | cuda | cuda:N
-    threads: int | Literal["auto"] = (
-        "auto"  # intra-op CPU threads: N, or auto = the cores free now (glassrl.models.threads)
+    tokenizer: str | None = option(None, help="tokenizer directory or cached hub id; null = the model's")
+    data: str | list[str] = option(
+        "task:add", help="\"task:NAME[/SPLIT]\" or a JSONL of prompt/response; a list is concatenated"
     )
-    on_nonfinite: Literal["stop", "skip"] = "stop"  # NaN/inf loss or grad norm: stop (exit 2, no output) or skip it
+    eval_data: str | list[str] | None = option(
+        None, help="the same forms; null = the test splits of data's tasks (JSONL: none)"
+    )
+    seed: int = option(0, help="seeds python, numpy, torch and the data order")
+    steps: int | None = option(None, help="optimiser steps; null = epochs passes over data")
+    epochs: float = option(1.0, help="passes over data when steps is null")
+    batch_size: int = option(32, help="examples per optimiser step")
+    max_length: int = option(64, help="longest prompt+response in tokens; a longer example is an error naming it")
+    chat_template: Literal["auto", "none"] = option(
+        "auto", help="auto: text prompts use the tokenizer's template, as in glassrl train"
+    )
+    system_prompt: str | None = option(None, help="system message put first in every prompt the chat template renders")
+    optim: OptimConfig = option(
+        factory=lambda: OptimConfig(lr=1e-3, warmup_steps=10, decay="cosine"),
+        help="optimiser and schedule (shared with glassrl train)",
+    )
+    output_dir: str = option("runs/sft", help="model, tokenizer, sft_config.yaml, metrics.jsonl")
+    eval_every: int = option(0, help="steps between evaluations of the eval loss; 0 = only at the end")
+    log_every: int = option(10, help="steps between metric rows")
+    device: str = option("auto", help="auto (CUDA when visible) | cpu | cuda | cuda:N")
+    threads: int | Literal["auto"] = option(
+        "auto", help="intra-op CPU threads: N, or auto = the cores free now (glassrl.models.threads)"
+    )
+    on_nonfinite: Literal["stop", "skip"] = option(
+        "stop", help="NaN/inf loss or grad norm: stop (exit 2, no output) or skip it"
+    )
 
     title = "glassrl sft: resolved"
 

@@ -135,7 +135,7 @@ def _decoder_layers(model: nn.Module) -> list[nn.Module]:
 
 class DataParallelModel:
     """One rank's replica (DDP) or shard (FSDP2) of ``model``: the ranks of the update loop
-    (glassrl.rl.update.Ranks; in one process, glassrl.rl.update.OneProcess).
+    (glassrl.rl.ranks.Ranks; in one process, glassrl.rl.ranks.OneProcess).
 
     ``module`` is the model itself (what glassrl.models reads, and the optimiser's parameters);
     ``wrapped`` the DDP or FSDP2 module through which training forward passes go; ``dtype`` the

@@ -80,7 +80,8 @@ QUESTIONS = {
     ),
     "en": (
         "Today is {today}. Summarise {company}'s {year} results, focusing on {product} revenue. Cite as \\cite{{url}}.",
-        "It is {today}. How much revenue did {company} {product} make in {year}? Write a short report; cite as \\cite{{url}}.",
+        "It is {today}. How much revenue did {company} {product} make in {year}? "
+        "Write a short report; cite as \\cite{{url}}.",
         "Today is {today}. Research {company}'s {year} earnings, especially {product} revenue; cite as \\cite{{url}}.",
     ),
 }

@@ -78,14 +78,13 @@ def build_ray_workers(
     from glassrl.workers.ray import (
         RayActor,
         RayAsyncRollout,
-        RayCluster,
         RayCritic,
         RayReference,
         RayReward,
         RayRollout,
         RayWeightSync,
-        connect,
     )
+    from glassrl.workers.ray_cluster import RayCluster, connect
 
     ray, m = cfg.ray, cfg.model
     lora_reference = cfg.model.lora is not None and m.reference is None
@@ -145,7 +144,7 @@ def _device(group: RayRoleConfig | RayRolloutConfig) -> str:
 
 
 def _spec(role: str, group: RayRoleConfig | RayRolloutConfig, build):
-    from glassrl.workers.ray import RoleSpec
+    from glassrl.workers.ray_cluster import RoleSpec
 
     resources = {key: float(value) for key, value in group.resources.items()}
     return RoleSpec(role, group.world_size, build, resources=resources, device=_device(group))

@@ -36,7 +36,7 @@ from glassrl.rl.config import (
 from glassrl.rl.loss import actor_forward, actor_terms, critic_forward, critic_terms
 from glassrl.rl.ptx import PtxLoss, PtxTerm, load_ptx_examples
 from glassrl.rl.sampling import DynamicSampler, OneRound
-from glassrl.rl.update import run_updates
+from glassrl.rl.update import RoleUpdate
 from glassrl.run.open import ACTOR, CRITIC, model_in_run
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
 
@@ -453,12 +453,11 @@ def critic_loss(cfg: TrainConfig, resolved: Resolved) -> list:
     return critic_terms(value_clip=a.value_clip, loss_agg=a.loss_agg, norm_length=resolved.norm_length)
 
 
-def role_update(cfg: TrainConfig, resolved: Resolved, role: str, ptx: PtxTerm | None = None, ranks=None) -> Callable:
-    """The update of ``role`` ("actor" or "critic"), ``update(model, optimizer, scheduler, batch, plan,
-    **more)``: the one update loop (glassrl.rl.update.run_updates) bound to the config's loss,
-    micro-batch, clipping, forward layout, PPO-ptx term (the actor's) and non-finite policy.
-    ``ranks``: a Ray rank's data-parallel group (glassrl.rl.build_ray), None in one process. What a
-    worker calls to update (LocalActor, LocalCritic; DataParallelActor, DataParallelCritic)."""
+def role_update(cfg: TrainConfig, resolved: Resolved, role: str, ptx: PtxTerm | None = None, ranks=None) -> RoleUpdate:
+    """The update of ``role`` ("actor" or "critic"): the one update loop (glassrl.rl.update.RoleUpdate)
+    with the config's loss, micro-batch, clipping, forward layout, PPO-ptx term (the actor's) and
+    non-finite policy. ``ranks``: a Ray rank's data-parallel group (glassrl.rl.build_ray), None in one
+    process. What a worker calls to update (LocalActor, LocalCritic; DataParallelActor, DataParallelCritic)."""
     shared = cfg.model.shared_prefix is True
     layout = dict(packed=cfg.model.padding_free, shared_prefix=shared)
     if role == "actor":
@@ -466,16 +465,15 @@ def role_update(cfg: TrainConfig, resolved: Resolved, role: str, ptx: PtxTerm | 
         terms, optim = actor_loss(cfg, resolved), cfg.actor_optim
     else:
         forward, terms, optim = partial(critic_forward, **layout), critic_loss(cfg, resolved), cfg.critic_optim
-    return partial(
-        run_updates,
-        micro_batch=cfg.batch.micro_batch_responses,
-        grad_clip=optim.grad_clip,
+    return RoleUpdate(
+        prefix=role,
         forward=under_autocast(cfg, forward, ranks),
         terms=terms,
-        prefix=role,
-        ptx=ptx,
+        micro_batch=cfg.batch.micro_batch_responses,
+        grad_clip=optim.grad_clip,
         on_nonfinite=cfg.on_nonfinite,
         shared_prefix=shared,
+        ptx=ptx,
         ranks=ranks,
     )
 

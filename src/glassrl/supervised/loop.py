@@ -58,7 +58,7 @@ from glassrl.files import disk_errors
 from glassrl.models import resolve_device, resolve_model_path
 from glassrl.models.default_model import MARKER, default_model_dir
 from glassrl.models.threads import set_threads, startup_line
-from glassrl.optim import OptimConfig, check_weights, make_optimizer, nonfinite, on_bad_step, seed_everything
+from glassrl.optim import OptimConfig, guarded_step, make_optimizer, seed_everything
 from glassrl.report.sinks import JsonlSink
 from glassrl.run import stop
 from glassrl.run.atomic import StagedDir, safetensors_os_errors, write_text
@@ -176,7 +176,6 @@ def _train(
     model, steps, name = obj.model, obj.steps, obj.name
     optimizer, scheduler = make_optimizer(model, cfg.optim, steps)
     batches = batch_indices(len(obj.train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
-    params = [p for p in model.parameters() if p.requires_grad]
 
     out = Path(cfg.output_dir)
     result: dict[str, float] = {"steps": steps, **obj.sizes}
@@ -217,20 +216,26 @@ def _train(
                 loss, tally = obj.loss([obj.train[i] for i in next(batches)])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
-                if bad := nonfinite({"train/loss": loss, "train/grad_norm": grad_norm}):
-                    on_bad_step(cfg.on_nonfinite, bad, f"{name} step {step}")
-                    optimizer.zero_grad(set_to_none=True)
-                    log_state.skipped += 1
-                else:
-                    optimizer.step()
-                    check_weights(model, params, f"{name} step {step}")
+                taken, checked = guarded_step(
+                    model,
+                    optimizer,
+                    scheduler,
+                    {"train/loss": loss},
+                    max_norm=cfg.optim.grad_clip,
+                    norm_key="train/grad_norm",
+                    policy=cfg.on_nonfinite,
+                    where=lambda _, step=step: f"{name} step {step}",
+                )
+                if taken:
                     log_state.window.append(tally)
-                scheduler.step()
+                else:
+                    log_state.skipped += 1
                 row: dict[str, float] = {}
                 if step % cfg.log_every == 0 or step == steps:
                     row = window_means(log_state.window, obj.train_keys)
-                    row.update({"train/grad_norm": grad_norm.item(), "train/lr": scheduler.get_last_lr()[0]})
+                    row.update(
+                        {"train/grad_norm": checked["train/grad_norm"].item(), "train/lr": scheduler.get_last_lr()[0]}
+                    )
                     if log_state.skipped:
                         row["train/skipped_steps"] = log_state.skipped
                     log_state.window, log_state.skipped = [], 0

@@ -5,7 +5,7 @@ memory, nothing to synchronise). Tensors come back on the model's device.
 See glassrl.workers.base for the protocol and the batch keys.
 
 An update is not written here: :class:`LocalActor` and :class:`LocalCritic` call the ``update``
-the build injects (glassrl.rl.build.role_update: the one update loop, glassrl.rl.update.run_updates,
+the build injects (glassrl.rl.build.role_update: the one update loop, glassrl.rl.update.RoleUpdate,
 with the config's loss), in one process, where every collective of the loop is the identity; the
 Ray ranks call the same loop (glassrl.workers.data_parallel). One update: Trainer.step →
 Trainer._update → ``LocalActor.update`` → that loop → ``optimizer.step()``.
@@ -41,7 +41,7 @@ from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
 from glassrl.workers.base import Batch
 
 # update(model, optimizer, scheduler, batch, plan, **more) -> metrics: the one update loop,
-# glassrl.rl.update.run_updates, bound by glassrl.rl.build.role_update
+# glassrl.rl.update.RoleUpdate, made by glassrl.rl.build.role_update
 UpdateFn = Callable[[nn.Module, torch.optim.Optimizer, Any, Batch, list[torch.Tensor]], dict[str, float]]
 # path of an "hf" checkpoint part -> a freshly loaded module of the same kind
 LoadFn = Callable[[Path], nn.Module]

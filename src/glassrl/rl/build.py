@@ -520,8 +520,8 @@ def build_local_workers(
     model.padding_free: every forward pass on the real tokens only (glassrl.models.packing), once
     checked on each model (check_packing). model.shared_prefix: every forward pass computes each
     distinct prompt once per chunk (glassrl.models.shared_prefix), once checked on each model
-    (check_shared_prefix). rollout.max_staleness 1 (rollout.overlap): the rollout worker also samples
-    the next step's batch with a copy of the policy, in a thread (glassrl.workers.overlap).
+    (check_shared_prefix). rollout.max_staleness 1 (rollout.overlap): the rollout worker samples the
+    rounds requested ahead with a copy of the policy, in a thread (glassrl.workers.overlap).
     """
     from glassrl.models import load_causal_lm, load_scalar_model
     from glassrl.models.packing import check_packing
@@ -563,10 +563,10 @@ def build_local_workers(
     rollout = LocalRollout(engine, generator, compute)
     paths = {"rollout": engine.path, "optimiser": optimizer_path(optimizer)}
     stop = None
-    if max_staleness(cfg) == 1:  # a copy of the policy samples the next batch in a thread (glassrl.workers.overlap)
+    if max_staleness(cfg) == 1:  # a copy of the policy samples rounds ahead in a thread (glassrl.workers.overlap)
         rollout = OverlapRollout(
             rollout,
-            model,
+            actor,
             partial(_engine_on, cfg, copy.deepcopy(tokenizer)),  # its own tokenizer: no sharing across threads
             passes,
         )

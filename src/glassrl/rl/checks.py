@@ -424,13 +424,8 @@ def _check_staleness(cfg: TrainConfig, written: Set[str] | None) -> None:
 
 
 def _check_overlap(cfg: TrainConfig) -> None:
-    """Sampling one step ahead on the local backend (rollout.overlap, rollout.max_staleness: 1): the
-    next step's batch in a thread while a step trains, so nothing else may sample during the step."""
-    key, value = _staleness_key(cfg)
-    if cfg.algo.dynamic_sampling:
-        fail(key, value, "algo.dynamic_sampling samples more rounds within a step; choose one")
-    if agentic(cfg):
-        fail(key, value, "multi-turn rollouts (rollout.agent) are not wired into it")
+    """Sampling one step ahead on the local backend (rollout.overlap, rollout.max_staleness: 1): rounds
+    in a thread with a copy of the policy while a step trains (glassrl.workers.overlap)."""
     if cfg.rollout.partial_rollouts:
         fail("rollout.partial_rollouts", True, "trainer.backend = local samples ahead whole batches (rollout.overlap)")
 

@@ -91,7 +91,7 @@ from glassrl.rl.memory import check_step_fits
 from glassrl.rl.metrics import PhaseTimer, accuracy, gold_metrics, response_metrics, reward_metrics, tensor_metrics
 from glassrl.rl.phases import Sampled
 from glassrl.rl.prompts import build_prompts
-from glassrl.rl.sampling import AsyncRounds, DynamicSampler
+from glassrl.rl.sampling import AsyncRounds
 from glassrl.rl.update import actor_batch, critic_batch, minibatch_plan
 from glassrl.rl.watch import TrainingWatch, proxy_only_rows
 from glassrl.rollout.base import SamplingParams
@@ -101,7 +101,7 @@ from glassrl.run import state, stop
 from glassrl.run.atomic import write_text
 from glassrl.run.checkpoint import CheckpointManager
 from glassrl.run.lock import RunLock
-from glassrl.workers.base import AsyncRolloutWorker, OnPolicyActor
+from glassrl.workers.base import OnPolicyActor
 
 # Shown under the progress bar, in this order (when present).
 CONSOLE_KEYS = (
@@ -154,13 +154,11 @@ class Trainer:
         self.kl = kl_controller(cfg.algo.kl)
         self.shapers = phases.score_shapers(cfg.algo)
         self.sampler = step_sampler(cfg, pad_id(self.tokenizer))  # one round a step, or DAPO's dynamic sampling
-        self.max_staleness = max_staleness(cfg)  # actor updates a sampled token may lag (rollout.overlap: 1)
         self.correction = off_policy_correction(cfg.algo)  # algo.off_policy (or algo.rollout_is): (name, knobs)
-        self.rounds = self._async_rounds()  # asynchronous training: the rounds sampled ahead on Ray
+        # the rounds, requested up to rollout.max_staleness ahead (glassrl.rl.sampling.AsyncRounds)
+        self.rounds = AsyncRounds(self.workers.rollout, max_staleness(cfg), pad_id(self.tokenizer))
         self.round_seconds: dict[str, float] = {}  # the step's waits for them (perf/…)
         self.old_logprobs_from_update = self._old_logprobs_from_update()
-        self.ahead: tuple[list, list[list[int]], int] | None = None  # rollout.overlap's next batch, sampled ahead
-        self.actor_updates = 0  # for rollout/staleness
         self.shuffle = torch.Generator().manual_seed(cfg.seed + 2)  # mini-batch order
         self.counters = state.Counters()
         self.run_config = state.RunConfig(
@@ -258,12 +256,9 @@ class Trainer:
             write_run_report([self.out], self.out / "report.html")
 
     def _stop(self, signum: int) -> stop.Stopped:
-        """A stop asked for during the step that just ended: that step is checkpointed, so that the
-        resumed run is the one that never stopped; with rollout.overlap sampling the next step's
-        batch, which no checkpoint holds, the run stops at its last checkpoint instead."""
+        """A stop asked for during the step that just ended: that step is checkpointed (with the rounds
+        requested ahead: AsyncRounds), so that the resumed run is the one that never stopped."""
         step = self.counters.step
-        if self.ahead is not None:
-            return self._stopped(signum, f"rollout.overlap was sampling step {step + 1}, which no checkpoint holds")
         if step and not self._checkpoints(step):
             state.save(self.checkpoints, step, self.components)
         return self._stopped(signum)
@@ -284,37 +279,29 @@ class Trainer:
     def _sample(self, step: int) -> tuple[Sampled, dict[str, float]]:
         """Phase 1: the step's responses and reward results. With DAPO dynamic sampling (Yu et al.
         2025, Algorithm 1) the sampler keeps only groups with mixed scores, and rounds go on until it
-        holds the step's batch.prompts_per_step groups. With rollout.overlap the batch may have been
-        sampled during the last step, and the next one starts now, sampled by π_θ as it is while
-        this one trains. Asynchronous (:attr:`rounds`), the rounds come from rollout ranks sampling
-        ahead, and groups kept from an earlier step that would lag too far are dropped first."""
+        holds the step's batch.prompts_per_step groups. Asynchronous (rollout.max_staleness ≥ 1), the
+        rounds were requested ahead (:meth:`_generate_and_reward`), and groups kept from an earlier
+        step that would lag too far are dropped first."""
         self.round_seconds = {}
-        if self.rounds is not None and isinstance(self.sampler, DynamicSampler):
-            self.sampler.expire(self.workers.rollout.version - self.max_staleness)
+        self.sampler.expire(self.rounds.oldest())
         while self.sampler.needs_more():
             self.sampler.add(self._generate_and_reward(step))
         sampled, sampling = self.sampler.take()
-        if self.rounds is None and self.max_staleness == 1:  # rollout.overlap on the local backend
-            sampling["rollout/staleness"] = sampled.staleness  # actor updates since the batch was sampled
-        if self._samples_ahead(step):
-            self._start_ahead()
         return sampled, {**sampling, **self.round_seconds}
 
     def _model_outputs(self, exp: Experience, sampled: Sampled, step: int) -> None:
-        """Phase 3. π_old is the policy that sampled: a batch sampled ahead (rollout.overlap) brings its
-        log-probs; when the batch makes one optimiser step on what π_θ sampled, π_old = π_θ and the
-        update's own forward gives log π_old, H and the KL (phase 6, :meth:`_update`), so no actor pass
-        runs here (docs/metrics.md, actor/)."""
-        a = self.cfg.algo
+        """Phase 3. π_old is the policy that sampled: a batch sampled ahead on the local backend brings
+        its log-probs (glassrl.workers.overlap); when the batch makes one optimiser step on what π_θ
+        sampled, π_old = π_θ and the update's own forward gives log π_old, H and the KL (phase 6,
+        :meth:`_update`), so no actor pass runs here (docs/metrics.md, actor/)."""
+        a, rollout = self.cfg.algo, exp.rollout
         needs_old_logprobs = not self.old_logprobs_from_update or step <= a.value_warmup_steps
-        actor = self.workers.actor if needs_old_logprobs and sampled.behaviour is None else None
+        actor = self.workers.actor if needs_old_logprobs and rollout.behaviour_logprobs is None else None
         phases.model_outputs(exp, actor, self.workers.reference, self.workers.critic, a.kl.kind)
-        if sampled.behaviour is not None:
-            phases.policy_outputs(exp, *sampled.behaviour, a.kl.kind)
-        version = self.workers.rollout.version if self.rounds is not None else None
-        phases.off_policy(exp, version, self.correction)
-        if exp.staleness is not None and int(exp.staleness.max()) > self.max_staleness:  # AsyncRounds' bound
-            raise RuntimeError(f"step {step}: a token lags {int(exp.staleness.max())} > {self.max_staleness} versions")
+        if rollout.behaviour_logprobs is not None:
+            phases.policy_outputs(exp, rollout.behaviour_logprobs, rollout.behaviour_entropy, a.kl.kind)
+        phases.off_policy(exp, self.rounds.version, self.correction)
+        self.rounds.check(exp.staleness, step)  # the bound held
         if self.teacher is not None:  # log π_T of the sampled tokens, for its reward in phase 4
             phases.teacher_outputs(exp, *self.teacher)
 
@@ -346,7 +333,6 @@ class Trainer:
                 updated |= actor_metrics
             else:
                 updated |= self.workers.actor.update(actor_batch(exp), plan)
-            self.actor_updates += 1
         return updated
 
     # ------------------------------------------------------------------ phase 1: a round
@@ -356,56 +342,28 @@ class Trainer:
 
     def _generate_and_reward(self, step: int) -> Sampled:
         """Phase 1, one round: n responses to each of the next ``batch.prompts_per_step`` prompts
-        and their typed reward results (failures counted: too many stop the run). With
-        rollout.overlap the batch may have been sampled during the last step (:meth:`_start_ahead`):
-        then this waits for it, and it comes with the log-probs of the policy that sampled it."""
-        behaviour, staleness = None, 0
+        and their typed reward results (failures counted: too many stop the run). The round is the
+        oldest of :attr:`rounds`: sampled now, or (rollout.max_staleness ≥ 1) requested during an
+        earlier step, when the next ones are requested; nothing is requested ahead across a step that
+        evaluates or checkpoints where that would share the sampling generator (the local backend)."""
         with self.timer.phase("generate"):
-            if self.rounds is not None:  # the oldest round the rollout ranks sampled ahead
-                self.rounds.fill(self._next_prompts, self.cfg.rollout.n, self._sampling())
-                taken, seconds = self.rounds.take()
-                prompts, prompt_ids, rollout = taken.prompts, taken.prompt_ids, taken.rollout
-                for key, value in seconds.items():  # summed over the step's rounds
-                    self.round_seconds[key] = self.round_seconds.get(key, 0.0) + value
-            elif self.ahead is not None:
-                (prompts, prompt_ids, updates), self.ahead = self.ahead, None
-                rollout, *behaviour = self.workers.rollout.take_ahead()
-                staleness = self.actor_updates - updates
-            else:
-                prompts, prompt_ids = self._next_prompts()
-                rollout = self.workers.rollout.generate(
-                    prompt_ids, n=self.cfg.rollout.n, params=self._sampling(), records=prompts
-                )  # multi-turn: each episode's environment is reset with its record
+            quiet = self._evaluates(step) or self._checkpoints(step)
+            self.rounds.fill(self._next_prompts, self.cfg.rollout.n, self._sampling(), quiet=quiet)
+            taken, seconds = self.rounds.take()
+            prompts, prompt_ids, rollout = taken.prompts, taken.prompt_ids, taken.rollout
+            for key, value in seconds.items():  # summed over the step's rounds
+                self.round_seconds[key] = self.round_seconds.get(key, 0.0) + value
             self.timer.add_tokens("generate", int(rollout.response_mask.sum()))
         with self.timer.phase("score"):
             records = [prompts[g] for g in rollout.group_index.tolist()]  # the record each response answers
             results = self.workers.reward.score(phases.reward_requests(rollout, records, self.tokenizer))
             phases.check_failure_rate(results, step, self.cfg.reward.max_failure_rate, self.out / REWARD_TRACEBACK)
-        return Sampled(rollout, prompts, prompt_ids, results, tuple(behaviour) if behaviour else None, staleness)
+        return Sampled(rollout, prompts, prompt_ids, results)
 
     def _next_prompts(self) -> tuple[list, list[list[int]]]:
         """The next round's ``batch.prompts_per_step`` records of the prompt stream, and their token ids."""
         prompts = self.prompts.take(self.cfg.batch.prompts_per_step)
         return prompts, self.data.ids(prompts)
-
-    def _samples_ahead(self, step: int) -> bool:
-        """rollout.overlap (max_staleness 1 on the local backend): whether the next step's batch is
-        sampled during this step. Not during the last step, nor one that evaluates (evaluation samples
-        too) or checkpoints (a checkpoint holds the prompt stream and the sampling generator with
-        nothing in flight, so that a resumed run samples what this one would have)."""
-        return (
-            self.rounds is None
-            and self.max_staleness == 1
-            and step < self.cfg.steps
-            and not (self._evaluates(step) or self._checkpoints(step))
-        )
-
-    def _start_ahead(self) -> None:
-        """Take the next step's prompts and have the rollout worker sample them with the actor's
-        weights as they are now, in the background, while this step trains (glassrl.workers.overlap)."""
-        prompts, prompt_ids = self._next_prompts()
-        self.workers.rollout.start_ahead(prompt_ids, n=self.cfg.rollout.n, params=self._sampling(), records=prompts)
-        self.ahead = (prompts, prompt_ids, self.actor_updates)
 
     # ------------------------------------------------------------------ phase 7
 
@@ -532,19 +490,13 @@ class Trainer:
             and isinstance(self.workers.actor, OnPolicyActor)
         )
 
-    def _async_rounds(self) -> AsyncRounds | None:
-        """The bounded buffer of asynchronous training (glassrl.rl.sampling.AsyncRounds) when the rollout
-        ranks sample ahead (rollout.max_staleness on Ray); None otherwise."""
-        if not isinstance(self.workers.rollout, AsyncRolloutWorker):
-            return None
-        return AsyncRounds(self.workers.rollout, self.max_staleness, pad_id(self.tokenizer))
-
     def _components(self) -> list:
         """Everything a checkpoint holds (glassrl.run.state), the run's config first (it is checked first)."""
         w = self.workers
         return [
             self.run_config,
-            *[c for c in (w.actor, w.critic, w.rollout, self.rounds) if c is not None],
+            *[c for c in (w.actor, w.critic, w.rollout) if c is not None],
+            self.rounds,
             *([w.reference] if getattr(w.reference, "part_names", ()) else []),
             self.prompts,
             self.counters,

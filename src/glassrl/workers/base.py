@@ -126,24 +126,9 @@ class RolloutWorker(Stateful, Protocol):
 
 
 @runtime_checkable
-class AheadRollout(RolloutWorker, Protocol):
-    """A rollout worker that samples the next step's batch while the current one trains
-    (``rollout.overlap``, glassrl.workers.overlap)."""
-
-    def start_ahead(
-        self, prompts: list[list[int]], *, n: int, params: SamplingParams, records: Sequence[PromptRecord] | None = None
-    ) -> None:
-        """Take the actor's weights now and sample ``prompts`` with them in the background."""
-
-    def take_ahead(self) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
-        """The batch sampled ahead, with log π_old(a_i|s_i) and H(π_old(·|s_i)) (B, T) of the
-        policy that sampled it."""
-
-
-@runtime_checkable
 class AsyncRolloutWorker(RolloutWorker, Protocol):
-    """Rollout ranks that keep sampling while the actor trains (``rollout.max_staleness`` ≥ 1:
-    glassrl.workers.ray.RayAsyncRollout). A batch is sent ahead and taken later; it is sampled with
+    """A rollout worker that keeps sampling while the actor trains (``rollout.max_staleness`` ≥ 1: the Ray
+    ranks, glassrl.workers.ray.RayAsyncRollout; at 1 on the local backend, glassrl.workers.overlap). A batch is sent ahead and taken later; it is sampled with
     the weights of the version current when it was sent (or newer, with partial rollouts), and its
     ``policy_versions`` say which sampled each token."""
 

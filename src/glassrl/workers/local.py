@@ -200,13 +200,19 @@ class LocalActor(_Trained):
     """π_θ: log-probs at the sampling temperature, updates through ``update``."""
 
     role = "actor"
+    version = 0  # the updates taken: the version of its weights (rounds sampled ahead name it: glassrl.workers.overlap)
 
     def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         return micro_batched_logprobs(self.model, batch, self.passes, with_entropy=True)
 
+    def update(self, batch: Batch, plan: list[torch.Tensor]) -> dict[str, float]:
+        self.version += 1
+        return super().update(batch, plan)
+
     def update_on_policy(
         self, batch: Batch, plan: list[torch.Tensor]
     ) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
+        self.version += 1
         outputs: dict[str, torch.Tensor] = {}
         batch = _to(batch, _device(self.model))
         metrics = self._update(self.model, self.optimizer, self.scheduler, batch, plan, forward_outputs=outputs)

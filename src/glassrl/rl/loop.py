@@ -23,11 +23,9 @@ which inputs are computed (values → critic, baseline_rewards → greedy rollou
 shapers (phases.SCORE_SHAPERS) by their keys, loss terms by their coefficients
 (glassrl.rl.loss.actor_terms).
 
-Run directory (``output_dir``): config.yaml (the resolved config), environment.json (versions,
-machine, and the intra-op thread count with why it was chosen), metrics.jsonl,
-tensorboard/ (when on), ledgers/step_XXXXXX.jsonl, checkpoints/ (glassrl.run.checkpoint),
-resumes.jsonl (one line per --resume: from which checkpoint, and the keys changed), .lock
-while a run holds it (glassrl.run.lock: one run per directory).
+The run's life in its directory is glassrl.run.session (the lock, the thread count, fresh or
+resumed, checkpoints when due, a stop between steps), as for the supervised loop; its files
+(config.yaml, environment.json, metrics.jsonl, ledgers/, resumes.jsonl) are glassrl.rl.run_dir.
 
 A resumed run is compared with the config saved inside its checkpoint (part "config"), so a
 missing or hand-edited config.yaml changes nothing; only the keys of RESUME_MAY_CHANGE may
@@ -37,33 +35,23 @@ matters, so a run directory copied or moved elsewhere resumes with ``output_dir=
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
 
 import torch
-import yaml
 from rich.console import Console
 
 from glassrl.algos.masked import masked_mean
-from glassrl.config import flatten, safe_load, to_dict
-from glassrl.errors import GlassrlError
-from glassrl.files import DISK_FULL, disk_errors, open_append, replaced
+from glassrl.config import to_dict
+from glassrl.files import DISK_FULL, disk_errors, replaced
 from glassrl.ledger.compute import from_experience
 from glassrl.models.allocator import keep_freed_memory, memory_path
 from glassrl.models.loading import load_tokenizer, pad_id, resolve_device
 from glassrl.models.threads import set_threads, startup_line
 from glassrl.optim import NonFiniteError, seed_everything
 from glassrl.report.html import write_run_report
-from glassrl.report.run_dir import collect_environment, ledger_paths
 from glassrl.report.sinks import (
-    ConsoleSink,
-    JsonlSink,
-    MetricSinks,
-    MlflowSink,
-    TensorBoardSink,
-    WandbSink,
     sample_rows,
 )
 from glassrl.rl import phases
@@ -91,6 +79,7 @@ from glassrl.rl.memory import check_step_fits
 from glassrl.rl.metrics import PhaseTimer, accuracy, gold_metrics, response_metrics, reward_metrics, tensor_metrics
 from glassrl.rl.phases import Sampled
 from glassrl.rl.prompts import build_prompts
+from glassrl.rl.run_dir import open_sinks, record_resume, write_run_files
 from glassrl.rl.sampling import AsyncRounds
 from glassrl.rl.update import actor_batch, critic_batch, minibatch_plan
 from glassrl.rl.watch import TrainingWatch, proxy_only_rows
@@ -98,24 +87,11 @@ from glassrl.rollout.base import SamplingParams
 from glassrl.rollout.stops import describe as describe_stops
 from glassrl.rollout.stops import saved_generation_config
 from glassrl.run import state, stop
-from glassrl.run.atomic import write_text
-from glassrl.run.checkpoint import CheckpointManager
-from glassrl.run.lock import RunLock
+from glassrl.run.session import RunCheckpoints, stop_requested, take_lock
 from glassrl.workers.base import OnPolicyActor
 
-# Shown under the progress bar, in this order (when present).
-CONSOLE_KEYS = (
-    "reward/mean",
-    "task/accuracy",
-    "kl/mean",
-    "actor/policy_loss",
-    "critic/value_loss",
-    "response/length/mean",
-    "eval/accuracy",
-    "perf/step_s",
-)
 # Config keys a resumed run may change (dotted prefixes): how long it runs, where it lives, what
-# it logs, and an explicit thread count (under auto it keeps the one it recorded: _set_threads).
+# it logs, and an explicit thread count (under auto it keeps the one it recorded: glassrl.run.session).
 # Anything else would make it another run (state.RunConfig).
 RESUME_MAY_CHANGE = ("steps", "output_dir", "logging", "threads")
 REWARD_TRACEBACK = "reward_traceback.txt"  # the first failure's traceback, when failed rewards stop the run
@@ -133,9 +109,28 @@ class Trainer:
             self.console.print(line, markup=False, soft_wrap=True)
         cfg = with_precision(cfg)  # model.dtype / compute_dtype "auto" made concrete
         self.cfg, self.resolved = cfg, resolve(cfg)
-        self.out = Path(cfg.output_dir)
-        self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)
-        self.threads = self._set_threads(resume)  # before any torch work
+        self.out, lg, where = Path(cfg.output_dir), cfg.logging, f"output_dir = {cfg.output_dir}"
+        # the run's life in its directory (glassrl.run.session): checkpoints, fresh or resumed, a stop
+        self.run = RunCheckpoints(
+            self.out / "checkpoints", keep=lg.keep_checkpoints, every=lg.checkpoint_every, resume=resume, what=where
+        )
+        self.counters = self.run.counters
+        self.lock = take_lock(self.out / ".lock", where, self.console)  # released by train() / close()
+        self.workers = self.sinks = None
+        try:
+            self.run.check_run_dir()
+            self._build(resume, progress)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, resume: bool, progress: bool) -> None:
+        """The run's parts, named builds in order (glassrl.rl.build), then a resume's checkpoint loaded
+        into them (glassrl.run.session) and the metric sinks opened."""
+        cfg, lg = self.cfg, self.cfg.logging
+        recorded = self.run.recorded_threads()  # before any torch work: a resumed run's count
+        self.threads = self.run.threads_part(*set_threads(cfg.threads, recorded.threads))
+        self.console.print(startup_line(self.threads.count, self.threads.why), markup=False, soft_wrap=True)
         memory = self._keep_freed_memory()
         seed_everything(cfg.seed)
         path = actor_path(cfg, self.console)
@@ -160,13 +155,16 @@ class Trainer:
         self.round_seconds: dict[str, float] = {}  # the step's waits for them (perf/…)
         self.old_logprobs_from_update = self._old_logprobs_from_update()
         self.shuffle = torch.Generator().manual_seed(cfg.seed + 2)  # mini-batch order
-        self.counters = state.Counters()
         self.run_config = state.RunConfig(
             to_dict(self.cfg), RESUME_MAY_CHANGE, to_dict(type(cfg)()), upgrade=saved_in_todays_terms(self.cfg)
         )
-        self.components = self._components()  # what a checkpoint holds, the config first
-        self._open_run_dir(resume, progress)  # the lock, then a resume's checkpoint, then the metric sinks
-        lg = cfg.logging
+        restored = self.run.start(self._components())  # a resume: the latest checkpoint loaded
+        record_resume(self.out, self.run_config, restored, self.console)
+        self.initial_eval: float | None = None  # eval/accuracy before the first step (set by train)
+        self.last_metrics: dict[str, float] = {}  # of the last step train() ran
+        self.timer = PhaseTimer()
+        step = self.counters.step
+        self.sinks = open_sinks(cfg, self.out, step, resume=resume, progress=progress, console=self.console)
         self.watch = (  # the reward-hacking watch (glassrl.rl.watch)
             TrainingWatch(
                 lg.watch_window, lg.watch_threshold, self.out, self.console, self.counters.step if resume else None
@@ -225,25 +223,18 @@ class Trainer:
         return self.last_metrics
 
     def _train_steps(self) -> None:
-        write_text(self.out / "config.yaml", yaml.safe_dump(to_dict(self.cfg), sort_keys=False, allow_unicode=True))
-        environment = {
-            **collect_environment(),
-            "threads": self.threads.count,
-            "threads_why": self.threads.why,
-            "paths": self.paths,
-        }
-        write_text(self.out / "environment.json", json.dumps(environment, indent=2, ensure_ascii=False))
+        write_run_files(self.out, self.cfg, self.threads, self.paths)
         if self.counters.step == 0 and self.test_records:
             initial = self.evaluate()
             self.initial_eval = initial["eval/accuracy"]
             self.sinks.log(0, initial)
         while self.counters.step < self.cfg.steps:
-            if signum := stop.requested():
-                raise self._stop(signum)
+            if signum := stop_requested(self.run, self.counters.step):  # the steps taken are checkpointed
+                raise self._stopped(signum)
             try:
                 self.last_metrics = self.step()
             except NonFiniteError as err:
-                last = self.checkpoints.latest()
+                last = self.run.manager.latest()
                 raise NonFiniteError(
                     f"step {self.counters.step + 1}, {err}; "
                     + (
@@ -255,24 +246,20 @@ class Trainer:
         if self.cfg.logging.report and self.counters.step == self.cfg.steps:
             write_run_report([self.out], self.out / "report.html")
 
-    def _stop(self, signum: int) -> stop.Stopped:
-        """A stop asked for during the step that just ended: that step is checkpointed (with the rounds
-        requested ahead: AsyncRounds), so that the resumed run is the one that never stopped."""
-        step = self.counters.step
-        if step and not self._checkpoints(step):
-            state.save(self.checkpoints, step, self.components)
-        return self._stopped(signum)
-
     def _stopped(self, signum: int, why: str | None = None) -> stop.Stopped:
+        """The one line of a stopped run: the checkpoint to resume from (with the rounds requested
+        ahead: AsyncRounds), and how."""
         return stop.Stopped(
-            signum, stop.resume_line(self.checkpoints.latest(), self.counters.step, self.out / "config.yaml", why)
+            signum, stop.resume_line(self.run.manager.latest(), self.counters.step, self.out / "config.yaml", why)
         )
 
     def close(self) -> None:
         """Close the metric sinks, release the run directory and stop the workers (idempotent; train() calls it)."""
-        self.sinks.close()
+        if self.sinks is not None:
+            self.sinks.close()
         self.lock.release()
-        self.workers.close()
+        if self.workers is not None:
+            self.workers.close()
 
     # ------------------------------------------------------------------ phases 1, 3, 4 and 6
 
@@ -347,7 +334,7 @@ class Trainer:
         earlier step, when the next ones are requested; nothing is requested ahead across a step that
         evaluates or checkpoints where that would share the sampling generator (the local backend)."""
         with self.timer.phase("generate"):
-            quiet = self._evaluates(step) or self._checkpoints(step)
+            quiet = self._evaluates(step) or self.run.due(step, self.cfg.steps)
             self.rounds.fill(self._next_prompts, self.cfg.rollout.n, self._sampling(), quiet=quiet)
             taken, seconds = self.rounds.take()
             prompts, prompt_ids, rollout = taken.prompts, taken.prompt_ids, taken.rollout
@@ -411,8 +398,8 @@ class Trainer:
             self.watch.record(alerts, self._proxy_only_rows(step, exp, metrics))
         if lg.report and lg.report_every and step % lg.report_every == 0 and step < self.cfg.steps:
             write_run_report([self.out], self.out / "report.html")  # train() writes the last one
-        if self._checkpoints(step):
-            state.save(self.checkpoints, step, self.components)
+        if self.run.due(step, self.cfg.steps):
+            self.run.save(step)
 
     def _proxy_only_rows(self, step: int, exp: Experience, metrics: dict[str, float]) -> list[tuple[int, int]]:
         """The ledger sample's responses that an alert points at (glassrl.rl.watch.proxy_only_rows)."""
@@ -427,10 +414,6 @@ class Trainer:
     def _evaluates(self, step: int) -> bool:
         lg = self.cfg.logging
         return bool((lg.eval_every and step % lg.eval_every == 0 or step == self.cfg.steps) and self.test_records)
-
-    def _checkpoints(self, step: int) -> bool:
-        lg = self.cfg.logging
-        return bool(lg.checkpoint_every and step % lg.checkpoint_every == 0 or step == self.cfg.steps)
 
     def evaluate(self) -> dict[str, float]:
         """eval/… on the test prompts (glassrl.rl.evaluation): ``logging.eval_k`` responses per
@@ -506,97 +489,3 @@ class Trainer:
             *([self.ptx.stream] if self.ptx is not None else []),
             state.GlobalRNG({"shuffle": self.shuffle}),
         ]
-
-    def _open_run_dir(self, resume: bool, progress: bool) -> None:
-        """Take the run directory's lock (released by train() / close()), then start or resume the run
-        in it and open the metric sinks; on any failure the lock and the workers are released."""
-        with disk_errors(f"output_dir = {self.out}", self.out):
-            self.lock = RunLock(self.out / ".lock", f"output_dir = {self.out}")
-        try:
-            if self.lock.stale:
-                self.console.print(
-                    f"glassrl: took over a stale lock ({self.lock.stale}; no process holds it)",
-                    markup=False,
-                    soft_wrap=True,
-                )
-            self._check_run_dir(resume)
-            self.initial_eval: float | None = None  # eval/accuracy before the first step (set by train)
-            self.last_metrics: dict[str, float] = {}  # of the last step train() ran
-            self.timer = PhaseTimer()
-            self.sinks = self._sinks(resume, progress)
-        except BaseException:
-            self.lock.release()
-            self.workers.close()
-            raise
-
-    # ------------------------------------------------------------------ helpers
-
-    def _set_threads(self, resume: bool) -> state.Threads:
-        """Apply the config's ``threads`` (glassrl.models.threads) and say which count and why; a
-        resumed run under ``auto`` takes the count its checkpoint recorded, not what the load gives now."""
-        recorded = state.recorded_threads(self.checkpoints) if resume else state.Recorded(None, None)
-        count, why = set_threads(self.cfg.threads, recorded.threads)
-        self.console.print(startup_line(count, why), markup=False, soft_wrap=True)
-        # a checkpoint written before glassrl recorded the count has no part "threads" to load
-        return state.Threads(count, why, required=recorded.checkpoint is None or recorded.threads is not None)
-
-    def _check_run_dir(self, resume: bool) -> None:
-        """A fresh run must not mix with an old one; a resumed run continues from the latest
-        checkpoint (the newest that verifies when ``latest`` is gone) with the config saved in it,
-        the keys it may change (RESUME_MAY_CHANGE) recorded in resumes.jsonl."""
-        if not resume:
-            if self.checkpoints.checkpoints():
-                raise GlassrlError(
-                    f"output_dir = {self.out} already holds checkpoints: resume with --resume, "
-                    "or choose another output_dir"
-                )
-            (self.out / "resumes.jsonl").unlink(missing_ok=True)  # of a run that never checkpointed
-            return
-        restored = state.restore(self.checkpoints, self.components)
-        self.counters.step = restored.step
-        notes = [restored.note] if restored.note else []
-        saved = self.out / "config.yaml"
-        if not saved.is_file():
-            notes.append(f"{saved} was missing; it is written again from the run's config")
-        else:
-            try:
-                on_disk = flatten(safe_load(saved.read_text(encoding="utf-8")) or {})
-            except (yaml.YAMLError, UnicodeDecodeError, AttributeError):
-                on_disk = {}
-            edited = sorted(k for k, v in flatten(self.run_config.saved).items() if on_disk.get(k, v) != v)
-            if edited or not on_disk:
-                notes.append(
-                    f"{saved} differed from the checkpoint's config ({', '.join(edited) or 'unreadable'}); rewritten"
-                )
-        changed = {key: list(pair) for key, pair in self.run_config.changes.items()}
-        for key, (then, now) in changed.items():
-            notes.append(f"{key} changed on resume: {then!r} -> {now!r}")
-        for note in notes:
-            self.console.print(f"glassrl: {note}", markup=False, soft_wrap=True)
-        record = {"resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "step": restored.step}
-        record |= {"checkpoint": restored.path.name, "changed": changed, "notes": notes}
-        with disk_errors("resumes.jsonl", self.out), open_append(self.out / "resumes.jsonl") as f:
-            f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-
-    def _sinks(self, resume: bool, progress: bool) -> MetricSinks:
-        self.out.mkdir(parents=True, exist_ok=True)
-        step = self.counters.step
-        jsonl = JsonlSink(self.out / "metrics.jsonl")
-        # A resumed run's files read as those of a run that never stopped; a fresh run starts fresh ones.
-        bad = jsonl.truncate_after(step if resume else -1)
-        if bad:
-            lines = f"line {bad[0]} was" if len(bad) == 1 else f"lines {', '.join(map(str, bad))} were"
-            self.console.print(f"glassrl: metrics.jsonl: {lines} not a metrics row; dropped", markup=False)
-        for later in [path for at, path in ledger_paths(self.out).items() if at > step]:
-            later.unlink()  # a ledger of a step this run has not taken (yet)
-        sinks = [jsonl]
-        if self.cfg.logging.tensorboard:
-            sinks.append(TensorBoardSink(self.out / "tensorboard", purge_step=step + 1 if resume else None))
-        lg = self.cfg.logging
-        if lg.wandb is not None:  # the section's keys are the sink's (project, name, entity)
-            sinks.append(WandbSink(self.out, to_dict(self.cfg), resume=resume, **to_dict(lg.wandb)))
-        if lg.mlflow is not None:  # (tracking_uri, experiment, name)
-            sinks.append(MlflowSink(self.out, to_dict(self.cfg), resume=resume, **to_dict(lg.mlflow)))
-        if progress:
-            sinks.append(ConsoleSink(self.cfg.steps, CONSOLE_KEYS, start_step=step, console=self.console))
-        return MetricSinks(sinks)

@@ -37,17 +37,9 @@ import torch
 from glassrl.data.records import PromptRecord
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rollout.base import RolloutBatch, SamplingParams
+from glassrl.run.state import Stateful
 
 Batch = dict[str, torch.Tensor]
-
-
-@runtime_checkable
-class Stateful(Protocol):
-    part_names: tuple[str, ...]
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, parts: dict[str, Any]) -> None: ...
 
 
 @runtime_checkable

@@ -578,7 +578,10 @@ def build_local_workers(
         ref_model = load_lm(m.reference or path)
         if m.reference is not None:  # otherwise the actor's own checkpoint, checked above
             check_layout(ref_model)
-        reference = LocalReference(ref_model, passes, synced=cfg.algo.kl.ref_sync_every > 0)
+        kl = cfg.algo.kl  # ref_sync_every: it follows the actor's model
+        reference = LocalReference(
+            ref_model, passes, synced=kl.ref_sync_every > 0, actor=model, alpha=kl.ref_sync_alpha
+        )
     critic = None
     if resolved.uses_critic:
         load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=m.device)

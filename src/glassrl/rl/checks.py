@@ -462,18 +462,12 @@ def _check_off_policy(cfg: TrainConfig, written: Set[str] | None) -> None:
 
 
 def _check_ref_sync(cfg: TrainConfig) -> None:
-    """algo.kl.ref_sync_every: a π_ref of its own weights, in one process."""
+    """algo.kl.ref_sync_every: a π_ref of its own weights."""
     kl = cfg.algo.kl
     if kl.ref_sync_every == 0:
         return
     if not 0 < kl.ref_sync_alpha <= 1:
         fail("algo.kl.ref_sync_alpha", kl.ref_sync_alpha, "must lie in (0, 1]")
-    if cfg.trainer.backend == "ray":
-        fail(
-            "algo.kl.ref_sync_every",
-            kl.ref_sync_every,
-            "not wired into trainer.backend = ray; use trainer.backend: local",
-        )
     if cfg.model.lora is not None and cfg.model.reference is None:
         fail(
             "algo.kl.ref_sync_every",

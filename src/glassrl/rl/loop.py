@@ -300,9 +300,9 @@ class Trainer:
 
     def _sync_reference(self, step: int) -> None:
         """algo.kl.ref_sync_every: every N steps π_ref moves towards the updated π_θ (TR-DPO)."""
-        kl = self.cfg.algo.kl
-        if kl.ref_sync_every and step % kl.ref_sync_every == 0:
-            self.workers.reference.mix_in(self.workers.actor.model, kl.ref_sync_alpha)
+        every = self.cfg.algo.kl.ref_sync_every
+        if every and step % every == 0:
+            self.workers.reference.follow_actor()  # glassrl.workers.base.SyncedReference
 
     def _update(self, exp: Experience, step: int) -> dict[str, float]:
         """Phase 6: the critic's update, then the actor's (not during VAPO's value pre-training, the
@@ -480,7 +480,7 @@ class Trainer:
             self.run_config,
             *[c for c in (w.actor, w.critic, w.rollout) if c is not None],
             self.rounds,
-            *([w.reference] if getattr(w.reference, "part_names", ()) else []),
+            *([w.reference] if w.reference is not None else []),
             self.prompts,
             self.counters,
             self.threads,

@@ -83,11 +83,22 @@ class OnPolicyActor(Protocol):
 
 
 @runtime_checkable
-class ReferenceWorker(Protocol):
-    """The frozen reference policy π_ref."""
+class ReferenceWorker(Stateful, Protocol):
+    """The reference policy π_ref: frozen (no checkpoint parts: it is loaded again from its path), or
+    following the actor (:class:`SyncedReference`)."""
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         """log π_ref(a_i|s_i) (B, T)."""
+
+
+@runtime_checkable
+class SyncedReference(ReferenceWorker, Protocol):
+    """π_ref that moves towards π_θ (algo.kl.ref_sync_every, TR-DPO); its weights are part "reference"."""
+
+    def follow_actor(self) -> None:
+        """θ_ref ← α·θ + (1 − α)·θ_ref with the actor's weights of now (α: algo.kl.ref_sync_alpha): in
+        one process from the actor's model, on Ray over the weight-sync path (actor rank 0 broadcasts to
+        the reference ranks: glassrl.workers.weight_sync.MixSink)."""
 
 
 @runtime_checkable

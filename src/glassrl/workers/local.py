@@ -39,6 +39,7 @@ from glassrl.models.values import response_values
 from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
 from glassrl.workers.base import Batch
+from glassrl.workers.weight_sync import lerp_into
 
 # update(model, optimizer, scheduler, batch, plan, **more) -> metrics: the one update loop,
 # glassrl.rl.update.RoleUpdate, made by glassrl.rl.build.role_update
@@ -230,22 +231,27 @@ class LocalCritic(_Trained):
 
 class LocalReference:
     """π_ref: frozen, so nothing to checkpoint (it is reloaded from its path), unless it follows
-    the actor (``synced``: algo.kl.ref_sync_every), when its weights are checkpoint part "reference"."""
+    the actor (``synced``: algo.kl.ref_sync_every), when its weights are checkpoint part "reference".
+    ``actor``: the actor's model, which :meth:`follow_actor` mixes in with ``alpha`` (in one process;
+    on Ray the weight sync brings the actor's weights: glassrl.workers.weight_sync.MixSink)."""
 
-    def __init__(self, model: nn.Module, passes: Passes, *, synced: bool = False) -> None:
+    def __init__(
+        self, model: nn.Module, passes: Passes, *, synced: bool = False, actor: nn.Module | None = None, alpha=1.0
+    ) -> None:
         self.model, self.passes = model.eval().requires_grad_(False), passes
         self.part_names: tuple[str, ...] = ("reference",) if synced else ()
+        self.actor, self.alpha = actor, alpha
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         return micro_batched_logprobs(self.model, batch, self.passes, with_entropy=False)[0]
 
-    @torch.no_grad()
+    def follow_actor(self) -> None:
+        """glassrl.workers.base.SyncedReference: the actor's weights of now mixed in (α = ``alpha``)."""
+        self.mix_in(self.actor, self.alpha)
+
     def mix_in(self, actor: nn.Module, alpha: float) -> None:
-        """θ_ref ← α·θ + (1 − α)·θ_ref, parameter by parameter (TR-DPO's soft update, Gorbatovski
-        et al. 2024, arXiv:2404.09656; α = 1 copies θ, its hard update). ``lerp_`` computes θ_ref + α·(θ − θ_ref)."""
-        theirs = dict(actor.named_parameters())
-        for name, mine in self.model.named_parameters():
-            mine.lerp_(theirs[name].to(mine.dtype), alpha)
+        """θ_ref ← α·θ + (1 − α)·θ_ref, parameter by parameter (glassrl.workers.weight_sync.lerp_into)."""
+        lerp_into(dict(self.model.named_parameters()), actor.named_parameters(), alpha)
 
     def state_dict(self) -> dict[str, tuple[str, object]]:
         weights = {name: p.detach().cpu().contiguous() for name, p in self.model.named_parameters()}

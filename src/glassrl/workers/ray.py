@@ -112,7 +112,8 @@ class RayWeightSync:
     rank ``receive``, or, ``background`` (asynchronous training), receives in a thread of its own
     while it samples (glassrl.workers.async_rollout.BackgroundReceiver); the answer is the wall time
     in seconds. The group is formed, and a first sync run, on construction (LoRA adapters are drawn
-    at random on each side).
+    at random on each side); not with ``first`` False (a reference that follows the actor: its
+    receiving side mixes in, and moves only when the trainer says).
     """
 
     def __init__(
@@ -122,6 +123,7 @@ class RayWeightSync:
         device: str = "cpu",
         name: str = "weights",
         background: bool = False,
+        first: bool = True,
     ) -> None:
         self.actors, self.rollouts, self.name, self.background = actors, rollouts, name, background
         self.version = 0
@@ -131,7 +133,8 @@ class RayWeightSync:
             [("join", address, port, world, device)] * actors.world_size,
             [("join", address, port, 1 + r, world, device) for r in range(rollouts.world_size)],
         )
-        self()
+        if first:
+            self()
 
     def __call__(self) -> float:
         start = time.perf_counter()
@@ -223,10 +226,28 @@ class RayCritic(_RayTrainee):
 
 
 class RayReference:
-    """π_ref on the ranks of ``group`` under ``name``: its own group, or the actor's (LoRA: adapters off)."""
+    """π_ref on the ranks of ``group`` under ``name``: its own group, or the actor's (LoRA: adapters off).
 
-    def __init__(self, group: RankGroup, name: str = "reference") -> None:
-        self.group, self.name = group, name
+    With ``sync`` (algo.kl.ref_sync_every) it follows the actor: :meth:`follow_actor` runs that weight
+    sync, actor rank 0 broadcasting to the reference ranks, each mixing the weights in
+    (glassrl.workers.weight_sync.MixSink); its weights, rank 0's (every rank holds them whole), are then
+    checkpoint part "reference", as in one process (glassrl.workers.local.LocalReference)."""
+
+    def __init__(self, group: RankGroup, name: str = "reference", sync: RayWeightSync | None = None) -> None:
+        self.group, self.name, self.sync = group, name, sync
+        self.part_names: tuple[str, ...] = ("reference",) if sync is not None else ()
+
+    def follow_actor(self) -> None:
+        self.sync()
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        if self.sync is None:
+            return {}
+        return self.group.get([self.group.hosts[0].call.remote(self.name, "state_dict")], ranks=[0])[0]
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        if self.sync is not None:
+            self.group.call_all(self.name, "load_state_dict", parts)
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         shards = shard_rows(batch, self.group.world_size)

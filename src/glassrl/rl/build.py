@@ -564,12 +564,8 @@ def build_local_workers(
     paths = {"rollout": engine.path, "optimiser": optimizer_path(optimizer)}
     stop = None
     if max_staleness(cfg) == 1:  # a copy of the policy samples rounds ahead in a thread (glassrl.workers.overlap)
-        rollout = OverlapRollout(
-            rollout,
-            actor,
-            partial(_engine_on, cfg, copy.deepcopy(tokenizer)),  # its own tokenizer: no sharing across threads
-            passes,
-        )
+        own = partial(rollout_engine, cfg, tokenizer=copy.deepcopy(tokenizer))  # its own tokenizer: no sharing
+        rollout = OverlapRollout(rollout, actor, own, passes)
         stop = rollout.close
     reference = None
     if resolved.uses_reference and lora is not None and m.reference is None:
@@ -578,7 +574,7 @@ def build_local_workers(
         ref_model = load_lm(m.reference or path)
         if m.reference is not None:  # otherwise the actor's own checkpoint, checked above
             check_layout(ref_model)
-        kl = cfg.algo.kl  # ref_sync_every: it follows the actor's model
+        kl = cfg.algo.kl  # ref_sync_every: π_ref follows the actor's model
         reference = LocalReference(
             ref_model, passes, synced=kl.ref_sync_every > 0, actor=model, alpha=kl.ref_sync_alpha
         )
@@ -600,8 +596,3 @@ def build_local_workers(
             load=load_critic_part,
         )
     return Workers(actor, rollout, LocalReward(build_reward(cfg)), reference, critic, stop, paths)
-
-
-def _engine_on(cfg: TrainConfig, tokenizer, model):
-    """:func:`rollout_engine` with the model last (what OverlapRollout's ``make_engine`` takes)."""
-    return rollout_engine(cfg, model, tokenizer)

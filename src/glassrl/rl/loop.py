@@ -109,7 +109,8 @@ class Trainer:
             self.console.print(line, markup=False, soft_wrap=True)
         cfg = with_precision(cfg)  # model.dtype / compute_dtype "auto" made concrete
         self.cfg, self.resolved = cfg, resolve(cfg)
-        self.out, lg, where = Path(cfg.output_dir), cfg.logging, f"output_dir = {cfg.output_dir}"
+        self.out, lg = Path(cfg.output_dir), cfg.logging
+        where = f"output_dir = {self.out}"
         # the run's life in its directory (glassrl.run.session): checkpoints, fresh or resumed, a stop
         self.run = RunCheckpoints(
             self.out / "checkpoints", keep=lg.keep_checkpoints, every=lg.checkpoint_every, resume=resume, what=where

@@ -254,11 +254,15 @@ class LocalReference:
         lerp_into(dict(self.model.named_parameters()), actor.named_parameters(), alpha)
 
     def state_dict(self) -> dict[str, tuple[str, object]]:
+        if not self.part_names:  # frozen: loaded again from its path
+            return {}
         weights = {name: p.detach().cpu().contiguous() for name, p in self.model.named_parameters()}
         return {"reference": ("safetensors", weights)}
 
     @torch.no_grad()
     def load_state_dict(self, parts: dict[str, object]) -> None:
+        if not self.part_names:
+            return
         saved = parts["reference"]
         for name, mine in self.model.named_parameters():
             mine.copy_(saved[name])

@@ -10,10 +10,12 @@ a call away (phase 1 :meth:`Trainer._sample`, 2–5 glassrl.rl.phases, 3 :meth:`
 makes a single optimiser step on what π_θ sampled, phase 3 leaves log π_old to phase 6, whose forward
 computes it. ``Trainer.__init__`` is a list of named builds (glassrl.rl.build for the parts).
 
-Asynchronous training (``rollout.max_staleness`` = k ≥ 1 on Ray) is the same loop: phase 1 takes the
-oldest of the rounds that rollout ranks sample ahead (glassrl.rl.sampling.AsyncRounds: at most k
-versions behind), phase 3 ends with what the sampling policy was (glassrl.rl.phases.off_policy:
-each token's staleness, algo.off_policy's weights), and the update's weight sync feeds the ranks.
+Asynchronous training (``rollout.max_staleness`` = k ≥ 1: Ray's rollout ranks, or at k = 1 the local
+backend's copy of the policy in a thread, ``rollout.overlap``) is the same loop: phase 1 takes the
+oldest of the rounds requested ahead (glassrl.rl.sampling.AsyncRounds, the one buffer: at most k
+versions behind; at k = 0 each round is sampled when taken), phase 3 ends with what the sampling
+policy was (glassrl.rl.phases.off_policy: each token's staleness, algo.off_policy's weights), and the
+update's weight sync feeds the ranks.
 
 The trainer owns the algorithm and talks to role workers (glassrl.workers.base);
 it never touches a torch model. Phases 2–5 are the functions of glassrl.rl.phases,
@@ -212,7 +214,7 @@ class Trainer:
 
         The run directory is released at the end, whatever happens (:meth:`close`)."""
         try:
-            # a full disk: one line; Ctrl-C or SIGTERM: the step ends, is checkpointed, one line (_stop)
+            # a full disk: one line; Ctrl-C or SIGTERM: the step ends, is checkpointed, one line (glassrl.run.session)
             with stop.handling(), stop.graceful(), disk_errors(f"output_dir = {self.out}", self.out, only=DISK_FULL):
                 self._train_steps()
         except stop.Interrupted as signal:  # a second one: the step in progress is abandoned

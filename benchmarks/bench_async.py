@@ -94,7 +94,7 @@ def main() -> None:
     p.add_argument("--curves", type=Path, help="write every run's (samples seen, reward/mean) here (JSON)")
     args = p.parse_args()
 
-    from glassrl.workers.ray import connect
+    from glassrl.workers.ray_cluster import connect
 
     model = ensure_default_model()
     connect(None, num_cpus=3, object_store_memory=200 * 2**20, log_to_driver=False)

@@ -61,7 +61,7 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=16, help="prompts per step (× 8 samples)")
     args = p.parse_args()
 
-    from glassrl.workers.ray import connect
+    from glassrl.workers.ray_cluster import connect
 
     model = ensure_default_model()
     common = [

@@ -23,6 +23,9 @@ stop the run under either policy: their previous values are gone, there is nothi
 
 Data-parallel ranks (glassrl.workers.data_parallel, bound by glassrl.rl.build_ray) make
 the same checks on values summed over the ranks, so every rank skips or stops at the same step.
+
+:func:`guarded_step` is that optimiser step, written once: the RL update (glassrl.rl.update.run_updates)
+and the supervised loop (glassrl.supervised.loop) call it after their backward passes.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -80,11 +83,6 @@ class OptimConfig:
         """Warm-up optimiser steps: ``warmup_steps``, or ceil(``warmup_ratio`` × ``total_steps``) as
         transformers' TrainingArguments.get_warmup_steps counts them."""
         return self.warmup_steps if self.warmup_ratio is None else math.ceil(self.warmup_ratio * total_steps)
-
-    @property
-    def max_norm(self) -> float:
-        """``max_norm`` of torch.nn.utils.clip_grad_norm_: grad_clip, or inf (measure, never clip)."""
-        return self.grad_clip if self.grad_clip is not None else math.inf
 
     def rows(self, prefix: str = "") -> list[tuple[str, str, str]]:
         """(quantity, value, unit) rows of the resolved table; ``prefix`` names the model ("actor ")."""
@@ -272,3 +270,47 @@ def on_bad_step(policy: str, bad: dict[str, float], where: str) -> None:
             f"{where}: {describe(bad)}; the weights were not changed (on_nonfinite=stop; "
             "on_nonfinite=skip drops such steps instead)"
         )
+
+
+class Step(NamedTuple):
+    taken: bool  # False: dropped as non-finite (on_nonfinite = skip)
+    values: dict[str, torch.Tensor]  # the values checked (over every rank), the gradient norm among them
+
+
+def guarded_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    values: dict[str, torch.Tensor],
+    *,
+    max_norm: float | None,
+    norm_key: str,
+    policy: str,
+    where: Callable[[str], str],
+    also: dict[str, torch.Tensor] | None = None,
+    combine: Callable[[dict[str, torch.Tensor], str], tuple[dict[str, torch.Tensor], str]] | None = None,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> Step:
+    """The optimiser step after the backward passes, guarded (module docstring).
+
+    The gradients are clipped to ``max_norm`` (None: no limit, the norm still computed: clip at +inf is a no-op),
+    the global norm before clipping (Pascanu et al. 2013) joining ``values`` (the step's loss terms) as
+    ``norm_key``, then ``also`` (PPO-ptx's loss). ``combine`` (data parallelism: glassrl.rl.ranks.Ranks.combine)
+    sums them over the ranks and names the ranks whose own share is not finite. A non-finite value raises
+    NonFiniteError (``policy`` stop) or drops the step (skip: the gradients cleared); otherwise the optimiser steps
+    and the weights are checked (``reduce``: over the ranks). The schedule advances either way: a skipped step is a
+    step not taken. ``where(on)``: the step named in a message, ``on`` the ranks named by ``combine`` ("" in one
+    process)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else math.inf)
+    values = {**values, norm_key: norm, **(also or {})}
+    checked, on = combine(values, norm_key) if combine is not None else (values, "")
+    if bad := nonfinite(checked):
+        on_bad_step(policy, bad, where(on))
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        return Step(False, checked)
+    optimizer.step()
+    scheduler.step()
+    check_weights(model, params, where(""), reduce=reduce)
+    return Step(True, checked)

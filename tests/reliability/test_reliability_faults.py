@@ -231,6 +231,33 @@ def test_two_runs_into_one_directory_are_refused(capsys, tmp_path, tiny_model_di
     _trainer("grpo", run).close()  # free again
 
 
+@pytest.mark.parametrize("case", ["in use", "holds checkpoints", "nothing to resume"])
+def test_a_run_directory_that_cannot_serve_fails_before_any_model_is_loaded(
+    case, monkeypatch, tmp_path, tiny_model_dir, prompt_files
+):
+    """The run's lock, then the fresh-or-resume check, come first (glassrl.run.session): a second run
+    into a directory, a fresh run into one with checkpoints and a resume without one fail at once,
+    before any model is loaded (they used to load every worker first), and leave no lock behind."""
+    from glassrl.rl import loop
+    from glassrl.run.lock import RunLock
+
+    def no_workers(*args, **kwargs):
+        raise AssertionError("the workers were built")
+
+    monkeypatch.setattr(loop, "build_local_workers", no_workers)
+    run = tmp_path / "run"
+    held = RunLock(run / ".lock", "test") if case == "in use" else None
+    if case == "holds checkpoints":
+        (run / "checkpoints" / "step_00000001").mkdir(parents=True)
+        (run / "checkpoints" / "step_00000001" / "manifest.json").write_text("{}")
+    message = {"in use": "is in use by another", "holds checkpoints": "already holds checkpoints"}
+    with pytest.raises(GlassrlError, match=message.get(case, "--resume: no checkpoint in")):
+        _trainer("grpo", tiny_run_overrides(tiny_model_dir, prompt_files, run), resume=case == "nothing to resume")
+    if held is not None:
+        held.release()
+    assert not (run / ".lock").exists()
+
+
 def test_a_stale_lock_of_a_dead_run_is_taken_over(tmp_path, tiny_model_dir, prompt_files):
     """A killed run leaves its lock file; the kernel dropped its flock, so the next run takes it."""
     (tmp_path / "run").mkdir()

@@ -10,7 +10,7 @@ def local_ray():
     """A local Ray cluster of 2 CPUs for the tests of one module (the Ray backend's tests)."""
     import ray
 
-    from glassrl.workers.ray import connect
+    from glassrl.workers.ray_cluster import connect
 
     connect(None, num_cpus=2, object_store_memory=100 * 2**20, log_to_driver=False)
     yield

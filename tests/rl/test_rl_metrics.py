@@ -10,7 +10,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glassrl.rl.metrics import PhaseTimer, approx_kl, distinct_n, explained_variance, masked_stats
+from glassrl.algos.masked import masked_mean
+from glassrl.rl import loss
+from glassrl.rl.metrics import PhaseTimer, distinct_n, explained_variance, masked_stats
 
 NAN = float("nan")
 MASK = torch.tensor([[True, True, False], [True, True, False]])
@@ -52,6 +54,11 @@ def test_masked_stats_by_hand():
     one = masked_stats(x, torch.tensor([[False, False, True], [False, False, False]]))
     assert one["mean"] == one["min"] == one["max"] == 100.0 and math.isnan(one["std"])
     assert all(math.isnan(v) for v in masked_stats(x, torch.zeros_like(mask)).values())
+
+
+def approx_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> float:
+    """actor/approx_kl of one micro-batch: the loss's per-token k3, its mean over valid tokens."""
+    return masked_mean(loss.approx_kl(logprobs, old_logprobs, mask), mask).item()
 
 
 def test_approx_kl_by_hand():

@@ -6,25 +6,40 @@
   step after a checkpoint or an evaluation, which sample nothing ahead);
 - with a learning rate too small to move the weights, the overlapped run is the synchronous run:
   same prompts, same draws of the sampling generator, same numbers;
-- the settings it cannot serve are refused, naming the key.
+- the settings it cannot serve are refused, naming the key;
+- it is the asynchronous buffer at k = 1 (glassrl.rl.sampling.AsyncRounds): DAPO's dynamic sampling
+  and multi-turn rollouts run on it, and a run stopped with a round in flight checkpoints that round
+  and resumes as the run that never stopped.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
 import torch
 
+from glassrl.config import load_config
 from glassrl.errors import GlassrlError
 from glassrl.ledger import read_jsonl
 from glassrl.report.metrics_doc import undocumented
 from glassrl.rl import phases
 from glassrl.rl.build import forward_passes
+from glassrl.rl.config import TrainConfig
+from glassrl.run.checkpoint import CheckpointManager
+from glassrl.run.stop import Stopped
 from glassrl.workers.local import FrozenActor
 from helpers import preset_trainer
+from reliability.harness import checkpoint_contents
+from run_helpers import assert_same_weights, logged_metrics
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+AGENT_ENV = Path(__file__).resolve().parent / "agentic_env.py"
+MIXED_REWARD = "reward.sources=[{name: user_function, spec: 'trainer_reward_fns:says_yes'}]"
 
 
 def _rows(run: Path) -> list[dict]:
@@ -67,7 +82,7 @@ def test_no_sampling_ahead_across_a_checkpoint(fast):
     trainer.train()
     rows = _rows(trainer.out)
     assert [r["rollout/staleness"] for r in rows[1:]] == [0, 1, 0, 1]
-    assert trainer.ahead is None
+    assert not trainer.rounds.rounds  # nothing requested ahead is left after the last step
     assert undocumented({k for r in rows for k in r if k != "step"}) == []  # docs/metrics.md
 
 
@@ -98,7 +113,6 @@ def test_overlap_equals_sync_when_the_weights_stand_still(fast, tmp_path):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["algo.dynamic_sampling=true"], "algo.dynamic_sampling samples more rounds"),
         (["algo.advantage=remax"], "algo.advantage = remax samples greedy baselines"),
         (["trainer.backend=ray"], "not wired into trainer.backend = ray"),
     ],
@@ -117,3 +131,77 @@ def test_max_staleness_one_is_overlap_on_the_local_backend(fast, tmp_path):
     overlap, staleness = runs.values()
     assert [r["rollout/staleness"] for r in staleness[1:]] == [0, 1, 0]
     assert overlap == staleness  # every number, bit for bit
+
+
+class StopAt:
+    """A metrics sink that asks the run to stop (SIGINT, as Ctrl-C) right after logging step ``at``."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def log(self, step, metrics):
+        if step == self.at:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def log_samples(self, step, rows):
+        pass
+
+    def close(self):
+        pass
+
+
+def _agentic(model: Path, out: Path) -> list[str]:
+    return [
+        f"model.actor={model}",
+        "data.train=task:tool-add",
+        "data.eval_size=4",
+        f"output_dir={out}",
+        "rollout.n=2",
+        "rollout.max_new_tokens=40",
+        "batch.prompts_per_step=4",
+        "batch.mini_batch_prompts=2",
+        "batch.micro_batch_responses=4",
+        "logging.eval_group_by=null",
+        "reward.sources=[{name: numeric}]",
+        f"rollout.agent.environment={AGENT_ENV}:Retry",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["dynamic_sampling", "agent"])
+def test_sampling_ahead_with_a_round_in_flight_stops_and_resumes_exactly(case, fast, tiny_model_dir, tmp_path):
+    """DAPO's dynamic sampling and multi-turn rollouts sample ahead on the local backend; a stop after a
+    step that requested the next round checkpoints that round (waited for) with the generator after it,
+    and the resumed run is the run that never stopped: every metric, the weights, the last checkpoint."""
+    if case == "dynamic_sampling":
+        preset, common = "dapo", [*fast, MIXED_REWARD, "algo.dynamic_sampling_max_rounds=8"]
+    else:
+        preset, common = "grpo", _agentic(tiny_model_dir, tmp_path / "run")
+    common += ["steps=4", "rollout.max_staleness=1", "logging.ledger_every=0", "logging.checkpoint_every=0"]
+
+    def trainer(out: Path, **kwargs):
+        from glassrl.rl.loop import Trainer
+
+        cfg = load_config(TrainConfig, EXAMPLES / f"{preset}.yaml", [*common, f"output_dir={out}"])
+        return Trainer(cfg, progress=False, **kwargs)
+
+    straight = trainer(tmp_path / "straight")
+    straight.train()
+    rows = logged_metrics(tmp_path / "straight")
+    assert [r["rollout/staleness"] for r in rows[1:]] == [0, 1, 1, 1]
+    victim = trainer(tmp_path / "stopped")
+    victim.sinks.sinks.append(StopAt(2))
+    with pytest.raises(Stopped):
+        victim.train()
+    checkpoints = CheckpointManager(tmp_path / "stopped" / "checkpoints", 1)
+    buffer = checkpoints.load_part(checkpoints.latest(), "rollout_buffer")
+    assert checkpoints.latest().name == "step_00000002" and len(buffer["rounds"]) == 1  # step 3's, requested in 2
+    again = trainer(tmp_path / "stopped", resume=True)
+    assert again.counters.step == 2 and len(again.rounds.rounds) == 1
+    again.train()
+    assert_same_weights(straight.workers.actor.model, again.workers.actor.model)
+    assert logged_metrics(tmp_path / "stopped") == rows  # every number, bit for bit
+    one, two = (
+        checkpoint_contents(r / "checkpoints" / "step_00000004") for r in (tmp_path / "straight", tmp_path / "stopped")
+    )
+    assert {k: v for k, v in one.items() if k != "config"} == {k: v for k, v in two.items() if k != "config"}

@@ -41,6 +41,7 @@ from glassrl.errors import GlassrlError
 from glassrl.ledger import read_jsonl
 from glassrl.models import load_causal_lm, load_scalar_model
 from glassrl.rl.config import TrainConfig
+from glassrl.run.checkpoint import CheckpointManager
 from run_helpers import logged_metrics
 
 pytestmark = pytest.mark.slow
@@ -139,7 +140,7 @@ class Counted:
         return self.method(*args, **kwargs)
 
 
-@pytest.mark.parametrize("case", ["grpo", "ppo", "grpo-on-policy-ptx", "ppo-shared-prefix"])
+@pytest.mark.parametrize("case", ["grpo", "ppo", "grpo-on-policy-ptx", "ppo-shared-prefix", "grpo-ref-sync"])
 def test_two_ranks_train_like_one_process(case, local_ray, fast, tmp_path):
     preset = case.split("-")[0]
     # the same layout on both backends (model.shared_prefix auto is off on Ray)
@@ -153,6 +154,8 @@ def test_two_ranks_train_like_one_process(case, local_ray, fast, tmp_path):
             "algo.ptx_coef=0.5",
             f"data.ptx={_ptx_pairs(tmp_path / 'pairs.jsonl')}",
         ]
+    if case == "grpo-ref-sync":  # π_ref follows π_θ after every update: over the weight sync on Ray
+        common += ["algo.kl.ref_sync_every=1", "algo.kl.ref_sync_alpha=0.5"]
     _trainer(preset, [*common, f"output_dir={tmp_path / 'local'}"]).train()
     remote = _trainer(preset, [*common, f"output_dir={tmp_path / 'ray'}", *_ray(2, 2), "ray.rollout_ranks=1"])
     assert type(remote.workers.actor).__name__ == "RayActor" and remote.workers.actor.group.world_size == 2
@@ -179,6 +182,12 @@ def test_two_ranks_train_like_one_process(case, local_ray, fast, tmp_path):
         assert phase3.calls == 0
         assert all(row["actor/ptx_loss"] > 0 for row in logged_metrics(ray_run)[1:])
         assert "ptx_data" in manifest["parts"]
+    if case == "grpo-ref-sync":  # the reference's weights, moved twice, as in one process
+        one, two = (CheckpointManager(run / "checkpoints", 1) for run in (local, ray_run))
+        a, b = (m.load_part(m.latest(), "reference") for m in (one, two))
+        assert a.keys() == b.keys() and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
+        initial = _load_actor(fast[0].partition("=")[2]).state_dict()
+        assert max((a[k] - initial[k]).abs().max().item() for k in a) > 1e-6  # it moved
 
 
 class KillRankAt:

@@ -127,7 +127,7 @@ def in_process_on_policy(model_dir: Path, batch, pairs) -> tuple[dict[str, torch
 
 
 def build_dp_actor(model_dir: str, ctx) -> dict:
-    """What a Ray actor rank builds (glassrl.workers.ray.RoleSpec.build): a data-parallel actor."""
+    """What a Ray actor rank builds (glassrl.workers.ray_cluster.RoleSpec.build): a data-parallel actor."""
     from glassrl.workers.data_parallel import DataParallelActor, DataParallelModel
 
     dp = DataParallelModel(load_causal_lm(model_dir, dtype="float32", device="cpu"), ctx)

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slow
 
 ray = pytest.importorskip("ray")
 
-from glassrl.workers.ray import RayActor, RayCluster, RayReward, RayRollout, RoleSpec, connect  # noqa: E402
+from glassrl.workers.ray import RayActor, RayReward, RayRollout  # noqa: E402
+from glassrl.workers.ray_cluster import RayCluster, RoleSpec, connect  # noqa: E402
 
 
 @pytest.fixture(scope="module")

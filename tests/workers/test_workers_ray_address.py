@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from glassrl.workers.ray import connect
+from glassrl.workers.ray_cluster import connect
 
 
 def test_no_address_starts_a_cluster_of_its_own_even_where_another_runs(monkeypatch):

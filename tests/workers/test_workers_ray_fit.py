@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from glassrl.errors import GlassrlError
-from glassrl.workers.ray import RoleSpec, _bundle, fit_local, rank_env
+from glassrl.workers.ray_cluster import RoleSpec, _bundle, fit_local, rank_env
 
 
 def _spec(role: str, world_size: int, resources: dict[str, float] | None = None) -> RoleSpec:

@@ -34,7 +34,7 @@ from glassrl.rl.loss import actor_forward, actor_terms, critic_forward, critic_t
 from glassrl.rl.ptx import PtxLoss, PtxTerm, load_ptx_examples
 from glassrl.rl.resolve import Resolved, critic_path
 from glassrl.rl.sampling import DynamicSampler, OneRound
-from glassrl.rl.update import run_updates
+from glassrl.rl.update import RoleUpdate
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
 
 if TYPE_CHECKING:
@@ -278,12 +278,11 @@ def critic_loss(cfg: TrainConfig, resolved: Resolved) -> list:
     return critic_terms(value_clip=a.value_clip, loss_agg=a.loss_agg, norm_length=resolved.norm_length)
 
 
-def role_update(cfg: TrainConfig, resolved: Resolved, role: str, ptx: PtxTerm | None = None, ranks=None) -> Callable:
-    """The update of ``role`` ("actor" or "critic"), ``update(model, optimizer, scheduler, batch, plan,
-    **more)``: the one update loop (glassrl.rl.update.run_updates) bound to the config's loss,
-    micro-batch, clipping, forward layout, PPO-ptx term (the actor's) and non-finite policy.
-    ``ranks``: a Ray rank's data-parallel group (glassrl.rl.build_ray), None in one process. What a
-    worker calls to update (LocalActor, LocalCritic; DataParallelActor, DataParallelCritic)."""
+def role_update(cfg: TrainConfig, resolved: Resolved, role: str, ptx: PtxTerm | None = None, ranks=None) -> RoleUpdate:
+    """The update of ``role`` ("actor" or "critic"): the one update loop (glassrl.rl.update.RoleUpdate)
+    with the config's loss, micro-batch, clipping, forward layout, PPO-ptx term (the actor's) and
+    non-finite policy. ``ranks``: a Ray rank's data-parallel group (glassrl.rl.build_ray), None in one
+    process. What a worker calls to update (LocalActor, LocalCritic; DataParallelActor, DataParallelCritic)."""
     shared = cfg.model.shared_prefix is True
     layout = dict(packed=cfg.model.padding_free, shared_prefix=shared)
     if role == "actor":
@@ -291,16 +290,15 @@ def role_update(cfg: TrainConfig, resolved: Resolved, role: str, ptx: PtxTerm | 
         terms, optim = actor_loss(cfg, resolved), cfg.actor_optim
     else:
         forward, terms, optim = partial(critic_forward, **layout), critic_loss(cfg, resolved), cfg.critic_optim
-    return partial(
-        run_updates,
-        micro_batch=cfg.batch.micro_batch_responses,
-        grad_clip=optim.grad_clip,
+    return RoleUpdate(
+        prefix=role,
         forward=under_autocast(cfg, forward, ranks),
         terms=terms,
-        prefix=role,
-        ptx=ptx,
+        micro_batch=cfg.batch.micro_batch_responses,
+        grad_clip=optim.grad_clip,
         on_nonfinite=cfg.on_nonfinite,
         shared_prefix=shared,
+        ptx=ptx,
         ranks=ranks,
     )
 
@@ -342,8 +340,8 @@ def build_local_workers(
     model.padding_free: every forward pass on the real tokens only (glassrl.models.packing), once
     checked on each model (check_packing). model.shared_prefix: every forward pass computes each
     distinct prompt once per chunk (glassrl.models.shared_prefix), once checked on each model
-    (check_shared_prefix). rollout.max_staleness 1 (rollout.overlap): the rollout worker also samples
-    the next step's batch with a copy of the policy, in a thread (glassrl.workers.overlap).
+    (check_shared_prefix). rollout.max_staleness 1 (rollout.overlap): the rollout worker samples the
+    rounds requested ahead with a copy of the policy, in a thread (glassrl.workers.overlap).
     """
     from glassrl.models import load_causal_lm, load_scalar_model
     from glassrl.models.packing import check_packing
@@ -385,13 +383,9 @@ def build_local_workers(
     rollout = LocalRollout(engine, generator, compute)
     paths = {"rollout": engine.path, "optimiser": optimizer_path(optimizer)}
     stop = None
-    if resolved.max_staleness == 1:  # a copy of the policy samples the next batch in a thread (glassrl.workers.overlap)
-        rollout = OverlapRollout(
-            rollout,
-            model,
-            partial(_engine_on, cfg, copy.deepcopy(tokenizer)),  # its own tokenizer: no sharing across threads
-            passes,
-        )
+    if resolved.max_staleness == 1:  # a copy of the policy samples rounds ahead in a thread (glassrl.workers.overlap)
+        own = partial(rollout_engine, cfg, tokenizer=copy.deepcopy(tokenizer))  # its own tokenizer: no sharing
+        rollout = OverlapRollout(rollout, actor, own, passes)
         stop = rollout.close
     reference = None
     if resolved.uses_reference and lora is not None and m.reference is None:
@@ -400,7 +394,10 @@ def build_local_workers(
         ref_model = load_lm(m.reference or path)
         if m.reference is not None:  # otherwise the actor's own checkpoint, checked above
             check_layout(ref_model)
-        reference = LocalReference(ref_model, passes, synced=cfg.algo.kl.ref_sync_every > 0)
+        kl = cfg.algo.kl  # ref_sync_every: π_ref follows the actor's model
+        reference = LocalReference(
+            ref_model, passes, synced=kl.ref_sync_every > 0, actor=model, alpha=kl.ref_sync_alpha
+        )
     critic = None
     if resolved.uses_critic:
         load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=m.device)
@@ -419,8 +416,3 @@ def build_local_workers(
             load=load_critic_part,
         )
     return Workers(actor, rollout, LocalReward(build_reward(cfg)), reference, critic, stop, paths)
-
-
-def _engine_on(cfg: TrainConfig, tokenizer, model):
-    """:func:`rollout_engine` with the model last (what OverlapRollout's ``make_engine`` takes)."""
-    return rollout_engine(cfg, model, tokenizer)

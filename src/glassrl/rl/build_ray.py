@@ -66,6 +66,8 @@ from glassrl.rl.ptx import PtxLoss, PtxTerm
 from glassrl.rl.resolve import Resolved, critic_path
 from glassrl.run import stop
 
+REFERENCE_SYNC = "reference_weights"  # the objects of the reference's weight sync, on both sides
+
 
 def build_ray_workers(
     cfg: TrainConfig, resolved: Resolved, path: Path, tokenizer, ptx: PtxLoss | None = None
@@ -77,16 +79,16 @@ def build_ray_workers(
     from glassrl.workers.ray import (
         RayActor,
         RayAsyncRollout,
-        RayCluster,
         RayCritic,
         RayReference,
         RayReward,
         RayRollout,
         RayWeightSync,
-        connect,
     )
+    from glassrl.workers.ray_cluster import RayCluster, connect
 
     ray, m = cfg.ray, cfg.model
+    ref_sync = cfg.algo.kl.ref_sync_every > 0
     lora_reference = cfg.model.lora is not None and m.reference is None
     apart = ray.rollout.placement == "apart"
     # each rank adds its part of PPO-ptx's term; the driver draws the pairs (RayActor)
@@ -107,8 +109,13 @@ def build_ray_workers(
         actors = cluster["actor"]
         pad = pad_id(tokenizer)
         reference = None
-        if resolved.uses_reference:
-            reference = RayReference(actors) if lora_reference else RayReference(cluster["reference"])
+        if resolved.uses_reference and lora_reference:
+            reference = RayReference(actors)
+        elif resolved.uses_reference:  # algo.kl.ref_sync_every: it follows the actor over a weight sync of its own
+            group = cluster["reference"]
+            device = "cuda" if _device(ray.actor) == _device(ray.reference) == "cuda" else "cpu"
+            follows = RayWeightSync(actors, group, device, name=REFERENCE_SYNC, first=False) if ref_sync else None
+            reference = RayReference(group, sync=follows)
         sync, rollout = None, RayRollout(actors, pad, ranks=ray.rollout_ranks)
         if apart:
             rollouts = cluster["rollout"]
@@ -144,7 +151,7 @@ def _device(group: RayRoleConfig | RayRolloutConfig) -> str:
 
 
 def _spec(role: str, group: RayRoleConfig | RayRolloutConfig, build):
-    from glassrl.workers.ray import RoleSpec
+    from glassrl.workers.ray_cluster import RoleSpec
 
     resources = {key: float(value) for key, value in group.resources.items()}
     return RoleSpec(role, group.world_size, build, resources=resources, device=_device(group))
@@ -201,6 +208,8 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ptx: PtxTerm | N
         objects["paths"]["rollout"] = engine.path
     if m.lora is not None and m.reference is None and a.kl.placement != "none":
         objects["reference"] = LoraReference(dp.module, forward_passes(cfg))
+    if a.kl.ref_sync_every:  # the sending side of the reference's sync (it follows the actor)
+        objects[REFERENCE_SYNC] = WeightSender(dp.module, ctx.is_main, int(cfg.ray.rollout.sync_bucket_mb * 2**20))
     return objects
 
 
@@ -263,14 +272,19 @@ def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
 
 
 def reference_rank(cfg: TrainConfig, path: str, ctx) -> dict:
-    """Rank ``ctx.rank`` of π_ref: frozen, its rows of each batch."""
+    """Rank ``ctx.rank`` of π_ref: its rows of each batch; frozen, or (algo.kl.ref_sync_every) following
+    the actor: the receiving side of its sync mixes the actor's weights in (MixSink)."""
     from glassrl.models import load_causal_lm
     from glassrl.workers.local import LocalReference
+    from glassrl.workers.weight_sync import MixSink, WeightReceiver
 
-    m = cfg.model
+    m, kl = cfg.model, cfg.algo.kl
     model = load_causal_lm(path, dtype=m.dtype, device=str(ctx.device))
     _check_layout(cfg, model)
-    return {"reference": LocalReference(model, forward_passes(cfg))}
+    objects = {"reference": LocalReference(model, forward_passes(cfg), synced=kl.ref_sync_every > 0)}
+    if kl.ref_sync_every:
+        objects[REFERENCE_SYNC] = WeightReceiver(MixSink(model, kl.ref_sync_alpha))
+    return objects
 
 
 def _check_layout(cfg: TrainConfig, model) -> None:

@@ -404,13 +404,8 @@ def _check_staleness(cfg, written: Set[str] | None) -> None:
 
 
 def _check_overlap(cfg) -> None:
-    """Sampling one step ahead on the local backend (rollout.overlap, rollout.max_staleness: 1): the
-    next step's batch in a thread while a step trains, so nothing else may sample during the step."""
-    key, value = _staleness_key(cfg)
-    if cfg.algo.dynamic_sampling:
-        fail(key, value, "algo.dynamic_sampling samples more rounds within a step; choose one")
-    if _agentic(cfg):
-        fail(key, value, "multi-turn rollouts (rollout.agent) are not wired into it")
+    """Sampling one step ahead on the local backend (rollout.overlap, rollout.max_staleness: 1): rounds
+    in a thread with a copy of the policy while a step trains (glassrl.workers.overlap)."""
     if cfg.rollout.partial_rollouts:
         fail("rollout.partial_rollouts", True, "trainer.backend = local samples ahead whole batches (rollout.overlap)")
 
@@ -447,18 +442,12 @@ def _check_off_policy(cfg, written: Set[str] | None) -> None:
 
 
 def _check_ref_sync(cfg) -> None:
-    """algo.kl.ref_sync_every: a π_ref of its own weights, in one process."""
+    """algo.kl.ref_sync_every: a π_ref of its own weights."""
     kl = cfg.algo.kl
     if kl.ref_sync_every == 0:
         return
     if not 0 < kl.ref_sync_alpha <= 1:
         fail("algo.kl.ref_sync_alpha", kl.ref_sync_alpha, "must lie in (0, 1]")
-    if cfg.trainer.backend == "ray":
-        fail(
-            "algo.kl.ref_sync_every",
-            kl.ref_sync_every,
-            "not wired into trainer.backend = ray; use trainer.backend: local",
-        )
     if cfg.model.lora is not None and cfg.model.reference is None:
         fail(
             "algo.kl.ref_sync_every",

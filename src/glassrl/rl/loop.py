@@ -10,10 +10,12 @@ a call away (phase 1 :meth:`Trainer._sample`, 2–5 glassrl.rl.phases, 3 :meth:`
 makes a single optimiser step on what π_θ sampled, phase 3 leaves log π_old to phase 6, whose forward
 computes it. ``Trainer.__init__`` is a list of named builds (glassrl.rl.build for the parts).
 
-Asynchronous training (``rollout.max_staleness`` = k ≥ 1 on Ray) is the same loop: phase 1 takes the
-oldest of the rounds that rollout ranks sample ahead (glassrl.rl.sampling.AsyncRounds: at most k
-versions behind), phase 3 ends with what the sampling policy was (glassrl.rl.phases.off_policy:
-each token's staleness, algo.off_policy's weights), and the update's weight sync feeds the ranks.
+Asynchronous training (``rollout.max_staleness`` = k ≥ 1: Ray's rollout ranks, or at k = 1 the local
+backend's copy of the policy in a thread, ``rollout.overlap``) is the same loop: phase 1 takes the
+oldest of the rounds requested ahead (glassrl.rl.sampling.AsyncRounds, the one buffer: at most k
+versions behind; at k = 0 each round is sampled when taken), phase 3 ends with what the sampling
+policy was (glassrl.rl.phases.off_policy: each token's staleness, algo.off_policy's weights), and the
+update's weight sync feeds the ranks.
 
 The trainer owns the algorithm and talks to role workers (glassrl.workers.base);
 it never touches a torch model. Phases 2–5 are the functions of glassrl.rl.phases,
@@ -23,11 +25,9 @@ which inputs are computed (values → critic, baseline_rewards → greedy rollou
 shapers (phases.SCORE_SHAPERS) by their keys, loss terms by their coefficients
 (glassrl.rl.loss.actor_terms).
 
-Run directory (``output_dir``): config.yaml (the resolved config), environment.json (versions,
-machine, and the intra-op thread count with why it was chosen), metrics.jsonl,
-tensorboard/ (when on), ledgers/step_XXXXXX.jsonl, checkpoints/ (glassrl.run.checkpoint),
-resumes.jsonl (one line per --resume: from which checkpoint, and the keys changed), .lock
-while a run holds it (glassrl.run.lock: one run per directory).
+The run's life in its directory is glassrl.run.session (the lock, the thread count, fresh or
+resumed, checkpoints when due, a stop between steps), as for the supervised loop; its files
+(config.yaml, environment.json, metrics.jsonl, ledgers/, resumes.jsonl) are glassrl.rl.run_dir.
 
 A resumed run is compared with the config saved inside its checkpoint (part "config"), so a
 missing or hand-edited config.yaml changes nothing; only the keys of RESUME_MAY_CHANGE may
@@ -37,34 +37,24 @@ matters, so a run directory copied or moved elsewhere resumes with ``output_dir=
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
 
 import torch
-import yaml
 from rich.console import Console
 
 from glassrl.algos.masked import masked_mean
-from glassrl.config import flatten, safe_load, to_dict
+from glassrl.config import to_dict
 from glassrl.diagnose.training_watch import TrainingWatch, proxy_only_rows
-from glassrl.errors import GlassrlError
-from glassrl.files import DISK_FULL, disk_errors, open_append, replaced
+from glassrl.files import DISK_FULL, disk_errors, replaced
 from glassrl.ledger.compute import from_experience
 from glassrl.models.allocator import keep_freed_memory, memory_path
 from glassrl.models.loading import load_tokenizer, pad_id, resolve_device
 from glassrl.models.threads import set_threads, startup_line
 from glassrl.optim import NonFiniteError, seed_everything
 from glassrl.report.html import write_run_report
-from glassrl.report.run_dir import collect_environment, ledger_paths
 from glassrl.report.sinks import (
-    ConsoleSink,
-    JsonlSink,
-    MetricSinks,
-    MlflowSink,
-    TensorBoardSink,
-    WandbSink,
     sample_rows,
 )
 from glassrl.rl import phases
@@ -87,30 +77,18 @@ from glassrl.rl.metrics import PhaseTimer, accuracy, gold_metrics, response_metr
 from glassrl.rl.phases import Sampled
 from glassrl.rl.prompts import build_prompts
 from glassrl.rl.resolve import layout_path, resolve, resolve_layout, saved_in_todays_terms
-from glassrl.rl.sampling import AsyncRounds, DynamicSampler
+from glassrl.rl.run_dir import open_sinks, record_resume, write_run_files
+from glassrl.rl.sampling import AsyncRounds
 from glassrl.rl.update import actor_batch, critic_batch, minibatch_plan
 from glassrl.rollout.base import SamplingParams
 from glassrl.rollout.stops import describe as describe_stops
 from glassrl.rollout.stops import saved_generation_config
 from glassrl.run import state, stop
-from glassrl.run.atomic import write_text
-from glassrl.run.checkpoint import CheckpointManager
-from glassrl.run.lock import RunLock
-from glassrl.workers.base import AsyncRolloutWorker, OnPolicyActor
+from glassrl.run.session import RunCheckpoints, stop_requested, take_lock
+from glassrl.workers.base import OnPolicyActor
 
-# Shown under the progress bar, in this order (when present).
-CONSOLE_KEYS = (
-    "reward/mean",
-    "task/accuracy",
-    "kl/mean",
-    "actor/policy_loss",
-    "critic/value_loss",
-    "response/length/mean",
-    "eval/accuracy",
-    "perf/step_s",
-)
 # Config keys a resumed run may change (dotted prefixes): how long it runs, where it lives, what
-# it logs, and an explicit thread count (under auto it keeps the one it recorded: _set_threads).
+# it logs, and an explicit thread count (under auto it keeps the one it recorded: glassrl.run.session).
 # Anything else would make it another run (state.RunConfig).
 RESUME_MAY_CHANGE = ("steps", "output_dir", "logging", "threads")
 REWARD_TRACEBACK = "reward_traceback.txt"  # the first failure's traceback, when failed rewards stop the run
@@ -127,9 +105,29 @@ class Trainer:
         for line in self.resolved.warm_start:  # a model named by a run or checkpoint: that model's directory
             self.console.print(line, markup=False, soft_wrap=True)
         cfg = self.cfg = self.resolved.cfg
-        self.out = Path(cfg.output_dir)
-        self.checkpoints = CheckpointManager(self.out / "checkpoints", cfg.logging.keep_checkpoints)
-        self.threads = self._set_threads(resume)  # before any torch work
+        self.out, lg = Path(cfg.output_dir), cfg.logging
+        where = f"output_dir = {self.out}"
+        # the run's life in its directory (glassrl.run.session): checkpoints, fresh or resumed, a stop
+        self.run = RunCheckpoints(
+            self.out / "checkpoints", keep=lg.keep_checkpoints, every=lg.checkpoint_every, resume=resume, what=where
+        )
+        self.counters = self.run.counters
+        self.lock = take_lock(self.out / ".lock", where, self.console)  # released by train() / close()
+        self.workers = self.sinks = None
+        try:
+            self.run.check_run_dir()
+            self._build(resume, progress)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, resume: bool, progress: bool) -> None:
+        """The run's parts, named builds in order (glassrl.rl.build), then a resume's checkpoint loaded
+        into them (glassrl.run.session) and the metric sinks opened."""
+        cfg, lg = self.cfg, self.cfg.logging
+        recorded = self.run.recorded_threads()  # before any torch work: a resumed run's count
+        self.threads = self.run.threads_part(*set_threads(cfg.threads, recorded.threads))
+        self.console.print(startup_line(self.threads.count, self.threads.why), markup=False, soft_wrap=True)
         memory = self._keep_freed_memory()
         seed_everything(cfg.seed)
         path = actor_path(cfg, self.console)
@@ -148,21 +146,22 @@ class Trainer:
         self.kl = kl_controller(cfg.algo.kl)
         self.shapers = phases.score_shapers(cfg.algo)
         self.sampler = step_sampler(cfg, pad_id(self.tokenizer))  # one round a step, or DAPO's dynamic sampling
-        self.max_staleness = self.resolved.max_staleness  # actor updates a sampled token may lag (overlap: 1)
         self.correction = self.resolved.correction  # algo.off_policy (or algo.rollout_is): (name, knobs)
-        self.rounds = self._async_rounds()  # asynchronous training: the rounds sampled ahead on Ray
+        # the rounds, requested up to rollout.max_staleness ahead (glassrl.rl.sampling.AsyncRounds)
+        self.rounds = AsyncRounds(self.workers.rollout, self.resolved.max_staleness, pad_id(self.tokenizer))
         self.round_seconds: dict[str, float] = {}  # the step's waits for them (perf/…)
         self.old_logprobs_from_update = self._old_logprobs_from_update()
-        self.ahead: tuple[list, list[list[int]], int] | None = None  # rollout.overlap's next batch, sampled ahead
-        self.actor_updates = 0  # for rollout/staleness
         self.shuffle = torch.Generator().manual_seed(cfg.seed + 2)  # mini-batch order
-        self.counters = state.Counters()
         self.run_config = state.RunConfig(
             to_dict(self.cfg), RESUME_MAY_CHANGE, to_dict(type(cfg)()), upgrade=saved_in_todays_terms(self.cfg)
         )
-        self.components = self._components()  # what a checkpoint holds, the config first
-        self._open_run_dir(resume, progress)  # the lock, then a resume's checkpoint, then the metric sinks
-        lg = cfg.logging
+        restored = self.run.start(self._components())  # a resume: the latest checkpoint loaded
+        record_resume(self.out, self.run_config, restored, self.console)
+        self.initial_eval: float | None = None  # eval/accuracy before the first step (set by train)
+        self.last_metrics: dict[str, float] = {}  # of the last step train() ran
+        self.timer = PhaseTimer()
+        step = self.counters.step
+        self.sinks = open_sinks(cfg, self.out, step, resume=resume, progress=progress, console=self.console)
         self.watch = (  # the reward-hacking watch (glassrl.diagnose.training_watch)
             TrainingWatch(
                 lg.watch_window, lg.watch_threshold, self.out, self.console, self.counters.step if resume else None
@@ -209,7 +208,7 @@ class Trainer:
 
         The run directory is released at the end, whatever happens (:meth:`close`)."""
         try:
-            # a full disk: one line; Ctrl-C or SIGTERM: the step ends, is checkpointed, one line (_stop)
+            # a full disk: one line; Ctrl-C or SIGTERM: the step ends, is checkpointed, one line (glassrl.run.session)
             with stop.handling(), stop.graceful(), disk_errors(f"output_dir = {self.out}", self.out, only=DISK_FULL):
                 self._train_steps()
         except stop.Interrupted as signal:  # a second one: the step in progress is abandoned
@@ -221,25 +220,18 @@ class Trainer:
         return self.last_metrics
 
     def _train_steps(self) -> None:
-        write_text(self.out / "config.yaml", yaml.safe_dump(to_dict(self.cfg), sort_keys=False, allow_unicode=True))
-        environment = {
-            **collect_environment(),
-            "threads": self.threads.count,
-            "threads_why": self.threads.why,
-            "paths": self.paths,
-        }
-        write_text(self.out / "environment.json", json.dumps(environment, indent=2, ensure_ascii=False))
+        write_run_files(self.out, self.cfg, self.threads, self.paths)
         if self.counters.step == 0 and self.test_records:
             initial = self.evaluate()
             self.initial_eval = initial["eval/accuracy"]
             self.sinks.log(0, initial)
         while self.counters.step < self.cfg.steps:
-            if signum := stop.requested():
-                raise self._stop(signum)
+            if signum := stop_requested(self.run, self.counters.step):  # the steps taken are checkpointed
+                raise self._stopped(signum)
             try:
                 self.last_metrics = self.step()
             except NonFiniteError as err:
-                last = self.checkpoints.latest()
+                last = self.run.manager.latest()
                 raise NonFiniteError(
                     f"step {self.counters.step + 1}, {err}; "
                     + (
@@ -251,64 +243,49 @@ class Trainer:
         if self.cfg.logging.report and self.counters.step == self.cfg.steps:
             write_run_report([self.out], self.out / "report.html")
 
-    def _stop(self, signum: int) -> stop.Stopped:
-        """A stop asked for during the step that just ended: that step is checkpointed, so that the
-        resumed run is the one that never stopped; with rollout.overlap sampling the next step's
-        batch, which no checkpoint holds, the run stops at its last checkpoint instead."""
-        step = self.counters.step
-        if self.ahead is not None:
-            return self._stopped(signum, f"rollout.overlap was sampling step {step + 1}, which no checkpoint holds")
-        if step and not self._checkpoints(step):
-            state.save(self.checkpoints, step, self.components)
-        return self._stopped(signum)
-
     def _stopped(self, signum: int, why: str | None = None) -> stop.Stopped:
+        """The one line of a stopped run: the checkpoint to resume from (with the rounds requested
+        ahead: AsyncRounds), and how."""
         return stop.Stopped(
-            signum, stop.resume_line(self.checkpoints.latest(), self.counters.step, self.out / "config.yaml", why)
+            signum, stop.resume_line(self.run.manager.latest(), self.counters.step, self.out / "config.yaml", why)
         )
 
     def close(self) -> None:
         """Close the metric sinks, release the run directory and stop the workers (idempotent; train() calls it)."""
-        self.sinks.close()
+        if self.sinks is not None:
+            self.sinks.close()
         self.lock.release()
-        self.workers.close()
+        if self.workers is not None:
+            self.workers.close()
 
     # ------------------------------------------------------------------ phases 1, 3, 4 and 6
 
     def _sample(self, step: int) -> tuple[Sampled, dict[str, float]]:
         """Phase 1: the step's responses and reward results. With DAPO dynamic sampling (Yu et al.
         2025, Algorithm 1) the sampler keeps only groups with mixed scores, and rounds go on until it
-        holds the step's batch.prompts_per_step groups. With rollout.overlap the batch may have been
-        sampled during the last step, and the next one starts now, sampled by π_θ as it is while
-        this one trains. Asynchronous (:attr:`rounds`), the rounds come from rollout ranks sampling
-        ahead, and groups kept from an earlier step that would lag too far are dropped first."""
+        holds the step's batch.prompts_per_step groups. Asynchronous (rollout.max_staleness ≥ 1), the
+        rounds were requested ahead (:meth:`_generate_and_reward`), and groups kept from an earlier
+        step that would lag too far are dropped first."""
         self.round_seconds = {}
-        if self.rounds is not None and isinstance(self.sampler, DynamicSampler):
-            self.sampler.expire(self.workers.rollout.version - self.max_staleness)
+        self.sampler.expire(self.rounds.oldest())
         while self.sampler.needs_more():
             self.sampler.add(self._generate_and_reward(step))
         sampled, sampling = self.sampler.take()
-        if self.rounds is None and self.max_staleness == 1:  # rollout.overlap on the local backend
-            sampling["rollout/staleness"] = sampled.staleness  # actor updates since the batch was sampled
-        if self._samples_ahead(step):
-            self._start_ahead()
         return sampled, {**sampling, **self.round_seconds}
 
     def _model_outputs(self, exp: Experience, sampled: Sampled, step: int) -> None:
-        """Phase 3. π_old is the policy that sampled: a batch sampled ahead (rollout.overlap) brings its
-        log-probs; when the batch makes one optimiser step on what π_θ sampled, π_old = π_θ and the
-        update's own forward gives log π_old, H and the KL (phase 6, :meth:`_update`), so no actor pass
-        runs here (docs/metrics.md, actor/)."""
-        a = self.cfg.algo
+        """Phase 3. π_old is the policy that sampled: a batch sampled ahead on the local backend brings
+        its log-probs (glassrl.workers.overlap); when the batch makes one optimiser step on what π_θ
+        sampled, π_old = π_θ and the update's own forward gives log π_old, H and the KL (phase 6,
+        :meth:`_update`), so no actor pass runs here (docs/metrics.md, actor/)."""
+        a, rollout = self.cfg.algo, exp.rollout
         needs_old_logprobs = not self.old_logprobs_from_update or step <= a.value_warmup_steps
-        actor = self.workers.actor if needs_old_logprobs and sampled.behaviour is None else None
+        actor = self.workers.actor if needs_old_logprobs and rollout.behaviour_logprobs is None else None
         phases.model_outputs(exp, actor, self.workers.reference, self.workers.critic, a.kl.kind)
-        if sampled.behaviour is not None:
-            phases.policy_outputs(exp, *sampled.behaviour, a.kl.kind)
-        version = self.workers.rollout.version if self.rounds is not None else None
-        phases.off_policy(exp, version, self.correction)
-        if exp.staleness is not None and int(exp.staleness.max()) > self.max_staleness:  # AsyncRounds' bound
-            raise RuntimeError(f"step {step}: a token lags {int(exp.staleness.max())} > {self.max_staleness} versions")
+        if rollout.behaviour_logprobs is not None:
+            phases.policy_outputs(exp, rollout.behaviour_logprobs, rollout.behaviour_entropy, a.kl.kind)
+        phases.off_policy(exp, self.rounds.version, self.correction)
+        self.rounds.check(exp.staleness, step)  # the bound held
         if self.teacher is not None:  # log π_T of the sampled tokens, for its reward in phase 4
             phases.teacher_outputs(exp, *self.teacher)
 
@@ -320,9 +297,9 @@ class Trainer:
 
     def _sync_reference(self, step: int) -> None:
         """algo.kl.ref_sync_every: every N steps π_ref moves towards the updated π_θ (TR-DPO)."""
-        kl = self.cfg.algo.kl
-        if kl.ref_sync_every and step % kl.ref_sync_every == 0:
-            self.workers.reference.mix_in(self.workers.actor.model, kl.ref_sync_alpha)
+        every = self.cfg.algo.kl.ref_sync_every
+        if every and step % every == 0:
+            self.workers.reference.follow_actor()  # glassrl.workers.base.SyncedReference
 
     def _update(self, exp: Experience, step: int) -> dict[str, float]:
         """Phase 6: the critic's update, then the actor's (not during VAPO's value pre-training, the
@@ -340,7 +317,6 @@ class Trainer:
                 updated |= actor_metrics
             else:
                 updated |= self.workers.actor.update(actor_batch(exp), plan)
-            self.actor_updates += 1
         return updated
 
     # ------------------------------------------------------------------ phase 1: a round
@@ -350,56 +326,28 @@ class Trainer:
 
     def _generate_and_reward(self, step: int) -> Sampled:
         """Phase 1, one round: n responses to each of the next ``batch.prompts_per_step`` prompts
-        and their typed reward results (failures counted: too many stop the run). With
-        rollout.overlap the batch may have been sampled during the last step (:meth:`_start_ahead`):
-        then this waits for it, and it comes with the log-probs of the policy that sampled it."""
-        behaviour, staleness = None, 0
+        and their typed reward results (failures counted: too many stop the run). The round is the
+        oldest of :attr:`rounds`: sampled now, or (rollout.max_staleness ≥ 1) requested during an
+        earlier step, when the next ones are requested; nothing is requested ahead across a step that
+        evaluates or checkpoints where that would share the sampling generator (the local backend)."""
         with self.timer.phase("generate"):
-            if self.rounds is not None:  # the oldest round the rollout ranks sampled ahead
-                self.rounds.fill(self._next_prompts, self.cfg.rollout.n, self._sampling())
-                taken, seconds = self.rounds.take()
-                prompts, prompt_ids, rollout = taken.prompts, taken.prompt_ids, taken.rollout
-                for key, value in seconds.items():  # summed over the step's rounds
-                    self.round_seconds[key] = self.round_seconds.get(key, 0.0) + value
-            elif self.ahead is not None:
-                (prompts, prompt_ids, updates), self.ahead = self.ahead, None
-                rollout, *behaviour = self.workers.rollout.take_ahead()
-                staleness = self.actor_updates - updates
-            else:
-                prompts, prompt_ids = self._next_prompts()
-                rollout = self.workers.rollout.generate(
-                    prompt_ids, n=self.cfg.rollout.n, params=self._sampling(), records=prompts
-                )  # multi-turn: each episode's environment is reset with its record
+            quiet = self._evaluates(step) or self.run.due(step, self.cfg.steps)
+            self.rounds.fill(self._next_prompts, self.cfg.rollout.n, self._sampling(), quiet=quiet)
+            taken, seconds = self.rounds.take()
+            prompts, prompt_ids, rollout = taken.prompts, taken.prompt_ids, taken.rollout
+            for key, value in seconds.items():  # summed over the step's rounds
+                self.round_seconds[key] = self.round_seconds.get(key, 0.0) + value
             self.timer.add_tokens("generate", int(rollout.response_mask.sum()))
         with self.timer.phase("score"):
             records = [prompts[g] for g in rollout.group_index.tolist()]  # the record each response answers
             results = self.workers.reward.score(phases.reward_requests(rollout, records, self.tokenizer))
             phases.check_failure_rate(results, step, self.cfg.reward.max_failure_rate, self.out / REWARD_TRACEBACK)
-        return Sampled(rollout, prompts, prompt_ids, results, tuple(behaviour) if behaviour else None, staleness)
+        return Sampled(rollout, prompts, prompt_ids, results)
 
     def _next_prompts(self) -> tuple[list, list[list[int]]]:
         """The next round's ``batch.prompts_per_step`` records of the prompt stream, and their token ids."""
         prompts = self.prompts.take(self.cfg.batch.prompts_per_step)
         return prompts, self.data.ids(prompts)
-
-    def _samples_ahead(self, step: int) -> bool:
-        """rollout.overlap (max_staleness 1 on the local backend): whether the next step's batch is
-        sampled during this step. Not during the last step, nor one that evaluates (evaluation samples
-        too) or checkpoints (a checkpoint holds the prompt stream and the sampling generator with
-        nothing in flight, so that a resumed run samples what this one would have)."""
-        return (
-            self.rounds is None
-            and self.max_staleness == 1
-            and step < self.cfg.steps
-            and not (self._evaluates(step) or self._checkpoints(step))
-        )
-
-    def _start_ahead(self) -> None:
-        """Take the next step's prompts and have the rollout worker sample them with the actor's
-        weights as they are now, in the background, while this step trains (glassrl.workers.overlap)."""
-        prompts, prompt_ids = self._next_prompts()
-        self.workers.rollout.start_ahead(prompt_ids, n=self.cfg.rollout.n, params=self._sampling(), records=prompts)
-        self.ahead = (prompts, prompt_ids, self.actor_updates)
 
     # ------------------------------------------------------------------ phase 7
 
@@ -447,8 +395,8 @@ class Trainer:
             self.watch.record(alerts, self._proxy_only_rows(step, exp, metrics))
         if lg.report and lg.report_every and step % lg.report_every == 0 and step < self.cfg.steps:
             write_run_report([self.out], self.out / "report.html")  # train() writes the last one
-        if self._checkpoints(step):
-            state.save(self.checkpoints, step, self.components)
+        if self.run.due(step, self.cfg.steps):
+            self.run.save(step)
 
     def _proxy_only_rows(self, step: int, exp: Experience, metrics: dict[str, float]) -> list[tuple[int, int]]:
         """The ledger sample's responses that an alert points at (glassrl.diagnose.training_watch.proxy_only_rows)."""
@@ -463,10 +411,6 @@ class Trainer:
     def _evaluates(self, step: int) -> bool:
         lg = self.cfg.logging
         return bool((lg.eval_every and step % lg.eval_every == 0 or step == self.cfg.steps) and self.test_records)
-
-    def _checkpoints(self, step: int) -> bool:
-        lg = self.cfg.logging
-        return bool(lg.checkpoint_every and step % lg.checkpoint_every == 0 or step == self.cfg.steps)
 
     def evaluate(self) -> dict[str, float]:
         """eval/… on the test prompts (glassrl.rl.evaluation): ``logging.eval_k`` responses per
@@ -526,20 +470,14 @@ class Trainer:
             and isinstance(self.workers.actor, OnPolicyActor)
         )
 
-    def _async_rounds(self) -> AsyncRounds | None:
-        """The bounded buffer of asynchronous training (glassrl.rl.sampling.AsyncRounds) when the rollout
-        ranks sample ahead (rollout.max_staleness on Ray); None otherwise."""
-        if not isinstance(self.workers.rollout, AsyncRolloutWorker):
-            return None
-        return AsyncRounds(self.workers.rollout, self.max_staleness, pad_id(self.tokenizer))
-
     def _components(self) -> list:
         """Everything a checkpoint holds (glassrl.run.state), the run's config first (it is checked first)."""
         w = self.workers
         return [
             self.run_config,
-            *[c for c in (w.actor, w.critic, w.rollout, self.rounds) if c is not None],
-            *([w.reference] if getattr(w.reference, "part_names", ()) else []),
+            *[c for c in (w.actor, w.critic, w.rollout) if c is not None],
+            self.rounds,
+            *([w.reference] if w.reference is not None else []),
             self.prompts,
             self.counters,
             self.threads,
@@ -548,97 +486,3 @@ class Trainer:
             *([self.ptx.stream] if self.ptx is not None else []),
             state.GlobalRNG({"shuffle": self.shuffle}),
         ]
-
-    def _open_run_dir(self, resume: bool, progress: bool) -> None:
-        """Take the run directory's lock (released by train() / close()), then start or resume the run
-        in it and open the metric sinks; on any failure the lock and the workers are released."""
-        with disk_errors(f"output_dir = {self.out}", self.out):
-            self.lock = RunLock(self.out / ".lock", f"output_dir = {self.out}")
-        try:
-            if self.lock.stale:
-                self.console.print(
-                    f"glassrl: took over a stale lock ({self.lock.stale}; no process holds it)",
-                    markup=False,
-                    soft_wrap=True,
-                )
-            self._check_run_dir(resume)
-            self.initial_eval: float | None = None  # eval/accuracy before the first step (set by train)
-            self.last_metrics: dict[str, float] = {}  # of the last step train() ran
-            self.timer = PhaseTimer()
-            self.sinks = self._sinks(resume, progress)
-        except BaseException:
-            self.lock.release()
-            self.workers.close()
-            raise
-
-    # ------------------------------------------------------------------ helpers
-
-    def _set_threads(self, resume: bool) -> state.Threads:
-        """Apply the config's ``threads`` (glassrl.models.threads) and say which count and why; a
-        resumed run under ``auto`` takes the count its checkpoint recorded, not what the load gives now."""
-        recorded = state.recorded_threads(self.checkpoints) if resume else state.Recorded(None, None)
-        count, why = set_threads(self.cfg.threads, recorded.threads)
-        self.console.print(startup_line(count, why), markup=False, soft_wrap=True)
-        # a checkpoint written before glassrl recorded the count has no part "threads" to load
-        return state.Threads(count, why, required=recorded.checkpoint is None or recorded.threads is not None)
-
-    def _check_run_dir(self, resume: bool) -> None:
-        """A fresh run must not mix with an old one; a resumed run continues from the latest
-        checkpoint (the newest that verifies when ``latest`` is gone) with the config saved in it,
-        the keys it may change (RESUME_MAY_CHANGE) recorded in resumes.jsonl."""
-        if not resume:
-            if self.checkpoints.checkpoints():
-                raise GlassrlError(
-                    f"output_dir = {self.out} already holds checkpoints: resume with --resume, "
-                    "or choose another output_dir"
-                )
-            (self.out / "resumes.jsonl").unlink(missing_ok=True)  # of a run that never checkpointed
-            return
-        restored = state.restore(self.checkpoints, self.components)
-        self.counters.step = restored.step
-        notes = [restored.note] if restored.note else []
-        saved = self.out / "config.yaml"
-        if not saved.is_file():
-            notes.append(f"{saved} was missing; it is written again from the run's config")
-        else:
-            try:
-                on_disk = flatten(safe_load(saved.read_text(encoding="utf-8")) or {})
-            except (yaml.YAMLError, UnicodeDecodeError, AttributeError):
-                on_disk = {}
-            edited = sorted(k for k, v in flatten(self.run_config.saved).items() if on_disk.get(k, v) != v)
-            if edited or not on_disk:
-                notes.append(
-                    f"{saved} differed from the checkpoint's config ({', '.join(edited) or 'unreadable'}); rewritten"
-                )
-        changed = {key: list(pair) for key, pair in self.run_config.changes.items()}
-        for key, (then, now) in changed.items():
-            notes.append(f"{key} changed on resume: {then!r} -> {now!r}")
-        for note in notes:
-            self.console.print(f"glassrl: {note}", markup=False, soft_wrap=True)
-        record = {"resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "step": restored.step}
-        record |= {"checkpoint": restored.path.name, "changed": changed, "notes": notes}
-        with disk_errors("resumes.jsonl", self.out), open_append(self.out / "resumes.jsonl") as f:
-            f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-
-    def _sinks(self, resume: bool, progress: bool) -> MetricSinks:
-        self.out.mkdir(parents=True, exist_ok=True)
-        step = self.counters.step
-        jsonl = JsonlSink(self.out / "metrics.jsonl")
-        # A resumed run's files read as those of a run that never stopped; a fresh run starts fresh ones.
-        bad = jsonl.truncate_after(step if resume else -1)
-        if bad:
-            lines = f"line {bad[0]} was" if len(bad) == 1 else f"lines {', '.join(map(str, bad))} were"
-            self.console.print(f"glassrl: metrics.jsonl: {lines} not a metrics row; dropped", markup=False)
-        for later in [path for at, path in ledger_paths(self.out).items() if at > step]:
-            later.unlink()  # a ledger of a step this run has not taken (yet)
-        sinks = [jsonl]
-        if self.cfg.logging.tensorboard:
-            sinks.append(TensorBoardSink(self.out / "tensorboard", purge_step=step + 1 if resume else None))
-        lg = self.cfg.logging
-        if lg.wandb is not None:  # the section's keys are the sink's (project, name, entity)
-            sinks.append(WandbSink(self.out, to_dict(self.cfg), resume=resume, **to_dict(lg.wandb)))
-        if lg.mlflow is not None:  # (tracking_uri, experiment, name)
-            sinks.append(MlflowSink(self.out, to_dict(self.cfg), resume=resume, **to_dict(lg.mlflow)))
-        if progress:
-            sinks.append(ConsoleSink(self.cfg.steps, CONSOLE_KEYS, start_step=step, console=self.console))
-        return MetricSinks(sinks)

@@ -124,12 +124,23 @@ def _positive_mask(micro: Batch) -> torch.Tensor:
     return micro["response_mask"] & (micro["scores"] > 0).unsqueeze(-1)  # (B, T)
 
 
+def approx_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """How far an update moved the policy, per token (B, T): KL(π_old ‖ π_θ) estimated on the sampled
+    tokens, 0 where ``mask`` is False.
+
+    k3 = (r − 1) − log r with r = π_θ / π_old. Its mean over valid tokens is unbiased for
+    KL(π_old ‖ π_θ) because the tokens were drawn from π_old, and it is ≥ 0 per token (Schulman
+    2020, "Approximating KL divergence", k3; the ``approx_kl`` of CleanRL's ppo.py). Not clamped,
+    unlike the KL penalty (algos/kl.py): a diagnostic should show a large step, not hide it.
+    """
+    log_ratio = torch.where(mask, logprobs.detach() - old_logprobs.detach(), 0.0)
+    return torch.expm1(log_ratio) - log_ratio
+
+
 def _policy_per_token(name: str, params: PolicyLossParams, out: Forward, micro: Batch):
     mask = _policy_mask(micro)
     result = get_policy_loss(name)(out["logprobs"], micro["old_logprobs"], micro["advantages"], mask, params)
-    # approx. KL(π_old || π_θ) of the update, k3 = (r − 1) − log r (Schulman 2020), as CleanRL logs it.
-    log_ratio = torch.where(mask, out["logprobs"].detach() - micro["old_logprobs"], 0.0)
-    diagnostics = {**result.diagnostics, "approx_kl": torch.expm1(log_ratio) - log_ratio}
+    diagnostics = {**result.diagnostics, "approx_kl": approx_kl(out["logprobs"], micro["old_logprobs"], mask)}
     if "is_weights" not in micro:
         return result.loss, diagnostics
     # The decoupled loss (Hilton et al. 2022, §3; glassrl.algos.off_policy): each kept token's term × w_i,

@@ -30,7 +30,6 @@ from contextlib import contextmanager
 import torch
 
 from glassrl.agents.metrics import turn_metrics
-from glassrl.algos.masked import masked_mean
 from glassrl.algos.off_policy import logprob_mismatch
 from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rl.experience import Experience
@@ -69,19 +68,6 @@ def masked_stats(x: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
     std = v.std() if v.numel() > 1 else torch.tensor(math.nan, dtype=v.dtype, device=v.device)
     mean, std, lo, hi = torch.stack([v.mean(), std, v.min(), v.max()]).tolist()
     return {"mean": mean, "std": std, "min": lo, "max": hi}
-
-
-def approx_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> float:
-    """How far an update moved the policy: KL(π_old ‖ π_θ) estimated on the sampled tokens.
-
-    k3 = (r − 1) − log r with r = π_θ / π_old, masked mean over valid tokens (B, T).
-    Unbiased for KL(π_old ‖ π_θ) because the tokens were drawn from π_old, and ≥ 0 per
-    token (Schulman 2020, "Approximating KL divergence", k3; the ``approx_kl`` of
-    CleanRL's ppo.py). Not clamped, unlike the KL penalty (algos/kl.py): a diagnostic
-    should show a large step, not hide it.
-    """
-    log_ratio = (logprobs.detach() - old_logprobs.detach()).double()
-    return masked_mean(torch.expm1(log_ratio) - log_ratio, mask).item()
 
 
 def distinct_n(sequences: Sequence[Sequence[Hashable]], n: int) -> float:

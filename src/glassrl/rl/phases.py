@@ -54,19 +54,12 @@ from glassrl.workers.base import ActorForward, CriticForward, ReferenceWorker, R
 @dataclass
 class Sampled:
     """What phase 1 hands to phase 2: ``rollout`` (B responses, group_index 0..k−1 into
-    ``prompts``), the k prompt records and their token ids, and the B reward results.
-
-    ``behaviour``: (log π_old, H(π_old)) (B, T) each, when the batch was sampled a step ahead
-    (rollout.overlap) by an older policy that computed them (glassrl.workers.overlap); None: the
-    current policy sampled it. ``staleness``: the actor updates between sampling and training.
-    """
+    ``prompts``), the k prompt records and their token ids, and the B reward results."""
 
     rollout: RolloutBatch
     prompts: list[PromptRecord]
     prompt_ids: list[list[int]]
     results: list[RewardResult]
-    behaviour: tuple[torch.Tensor, torch.Tensor] | None = None
-    staleness: int = 0
 
 
 # ---------------------------------------------------------------- phase 2: score
@@ -444,8 +437,8 @@ def off_policy(exp: Experience, version: int | None, correction: tuple[str, dict
     if version is not None and rollout.policy_versions is not None:
         versions = rollout.policy_versions.to(mask.device)
         exp.staleness = torch.where(rollout.response_mask, version - versions, 0)  # (B, T)
-    if correction is None:
-        exp.bypass = exp.staleness is not None
+    if correction is None:  # a batch that brings the sampling weights' own log-probs has them as log π_old already
+        exp.bypass = exp.staleness is not None and rollout.behaviour_logprobs is None
         return
     if rollout.rollout_logprobs is None:
         raise GlassrlError(f"algo.off_policy {correction[0]}: the rollout engine kept no log-probs of its samples")

@@ -60,7 +60,6 @@ class Resolved:
     grad_accum_steps: int  # mini_batch_responses / micro_batch_responses
     optimizer_steps_per_step: int  # epochs × mini_batches_per_epoch
     total_optimizer_steps: int  # steps × optimizer_steps_per_step
-    actor_warmup_steps: int  # training steps of critic-only updates before the actor trains (value warm-up)
     uses_critic: bool  # the estimator reads values
     uses_reference: bool  # a KL term needs π_ref
     norm_length: int  # L of seq-mean-token-sum-norm
@@ -119,7 +118,6 @@ def resolve(cfg: TrainConfig) -> Resolved:
         grad_accum_steps=mini_responses // b.micro_batch_responses,
         optimizer_steps_per_step=b.epochs * mini_batches,
         total_optimizer_steps=cfg.steps * b.epochs * mini_batches,
-        actor_warmup_steps=a.value_warmup_steps,
         uses_critic=a.uses_critic(),
         uses_reference=a.kl.placement != "none",
         norm_length=a.norm_length if a.norm_length is not None else cfg.rollout.max_new_tokens,

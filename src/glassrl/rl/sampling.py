@@ -21,8 +21,10 @@ data file gave it: a Parquet timestamp, a date) and its reward results (details 
 JSON-able kind, plus sets, dates, non-finite floats), encoded by glassrl.run.codec so
 that they read back as they were.
 
-Asynchronous training (``rollout.max_staleness`` = k ≥ 1 on Ray) requests rounds ahead:
-:class:`AsyncRounds` is the bounded buffer between the rollout ranks and the step.
+Every round comes through :class:`AsyncRounds`, the bounded buffer between the rollout worker and
+the step: at ``rollout.max_staleness`` = 0 it samples each round when the step asks for it; at
+k ≥ 1 (asynchronous training: Ray's rollout ranks, or, at k = 1, the local backend's copy of the
+policy in a thread, glassrl.workers.overlap) it requests rounds ahead.
 
 The filter reads the combined reward's score before any shaping — the paper's
 accuracy, not the overlong penalty — over the group's scored members only: failed
@@ -46,7 +48,7 @@ from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardResult
 from glassrl.rl.phases import Sampled, outcome_scores
 from glassrl.rollout.base import RolloutBatch, SamplingParams, Turn, concat_rollouts
-from glassrl.workers.base import AsyncRolloutWorker
+from glassrl.workers.base import AsyncRolloutWorker, RolloutWorker
 
 
 class OneRound:
@@ -66,6 +68,9 @@ class OneRound:
     def take(self) -> tuple[Sampled, dict[str, float]]:
         sampled, self.round = self.round, None
         return sampled, {}
+
+    def expire(self, oldest: int | None) -> None:
+        """Nothing is kept from one step to the next."""
 
 
 @dataclass
@@ -119,10 +124,12 @@ class DynamicSampler:
         self.rounds = self.generated = self.kept = self.expired = 0
         return join_groups(step, self.pad_id), metrics
 
-    def expire(self, oldest: int) -> None:
+    def expire(self, oldest: int | None) -> None:
         """Drop the buffered groups that a version older than ``oldest`` sampled (asynchronous training:
-        a group kept for a later step must not lag more than rollout.max_staleness); counted in
-        sampling/groups_expired."""
+        a group kept for a later step must not lag more than rollout.max_staleness; None: no bound);
+        counted in sampling/groups_expired."""
+        if oldest is None:
+            return
         fresh = [g for g in self.buffer if _oldest_version(g.rollout) >= oldest]
         self.expired += len(self.buffer) - len(fresh)
         self.buffer = fresh
@@ -161,18 +168,17 @@ def _oldest_version(rollout: RolloutBatch) -> int:
 
 @dataclass
 class Round:
-    """A round requested ahead: its prompts, and the rollout ranks' handle until its samples are in."""
+    """A round requested: its prompts, and the rollout worker's handle until its samples are in."""
 
     prompts: list[PromptRecord]
     prompt_ids: list[list[int]]
     pending: Any = None  # AsyncRolloutWorker.submit's handle; None once ``rollout`` is in
     rollout: RolloutBatch | None = None
-    seconds: dict[str, float] | None = None  # the rollout ranks' perf/… of the round
+    seconds: dict[str, float] | None = None  # the rollout worker's perf/… of the round
 
 
 class AsyncRounds:
-    """The bounded buffer of asynchronous training: rounds requested ahead from rollout ranks that
-    keep sampling (glassrl.workers.base.AsyncRolloutWorker), taken oldest first.
+    """The bounded buffer between the rollout worker and the step: rounds requested, taken oldest first.
 
     The bound (rollout.max_staleness = k): before a step takes a round, rounds are requested until
     k + 1 are waiting (requested, not yet taken), each sampled with the weights of the version current
@@ -180,38 +186,67 @@ class AsyncRounds:
     requested behind j ≤ k others is taken within the next j + 1 steps, while the actor updates at
     most once per step: no token it holds lags the update that trains on it by more than k versions
     (a group that dynamic sampling keeps for a later step is dropped when it would: DynamicSampler.expire).
-    At k = 0 this is the synchronous step: one round requested, then taken.
+    At k = 0 this is the synchronous step: one round requested, then taken; with a plain
+    RolloutWorker (no ``submit``) it is sampled then and there.
 
-    Checkpoint part "rollout_buffer": the rounds not yet taken, their samples waited for first (a
-    checkpoint holds nothing in flight), and the version of the weights. The prompt stream's position
-    is after them, so a resumed run takes them, then requests what the uninterrupted run would have:
-    no round is lost or taken twice, and with the deterministic schedule it samples the same tokens.
+    A worker that ``shares_generator`` (the local backend's, glassrl.workers.overlap: its thread draws
+    from the generator that evaluation draws from) is asked for nothing ahead during a ``quiet`` step
+    (one that evaluates, checkpoints or ends the run): the next step then samples its first round itself.
+
+    Checkpoint part "rollout_buffer" (k ≥ 1): the rounds not yet taken, their samples waited for
+    first (a checkpoint holds nothing in flight), and the version of the weights. The prompt stream's
+    position is after them, so a resumed run takes them, then requests what the uninterrupted run
+    would have: no round is lost or taken twice, and with the deterministic schedule it samples the
+    same tokens.
     """
 
-    part_names = ("rollout_buffer",)
-
-    def __init__(self, rollout: AsyncRolloutWorker, max_staleness: int, pad_id: int) -> None:
-        self.rollout, self.depth, self.pad_id = rollout, max_staleness + 1, pad_id
+    def __init__(self, rollout: RolloutWorker | AsyncRolloutWorker, max_staleness: int, pad_id: int) -> None:
+        self.rollout, self.max_staleness, self.pad_id = rollout, max_staleness, pad_id
+        self.ahead = hasattr(rollout, "submit")  # an AsyncRolloutWorker (submit / result / publish / version)
+        self.part_names = ("rollout_buffer",) if self.ahead and max_staleness else ()
         self.rounds: deque[Round] = deque()
+
+    @property
+    def version(self) -> int | None:
+        """The actor updates the weights hold now (None: a worker without versions)."""
+        return self.rollout.version if self.ahead else None
+
+    def oldest(self) -> int | None:
+        """The oldest version a token may be sampled by and still train now (None: no bound)."""
+        return None if self.version is None or not self.max_staleness else self.version - self.max_staleness
 
     def fill(
         self,
         next_prompts: Callable[[], tuple[list[PromptRecord], list[list[int]]]],
         n: int,
         params: SamplingParams,
+        quiet: bool = False,
     ) -> None:
-        """Request rounds until ``max_staleness`` + 1 wait; ``next_prompts()``: the next round's records
-        and token ids (the run's prompt stream)."""
-        while len(self.rounds) < self.depth:
+        """Request rounds until ``max_staleness`` + 1 wait (1 in a ``quiet`` step, when the worker shares
+        the generator); ``next_prompts()``: the next round's records and token ids (the prompt stream)."""
+        depth = 1 if quiet and getattr(self.rollout, "shares_generator", False) else self.max_staleness + 1
+        while len(self.rounds) < depth:
             prompts, prompt_ids = next_prompts()
-            pending = self.rollout.submit(prompt_ids, n=n, params=params, records=prompts)
-            self.rounds.append(Round(prompts, prompt_ids, pending))
+            if self.ahead:
+                pending = self.rollout.submit(prompt_ids, n=n, params=params, records=prompts)
+                self.rounds.append(Round(prompts, prompt_ids, pending))
+            else:  # sampled now (multi-turn: each episode's environment is reset with its record)
+                rollout = self.rollout.generate(prompt_ids, n=n, params=params, records=prompts)
+                self.rounds.append(Round(prompts, prompt_ids, None, rollout, {}))
 
     def take(self) -> tuple[Round, dict[str, float]]:
-        """The oldest round, its samples in (waited for), and perf/batch_wait_s with the ranks' seconds."""
+        """The oldest round, its samples in (waited for), and (asynchronous training) the worker's
+        seconds with perf/batch_wait_s."""
         start = time.perf_counter()
         first = self._done(self.rounds.popleft())
+        if not self.ahead:
+            return first, {}
         return first, {**first.seconds, "perf/batch_wait_s": time.perf_counter() - start}
+
+    def check(self, staleness: torch.Tensor | None, step: int) -> None:
+        """The bound held: no token of the step lags more than max_staleness versions (B, T)."""
+        if staleness is not None and int(staleness.max()) > self.max_staleness:
+            raise RuntimeError(f"step {step}: a token lags {int(staleness.max())} > {self.max_staleness} versions")
 
     def _done(self, round_: Round) -> Round:
         if round_.pending is not None:
@@ -220,6 +255,8 @@ class AsyncRounds:
         return round_
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
+        if not self.part_names:
+            return {}
         rounds = [self._done(r) for r in self.rounds]
         state = {
             "version": self.rollout.version,
@@ -235,6 +272,8 @@ class AsyncRounds:
         return {"rollout_buffer": ("torch", state)}
 
     def load_state_dict(self, parts: dict[str, Any]) -> None:
+        if not self.part_names:
+            return
         state = parts["rollout_buffer"]
         self.rounds = deque(
             Round(

@@ -26,8 +26,8 @@ One update, followed from the trainer: Trainer.step (glassrl.rl.loop) runs phase
 Trainer._update, which builds the plan (:func:`minibatch_plan`) and calls
 ``workers.critic.update(critic_batch(exp), plan)``, then ``workers.actor.update(actor_batch(exp),
 plan)`` (or ``update_on_policy``, which also returns phase 3's log-probs and entropy). In one
-process that is glassrl.workers.local.LocalActor, which calls the ``update`` glassrl.rl.build bound
-for it (:func:`run_updates` with the config's loss: glassrl.rl.build.role_update); on Ray,
+process that is glassrl.workers.local.LocalActor, which calls the :class:`RoleUpdate` glassrl.rl.build
+made for it (:func:`run_updates` with the config's loss: glassrl.rl.build.role_update); on Ray,
 glassrl.workers.ray.RayActor splits the batch and plan over the ranks and each rank's
 glassrl.workers.data_parallel.DataParallelActor calls the same function, bound by
 glassrl.rl.build_ray with its ranks. Here, per mini-batch: the micro-batches' forward and backward
@@ -36,15 +36,15 @@ passes, PPO-ptx's term, the clipped gradient norm, the non-finite check, ``optim
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from glassrl.algos.aggregation import aggregate
 from glassrl.algos.masked import masked_sum
 from glassrl.models.shared_prefix import prompt_order
-from glassrl.optim import check_weights, nonfinite, on_bad_step
+from glassrl.optim import guarded_step
 from glassrl.rl.experience import Experience
 from glassrl.rl.loss import DIAGNOSTIC_METRICS, Forward, Term
 from glassrl.rl.phases import model_batch
@@ -188,7 +188,6 @@ def run_updates(
     kept: list[tuple[torch.Tensor, Forward]] = []  # on-policy: (rows, forward outputs) per micro-batch
     stats = _Stats()  # per optimiser step taken, the step's values over all ranks
     diagnostics = _Stats()  # per micro-batch of this rank, summed over the ranks at the end
-    params = [p for p in model.parameters() if p.requires_grad]
     model.train()
     skipped = 0
     if shared_prefix:
@@ -246,25 +245,27 @@ def run_updates(
                 (loss * (ranks.world_size if real else 0)).backward()
         device = batch["response_mask"].device
         ptx_loss = ptx.backward(pairs, ranks, device) if pairs is not None else None
-        # With no limit the norm is still computed (and logged): clip at +inf is a no-op.
-        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf)
-        step_values = {**values, f"{prefix}/grad_norm": norm}
-        if ptx_loss is not None:
-            step_values[f"{prefix}/ptx_loss"] = ptx_loss
         # The terms (and ptx) summed over the ranks; the norm is of the summed gradient already.
-        checked, on = ranks.combine(step_values, alike=f"{prefix}/grad_norm")
-        if bad := nonfinite(checked):
-            on_bad_step(on_nonfinite, bad, f"{prefix} update{on}, optimiser step {k + 1} of {len(plan)}")
-            optimizer.zero_grad(set_to_none=True)
-            scheduler.step()  # the schedule keeps its length: a skipped step is a step not taken
+        step = guarded_step(
+            model,
+            optimizer,
+            scheduler,
+            values,
+            max_norm=grad_clip,
+            norm_key=f"{prefix}/grad_norm",
+            policy=on_nonfinite,
+            where=lambda on, k=k: f"{prefix} update{on}, optimiser step {k + 1} of {len(plan)}",
+            also=None if ptx_loss is None else {f"{prefix}/ptx_loss": ptx_loss},
+            combine=ranks.combine,
+            reduce=ranks.sum,
+        )
+        if not step.taken:
             skipped += 1
             continue
-        optimizer.step()
-        scheduler.step()
-        check_weights(model, params, f"{prefix} update, optimiser step {k + 1} of {len(plan)}", reduce=ranks.sum)
+        checked = step.values
         for diagnostic in diagnostics_of_step:
             diagnostics.add(*diagnostic)
-        one = torch.ones((), dtype=torch.long, device=norm.device)
+        one = torch.ones((), dtype=torch.long, device=device)
         if ptx_loss is not None:
             stats.add(f"{prefix}/ptx_loss", checked[f"{prefix}/ptx_loss"], one.cpu())
         for name in values:  # the mini-batch's aggregate, once per optimiser step
@@ -280,3 +281,52 @@ def run_updates(
     if skipped:
         metrics[f"{prefix}/skipped_steps"] = skipped
     return metrics
+
+
+@dataclass(frozen=True)
+class RoleUpdate:
+    """One role's update: :func:`run_updates` with the settings the build chose for it
+    (glassrl.rl.build.role_update: the config's loss terms, micro-batch, clipping, forward layout,
+    PPO-ptx term and non-finite policy; ``ranks`` a Ray rank's data-parallel group, None in one
+    process). What a worker calls to update (glassrl.workers.local.LocalActor and LocalCritic,
+    glassrl.workers.data_parallel.DataParallelActor and DataParallelCritic)."""
+
+    prefix: str  # "actor" or "critic": the metrics' namespace
+    forward: Callable[[torch.nn.Module, Batch], Forward]
+    terms: list[Term]
+    micro_batch: int
+    grad_clip: float | None
+    on_nonfinite: str = "stop"
+    shared_prefix: bool = False
+    ptx: PtxTerm | None = None
+    ranks: Ranks | None = None
+
+    def __call__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        batch: Batch,
+        plan: list[torch.Tensor],
+        *,
+        forward_outputs: Forward | None = None,
+        ptx_pairs: list[list[Example]] | None = None,
+    ) -> dict[str, float]:
+        return run_updates(
+            model,
+            optimizer,
+            scheduler,
+            batch,
+            plan,
+            micro_batch=self.micro_batch,
+            grad_clip=self.grad_clip,
+            forward=self.forward,
+            terms=self.terms,
+            prefix=self.prefix,
+            ptx=self.ptx,
+            on_nonfinite=self.on_nonfinite,
+            forward_outputs=forward_outputs,
+            shared_prefix=self.shared_prefix,
+            ranks=self.ranks,
+            ptx_pairs=ptx_pairs,
+        )

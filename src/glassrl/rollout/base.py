@@ -103,6 +103,9 @@ class RolloutBatch:
     policy_versions (B, T) long: the version of the weights that sampled each generated
         token (asynchronous training: the actor updates before those weights), −1 off
         generated tokens; None unless the engine samples with :class:`PolicyVersions`.
+    behaviour_logprobs, behaviour_entropy (B, T) float: log π(y_i | s_i) and H(π(·|s_i)) of the
+        weights that sampled, recomputed by a forward pass of them (the local backend's sampling
+        ahead, glassrl.workers.overlap: the batch's π_old); None when the trainer computes them.
     """
 
     prompt_ids: torch.Tensor
@@ -116,6 +119,8 @@ class RolloutBatch:
     turns: list[tuple[Turn, ...]] | None = None
     rollout_logprobs: torch.Tensor | None = None
     policy_versions: torch.Tensor | None = None
+    behaviour_logprobs: torch.Tensor | None = None
+    behaviour_entropy: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.response_context_mask is None:
@@ -166,6 +171,8 @@ class RolloutBatch:
             None if self.turns is None else [self.turns[i] for i in rows],
             None if self.rollout_logprobs is None else self.rollout_logprobs[index],
             None if self.policy_versions is None else self.policy_versions[index],
+            None if self.behaviour_logprobs is None else self.behaviour_logprobs[index],
+            None if self.behaviour_entropy is None else self.behaviour_entropy[index],
         )
 
 
@@ -189,11 +196,13 @@ def concat_rollouts(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
     multi_turn = {b.turns is not None for b in batches}
     with_logprobs = {b.rollout_logprobs is not None for b in batches}
     with_versions = {b.policy_versions is not None for b in batches}
-    if len(multi_turn) > 1 or len(with_logprobs) > 1 or len(with_versions) > 1:
+    with_behaviour = {b.behaviour_logprobs is not None for b in batches}
+    if len(multi_turn) > 1 or len(with_logprobs) > 1 or len(with_versions) > 1 or len(with_behaviour) > 1:
         raise ValueError(
-            "concat_rollouts: batches differ in turns, rollout_logprobs or policy_versions "
-            "(single- vs multi-turn engines, or versioned vs not)"
+            "concat_rollouts: batches differ in turns, rollout_logprobs, policy_versions or behaviour_logprobs "
+            "(single- vs multi-turn engines, versioned vs not, sampled ahead vs not)"
         )
+    behaviour = with_behaviour == {True}
     return RolloutBatch(
         torch.cat([left(b.prompt_ids, P, pad_id) for b in batches]),
         torch.cat([left(b.prompt_mask, P, False) for b in batches]),
@@ -206,6 +215,8 @@ def concat_rollouts(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
         [t for b in batches for t in b.turns] if multi_turn == {True} else None,
         torch.cat([right(b.rollout_logprobs, T, 0.0) for b in batches]) if with_logprobs == {True} else None,
         torch.cat([right(b.policy_versions, T, -1) for b in batches]) if with_versions == {True} else None,
+        torch.cat([right(b.behaviour_logprobs, T, 0.0) for b in batches]) if behaviour else None,
+        torch.cat([right(b.behaviour_entropy, T, 0.0) for b in batches]) if behaviour else None,
     )
 
 

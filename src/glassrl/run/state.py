@@ -29,7 +29,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -39,7 +39,13 @@ from glassrl.errors import GlassrlError
 from glassrl.run.checkpoint import CheckpointManager, Part
 
 
+@runtime_checkable
 class Stateful(Protocol):
+    """What a checkpoint holds: named parts (``part_names``), ``(kind, value)`` pairs from
+    :meth:`state_dict` as glassrl.run.checkpoint.Part reads them, loaded back by name (a Path for "hf"
+    parts). Every role worker that holds state is one (glassrl.workers.base), and so is every other
+    part of a run (the prompt stream, the counters, the RNGs)."""
+
     part_names: tuple[str, ...]
 
     def state_dict(self) -> dict[str, tuple[str, Any]]: ...

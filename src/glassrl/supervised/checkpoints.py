@@ -35,7 +35,7 @@ import torch
 from glassrl.config import to_dict
 from glassrl.errors import GlassrlError
 from glassrl.run import state
-from glassrl.run.checkpoint import CheckpointManager
+from glassrl.run.session import RunCheckpoints, change_notes
 
 
 class TrainableWeights:
@@ -80,56 +80,24 @@ class OptimizerState:
         self.scheduler.load_state_dict(parts["optim"]["scheduler"])
 
 
-class Checkpointing:
-    """A supervised run's checkpoints under ``out/checkpoints`` (module docstring). ``every``: steps
-    between checkpoints (0: only the last step's); ``keep``: how many are kept; ``resume``: continue
-    from the latest; ``may_change``: the config keys (dotted prefixes) a resumed run may change."""
+class Checkpointing(RunCheckpoints):
+    """A supervised run's checkpoints under ``out/checkpoints`` (module docstring; the life of the run:
+    glassrl.run.session). ``every``: steps between checkpoints (0: only the last step's); ``keep``: how
+    many are kept; ``resume``: continue from the latest; ``may_change``: the config keys (dotted
+    prefixes) a resumed run may change."""
 
     def __init__(self, out: Path, *, every: int, keep: int, resume: bool, may_change: tuple[str, ...]) -> None:
-        self.out, self.every, self.resume, self.may_change = Path(out), every, resume, may_change
-        self.manager = CheckpointManager(self.out / "checkpoints", keep)
-        self.counters = state.Counters()
-        self.components: list[Any] = []
+        super().__init__(Path(out) / "checkpoints", keep=keep, every=every, resume=resume, what=f"output_dir = {out}")
+        self.may_change = may_change
         self.notes: list[str] = []  # what a resume says: a fallback checkpoint, the keys changed
 
-    def recorded_threads(self) -> int | None:
-        """The thread count the checkpoint to resume from recorded (None for a fresh run)."""
-        return state.recorded_threads(self.manager).threads if self.resume else None
-
-    def check_run_dir(self) -> None:
-        """A fresh run must not mix with an old one's checkpoints; a resumed run needs one."""
-        if not self.resume and self.manager.checkpoints():
-            raise GlassrlError(
-                f"output_dir = {self.out} already holds checkpoints: resume with --resume, or choose another output_dir"
-            )
-        if self.resume and self.manager.latest() is None:
-            raise GlassrlError(f"--resume: no checkpoint in {self.manager.root}")
-
-    def attach(self, cfg: Any, threads: tuple[int, str], parts: list[Any]) -> int:
+    def attach(self, cfg: Any, threads: state.Threads, parts: list[Any]) -> int:
         """Set the run's parts (model, optimiser, progress: :class:`TrainableWeights`,
         :class:`OptimizerState`, glassrl.supervised.loop.Logged) and, when resuming, load the latest checkpoint
         into them; returns the steps already taken (0 for a fresh run)."""
         run_config = state.RunConfig(to_dict(cfg), self.may_change, to_dict(type(cfg)()))
-        self.components = [
-            run_config,
-            state.Threads(*threads),
-            self.counters,
-            *parts,
-            state.GlobalRNG({}),
-        ]
-        if not self.resume:
-            return 0
-        restored = state.restore(self.manager, self.components)
-        self.counters.step = restored.step
-        self.notes = [restored.note] if restored.note else []
-        self.notes += [
-            f"{key} changed on resume: {then!r} -> {now!r}" for key, (then, now) in run_config.changes.items()
-        ]
-        return restored.step
-
-    def due(self, step: int, steps: int) -> bool:
-        return bool(self.every and step % self.every == 0) or step == steps
-
-    def save(self, step: int) -> None:
-        self.counters.step = step
-        state.save(self.manager, step, self.components)
+        restored = self.start([run_config, threads, self.counters, *parts, state.GlobalRNG({})])
+        if restored is not None:
+            self.notes = [restored.note] if restored.note else []
+            self.notes += change_notes(run_config)
+        return self.counters.step

@@ -58,12 +58,13 @@ from glassrl.files import disk_errors
 from glassrl.models import resolve_device, resolve_model_path
 from glassrl.models.default_model import MARKER, default_model_dir
 from glassrl.models.threads import set_threads, startup_line
-from glassrl.optim import OptimConfig, check_weights, make_optimizer, nonfinite, on_bad_step, seed_everything
+from glassrl.optim import OptimConfig, guarded_step, make_optimizer, seed_everything
 from glassrl.report.sinks import JsonlSink
-from glassrl.run import stop
+from glassrl.run import state, stop
 from glassrl.run.atomic import StagedDir, safetensors_os_errors, write_text
-from glassrl.run.lock import RunLock, sibling_lock_path
+from glassrl.run.lock import sibling_lock_path
 from glassrl.run.open import model_in_run
+from glassrl.run.session import stop_requested, take_lock
 from glassrl.supervised.checkpoints import Checkpointing, OptimizerState, TrainableWeights
 
 
@@ -155,28 +156,33 @@ def train_supervised(
     and train it; returns the last row's metrics with steps, the objective's sizes and time_s.
     ``run``: checkpoints, and a resume from the latest (glassrl.supervised.checkpoints)."""
     cfg.validate()
-    out = Path(cfg.output_dir)
-    with RunLock(sibling_lock_path(out), f"output_dir = {out}"):  # before any work: a second run fails at once
-        console = console or Console()
+    out, console = Path(cfg.output_dir), console or Console()
+    # the run's life (glassrl.run.session): the lock before any work (a second run fails at once), the
+    # thread count (a resumed run's: the one it recorded), fresh or resumed, checkpoints, a stop
+    lock = take_lock(sibling_lock_path(out), f"output_dir = {out}", console)
+    try:
         if run is not None:
             run.check_run_dir()
-        threads = set_threads(cfg.threads, run.recorded_threads() if run is not None else None)
-        console.print(startup_line(*threads), markup=False, soft_wrap=True)  # before torch work
+        recorded = run.recorded_threads().threads if run is not None else None
+        count, why = set_threads(cfg.threads, recorded)
+        threads = run.threads_part(count, why) if run is not None else state.Threads(count, why)
+        console.print(startup_line(count, why), markup=False, soft_wrap=True)  # before torch work
         seed_everything(cfg.seed)
         try:
             with stop.handling(), stop.graceful():  # Ctrl-C, SIGTERM: the step ends, then nothing is written
                 return _train(cfg, objective(resolve_device(cfg.device)), console, run, threads)
         except stop.Interrupted as signal:  # a second one: the step in progress is abandoned
             raise stop.Stopped(signal.signum, f"stopped during a step; {_untouched(out, run)}") from None
+    finally:
+        lock.release()
 
 
 def _train(
-    cfg: LoopConfig, obj: Objective, console: Console, run: Checkpointing | None, threads: tuple[int, str]
+    cfg: LoopConfig, obj: Objective, console: Console, run: Checkpointing | None, threads: state.Threads
 ) -> dict[str, float]:
     model, steps, name = obj.model, obj.steps, obj.name
     optimizer, scheduler = make_optimizer(model, cfg.optim, steps)
     batches = batch_indices(len(obj.train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
-    params = [p for p in model.parameters() if p.requires_grad]
 
     out = Path(cfg.output_dir)
     result: dict[str, float] = {"steps": steps, **obj.sizes}
@@ -208,29 +214,32 @@ def _train(
             for logged, row in log_state.rows:  # a resumed run's rows so far
                 log.log(logged, row)
             bar = progress.add_task(name, total=steps, completed=done, info=obj.summary(result))
-            saved = done  # the step of the newest checkpoint
             for step in range(done + 1, steps + 1):
-                if signum := stop.requested():
-                    if run is not None and step - 1 > saved:  # a run with checkpoints keeps the steps taken
-                        run.save(step - 1)
+                if signum := stop_requested(run, step - 1):  # a run with checkpoints keeps the steps taken
                     raise stop.Stopped(signum, f"stopped at step {step - 1} of {steps}; {_untouched(out, run)}")
                 loss, tally = obj.loss([obj.train[i] for i in next(batches)])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_norm)
-                if bad := nonfinite({"train/loss": loss, "train/grad_norm": grad_norm}):
-                    on_bad_step(cfg.on_nonfinite, bad, f"{name} step {step}")
-                    optimizer.zero_grad(set_to_none=True)
-                    log_state.skipped += 1
-                else:
-                    optimizer.step()
-                    check_weights(model, params, f"{name} step {step}")
+                taken, checked = guarded_step(
+                    model,
+                    optimizer,
+                    scheduler,
+                    {"train/loss": loss},
+                    max_norm=cfg.optim.grad_clip,
+                    norm_key="train/grad_norm",
+                    policy=cfg.on_nonfinite,
+                    where=lambda _, step=step: f"{name} step {step}",
+                )
+                if taken:
                     log_state.window.append(tally)
-                scheduler.step()
+                else:
+                    log_state.skipped += 1
                 row: dict[str, float] = {}
                 if step % cfg.log_every == 0 or step == steps:
                     row = window_means(log_state.window, obj.train_keys)
-                    row.update({"train/grad_norm": grad_norm.item(), "train/lr": scheduler.get_last_lr()[0]})
+                    row.update(
+                        {"train/grad_norm": checked["train/grad_norm"].item(), "train/lr": scheduler.get_last_lr()[0]}
+                    )
                     if log_state.skipped:
                         row["train/skipped_steps"] = log_state.skipped
                     log_state.window, log_state.skipped = [], 0
@@ -243,7 +252,6 @@ def _train(
                     progress.update(bar, info=obj.summary(result))
                 if run is not None and run.due(step, steps):
                     run.save(step)
-                    saved = step
                 progress.advance(bar)
             log.close()
             result["time_s"] = time.perf_counter() - start

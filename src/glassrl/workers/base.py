@@ -37,17 +37,9 @@ import torch
 from glassrl.data.records import PromptRecord
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rollout.base import RolloutBatch, SamplingParams
+from glassrl.run.state import Stateful
 
 Batch = dict[str, torch.Tensor]
-
-
-@runtime_checkable
-class Stateful(Protocol):
-    part_names: tuple[str, ...]
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, parts: dict[str, Any]) -> None: ...
 
 
 @runtime_checkable
@@ -91,11 +83,22 @@ class OnPolicyActor(Protocol):
 
 
 @runtime_checkable
-class ReferenceWorker(Protocol):
-    """The frozen reference policy π_ref."""
+class ReferenceWorker(Stateful, Protocol):
+    """The reference policy π_ref: frozen (no checkpoint parts: it is loaded again from its path), or
+    following the actor (:class:`SyncedReference`)."""
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         """log π_ref(a_i|s_i) (B, T)."""
+
+
+@runtime_checkable
+class SyncedReference(ReferenceWorker, Protocol):
+    """π_ref that moves towards π_θ (algo.kl.ref_sync_every, TR-DPO); its weights are part "reference"."""
+
+    def follow_actor(self) -> None:
+        """θ_ref ← α·θ + (1 − α)·θ_ref with the actor's weights of now (α: algo.kl.ref_sync_alpha): in
+        one process from the actor's model, on Ray over the weight-sync path (actor rank 0 broadcasts to
+        the reference ranks: glassrl.workers.weight_sync.MixSink)."""
 
 
 @runtime_checkable
@@ -126,26 +129,11 @@ class RolloutWorker(Stateful, Protocol):
 
 
 @runtime_checkable
-class AheadRollout(RolloutWorker, Protocol):
-    """A rollout worker that samples the next step's batch while the current one trains
-    (``rollout.overlap``, glassrl.workers.overlap)."""
-
-    def start_ahead(
-        self, prompts: list[list[int]], *, n: int, params: SamplingParams, records: Sequence[PromptRecord] | None = None
-    ) -> None:
-        """Take the actor's weights now and sample ``prompts`` with them in the background."""
-
-    def take_ahead(self) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
-        """The batch sampled ahead, with log π_old(a_i|s_i) and H(π_old(·|s_i)) (B, T) of the
-        policy that sampled it."""
-
-
-@runtime_checkable
 class AsyncRolloutWorker(RolloutWorker, Protocol):
-    """Rollout ranks that keep sampling while the actor trains (``rollout.max_staleness`` ≥ 1:
-    glassrl.workers.ray.RayAsyncRollout). A batch is sent ahead and taken later; it is sampled with
-    the weights of the version current when it was sent (or newer, with partial rollouts), and its
-    ``policy_versions`` say which sampled each token."""
+    """A rollout worker that keeps sampling while the actor trains (``rollout.max_staleness`` ≥ 1: the Ray
+    ranks, glassrl.workers.ray.RayAsyncRollout; at 1 on the local backend, glassrl.workers.overlap). A
+    batch is sent ahead and taken later; it is sampled with the weights of the version current when it
+    was sent (or newer, with partial rollouts), and its ``policy_versions`` say which sampled each token."""
 
     version: int  # the actor updates the weights hold now
 

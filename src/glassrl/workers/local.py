@@ -5,7 +5,7 @@ memory, nothing to synchronise). Tensors come back on the model's device.
 See glassrl.workers.base for the protocol and the batch keys.
 
 An update is not written here: :class:`LocalActor` and :class:`LocalCritic` call the ``update``
-the build injects (glassrl.rl.build.role_update: the one update loop, glassrl.rl.update.run_updates,
+the build injects (glassrl.rl.build.role_update: the one update loop, glassrl.rl.update.RoleUpdate,
 with the config's loss), in one process, where every collective of the loop is the identity; the
 Ray ranks call the same loop (glassrl.workers.data_parallel). One update: Trainer.step →
 Trainer._update → ``LocalActor.update`` → that loop → ``optimizer.step()``.
@@ -39,9 +39,10 @@ from glassrl.models.values import response_values
 from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
 from glassrl.workers.base import Batch
+from glassrl.workers.weight_sync import lerp_into
 
 # update(model, optimizer, scheduler, batch, plan, **more) -> metrics: the one update loop,
-# glassrl.rl.update.run_updates, bound by glassrl.rl.build.role_update
+# glassrl.rl.update.RoleUpdate, made by glassrl.rl.build.role_update
 UpdateFn = Callable[[nn.Module, torch.optim.Optimizer, Any, Batch, list[torch.Tensor]], dict[str, float]]
 # path of an "hf" checkpoint part -> a freshly loaded module of the same kind
 LoadFn = Callable[[Path], nn.Module]
@@ -200,13 +201,19 @@ class LocalActor(_Trained):
     """π_θ: log-probs at the sampling temperature, updates through ``update``."""
 
     role = "actor"
+    version = 0  # the updates taken: the version of its weights (rounds sampled ahead name it: glassrl.workers.overlap)
 
     def compute_logprobs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         return micro_batched_logprobs(self.model, batch, self.passes, with_entropy=True)
 
+    def update(self, batch: Batch, plan: list[torch.Tensor]) -> dict[str, float]:
+        self.version += 1
+        return super().update(batch, plan)
+
     def update_on_policy(
         self, batch: Batch, plan: list[torch.Tensor]
     ) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
+        self.version += 1
         outputs: dict[str, torch.Tensor] = {}
         batch = _to(batch, _device(self.model))
         metrics = self._update(self.model, self.optimizer, self.scheduler, batch, plan, forward_outputs=outputs)
@@ -224,29 +231,38 @@ class LocalCritic(_Trained):
 
 class LocalReference:
     """π_ref: frozen, so nothing to checkpoint (it is reloaded from its path), unless it follows
-    the actor (``synced``: algo.kl.ref_sync_every), when its weights are checkpoint part "reference"."""
+    the actor (``synced``: algo.kl.ref_sync_every), when its weights are checkpoint part "reference".
+    ``actor``: the actor's model, which :meth:`follow_actor` mixes in with ``alpha`` (in one process;
+    on Ray the weight sync brings the actor's weights: glassrl.workers.weight_sync.MixSink)."""
 
-    def __init__(self, model: nn.Module, passes: Passes, *, synced: bool = False) -> None:
+    def __init__(
+        self, model: nn.Module, passes: Passes, *, synced: bool = False, actor: nn.Module | None = None, alpha=1.0
+    ) -> None:
         self.model, self.passes = model.eval().requires_grad_(False), passes
         self.part_names: tuple[str, ...] = ("reference",) if synced else ()
+        self.actor, self.alpha = actor, alpha
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         return micro_batched_logprobs(self.model, batch, self.passes, with_entropy=False)[0]
 
-    @torch.no_grad()
+    def follow_actor(self) -> None:
+        """glassrl.workers.base.SyncedReference: the actor's weights of now mixed in (α = ``alpha``)."""
+        self.mix_in(self.actor, self.alpha)
+
     def mix_in(self, actor: nn.Module, alpha: float) -> None:
-        """θ_ref ← α·θ + (1 − α)·θ_ref, parameter by parameter (TR-DPO's soft update, Gorbatovski
-        et al. 2024, arXiv:2404.09656; α = 1 copies θ, its hard update). ``lerp_`` computes θ_ref + α·(θ − θ_ref)."""
-        theirs = dict(actor.named_parameters())
-        for name, mine in self.model.named_parameters():
-            mine.lerp_(theirs[name].to(mine.dtype), alpha)
+        """θ_ref ← α·θ + (1 − α)·θ_ref, parameter by parameter (glassrl.workers.weight_sync.lerp_into)."""
+        lerp_into(dict(self.model.named_parameters()), actor.named_parameters(), alpha)
 
     def state_dict(self) -> dict[str, tuple[str, object]]:
+        if not self.part_names:  # frozen: loaded again from its path
+            return {}
         weights = {name: p.detach().cpu().contiguous() for name, p in self.model.named_parameters()}
         return {"reference": ("safetensors", weights)}
 
     @torch.no_grad()
     def load_state_dict(self, parts: dict[str, object]) -> None:
+        if not self.part_names:
+            return
         saved = parts["reference"]
         for name, mine in self.model.named_parameters():
             mine.copy_(saved[name])

@@ -20,6 +20,8 @@ from glassrl.workers.local import Passes, micro_batched_logprobs
 class LoraReference:
     """π_ref(a_i|s_i) = the actor's peft model with adapters off, at the sampling temperature."""
 
+    part_names: tuple[str, ...] = ()  # the frozen base, loaded again from its path
+
     def __init__(self, model: nn.Module, passes: Passes) -> None:
         if not hasattr(model, "disable_adapter"):
             raise TypeError(f"LoraReference needs a peft model, got {type(model).__name__}")
@@ -32,3 +34,9 @@ class LoraReference:
                 return micro_batched_logprobs(self.model, batch, self.passes, with_entropy=False)[0]
         finally:
             self.model.train(training)
+
+    def state_dict(self) -> dict[str, tuple[str, object]]:
+        return {}
+
+    def load_state_dict(self, parts: dict[str, object]) -> None:
+        pass

@@ -1,20 +1,25 @@
-"""Sampling one step ahead (``rollout.overlap``): the next step's batch is generated while this one trains.
+"""Sampling ahead on the local backend (``rollout.max_staleness: 1``, or its older name ``rollout.overlap``):
+the asynchronous buffer's rollout worker in one process (glassrl.rl.sampling.AsyncRounds, k = 1).
 
-One-step off-policy, as verl's one-step-off-policy trainer and AReaL do: at the start of step
-s (before its update) the worker copies the actor's weights θ_s into a copy of the policy and,
-in a thread, samples the prompts of step s+1 with that copy and computes their log-probs and
-entropy with it; step s's update meanwhile changes the actor to θ_{s+1}. Step s+1 then trains
-on responses sampled by π_{θ_s}: its π_old is the policy that sampled (Schulman et al. 2017,
-PPO: the ratio π_θ/π_old is an importance weight from the behaviour policy), so the ratio and
-the KL of step s+1 use the copy's log-probs, not a fresh pass of π_{θ_{s+1}} — the importance
-correction of one step of staleness. (AReaL's decoupled objective adds a proximal policy on top;
-here the behaviour policy is the proximal one, as in plain PPO.)
+One-step off-policy, as verl's one-step-off-policy trainer and AReaL do: a round requested at the
+start of step s (before its update) is sampled with the actor's weights θ_s of that moment, by a
+copy of the policy in a thread, which also computes the log-probs and entropy of what it sampled;
+step s's update meanwhile changes the actor to θ_{s+1}. Step s+1 then trains on responses sampled
+by π_{θ_s}: its π_old is the policy that sampled (Schulman et al. 2017, PPO: the ratio π_θ/π_old
+is an importance weight from the behaviour policy), so the ratio and the KL of step s+1 use the
+copy's log-probs (``RolloutBatch.behaviour_logprobs``), not a fresh pass of π_{θ_{s+1}} — the
+importance correction of one step of staleness. (AReaL's decoupled objective adds a proximal
+policy on top; here the behaviour policy is the proximal one, as in plain PPO.)
 
-The copy costs one more set of weights (no optimiser state). Everything else is shared with
-the synchronous path: the same sampling generator, drawn in the same order (never by two
-threads at once: the trainer samples ahead only when nothing else samples before the next
-step), and ``generate`` samples now, with the actor's own model (evaluation, a step after a
-checkpoint). See glassrl.workers.base for the protocols.
+The interface is the one of the Ray rollout ranks (glassrl.workers.base.AsyncRolloutWorker):
+:meth:`submit` takes the actor's weights now (a snapshot: one more set of weights while a round
+waits for the thread, no optimiser state) and queues the round; :meth:`result` waits for it;
+``version`` counts the actor's updates (glassrl.workers.local.LocalActor), :meth:`publish` sets
+it on a resume. The sampling generator is the run's one, shared with ``generate`` (the actor's
+own model: evaluation), so ``shares_generator``: the buffer requests nothing ahead across a step
+that evaluates, checkpoints or ends the run (AsyncRounds.fill), and nothing else draws from the
+generator while the thread does. ``state_dict`` waits for the rounds in flight first, so that
+the generator it saves is the one after them (the buffer saves their samples).
 
 On a GPU both threads would queue their kernels on the device's default stream; the overlap
 there is not measured (BENCHMARKS.md, "rollout.overlap").
@@ -33,77 +38,91 @@ from torch import nn
 from glassrl.data.records import PromptRecord
 from glassrl.models.precision import compute_precision
 from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
-from glassrl.workers.local import FrozenActor, LocalRollout, Passes
+from glassrl.workers.local import FrozenActor, LocalActor, LocalRollout, Passes
 
 
 class OverlapRollout:
-    """A RolloutWorker that can also sample the next batch ahead with a copy of the actor's policy.
+    """An AsyncRolloutWorker in one process: rounds sampled by a copy of the actor's policy, in a thread.
 
     live: the in-process rollout worker (the actor's model, the run's sampling generator).
-    model: the actor's model, whose weights :meth:`start_ahead` copies.
+    actor: the actor, whose weights :meth:`submit` takes and whose updates are the versions.
     make_engine(model) -> RolloutEngine: the run's engine, built on another model.
     """
 
     part_names = ("rollout_rng",)
+    shares_generator = True
 
     def __init__(
         self,
         live: LocalRollout,
-        model: nn.Module,
+        actor: LocalActor,
         make_engine: Callable[[nn.Module], RolloutEngine],
         passes: Passes,
     ) -> None:
-        self.live, self.model = live, model
-        self.copy = copy.deepcopy(model).eval().requires_grad_(False)
+        self.live, self.actor = live, actor
+        self.copy = copy.deepcopy(actor.model).eval().requires_grad_(False)
         self.engine = make_engine(self.copy)
         self.scorer = FrozenActor(self.copy, passes)
-        self.compute = passes.compute
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="glassrl-sample-ahead")
-        self.pending: Future | None = None
+        self.pending: list[Future] = []
+
+    @property
+    def version(self) -> int:
+        """The actor updates its weights hold now."""
+        return self.actor.version
+
+    def publish(self, version: int) -> None:
+        """The actor's weights, just restored, are ``version``."""
+        self.actor.version = version
 
     def generate(
         self, prompts: list[list[int]], *, n: int, params: SamplingParams, records: Sequence[PromptRecord] | None = None
     ) -> RolloutBatch:
-        """Sample now, with the actor's own model (the synchronous path)."""
+        """Sample now, with the actor's own model (evaluation)."""
         return self.live.generate(prompts, n=n, params=params, records=records)
 
-    def start_ahead(
+    def submit(
         self, prompts: list[list[int]], *, n: int, params: SamplingParams, records: Sequence[PromptRecord] | None = None
-    ) -> None:
-        """Copy the actor's weights now, then sample ``prompts`` with the copy in the background."""
-        if self.pending is not None:
-            raise RuntimeError("OverlapRollout: a batch sampled ahead was never taken")
+    ) -> Future:
+        """Take the actor's weights now, and queue ``prompts`` to be sampled with them in the thread."""
         with torch.no_grad():
-            for mine, theirs in zip(self.copy.state_dict().values(), self.model.state_dict().values(), strict=True):
+            weights = [t.detach().clone() for t in self.actor.model.state_dict().values()]
+        pending = self.pool.submit(self._sample, weights, self.version, prompts, n, params, records)
+        self.pending.append(pending)
+        return pending
+
+    def result(self, pending: Future) -> tuple[RolloutBatch, dict[str, float]]:
+        """The round of ``pending`` (waiting for it): its ``behaviour_logprobs`` and ``behaviour_entropy``
+        computed by the policy that sampled it, its ``policy_versions`` the version it was requested at."""
+        batch = pending.result()
+        self.pending.remove(pending)
+        return batch, {}
+
+    def _sample(self, weights, version, prompts, n, params, records) -> RolloutBatch:
+        with torch.no_grad():
+            for mine, theirs in zip(self.copy.state_dict().values(), weights, strict=True):
                 mine.copy_(theirs)
-        self.pending = self.pool.submit(self._sample, prompts, n, params, records)
-
-    def take_ahead(self) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
-        """The batch sampled ahead (waiting for it), with its log π_old(a_i|s_i) and H(π_old(·|s_i)),
-        both (B, T), computed by the policy that sampled it."""
-        if self.pending is None:
-            raise RuntimeError("OverlapRollout: no batch was sampled ahead")
-        pending, self.pending = self.pending, None
-        return pending.result()
-
-    def _sample(self, prompts, n, params, records) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
+        del weights
         # Grad mode and autocast are per thread: set here, in the sampling thread.
-        with torch.no_grad(), compute_precision(self.live.generator.device, self.compute):
+        with torch.no_grad(), compute_precision(self.live.generator.device, self.live.compute):
             batch = self.engine.generate(prompts, n=n, params=params, generator=self.live.generator, records=records)
         inputs = {
             "input_ids": batch.input_ids,
             "attention_mask": batch.attention_mask,
             "response_mask": batch.response_mask,
         }
-        logprobs, entropy = self.scorer.compute_logprobs(inputs)
-        return batch, logprobs, entropy
+        batch.behaviour_logprobs, batch.behaviour_entropy = self.scorer.compute_logprobs(inputs)
+        batch.policy_versions = torch.where(batch.response_mask, version, -1)  # (B, T): these weights sampled
+        return batch
 
     def close(self) -> None:
-        """Wait for a batch still being sampled, and stop the thread (idempotent)."""
+        """Wait for a round still being sampled, and stop the thread (idempotent)."""
         self.pool.shutdown(wait=True)
-        self.pending = None
+        self.pending = []
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
+        for pending in self.pending:  # the generator after every round in flight (their samples: the buffer's)
+            pending.exception()
         return self.live.state_dict()
 
     def load_state_dict(self, parts: dict[str, Any]) -> None:

@@ -33,6 +33,11 @@ Face names) to its ``load_weights``, the signature of a vLLM model's ``load_weig
 (glassrl.rollout.vllm calls that through ``collective_rpc``); :class:`ModuleSink` is the one for
 a Hugging Face model: each tensor copied into the parameter of that name, in place.
 
+The reference policy that follows the actor (algo.kl.ref_sync_every, TR-DPO) takes the same path:
+actor rank 0 broadcasts to the reference ranks over a group of their own, and :class:`MixSink`
+moves each reference parameter towards the one sent (θ_ref ← α·θ + (1 − α)·θ_ref, :func:`lerp_into`,
+the very operation the in-process reference runs: glassrl.workers.local.LocalReference).
+
 Versions: each sync starts with one broadcast of the weights' version (the actor updates they hold:
 asynchronous training stages them by version, glassrl.workers.async_rollout), then the buckets.
 """
@@ -250,3 +255,23 @@ def copy_into(targets: dict[str, torch.Tensor], weights: list[tuple[str, torch.T
             found = "no such parameter" if target is None else f"shape {tuple(target.shape)}"
             raise ValueError(f"weight sync: {name} {tuple(tensor.shape)} sent, the rollout model has {found}")
         target.copy_(tensor)
+
+
+class MixSink:
+    """``load_weights`` for a reference that follows the actor: each named tensor mixed into the
+    parameter of that name, θ_ref ← α·θ + (1 − α)·θ_ref (:func:`lerp_into`)."""
+
+    def __init__(self, model: nn.Module, alpha: float) -> None:
+        self.params, self.alpha = dict(model.named_parameters()), alpha
+
+    def __call__(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        lerp_into(self.params, weights, self.alpha)
+
+
+@torch.no_grad()
+def lerp_into(targets: dict[str, torch.Tensor], weights: Iterable[tuple[str, torch.Tensor]], alpha: float) -> None:
+    """θ_ref ← α·θ + (1 − α)·θ_ref for each named tensor θ, in place (TR-DPO's soft update, Gorbatovski
+    et al. 2024, arXiv:2404.09656; α = 1 copies θ, its hard update). ``lerp_`` computes θ_ref + α·(θ − θ_ref)."""
+    for name, tensor in weights:
+        target = targets[name]
+        target.lerp_(tensor.to(target.dtype), alpha)

@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
             raise GlassrlError(f"--chat-template: no file {args.chat_template}")
         template = read_utf8(args.chat_template)
     cfg = load_config(TrainConfig, presets.config_file(args.config), args.overrides)
-    audits = audit_run(cfg, episodes=args.episodes, script=script, chat_template=template)
+    source = f"--chat-template {args.chat_template}"
+    audits = audit_run(cfg, episodes=args.episodes, script=script, chat_template=template, template_source=source)
     print("\n".join(table(audits)))
     if args.html:
         print(write_audit_html(f"glassrl audit: {args.config}", *summary(audits), args.html))

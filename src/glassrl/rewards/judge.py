@@ -28,6 +28,7 @@ import re
 import string
 from collections.abc import Sequence
 
+from glassrl.data.chat_template import render_chat
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardRequest, RewardResult
 
@@ -99,10 +100,7 @@ class JudgeSource:
 
         tok = self.tokenizer
         if tok.chat_template:
-            texts = [
-                tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-                for q in questions
-            ]
+            texts = [render_chat(tok, [{"role": "user", "content": q}], add_generation_prompt=True) for q in questions]
             enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         else:
             enc = tok(questions, return_tensors="pt", padding=True)

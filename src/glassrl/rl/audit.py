@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
+from glassrl.data.chat_template import use_template
 from glassrl.data.datasets import load_prompts
 from glassrl.data.records import PromptRecord
 from glassrl.data.sources import Source, parse_sources
@@ -35,6 +36,7 @@ def audit_run(
     episodes: int,
     script: Sequence[str] | None = None,
     chat_template: str | None = None,
+    template_source: str = "--chat-template",
     console=None,
 ) -> list[EpisodeAudit]:
     """Run ``episodes`` episodes (module docstring) and check each; the model samples unless ``script``
@@ -50,7 +52,7 @@ def audit_run(
     path = actor_path(cfg, console)
     tokenizer = load_tokenizer(path)
     if chat_template is not None:
-        tokenizer.chat_template = chat_template
+        use_template(tokenizer, chat_template, template_source)
     if script is not None:
         sampler = ScriptedTurns(tokenizer, script)
     else:

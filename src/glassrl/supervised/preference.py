@@ -492,7 +492,7 @@ def _pair_metrics(
 def _encode_labelled(tokenizer, cfg: PreferenceConfig, examples) -> list[Labelled]:
     """KTO's examples, each with the response of another as its KL pair's: a seeded derangement
     (a random cycle through the data), so that no example borrows its own response."""
-    prompts = [format_prompt(tokenizer, e.prompt) for e in examples]
+    prompts = [format_prompt(tokenizer, e.prompt, e.source) for e in examples]
     responses = [encode_response(tokenizer, e.response) for e in examples]
     if len(examples) < 2:
         raise GlassrlError(f"data: {cfg.data} has {len(examples)} labelled response; KTO needs at least 2")

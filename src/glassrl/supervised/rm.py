@@ -121,7 +121,7 @@ def encode_pairs(tokenizer, pairs: list[PreferencePair], max_length: int) -> lis
     """Tokenise each pair as the policy would see it; too long is an error naming the pair."""
     examples = []
     for pair in pairs:
-        prompt = format_prompt(tokenizer, pair.prompt)
+        prompt = format_prompt(tokenizer, pair.prompt, pair.source)
         chosen, rejected = encode_response(tokenizer, pair.chosen), encode_response(tokenizer, pair.rejected)
         longest = len(prompt) + max(len(chosen), len(rejected))
         if longest > max_length:

@@ -146,7 +146,7 @@ def load_pairs(spec: str) -> list[tuple[Any, str, str]]:
 
 def tokenize_pairs(tokenizer, rows: list[tuple[Any, str, str]], max_length: int) -> list[Example]:
     """Encode each row as (format_prompt ids, response ids + EOS); too long is an error naming the row."""
-    prompts = format_prompts(tokenizer, [prompt for prompt, _, _ in rows])
+    prompts = format_prompts(tokenizer, [prompt for prompt, _, _ in rows], [source for _, _, source in rows])
     responses = encode_responses(tokenizer, [response for _, response, _ in rows])
     examples = []
     for prompt_ids, response_ids, (_, _, source) in zip(prompts, responses, rows):

@@ -12,7 +12,9 @@ per-pair (per-example) loss. Data (glassrl.data.preferences): the reward model's
 reads them unpaired (chosen desirable, rejected undesirable) or JSONL prompt/completion/label rows.
 
 Sequences are laid out as the policy produces them, ``format_prompt(x)`` ⊕ y ⊕ EOS (the layout
-of glassrl.data.collate); a pair's chosen and rejected go through the model in one forward pass.
+of glassrl.data.collate), a text prompt first rendered as ``glassrl train`` renders it
+(``chat_template``, ``system_prompt``: glassrl.supervised.rendering); a pair's chosen and rejected go
+through the model in one forward pass.
 
 - **π_ref**: ``reference`` names a checkpoint, or null for the policy before its first step (with
   LoRA: the base, the adapters being zero then). Its log-probs are computed once, before the first
@@ -48,6 +50,7 @@ from __future__ import annotations
 import json
 from collections.abc import Set
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,7 +71,7 @@ from glassrl.algos.losses import (
 from glassrl.config import at_least, check_threads, fail, knob_set
 from glassrl.data.collate import collate, encode_response
 from glassrl.data.formatting import format_prompt, prompt_text
-from glassrl.data.preferences import load_labelled, load_preferences
+from glassrl.data.preferences import degenerate_labelled, degenerate_pairs, load_labelled, load_preferences
 from glassrl.data.records import PreferencePair
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
@@ -81,8 +84,9 @@ from glassrl.optim import OptimConfig
 from glassrl.report.html import write_run_report
 from glassrl.run.atomic import write_text
 from glassrl.supervised.checkpoints import Checkpointing
-from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised
+from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised, warn
 from glassrl.supervised.reference import ReferenceLogprobs, cached_reference, sequence_logprobs
+from glassrl.supervised.rendering import render_records, rendering_row
 from glassrl.supervised.rm import encode_pairs
 
 # Config keys a resumed run may change (dotted prefixes): how long it runs, where it lives, what it logs.
@@ -120,6 +124,10 @@ class PreferenceConfig:
     steps: int = 200  # optimiser steps, each on batch_size pairs (kto: labelled responses)
     batch_size: int = 32  # pairs (kto: labelled responses) per optimiser step
     max_length: int = 64  # longest prompt+response in tokens; a longer one is an error naming it
+    chat_template: Literal["auto", "none"] = (
+        "auto"  # auto: text prompts use the tokenizer's template, as in glassrl train and sft (docs/data.md)
+    )
+    system_prompt: str | None = None  # system message put first in every prompt the chat template renders
     optim: OptimConfig = field(
         default_factory=lambda: OptimConfig(lr=1e-4, warmup_steps=10, decay="cosine")
     )  # optimiser and schedule (shared with glassrl train)
@@ -180,6 +188,7 @@ class PreferenceConfig:
             ("training steps", f"{self.steps}", "optimiser steps"),
             ("batch", f"{self.batch_size}", f"{unit}, per optimiser step"),
             ("max length", f"{self.max_length}", "tokens, prompt + response"),
+            rendering_row(self.chat_template),
             ("lora", "off" if self.lora is None else f"r = {self.lora.r}, alpha = {self.lora.alpha:g}", "adapters"),
             ("data", self.data, unit),
             ("eval data", _eval_spec(self), "held-out pairs"),
@@ -261,12 +270,19 @@ class PreferenceObjective:
         if cfg.lora is not None:
             model = apply_lora(model, cfg.lora.settings(), path)
         model.train()
+        render = partial(render_records, tokenizer, mode=cfg.chat_template, system_prompt=cfg.system_prompt)
         eval_pairs = load_preferences(_eval_spec(cfg))
+        warn(degenerate_pairs(eval_pairs, "eval_data"), console)
+        eval_pairs = render(eval_pairs, key="eval_data")
         evals = encode_pairs(tokenizer, eval_pairs, cfg.max_length)
         if cfg.loss in PAIR_LOSSES:
-            train: list = list(enumerate(encode_pairs(tokenizer, load_preferences(cfg.data), cfg.max_length)))
+            pairs = load_preferences(cfg.data)
+            warn(degenerate_pairs(pairs, "data"), console)
+            train: list = list(enumerate(encode_pairs(tokenizer, render(pairs, key="data"), cfg.max_length)))
         else:
-            train = list(enumerate(_encode_labelled(tokenizer, cfg, load_labelled(cfg.data))))
+            labelled = load_labelled(cfg.data)
+            warn(degenerate_labelled(labelled, "data"), console)
+            train = list(enumerate(_encode_labelled(tokenizer, cfg, render(labelled, key="data"))))
         obj = cls(cfg, path, model, tokenizer, train, evals, eval_pairs, None, device)
         if PREFERENCE_LOSSES[cfg.loss].reference:
             obj.reference, line = obj._reference(resume)
@@ -452,6 +468,8 @@ class PreferenceObjective:
             "base_model": str(self.path),
             "reference": (cfg.reference or str(self.path)) if PREFERENCE_LOSSES[cfg.loss].reference else None,
             "lora": None if cfg.lora is None else asdict(cfg.lora),
+            "chat_template": cfg.chat_template,  # how text prompts were rendered (explain renders them so)
+            "system_prompt": cfg.system_prompt,
             "data": cfg.data,
             "eval_data": _eval_spec(cfg),
             "steps": cfg.steps,

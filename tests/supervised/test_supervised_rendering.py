@@ -22,10 +22,9 @@ from helpers import tiny_qwen2_dir
 
 CPU = torch.device("cpu")
 QUESTIONS = ["what is two plus two", "hello world 1+1=2"]
-TOKENIZER = {
-    "tokenizer_class": "Qwen2Tokenizer",
-    **dict.fromkeys(("eos_token", "pad_token", "unk_token"), "<|im_end|>"),
-}
+# a Qwen2 tokenizer with a pad token of its own (transformers adds <|endoftext|> as unk, beyond the embedding:
+# issue 44, item 2) and the ChatML template QWEN_LIKE (tiny_qwen2_dir)
+TOKENIZER = {"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>", "pad_token": "<|im_end|>"}
 
 
 @pytest.fixture(scope="module")

@@ -77,3 +77,19 @@ def test_a_key_given_twice_is_one_line_naming_file_and_line(tmp_path, loader):
     path.write_text(ROW + "\n" + ROW.replace('"chosen": "2"', '"chosen": "2", "chosen": "4"') + "\n", "utf-8")
     with pytest.raises(GlassrlError, match=r"rows\.jsonl:2: the key 'chosen' is given twice in one object"):
         loader(str(path))
+
+
+def test_kto_eval_data_in_kto_form_is_read(tiny_model_dir, tmp_path, capsys):
+    """Held-out rows in KTO's own form (prompt, completion, label) failed as 'missing field "chosen"';
+    they are evaluated with the metrics KTO trains with."""
+    rows = [
+        {"prompt": f"{a}+1=", "completion": str(a + 1 + (k % 2)), "label": k % 2 == 0} for k, a in enumerate(range(6))
+    ]
+    kto = _write(tmp_path / "kto.jsonl", rows)
+    argv = ["dpo", "kto", f"model={tiny_model_dir}", f"data={kto}", f"eval_data={kto}", f"output_dir={tmp_path / 'k'}"]
+    rc, _, err = run_cli(capsys, *argv, "steps=2", "batch_size=4")
+    assert rc == 0, err
+    last = json.loads((tmp_path / "k" / "metrics.jsonl").read_text().splitlines()[-1])
+    keys = {"loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "kl", "logps/chosen", "logps/rejected"}
+    assert {f"eval/{k}" for k in keys} <= set(last) and "eval/rewards/accuracies" not in last
+    assert all(isinstance(last[f"eval/{k}"], float) for k in keys)

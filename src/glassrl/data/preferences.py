@@ -245,6 +245,11 @@ def unpair(pairs: list[PreferencePair]) -> list[LabelledResponse]:
     ]
 
 
+def labelled_rows(spec: str) -> bool:
+    """Whether the ``data`` config string names a file with rows in KTO's own form (a ``label``)."""
+    return parse_task(spec) is None and any("label" in row for row, _ in _rows(spec))
+
+
 def load_labelled(spec: str) -> list[LabelledResponse]:
     """Unpaired data (module docstring) from a ``data`` config string."""
     if parse_task(spec) is not None:

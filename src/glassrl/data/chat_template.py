@@ -33,7 +33,6 @@ from typing import Any
 
 import jinja2
 import jinja2.sandbox
-from transformers.utils.chat_template_utils import _compile_jinja_template
 
 from glassrl.errors import GlassrlError
 
@@ -143,7 +142,10 @@ def _bounded_range(*args: int):
 def _compile(template: str) -> tuple[jinja2.Template | None, str | None]:
     """(the compiled template, None) or (None, why Jinja could not parse it)."""
     # transformers' globals, filters and tags, from its environment (compiled for an empty template:
-    # compiling the user's there would fold `'x' * 10**10` at compile time, unbounded)
+    # compiling the user's there would fold `'x' * 10**10` at compile time, unbounded). Imported here:
+    # glassrl.data stays importable without transformers (the reward worker: glassrl.rewards.timeout).
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
     theirs = _compile_jinja_template("").environment
     env = BoundedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[type(e) for e in theirs.extensions.values()]

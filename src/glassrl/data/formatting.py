@@ -76,11 +76,9 @@ def chat_ids(
     ]
     if not held:
         return list(tokenizer.encode(text, add_special_tokens=False))
-    marks = {f"\ue000{k}\ue001": m["content"] for k, m in enumerate(messages) if k in held}
-    marked = [dict(m, content=mark) for mark, m in zip(marks, (messages[k] for k in held))]
-    chat = [dict(m) for m in messages]
-    for k, m in zip(held, marked):
-        chat[k] = m
+    mark = {k: f"\ue000{k}\ue001" for k in held}  # private-use characters around the message's index
+    marks = {mark[k]: messages[k]["content"] for k in held}  # mark -> the text it stands for
+    chat = [dict(m, content=mark[k]) if k in mark else dict(m) for k, m in enumerate(messages)]
     pieces = re.split(
         "(" + "|".join(map(re.escape, marks)) + ")",
         render_chat(tokenizer, chat, add_generation_prompt=add_generation_prompt, tools=tools),

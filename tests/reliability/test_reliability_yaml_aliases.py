@@ -87,3 +87,16 @@ def test_diff_of_a_run_whose_config_yaml_is_a_bomb_is_one_line(tmp_path):
     (other / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 0.5}\n', encoding="utf-8")
     (other / "config.yaml").write_text("seed: 0\n", encoding="utf-8")
     assert_alias_refused(glassrl("diff", str(other), str(run)), f"{run}: its config: not valid YAML")
+
+
+def test_the_layout_check_of_a_resumed_run_reads_through_the_one_loader(tmp_path):
+    """``glassrl train OTHER.yaml output_dir=RUN --resume`` reads RUN/config.yaml for its layout
+    (glassrl.rl.build): a bomb there is unreadable (the trainer then writes the file again from the
+    checkpoint's config), never expanded."""
+    from glassrl.rl.build import _saved_model_section
+
+    path = tmp_path / "config.yaml"
+    path.write_text(bomb(), encoding="utf-8")
+    assert _saved_model_section(path) is None
+    path.write_text("model:\n  shared_prefix: true\n", encoding="utf-8")
+    assert _saved_model_section(path) == {"shared_prefix": True}

@@ -52,11 +52,25 @@ def too_deep(value: Any) -> bool:
     return False
 
 
-def load_json(text: str) -> Any:
+class DuplicateKey(ValueError):
+    """A JSON object that holds a key twice (json keeps the last value silently)."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise DuplicateKey(f"the key {twice!r} is given twice in one object (JSON would keep the last silently)")
+    return value
+
+
+def load_json(text: str, unique_keys: bool = False) -> Any:
     """``json.loads(text)``; a value nested deeper than :data:`MAX_NESTING` raises :class:`TooDeep`
-    (json.JSONDecodeError as json raises it)."""
+    (json.JSONDecodeError as json raises it); with ``unique_keys``, an object holding a key twice
+    raises :class:`DuplicateKey`."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_unique if unique_keys else None)
     except RecursionError:
         raise TooDeep from None
     if too_deep(value):
@@ -81,8 +95,9 @@ def read_utf8(path: str | Path) -> str:
 def jsonl_objects(path: str | Path) -> Iterator[tuple[dict[str, Any], str]]:
     """(object, "path:LINE") for each non-blank line of ``path``.
 
-    A line that is not JSON, or is JSON but not an object, is a GlassrlError naming
-    ``path:LINE``. Lines are split on "\\n" only: a string may hold U+2028 or other
+    A line that is not JSON, is JSON but not an object, or holds an object with a key twice (json
+    would keep the last value silently) is a GlassrlError naming ``path:LINE``. Lines are split on "\\n" only: a
+    string may hold U+2028 or other
     characters that ``str.splitlines`` would break on (a ledger's token may).
     """
     path = Path(path)
@@ -91,10 +106,10 @@ def jsonl_objects(path: str | Path) -> Iterator[tuple[dict[str, Any], str]]:
             continue
         where = f"{path}:{number}"
         try:
-            value = load_json(line)
+            value = load_json(line, unique_keys=True)
         except json.JSONDecodeError as err:
             raise GlassrlError(f"{where}: not valid JSON: {err.msg} (column {err.colno})") from None
-        except TooDeep as err:
+        except (TooDeep, DuplicateKey) as err:
             raise GlassrlError(f"{where}: {err}") from None
         except ValueError:  # the only other: an integer past the int-string limit
             raise GlassrlError(f"{where}: {_long_integer(line)}") from None

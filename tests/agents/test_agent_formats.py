@@ -3,6 +3,8 @@ observation tokens rendered by the template, and where a sampled turn ends (trim
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from glassrl.agents.calculator import Calculator
@@ -106,18 +108,14 @@ def test_template_detection_picks_the_format(tokenizer, qwen_tokenizer):
         build_call_format(tokenizer, "xml")
 
 
-class PlainTemplate:
-    """A chat template that writes the messages' contents and no end-of-turn token."""
-
-    eos_token = "</s>"
-
-    def apply_chat_template(self, messages, tokenize=False, **kwargs):
-        return "".join(m["content"] for m in messages)
+PLAIN_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # the contents, no end-of-turn token
 
 
-def test_hermes_needs_a_template_that_ends_turns_with_eos():
-    with pytest.raises(GlassrlError, match="does not end with the EOS token '</s>'"):
-        HermesFormat(PlainTemplate())
+def test_hermes_needs_a_template_that_ends_turns_with_eos(tokenizer):
+    plain = copy.deepcopy(tokenizer)
+    plain.chat_template = PLAIN_TEMPLATE
+    with pytest.raises(GlassrlError, match="does not end with the EOS token '<\\|eos\\|>'"):
+        HermesFormat(plain)
 
 
 def test_hermes_prompt_carries_the_tool_schemas(qwen_tokenizer):

@@ -9,6 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from glassrl.data.collate import encode_response
+from glassrl.data.formatting import format_prompt
 from glassrl.errors import GlassrlError
 from glassrl.models import (
     CausalLMWithValueHead,
@@ -19,8 +21,9 @@ from glassrl.models import (
     resolve_dtype,
     scalar_outputs,
 )
+from glassrl.models.loading import fit_special_tokens
 from glassrl.models.value_head import VALUE_HEAD_MARKER, VALUE_HEAD_WEIGHTS
-from helpers import tiny_qwen2_dir
+from helpers import QWEN_LIKE, tiny_qwen2_dir
 
 IDS = torch.tensor([[5, 17, 42, 8, 99, 3], [7, 7, 61, 2, 30, 11]])
 MASK = torch.ones_like(IDS)
@@ -256,6 +259,50 @@ def test_an_eos_or_special_token_outside_the_embedding_is_one_line(tmp_path):
         "tokenizer_class": "Qwen2Tokenizer",
         **dict.fromkeys(("eos_token", "pad_token", "unk_token"), "<|im_end|>"),
     }
-    path = tiny_qwen2_dir(tmp_path / "extra", QWEN2_TEXTS, {**extra, "additional_special_tokens": ["<tool>"]})
-    with pytest.raises(GlassrlError, match=r"special token '<tool>' has id \d+, but the model's embedding"):
+    # a special token the chat template writes reaches the model: refused (one no input reaches is not: below)
+    template = {"chat_template": QWEN_LIKE + "<tool>", "additional_special_tokens": ["<tool>"]}
+    path = tiny_qwen2_dir(tmp_path / "extra", QWEN2_TEXTS, {**extra, **template})
+    with pytest.raises(
+        GlassrlError, match=r"special token '<tool>' has id \d+, but the model's embedding has \d+ rows, and the chat "
+    ):
         load_tokenizer(path)
+
+
+def test_a_qwen2_tokenizer_with_a_pad_token_loads(tmp_path, caplog):
+    """Issue 44, item 2: transformers 5.24 adds <|endoftext|> to a Qwen2 tokenizer as its unk token, id =
+    the vocabulary size; with a pad token of its own the tokenizer was refused, without one it trained.
+    No input reaches that token (data text is read as text, the template does not write it, byte-level
+    BPE has no unknown token): it is left unused, with a line that says so."""
+    config = {"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>", "pad_token": "<|im_end|>"}
+    path = tiny_qwen2_dir(tmp_path / "qwen2", QWEN2_TEXTS, config)
+    rows = load_causal_lm(path).get_input_embeddings().num_embeddings
+    with caplog.at_level(logging.WARNING):
+        tok = load_tokenizer(path)
+    assert tok.unk_token == "<|endoftext|>" and tok.unk_token_id == rows  # what transformers gave it
+    assert tok.pad_token == "<|im_end|>" and tok.pad_token_id < rows  # its own pad, kept
+    assert caplog.messages == [
+        f"{path}: unk_token '<|endoftext|>' (id {rows}) lies beyond the model's {rows} embedding rows, but no "
+        "input reaches it (data text is read as text, the chat template does not write it, the tokenizer's "
+        "model never emits it): left unused"
+    ]
+    # what the model sees: the template's tokens and data text holding the token's text, all inside the embedding
+    ids = format_prompt(tok, ({"role": "user", "content": "what is <|endoftext|> two"},))
+    assert max(ids) < rows and max(encode_response(tok, "two <|endoftext|>")) < rows
+    # and the same run as without a pad: a batch pads and generates
+    model = load_causal_lm(path)
+    batch = tok(["hello", "what is two plus two"], return_tensors="pt", padding=True, padding_side="left")
+    assert model.generate(**batch, max_new_tokens=2, do_sample=False, pad_token_id=tok.pad_token_id).shape[0] == 2
+
+
+def test_an_unknown_token_the_tokenizer_can_emit_is_refused(tmp_path):
+    """The control: a tokenizer whose model emits its unk token for text it lacks: that id can reach the model."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<s>": 0, "</s>": 1, **{f"w{i}": i for i in range(2, 100)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="</s>", pad_token="</s>")
+    assert tok.unk_token_id == 100
+    with pytest.raises(GlassrlError, match=r"special token '<unk>' has id 100, but .* and the tokenizer may emit it"):
+        fit_special_tokens(tok, 100, "tok")

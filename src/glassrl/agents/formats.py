@@ -34,7 +34,8 @@ with an observation saying what was wrong.
 
 A tool's output is tokenised as plain text: the text of a special token in it (the EOS
 ``<|im_end|>``, ``<|im_start|>``) becomes ordinary tokens, the same characters, so no output can
-end a turn or open a fake one in the context (:func:`plain_ids`). Where a chat template does not
+end a turn or open a fake one in the context (glassrl.data.formatting.plain_ids: the rule of every
+text from data). Where a chat template does not
 keep a tool message's text verbatim, such an output cannot be told from the template's own tokens,
 and is refused: replaced by :data:`REFUSED`.
 """
@@ -47,7 +48,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from glassrl.agents.tools import TOOL_NAME, Tool, ToolCall, schema
-from glassrl.data.formatting import Prompt, format_prompt
+from glassrl.data.chat_template import render_chat
+from glassrl.data.formatting import Prompt, chat_ids, format_prompt, plain_ids, special_text
 from glassrl.errors import GlassrlError
 from glassrl.jsonl import TooDeep, load_json
 
@@ -151,7 +153,7 @@ class HermesFormat:
         self._after_eos = self._text_after_end_of_turn()
 
     def _render(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+        return render_chat(self.tokenizer, messages, **kwargs)
 
     def _text_after_end_of_turn(self) -> str:
         """What the template writes after an assistant message's EOS (checked once, here)."""
@@ -166,14 +168,7 @@ class HermesFormat:
 
     def prompt_ids(self, prompt: Prompt, tools: Sequence[Tool]) -> list[int]:
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
-        ids = self.tokenizer.apply_chat_template(
-            messages,
-            tools=[schema(t) for t in tools] or None,
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=False,
-        )
-        return list(ids)
+        return chat_ids(self.tokenizer, messages, tools=[schema(t) for t in tools] or None)
 
     def parse(self, text: str) -> list[ToolCall]:
         return [self._one(m.group(0), m.group(1)) for m in self._CALL.finditer(text)]
@@ -235,19 +230,6 @@ class HermesFormat:
 REFUSED = "error: the tool's output held a special token of the tokenizer; it is not shown"
 
 
-def special_text(tokenizer, text: str) -> bool:
-    """Whether ``text`` holds the text of one of the tokenizer's special tokens (EOS, <|im_start|>, …)."""
-    specials = {str(t) for t in tokenizer.all_special_tokens}
-    specials |= {t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special}
-    return any(s and s in text for s in specials)
-
-
-def plain_ids(tokenizer, text: str) -> list[int]:
-    """Token ids of ``text`` read as plain text: the text of a special token in it (a tool's output
-    that writes "<|im_end|>") becomes ordinary tokens, never the special token itself."""
-    return list(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
-
-
 def supports_tools(tokenizer) -> bool:
     """The chat template renders ``tools=`` (a probe tool's name appears in the rendered prompt)."""
     if not getattr(tokenizer, "chat_template", None):
@@ -257,9 +239,7 @@ def supports_tools(tokenizer) -> bool:
         "function": {"name": _PROBE_TOOL, "description": "probe", "parameters": {"type": "object", "properties": {}}},
     }
     try:
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": "hi"}], tools=[probe], add_generation_prompt=True, tokenize=False
-        )
+        text = render_chat(tokenizer, [{"role": "user", "content": "hi"}], tools=[probe], add_generation_prompt=True)
     except Exception:  # noqa: BLE001 - a template that cannot take tools= is one without tool support
         return False
     return _PROBE_TOOL in text

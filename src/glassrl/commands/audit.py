@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         report = red_team_config(cfg, samples=args.samples, console=Console(stderr=True))
         print("\n".join(report.table()))
         return 0 if report.ok else 1
-    audits = audit_run(cfg, episodes=args.episodes, script=script, chat_template=template)
+    source = f"--chat-template {args.chat_template}"
+    audits = audit_run(cfg, episodes=args.episodes, script=script, chat_template=template, template_source=source)
     print("\n".join(table(audits)))
     if args.html:
         print(write_audit_html(f"glassrl audit: {args.config}", *summary(audits), args.html))

@@ -35,9 +35,15 @@ def run(args: argparse.Namespace) -> int:
 
         ensure_default_model(console=console)  # built once, then cached
     metrics = train_preference(cfg, console=console, resume=args.resume)
-    console.print(
-        f"held-out preference accuracy: {metrics['eval/rewards/accuracies']:.3f} "
-        f"({int(metrics['eval_pairs'])} pairs; implicit reward r_chosen > r_rejected, ties count as wrong)"
-    )
+    if "eval/rewards/accuracies" in metrics:
+        console.print(
+            f"held-out preference accuracy: {metrics['eval/rewards/accuracies']:.3f} "
+            f"({int(metrics['eval_pairs'])} pairs; implicit reward r_chosen > r_rejected, ties count as wrong)"
+        )
+    else:  # KTO on held-out examples of its own form: no pairs to compare
+        console.print(
+            f"held-out KTO loss: {metrics['eval/loss']:.4f}, reward margin {metrics['eval/rewards/margins']:.4f} "
+            f"({int(metrics['eval_examples'])} labelled examples)"
+        )
     console.print(f"policy written to: {cfg.output_dir}", markup=False)
     return 0

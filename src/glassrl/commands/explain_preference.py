@@ -4,7 +4,8 @@ A run of ``glassrl dpo`` (its ``glassrl.json`` says ``"kind": "preference"``) co
 each token of the chosen and the rejected response, its reference log π_ref (the run's π_ref:
 ``reference`` of glassrl.json, or ``--reference``), and the implicit rewards and the loss of the
 run's preference loss with its β (glassrl.ledger.implicit_rewards: the trainer's functions). The
-pair is laid out as in training: ``format_prompt(x)`` ⊕ response ⊕ EOS.
+pair is laid out as in training: ``format_prompt(x)`` ⊕ response ⊕ EOS, the prompt rendered by the
+run's ``chat_template`` and ``system_prompt`` (glassrl.json).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from glassrl.ledger.preference import PreferenceLedger
 from glassrl.models import load_causal_lm, load_tokenizer, pad_id
 from glassrl.models.lora import LoraConfig, is_adapter_dir, load_lora_model
 from glassrl.supervised.reference import sequence_logprobs
+from glassrl.supervised.rendering import render_prompts
 
 MARKER = "glassrl.json"
 PAIR = ("chosen", "rejected")
@@ -89,7 +91,10 @@ def explain_pair(
     params = PreferenceLossParams(**summary["params"])
     tokenizer = load_tokenizer(run)
     policy = _policy(run, summary)
-    prompt_ids = format_prompt(tokenizer, prompt)
+    # rendered as the run rendered its text prompts; a run from before it recorded the rule fed them raw
+    mode, system = summary.get("chat_template", "none"), summary.get("system_prompt")
+    (rendered,) = render_prompts(tokenizer, [prompt], ["--prompt"], mode, system, "--prompt")
+    prompt_ids = format_prompt(tokenizer, rendered, "--prompt")
     responses = [encode_response(tokenizer, text) for text in (chosen, rejected)]
     sequences = [(prompt_ids, ids) for ids in responses]
     logprobs = _logprobs(policy, sequences, tokenizer)

@@ -21,7 +21,8 @@ import torch
 
 def encode_response(tokenizer, response: str) -> list[int]:
     """Token ids of ``response`` as the model must produce it after the prompt: its text
-    without special tokens, then the EOS token (which ends generation)."""
+    read as text (the text of a special token in it becomes ordinary tokens: glassrl.data.formatting),
+    then the EOS token (which ends generation)."""
     return encode_responses(tokenizer, [response])[0]
 
 
@@ -29,7 +30,7 @@ def encode_responses(tokenizer, responses: Sequence[str]) -> list[list[int]]:
     """:func:`encode_response` of each response, in one batched tokenizer call."""
     if not responses:
         return []
-    encoded = tokenizer(list(responses), add_special_tokens=False)["input_ids"]
+    encoded = tokenizer(list(responses), add_special_tokens=False, split_special_tokens=True)["input_ids"]
     return [list(ids) + [tokenizer.eos_token_id] for ids in encoded]
 
 

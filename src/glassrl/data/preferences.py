@@ -202,6 +202,40 @@ def load_preferences(spec: str) -> list[PreferencePair]:
     return load_preference_file(spec)
 
 
+def degenerate_pairs(pairs: list[PreferencePair], key: str) -> str | None:
+    """A warning line naming the pairs that teach nothing, or None: chosen == rejected (the two
+    log-probabilities cancel, so the pair adds no gradient to DPO's or the reward model's loss) and
+    empty responses (a row cut short upstream, most likely). GlassrlError when every pair is one
+    with chosen == rejected: such data trains nothing."""
+    same = [p.source for p in pairs if p.chosen == p.rejected]
+    if pairs and len(same) == len(pairs):
+        raise GlassrlError(
+            f"{key}: every pair's chosen and rejected responses are the same (first: {same[0]}); "
+            "a pair teaches only by their difference"
+        )
+    empty = [p.source for p in pairs if not p.chosen.strip() or not p.rejected.strip()]
+    return _warning(
+        key, len(pairs), "pairs", [(same, "chosen == rejected (no gradient)"), (empty, "an empty response")]
+    )
+
+
+def degenerate_labelled(examples: list[LabelledResponse], key: str) -> str | None:
+    """:func:`degenerate_pairs` for labelled responses: an empty response, and one response labelled
+    both desirable and undesirable for one prompt (the two cancel)."""
+    labels: dict[tuple[str, str], set[bool]] = {}
+    for e in examples:
+        labels.setdefault((repr(e.prompt), e.response), set()).add(e.desirable)
+    both = [e.source for e in examples if e.desirable and len(labels[repr(e.prompt), e.response]) == 2]
+    empty = [e.source for e in examples if not e.response.strip()]
+    parts = [(both, "a response labelled both desirable and undesirable"), (empty, "an empty response")]
+    return _warning(key, len(examples), "examples", parts)
+
+
+def _warning(key: str, total: int, unit: str, parts: list[tuple[list[str], str]]) -> str | None:
+    said = [f"{len(rows)} of {total} {unit} have {what} (first: {rows[0]})" for rows, what in parts if rows]
+    return f"glassrl: warning: {key}: " + "; ".join(said) if said else None
+
+
 def unpair(pairs: list[PreferencePair]) -> list[LabelledResponse]:
     """Each pair as two labelled responses: its chosen one desirable, its rejected one not."""
     return [
@@ -209,6 +243,11 @@ def unpair(pairs: list[PreferencePair]) -> list[LabelledResponse]:
         for pair in pairs
         for response, desirable, side in ((pair.chosen, True, "chosen"), (pair.rejected, False, "rejected"))
     ]
+
+
+def labelled_rows(spec: str) -> bool:
+    """Whether the ``data`` config string names a file with rows in KTO's own form (a ``label``)."""
+    return parse_task(spec) is None and any("label" in row for row, _ in _rows(spec))
 
 
 def load_labelled(spec: str) -> list[LabelledResponse]:

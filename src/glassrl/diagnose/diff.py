@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glassrl.config import flatten, safe_load
+import yaml
+
+from glassrl.config import flatten, safe_load, yaml_error
 from glassrl.diagnose.checkpoint_diff import compare_checkpoints, tensor_count
 from glassrl.errors import GlassrlError
 from glassrl.ledger import RESPONSE_FIELDS, RUN_FIELDS, TOKEN_FIELDS, Ledger
@@ -213,7 +215,10 @@ def _config_diff(run_a: RunDir, run_b: RunDir, close: _Close) -> list[tuple[str,
 
 
 def _config(run: RunDir) -> dict[str, Any]:
-    tree = safe_load(run.config_text)
+    try:
+        tree = safe_load(run.config_text)
+    except yaml.YAMLError as err:
+        raise GlassrlError(f"{run.path}: its config: not valid YAML: {yaml_error(err)}") from None
     if not isinstance(tree, dict):
         raise GlassrlError(f"{run.path}: its config is not a YAML mapping")
     return flatten(tree)

@@ -45,6 +45,7 @@ from glassrl.algos.aggregation import aggregate
 from glassrl.algos.kl import kl_penalty
 from glassrl.algos.losses import POLICY_LOSSES, PolicyLossParams
 from glassrl.algos.token_rewards import assemble_token_rewards
+from glassrl.data.formatting import chat_ids
 from glassrl.data.records import PromptRecord
 from glassrl.rollout.base import RolloutBatch
 
@@ -274,7 +275,7 @@ def _render_messages(record: PromptRecord, env: _Recording, turns: Sequence[Any]
             observations = next(obs for text, obs in steps if text == turn.text)
             messages += [{"role": "tool", "content": r} for r in observations]
     tools = [schema(t) for t in env.tools] or None
-    return list(tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=False))
+    return chat_ids(tokenizer, messages, add_generation_prompt=False, tools=tools, source=record.source)
 
 
 def _math_checks(mask: torch.Tensor, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

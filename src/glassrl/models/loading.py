@@ -180,12 +180,22 @@ def fit_special_tokens(tokenizer, rows: int | None, where: str) -> str | None:
         for token, token_id in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids)
         if token not in dropped and not fits(token_id)
     ]
-    if outside:
-        token, token_id = outside[0]
+    unused = [(token, token_id) for token, token_id in outside if not _reachable(tokenizer, token)]
+    if len(unused) < len(outside):
+        token, token_id = next(pair for pair in outside if pair not in unused)
         raise GlassrlError(
-            f"{where}: special token {token!r} has id {token_id}, but {size}; give a tokenizer whose "
-            "special tokens are in the model's vocabulary"
+            f"{where}: special token {token!r} has id {token_id}, but {size}, and {_reachable(tokenizer, token)}; "
+            "give a tokenizer whose special tokens are in the model's vocabulary"
         )
+    if unused:
+        # transformers 5 adds <|endoftext|> to a Qwen2 tokenizer as its unk token, id = its vocabulary size
+        names = ", ".join(f"{_role(tokenizer, token)} {token!r} (id {token_id})" for token, token_id in unused)
+        unused_note = (
+            f"{where}: {names} lies beyond the model's {rows} embedding rows, but no input reaches it (data text "
+            "is read as text, the chat template does not write it, the tokenizer's model never emits it): left unused"
+        )
+        note = unused_note if note is None else f"{note}; {unused_note}"
+        dropped |= {token for token, _ in unused}
     beyond = [t for i, t in tokenizer.added_tokens_decoder.items() if rows is not None and i >= rows]
     if rows is not None and len(tokenizer) - rows > sum(t.content in dropped for t in beyond):
         raise GlassrlError(
@@ -193,6 +203,28 @@ def fit_special_tokens(tokenizer, rows: int | None, where: str) -> str | None:
             "beyond cannot be embedded; give the model's own tokenizer"
         )
     return note
+
+
+def _reachable(tokenizer, token: str) -> str | None:
+    """How an input can hold the special ``token`` (for the error), or None when none can: it is the
+    EOS, pad or BOS glassrl writes, the chat template writes it, the post-processor adds it, or the
+    tokenizer's model emits it for text it cannot read (its unknown token). Data text never becomes a
+    special token (glassrl.data.formatting), and the model cannot sample an id beyond its rows."""
+    if token in (tokenizer.eos_token, tokenizer.pad_token, tokenizer.bos_token):
+        return "glassrl writes it (eos, pad or bos)"
+    if token in str(getattr(tokenizer, "chat_template", None) or ""):
+        return "the chat template writes it"
+    if tokenizer.convert_tokens_to_ids(token) in tokenizer("", add_special_tokens=True)["input_ids"]:
+        return "the tokenizer adds it to every text"
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or getattr(backend.model, "unk_token", None) == token:
+        return "the tokenizer may emit it for text its vocabulary lacks" if backend else "the tokenizer may emit it"
+    return None
+
+
+def _role(tokenizer, token: str) -> str:
+    """``unk_token``, ``eos_token``, … or ``special token``: what ``token`` stands for in the tokenizer."""
+    return next((name for name, value in tokenizer.special_tokens_map.items() if value == token), "special token")
 
 
 def pad_id(tokenizer) -> int:

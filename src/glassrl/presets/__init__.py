@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
+from glassrl.config import safe_load
 from glassrl.errors import GlassrlError
 
 DIR = Path(__file__).resolve().parent
@@ -38,7 +37,7 @@ def rl_names() -> list[str]:
     return [
         name
         for name in names()
-        if name not in tasks and "algo" in (yaml.safe_load(path(name).read_text(encoding="utf-8")) or {})
+        if name not in tasks and "algo" in (safe_load(path(name).read_text(encoding="utf-8")) or {})
     ]
 
 

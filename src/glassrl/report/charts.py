@@ -66,7 +66,7 @@ GROUPS: tuple[tuple[str, str, str, str], ...] = (
     ),
     ("preference-accuracy", "Preference accuracy", "fraction", r"(?:train|eval)/rewards/accuracies|train/accuracy"),
     ("logps", "Log-probs of the chosen and rejected responses", "nats per response", r"(?:train|eval)/logps/.+"),
-    ("supervised-loss", "Supervised losses", "loss / nats", r"(?:train|eval)/loss|train/kl|train/reward_gap"),
+    ("supervised-loss", "Supervised losses", "loss / nats", r"(?:train|eval)/(?:loss|kl)|train/reward_gap"),
     ("tokens-per-s", "Tokens/s per phase", "tokens per second", r"perf/[^/]+_tokens_per_s"),
     ("seconds", "Seconds per phase", "seconds", r"perf/[^/]+_s"),
     (

@@ -28,6 +28,7 @@ import re
 import string
 from collections.abc import Sequence
 
+from glassrl.data.formatting import as_chat, format_prompts
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardRequest, RewardResult
 
@@ -98,14 +99,9 @@ class JudgeSource:
         import torch  # see __init__
 
         tok = self.tokenizer
-        if tok.chat_template:
-            texts = [
-                tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-                for q in questions
-            ]
-            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        else:
-            enc = tok(questions, return_tensors="pt", padding=True)
+        # the question holds the policy's response: its text is read as text (glassrl.data.formatting)
+        prompts = [as_chat(q) if tok.chat_template else q for q in questions]
+        enc = tok.pad({"input_ids": format_prompts(tok, prompts)}, return_tensors="pt")
         device = next(self.model.parameters()).device
         with torch.no_grad():
             out = self.model.generate(

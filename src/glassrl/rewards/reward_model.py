@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from glassrl.data.formatting import format_prompt
+from glassrl.data.formatting import format_prompt, plain_ids
 from glassrl.errors import GlassrlError
 from glassrl.rewards.base import RewardRequest, RewardResult
 
@@ -78,7 +78,7 @@ class RewardModelSource:
         ``format_prompt`` renders it (chat template with the generation prompt, or the text), the
         response's tokens, then EOS — the score is read at that EOS, as in training."""
         prompt = format_prompt(self.tokenizer, request.record.prompt)
-        response = self.tokenizer(request.response, add_special_tokens=False)["input_ids"]
+        response = plain_ids(self.tokenizer, request.response)
         return [*prompt, *response, self.tokenizer.eos_token_id]
 
     def _forward(self, batch: list[list[int]]) -> list[float]:

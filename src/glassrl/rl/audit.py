@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from glassrl.agents import AgentRolloutEngine, HFTurnSampler
+from glassrl.data.chat_template import use_template
 from glassrl.data.datasets import load_prompts
 from glassrl.data.records import PromptRecord
 from glassrl.data.sources import Source, parse_sources
@@ -41,6 +42,7 @@ def audit_run(
     episodes: int,
     script: Sequence[str] | None = None,
     chat_template: str | None = None,
+    template_source: str = "--chat-template",
     console=None,
 ) -> list[EpisodeAudit]:
     """Run ``episodes`` episodes (module docstring) and check each; the model samples unless ``script``
@@ -56,7 +58,7 @@ def audit_run(
     path = actor_path(cfg, console)
     tokenizer = load_tokenizer(path)
     if chat_template is not None:
-        tokenizer.chat_template = chat_template
+        use_template(tokenizer, chat_template, template_source)
     if script is not None:
         sampler = ScriptedTurns(tokenizer, script)
     else:

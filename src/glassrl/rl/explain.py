@@ -215,7 +215,7 @@ def load_policy(run: ModelRun, seed: int = 0) -> Policy:
     engine = rollout_engine(run.cfg, model, tokenizer)
     device = next(model.parameters()).device
     render = prompt_format(run.cfg, tokenizer) or (
-        lambda records: format_prompts(tokenizer, [r.prompt for r in records])
+        lambda records: format_prompts(tokenizer, [r.prompt for r in records], [r.source for r in records])
     )
     rollout = LocalRollout(engine, torch.Generator(device).manual_seed(seed))
     return Policy(tokenizer, model, rollout, engine.pad_id, device, render, agent_config(run.cfg) is not None)

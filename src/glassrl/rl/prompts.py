@@ -217,7 +217,7 @@ def prompt_ids(tokenizer, records: Sequence[PromptRecord], prompt_format: Prompt
     """Each record's prompt as token ids: ``prompt_format``'s rendering, else the prompt alone."""
     if prompt_format is not None:
         return prompt_format(records)
-    return format_prompts(tokenizer, [r.prompt for r in records])
+    return format_prompts(tokenizer, [r.prompt for r in records], [r.source for r in records])
 
 
 def render(

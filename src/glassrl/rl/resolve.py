@@ -36,7 +36,7 @@ import yaml
 from transformers import AutoConfig
 
 from glassrl import config_paths
-from glassrl.config import flatten, to_dict
+from glassrl.config import flatten, safe_load, to_dict
 from glassrl.errors import GlassrlError
 from glassrl.models.loading import resolve_device, resolve_model_path
 from glassrl.models.shared_prefix import full_attention
@@ -226,7 +226,8 @@ def with_shared_prefix(cfg: TrainConfig, actor: Path, resumed: Path | None = Non
     elif _policy_on_gpu(cfg):
         off = "the policy is on a GPU, where the layout has not been measured yet"
     elif resumed is not None and resumed.is_file():
-        if "shared_prefix" not in (yaml.safe_load(resumed.read_text(encoding="utf-8")).get("model") or {}):
+        saved = _saved_model_section(resumed)
+        if saved is not None and "shared_prefix" not in saved:
             off = "the run being resumed began before model.shared_prefix existed, padded"
     if off is None:
         paths = [actor, critic_path(cfg, actor)] + ([resolve_model_path(m.reference)] if m.reference else [])
@@ -235,6 +236,18 @@ def with_shared_prefix(cfg: TrainConfig, actor: Path, resumed: Path | None = Non
             off = f"{windowed[0]} has layers that are not full attention"
     why = "auto: in-process on CPU, full attention in every model" if off is None else f"auto, off: {off}"
     return dataclasses.replace(cfg, model=dataclasses.replace(m, shared_prefix=off is None)), why
+
+
+def _saved_model_section(path: Path) -> dict | None:
+    """The ``model`` section of a run's config.yaml (glassrl.config.safe_load: no aliases), or None when
+    the file cannot be read as one (the trainer then writes it again from the checkpoint's config)."""
+    try:
+        tree = safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return None
+    if not isinstance(tree, dict):
+        return None
+    return tree["model"] if isinstance(tree.get("model"), dict) else {}
 
 
 def layout_path(model: ModelConfig, why: str) -> str:

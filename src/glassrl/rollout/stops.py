@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import torch
 from transformers import StoppingCriteria
 
+from glassrl.data.chat_template import render_chat
+
 # Assistant content the end-of-turn probe renders; a template may trim or reformat content, not this.
 PROBE = "glassrl end-of-turn probe"
 
@@ -148,7 +150,7 @@ def end_of_turn_id(tokenizer) -> int | None:
         return None
     messages = [{"role": "user", "content": "1+1=?"}, {"role": "assistant", "content": PROBE}]
     try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False)
+        text = render_chat(tokenizer, messages)
     except Exception:  # noqa: BLE001 - a user's template may refuse this exchange in any way; then none is detected
         return None
     if not isinstance(text, str) or PROBE not in text:

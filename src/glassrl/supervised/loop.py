@@ -291,6 +291,12 @@ def model_dir(model: str) -> Path:
     return path
 
 
+def warn(line: str | None, console: Console | None = None) -> None:
+    """Print a warning line (a data check's: glassrl.data.preferences), when there is one."""
+    if line is not None:
+        (console or Console(stderr=True)).print(line, markup=False, soft_wrap=True)
+
+
 def check_positions(model, max_length: int, where: str) -> None:
     """``max_length`` fits the model's positions (``max_position_embeddings``), else GlassrlError."""
     positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)

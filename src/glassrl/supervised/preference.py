@@ -12,7 +12,9 @@ per-pair (per-example) loss. Data (glassrl.data.preferences): the reward model's
 reads them unpaired (chosen desirable, rejected undesirable) or JSONL prompt/completion/label rows.
 
 Sequences are laid out as the policy produces them, ``format_prompt(x)`` ⊕ y ⊕ EOS (the layout
-of glassrl.data.collate); a pair's chosen and rejected go through the model in one forward pass.
+of glassrl.data.collate), a text prompt first rendered as ``glassrl train`` renders it
+(``chat_template``, ``system_prompt``: glassrl.supervised.rendering); a pair's chosen and rejected go
+through the model in one forward pass.
 
 - **π_ref**: ``reference`` names a checkpoint, or null for the policy before its first step (with
   LoRA: the base, the adapters being zero then). Its log-probs are computed once, before the first
@@ -34,7 +36,8 @@ same, under ``train/`` (means over the steps since the last row) and ``eval/`` (
 pairs): ``loss``, ``rewards/chosen``, ``rewards/rejected``, ``rewards/margins``,
 ``rewards/accuracies`` (the fraction of pairs with r_chosen > r_rejected strictly: a tie, as
 at π = π_ref, counts as wrong), ``logps/chosen``, ``logps/rejected``; KTO adds ``kl`` (z₀). The
-held-out set is always pairs (for KTO too: its accuracy compares a pair's two responses).
+held-out set is pairs (for KTO too: its accuracy compares a pair's two responses), or, for KTO,
+rows in its own form: then the metrics KTO trains with, on the held-out examples.
 
 Writes to ``output_dir``: the policy and tokenizer (``save_pretrained``), ``<loss>_config.yaml``,
 ``metrics.jsonl``, ``glassrl.json`` (what was trained, on what, the held-out accuracy),
@@ -48,6 +51,7 @@ from __future__ import annotations
 import json
 from collections.abc import Set
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,7 +72,13 @@ from glassrl.algos.losses import (
 from glassrl.config import at_least, check_threads, fail, knob_set, option
 from glassrl.data.collate import collate, encode_response
 from glassrl.data.formatting import format_prompt, prompt_text
-from glassrl.data.preferences import load_labelled, load_preferences
+from glassrl.data.preferences import (
+    degenerate_labelled,
+    degenerate_pairs,
+    labelled_rows,
+    load_labelled,
+    load_preferences,
+)
 from glassrl.data.records import PreferencePair
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
@@ -81,8 +91,9 @@ from glassrl.optim import OptimConfig
 from glassrl.report.html import write_run_report
 from glassrl.run.atomic import write_text
 from glassrl.supervised.checkpoints import Checkpointing
-from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised
+from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised, warn, window_means
 from glassrl.supervised.reference import ReferenceLogprobs, cached_reference, sequence_logprobs
+from glassrl.supervised.rendering import render_records, rendering_row
 from glassrl.supervised.rm import encode_pairs
 
 # Config keys a resumed run may change (dotted prefixes): how long it runs, where it lives, what it logs.
@@ -129,6 +140,10 @@ class PreferenceConfig:
     steps: int = option(200, help="optimiser steps, each on batch_size pairs (kto: labelled responses)")
     batch_size: int = option(32, help="pairs (kto: labelled responses) per optimiser step")
     max_length: int = option(64, help="longest prompt+response in tokens; a longer one is an error naming it")
+    chat_template: Literal["auto", "none"] = option(
+        "auto", help="auto: text prompts use the tokenizer's template, as in glassrl train and sft (docs/data.md)"
+    )
+    system_prompt: str | None = option(None, help="system message put first in every prompt the chat template renders")
     optim: OptimConfig = option(
         factory=lambda: OptimConfig(lr=1e-4, warmup_steps=10, decay="cosine"),
         help="optimiser and schedule (shared with glassrl train)",
@@ -198,6 +213,7 @@ class PreferenceConfig:
             ("training steps", f"{self.steps}", "optimiser steps"),
             ("batch", f"{self.batch_size}", f"{unit}, per optimiser step"),
             ("max length", f"{self.max_length}", "tokens, prompt + response"),
+            rendering_row(self.chat_template),
             ("lora", "off" if self.lora is None else f"r = {self.lora.r}, alpha = {self.lora.alpha:g}", "adapters"),
             ("data", self.data, unit),
             ("eval data", _eval_spec(self), "held-out pairs"),
@@ -265,7 +281,7 @@ class PreferenceObjective:
     @property
     def sizes(self) -> dict[str, float]:
         unit = "pairs" if self.cfg.loss in PAIR_LOSSES else "examples"
-        return {unit: len(self.train), "eval_pairs": len(self.evals)}
+        return {unit: len(self.train), ("eval_examples" if self.labelled_evals else "eval_pairs"): len(self.evals)}
 
     @classmethod
     def build(
@@ -279,12 +295,25 @@ class PreferenceObjective:
         if cfg.lora is not None:
             model = apply_lora(model, cfg.lora.settings(), path)
         model.train()
-        eval_pairs = load_preferences(_eval_spec(cfg))
-        evals = encode_pairs(tokenizer, eval_pairs, cfg.max_length)
-        if cfg.loss in PAIR_LOSSES:
-            train: list = list(enumerate(encode_pairs(tokenizer, load_preferences(cfg.data), cfg.max_length)))
+        render = partial(render_records, tokenizer, mode=cfg.chat_template, system_prompt=cfg.system_prompt)
+        if cfg.loss in UNPAIRED_LOSSES and labelled_rows(_eval_spec(cfg)):  # KTO's own form: no pairs
+            held_out = load_labelled(_eval_spec(cfg))
+            warn(degenerate_labelled(held_out, "eval_data"), console)
+            evals: list = _encode_labelled(tokenizer, cfg, render(held_out, key="eval_data"), "eval_data")
+            eval_pairs = []
         else:
-            train = list(enumerate(_encode_labelled(tokenizer, cfg, load_labelled(cfg.data))))
+            eval_pairs = load_preferences(_eval_spec(cfg))
+            warn(degenerate_pairs(eval_pairs, "eval_data"), console)
+            eval_pairs = render(eval_pairs, key="eval_data")
+            evals = encode_pairs(tokenizer, eval_pairs, cfg.max_length)
+        if cfg.loss in PAIR_LOSSES:
+            pairs = load_preferences(cfg.data)
+            warn(degenerate_pairs(pairs, "data"), console)
+            train: list = list(enumerate(encode_pairs(tokenizer, render(pairs, key="data"), cfg.max_length)))
+        else:
+            labelled = load_labelled(cfg.data)
+            warn(degenerate_labelled(labelled, "data"), console)
+            train = list(enumerate(_encode_labelled(tokenizer, cfg, render(labelled, key="data"), "data")))
         obj = cls(cfg, path, model, tokenizer, train, evals, eval_pairs, None, device)
         if PREFERENCE_LOSSES[cfg.loss].reference:
             obj.reference, line = obj._reference(resume)
@@ -294,10 +323,17 @@ class PreferenceObjective:
     def _reference(self, resume: bool) -> tuple[ReferenceLogprobs, str]:
         """π_ref's log-probs of every response the run reads (glassrl.supervised.reference)."""
         cfg = self.cfg
-        groups: dict[str, list[tuple[list[int], list[int]]]] = {
-            "eval/chosen": [(p, c) for p, c, _, _ in self.evals],
-            "eval/rejected": [(p, r) for p, _, r, _ in self.evals],
-        }
+        groups: dict[str, list[tuple[list[int], list[int]]]] = (
+            {
+                "eval/chosen": [(p, c) for p, c, _, _ in self.evals],
+                "eval/rejected": [(p, r) for p, _, r, _ in self.evals],
+            }
+            if not self.labelled_evals
+            else {
+                "eval/response": [(e.prompt, e.response) for e in self.evals],
+                "eval/kl": [(e.prompt, e.partner) for e in self.evals],
+            }
+        )
         if cfg.loss in PAIR_LOSSES:
             groups["train/chosen"] = [(p, c) for _, (p, c, _, _) in self.train]
             groups["train/rejected"] = [(p, r) for _, (p, _, r, _) in self.train]
@@ -342,10 +378,12 @@ class PreferenceObjective:
 
     def _sides(self, sequences, indices: list[int], group: str, grad: bool) -> tuple[Side, Side]:
         """The first and second half of ``sequences`` as two Sides, from one forward pass; π_ref
-        from the cache: groups ``<group>/chosen``, ``<group>/rejected`` (or ``train/response``, ``train/kl``)."""
+        from the cache: groups ``<group>/chosen``, ``<group>/rejected`` (``kto:<split>``: ``<split>/response``,
+        ``/kl``)."""
         logprobs, mask = self._logprobs(sequences, grad)
         B, T = len(indices), mask.shape[1]
-        names = ("train/response", "train/kl") if group == "kto" else (f"{group}/chosen", f"{group}/rejected")
+        kto = group.removeprefix("kto:")
+        names = (f"{kto}/response", f"{kto}/kl") if kto != group else (f"{group}/chosen", f"{group}/rejected")
         refs = [None, None]
         if self.reference is not None:
             refs = [self.reference.batch(name, indices, T, self.device) for name in names]
@@ -362,14 +400,17 @@ class PreferenceObjective:
             logprobs, _ = response_logprobs(self.model, batch["input_ids"], batch["attention_mask"], mask.shape[1])
         return logprobs.float(), mask
 
-    def _kto_loss(self, indices: list[int], examples: list[Labelled]) -> tuple[torch.Tensor, Tally]:
-        """KTO on a batch of labelled responses: z₀ from their mismatched pairs (no gradient), then the loss."""
+    def _kto_loss(
+        self, indices: list[int], examples: list[Labelled], split: str = "train"
+    ) -> tuple[torch.Tensor, Tally]:
+        """KTO on a batch of labelled responses: z₀ from their mismatched pairs (no gradient), then the
+        loss; ``split`` "eval": held-out examples, no gradient (the Tally's keys stay ``train/``)."""
         params, entry = self.cfg.params(), UNPAIRED_LOSSES[self.cfg.loss]
         responses, kl_pairs = self._sides(
             [(e.prompt, e.response) for e in examples] + [(e.prompt, e.partner) for e in examples],
             indices,
-            "kto",
-            grad=True,
+            f"kto:{split}",
+            grad=split == "train",
         )
         z0 = kto_reference_point(kl_pairs.logprobs, kl_pairs.ref_logprobs, kl_pairs.mask)
         rewards = side_rewards(responses, entry, params.beta).sequence  # (B,)
@@ -398,10 +439,19 @@ class PreferenceObjective:
         }
         return loss, Tally(1, sums, weights)
 
+    @property
+    def labelled_evals(self) -> bool:
+        """Held-out examples in KTO's own form (prompt, completion, label), not pairs."""
+        return bool(self.evals) and isinstance(self.evals[0], Labelled)
+
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """The held-out pairs' metrics: the implicit rewards of the run's loss (for KTO: its
-        token-sum β·log π/π_ref), their accuracy and margin, the log-probs, and (pair losses) the loss."""
+        token-sum β·log π/π_ref), their accuracy and margin, the log-probs, and (pair losses) the loss.
+        Held-out KTO examples: the metrics KTO trains with (loss, rewards and log-probs of the desirable
+        and the undesirable ones, their margin, z₀ as ``kl``), as TRL's KTOTrainer evaluates them."""
+        if self.labelled_evals:
+            return self._evaluate_labelled()
         was_training = self.model.training
         self.model.eval()
         params = self.cfg.params()
@@ -426,6 +476,17 @@ class PreferenceObjective:
         if losses:
             metrics = {"eval/loss": torch.cat(losses).mean().item(), **metrics}
         return metrics
+
+    def _evaluate_labelled(self) -> dict[str, float]:
+        was_training = self.model.training
+        self.model.eval()
+        size, tallies = self.cfg.batch_size, []
+        for start in range(0, len(self.evals), size):
+            indices = list(range(start, min(start + size, len(self.evals))))
+            tallies.append(self._kto_loss(indices, [self.evals[i] for i in indices], "eval")[1])
+        self.model.train(was_training)
+        means = window_means(tallies, self.train_keys)
+        return {"eval/" + key.removeprefix("train/"): value for key, value in means.items()}
 
     @torch.no_grad()
     def ledgers(self, indices: list[int]) -> list[PreferenceLedger]:
@@ -453,7 +514,7 @@ class PreferenceObjective:
     def finish(self, out: Path, result: dict[str, float]) -> None:
         """glassrl.json, the preference ledgers of the first held-out pairs (``ledgers/preference.jsonl``)
         and report.html (learning curves and those ledgers: glassrl.report.html)."""
-        ledgers = self.ledgers(list(range(min(LEDGER_PAIRS, len(self.evals)))))
+        ledgers = self.ledgers(list(range(min(LEDGER_PAIRS, len(self.eval_pairs))))) if self.eval_pairs else []
         lines = "".join(json.dumps(ledger.to_dict(), ensure_ascii=False) + "\n" for ledger in ledgers)
         (out / "ledgers").mkdir(exist_ok=True)
         write_text(out / "ledgers" / LEDGER_FILE, lines)
@@ -470,6 +531,8 @@ class PreferenceObjective:
             "base_model": str(self.path),
             "reference": (cfg.reference or str(self.path)) if PREFERENCE_LOSSES[cfg.loss].reference else None,
             "lora": None if cfg.lora is None else asdict(cfg.lora),
+            "chat_template": cfg.chat_template,  # how text prompts were rendered (explain renders them so)
+            "system_prompt": cfg.system_prompt,
             "data": cfg.data,
             "eval_data": _eval_spec(cfg),
             "steps": cfg.steps,
@@ -507,13 +570,14 @@ def _pair_metrics(
     }
 
 
-def _encode_labelled(tokenizer, cfg: PreferenceConfig, examples) -> list[Labelled]:
+def _encode_labelled(tokenizer, cfg: PreferenceConfig, examples, key: str = "data") -> list[Labelled]:
     """KTO's examples, each with the response of another as its KL pair's: a seeded derangement
     (a random cycle through the data), so that no example borrows its own response."""
-    prompts = [format_prompt(tokenizer, e.prompt) for e in examples]
+    prompts = [format_prompt(tokenizer, e.prompt, e.source) for e in examples]
     responses = [encode_response(tokenizer, e.response) for e in examples]
     if len(examples) < 2:
-        raise GlassrlError(f"data: {cfg.data} has {len(examples)} labelled response; KTO needs at least 2")
+        spec = cfg.data if key == "data" else _eval_spec(cfg)
+        raise GlassrlError(f"{key}: {spec} has {len(examples)} labelled response; KTO needs at least 2")
     order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
     partner = {order[k]: order[(k + 1) % len(order)] for k in range(len(order))}
     encoded = []

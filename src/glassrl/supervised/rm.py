@@ -5,7 +5,9 @@
 
 Each pair (x, y_c, y_r) becomes two sequences, ``format_prompt(x)`` ⊕ ``y_c`` ⊕ EOS and
 ``format_prompt(x)`` ⊕ ``y_r`` ⊕ EOS — the tokens the policy produces, in the project's batch
-layout (:mod:`glassrl.optim`) — and both go through the model in one forward pass.
+layout (:mod:`glassrl.optim`), a text prompt first rendered as ``glassrl train`` renders it
+(``chat_template``, ``system_prompt``: glassrl.supervised.rendering) — and both go through the model
+in one forward pass.
 The reward r(x, y) is the scalar at the last real token (EOS), read with
 :func:`glassrl.models.sequence_scores` (Ouyang et al. 2022, InstructGPT, §3.5). The loss is
 the mean over pairs of −log σ(r_c − r_r − m) (InstructGPT eq. 1; with margin m: Touvron et al.
@@ -44,14 +46,15 @@ from glassrl.algos.losses import pairwise_rm_loss
 from glassrl.config import at_least, check_seed, check_threads, fail, option
 from glassrl.data.collate import collate, encode_response
 from glassrl.data.formatting import format_prompt
-from glassrl.data.preferences import load_preferences
+from glassrl.data.preferences import degenerate_pairs, load_preferences
 from glassrl.data.records import PreferencePair
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
 from glassrl.models import load_scalar_model, load_tokenizer, sequence_scores
 from glassrl.optim import OptimConfig
 from glassrl.run.atomic import write_text
-from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised
+from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised, warn
+from glassrl.supervised.rendering import render_records, rendering_row
 
 
 @dataclass
@@ -76,6 +79,10 @@ class RMConfig:
     steps: int = option(200, help="optimiser steps, each on batch_size pairs (2 × batch_size sequences)")
     batch_size: int = option(32, help="preference pairs per optimiser step")
     max_length: int = option(64, help="longest prompt+response in tokens; a longer pair is an error naming it")
+    chat_template: Literal["auto", "none"] = option(
+        "auto", help="auto: text prompts use the tokenizer's template, as in glassrl train and sft (docs/data.md)"
+    )
+    system_prompt: str | None = option(None, help="system message put first in every prompt the chat template renders")
     optim: OptimConfig = option(
         factory=lambda: OptimConfig(lr=1e-4, warmup_steps=10, decay="cosine"),
         help="optimiser and schedule (shared with glassrl train)",
@@ -116,6 +123,7 @@ class RMConfig:
             ("sequences per step", f"{2 * self.batch_size}", "chosen + rejected, one forward pass"),
             ("max length", f"{self.max_length}", "tokens, prompt + response"),
             ("head", self.head, "scalar head"),
+            rendering_row(self.chat_template),
             ("loss", "−log σ(r_c − r_r" + (" − m)" if self.use_margin else ")"), "Bradley–Terry, mean over pairs"),
             ("data", self.data, "training pairs"),
             ("eval data", _eval_spec(self), "held-out pairs"),
@@ -131,7 +139,7 @@ def encode_pairs(tokenizer, pairs: list[PreferencePair], max_length: int) -> lis
     """Tokenise each pair as the policy would see it; too long is an error naming the pair."""
     examples = []
     for pair in pairs:
-        prompt = format_prompt(tokenizer, pair.prompt)
+        prompt = format_prompt(tokenizer, pair.prompt, pair.source)
         chosen, rejected = encode_response(tokenizer, pair.chosen), encode_response(tokenizer, pair.rejected)
         longest = len(prompt) + max(len(chosen), len(rejected))
         if longest > max_length:
@@ -188,7 +196,7 @@ def evaluate(
 def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
     """Train a reward model as ``cfg`` says; returns the final metrics (train/…, eval/…, steps,
     pairs, eval_pairs, time_s). ``eval/accuracy`` is the held-out pairwise accuracy."""
-    return train_supervised(cfg, lambda device: RMObjective.build(cfg, device), console)
+    return train_supervised(cfg, lambda device: RMObjective.build(cfg, device, console), console)
 
 
 @dataclass
@@ -208,13 +216,16 @@ class RMObjective:
     train_keys = ("train/loss", "train/accuracy", "train/reward_gap")  # means over the steps since the last row
 
     @classmethod
-    def build(cls, cfg: RMConfig, device: torch.device) -> RMObjective:
+    def build(cls, cfg: RMConfig, device: torch.device, console: Console | None = None) -> RMObjective:
         """Load the model with a scalar head (fresh, drawn from the seeded RNG, or the checkpoint's) and the pairs."""
         path = model_dir(cfg.model)
         tokenizer = load_tokenizer(path)
         model = load_scalar_model(path, head=cfg.head, dtype="float32", device=str(device)).train()
         check_positions(model, cfg.max_length, str(path))
         sets = {"data": load_preferences(cfg.data), "eval_data": load_preferences(_eval_spec(cfg))}
+        for key, pairs in sets.items():
+            warn(degenerate_pairs(pairs, key), console)
+            sets[key] = render_records(tokenizer, pairs, cfg.chat_template, cfg.system_prompt, key)
         if cfg.use_margin:
             _check_margins(sets)
         train = encode_pairs(tokenizer, sets["data"], cfg.max_length)

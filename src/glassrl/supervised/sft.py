@@ -31,14 +31,14 @@ from rich.console import Console
 from glassrl import config_paths
 from glassrl.config import at_least, check_seed, check_threads, fail, knob_set, option
 from glassrl.data.collate import collate, encode_responses
-from glassrl.data.formatting import format_prompts, render_text_prompts
+from glassrl.data.formatting import format_prompts
 from glassrl.data.tasks import TASKS, held_out_split, load_task, parse_task
 from glassrl.errors import GlassrlError
 from glassrl.jsonl import jsonl_objects
-from glassrl.models.chat_rendering import applies_template, rendering
 from glassrl.models.loading import pad_id, resolve_model_path
 from glassrl.optim import OptimConfig
 from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised
+from glassrl.supervised.rendering import render_prompts, rendering_row
 
 
 @dataclass
@@ -109,7 +109,7 @@ class SFTConfig:
             ("training length", *length),
             ("batch", f"{self.batch_size}", "examples, per optimiser step"),
             ("max length", f"{self.max_length}", "tokens, prompt + response"),
-            ("text prompts", _rendering_text(self.chat_template), f"chat_template = {self.chat_template}"),
+            rendering_row(self.chat_template),
             ("data", _spec_text(self.data), "training pairs"),
             ("eval data", _spec_text(self.eval_data) if self.eval_data else "test splits of data's tasks", "held out"),
             *self.optim.rows(),
@@ -155,7 +155,7 @@ def load_pairs(spec: str) -> list[tuple[Any, str, str]]:
 
 def tokenize_pairs(tokenizer, rows: list[tuple[Any, str, str]], max_length: int) -> list[Example]:
     """Encode each row as (format_prompt ids, response ids + EOS); too long is an error naming the row."""
-    prompts = format_prompts(tokenizer, [prompt for prompt, _, _ in rows])
+    prompts = format_prompts(tokenizer, [prompt for prompt, _, _ in rows], [source for _, _, source in rows])
     responses = encode_responses(tokenizer, [response for _, response, _ in rows])
     examples = []
     for prompt_ids, response_ids, (_, _, source) in zip(prompts, responses, rows):
@@ -171,14 +171,8 @@ def tokenize_pairs(tokenizer, rows: list[tuple[Any, str, str]], max_length: int)
 def render_pairs(tokenizer, cfg: SFTConfig, rows: list[tuple[Any, str, str]], key: str) -> list[tuple[Any, str, str]]:
     """Rows with their text prompts rendered as ``glassrl train`` renders them (chat_template,
     system_prompt: glassrl.models.chat_rendering), so SFT trains the format RL samples."""
-    prompts = render_text_prompts(
-        [prompt for prompt, _, _ in rows],
-        [source for _, _, source in rows],
-        chat=applies_template(tokenizer, cfg.chat_template),
-        system_prompt=cfg.system_prompt,
-        how=rendering(tokenizer, cfg.chat_template, key="chat_template"),
-        key=key,
-        system_key="system_prompt",
+    prompts = render_prompts(
+        tokenizer, [p for p, _, _ in rows], [s for _, _, s in rows], cfg.chat_template, cfg.system_prompt, key
     )
     return [(prompt, response, source) for prompt, (_, response, source) in zip(prompts, rows)]
 
@@ -274,10 +268,6 @@ class SFTObjective:
 
     def summary(self, result: dict[str, float]) -> str:
         return ", ".join(f"{key} {result[key]:.4f}" for key in ("train/loss", "eval/loss") if key in result)
-
-
-def _rendering_text(mode: str) -> str:
-    return "plain text" if mode == "none" else "the tokenizer's chat template, if any (not the default model's)"
 
 
 def _spec_text(spec: str | list[str]) -> str:

@@ -32,6 +32,7 @@ version, staleness, log μ and off-policy weight among its columns and in the le
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,7 +44,7 @@ from glassrl.commands.explain_model import DEFAULT_REWARD
 from glassrl.errors import GlassrlError
 from glassrl.ledger import read_jsonl
 from glassrl.ledger.legend import LANGUAGES
-from glassrl.ledger.render import legend_text, to_markdown, to_rich
+from glassrl.ledger.render import legend_text, to_markdown, to_text
 
 if TYPE_CHECKING:
     from glassrl.ledger import Ledger
@@ -209,23 +210,20 @@ def _writing(flag: str, value: str) -> Iterator[None]:
 
 
 def _print_table(ledger: Ledger, header: list[str], legend: list[str], out: str | None) -> int:
-    from rich.console import Console
-    from rich.text import Text
+    """The table and its legend: in a terminal fitted to its width (columns that do not fit in a
+    further table), bold and dim; to a pipe, a file or ``--out``, every column whole and no styles."""
+    import shutil
 
-    def show(console: Console) -> None:
-        for line in header:
-            console.print(Text(line), soft_wrap=True)
-        console.print(to_rich(ledger))
-        for line in legend:
-            console.print(Text(line, style="bold" if not line.startswith(" ") else ""), soft_wrap=True)
-
-    if out is None:
-        # Not a terminal (pipe, file): wide enough that the table is not squeezed.
-        show(Console(highlight=False, width=None if sys.stdout.isatty() else 160))
-    else:
-        with _writing("--out", out), open(out, "w", encoding="utf-8") as f:
-            show(Console(file=f, highlight=False, width=160, color_system=None))
-    return 0
+    terminal = out is None and sys.stdout.isatty()
+    styled = terminal and not os.environ.get("NO_COLOR")
+    bold = (lambda line: f"\x1b[1m{line}\x1b[0m") if styled else (lambda line: line)
+    width = shutil.get_terminal_size().columns if terminal else None
+    lines = [
+        *header,
+        *to_text(ledger, width, styled),
+        *(line if line.startswith(" ") else bold(line) for line in legend),
+    ]
+    return _emit("".join(f"{line}\n" for line in lines), out)
 
 
 def legend(ledger: Ledger, response: str, token: str | None, lang: str = "en") -> list[str]:

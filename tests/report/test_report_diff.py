@@ -73,7 +73,12 @@ def _run(path: Path, steps: int = 3, dtype: str = "float32", change: dict | None
 def test_same_runs_do_not_differ(tmp_path, capsys):
     a, b = _run(tmp_path / "a"), _run(tmp_path / "b")
     assert main(["diff", str(a), str(b)]) == 0
-    assert capsys.readouterr().out == "no difference in metrics, ledgers or checkpoints\n"
+    read = "steps 0–3: 4 metric rows, 3 ledgers, 3 checkpoints (6 tensors)"
+    assert capsys.readouterr().out.splitlines() == [
+        "no difference in metrics, ledgers or checkpoints",
+        f"compared {a} ({read}) with {b} ({read})",
+        "not compared, measurements of the machine: perf/… 0/4 differ",
+    ]
 
 
 def test_the_first_divergence_is_named_to_the_token(tmp_path, capsys):
@@ -94,7 +99,7 @@ def test_the_first_divergence_is_named_to_the_token(tmp_path, capsys):
     # how it grows: one line per step from the first divergence on; each response's fields and its
     # 5 tokens' fields are compared (index and the response's own index aside)
     n = 3 * (len(RESPONSE_FIELDS) - 1 + 5 * (len(TOKEN_FIELDS) - 1))
-    assert out[3:] == [
+    assert out[3:6] == [
         "after it:",
         f"  step 2: ledger values 2/{n} differ, metrics 0/2 differ, tensors 0/2 differ, max |Δ| 7.75 (logprobs)",
         f"  step 3: ledger values 1/{n} differ, metrics 0/2 differ, tensors 0/2 differ, max |Δ| 0.75 (logprobs)",
@@ -114,7 +119,7 @@ def test_tolerances(tmp_path, capsys):
     assert main(["diff", str(a), str(b), "--atol", "1e-6"]) == 0
     assert main(["diff", str(a), str(b), "--rtol=-1"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "glassrl diff: error: --atol/--rtol: expected numbers >= 0, got 0.0 and -1.0"
+        "glassrl diff: error: --atol/--rtol: expected finite numbers >= 0, got 0.0 and -1.0"
     )
 
 
@@ -139,12 +144,16 @@ def test_checkpoints_are_compared_tensor_by_tensor(tmp_path):
 def test_runs_of_different_lengths(tmp_path, capsys):
     a, b = _run(tmp_path / "a", steps=3), _run(tmp_path / "b", steps=2)
     result = diff_runs(a, b)
-    assert result.first is None and result.differs
+    assert result.differs
     assert main(["diff", str(a), str(b)]) == 1
-    assert capsys.readouterr().out.splitlines() == [
-        "no difference in metrics, ledgers or checkpoints (the steps both runs logged)",
-        f"{a} logged steps 0–3; {b} logged steps 0–2",
+    out = capsys.readouterr().out.splitlines()
+    assert out[:3] == [
+        "first divergence: step 3, phase 7, metrics row: present vs missing",
+        "after it:",
+        f"  step 3: metrics row only in {a}, ledger only in {a}, checkpoint only in {a}",
     ]
+    assert out[3] == f"{a} logged steps 0–3; {b} logged steps 0–2"
+    assert out[4].endswith("(steps 0–2: 3 metric rows, 2 ledgers, 2 checkpoints (4 tensors))")
 
 
 def test_response_fields_follow_the_tokens_of_their_phase(tmp_path):

@@ -11,7 +11,8 @@ turn every 10 tokens): the widest table explain prints. For each T it prints
 - ``read + render``: ``read_jsonl`` and the text table with its legend, in this process (best
   of ``--repeats``), and its ratio to the first T's: linear work keeps the per-token time flat;
 - ``command``: ``glassrl explain --ledger FILE`` as a user runs it, its stdout a pipe, once
-  (start-up included: about 4 s of imports on the 2-core machine of BENCHMARKS.md).
+  (start-up included: about 0.3 s now that showing a ledger imports neither torch nor
+  transformers; it took 4–20 s on the 2-core machine of BENCHMARKS.md, by its load).
 
 Before the text table (rich's Table, about 2 ms a row, and the whole output built before it was
 written) the issue measured 98 s for 5 k tokens and 327 s for 10 k; 200 k did not finish.

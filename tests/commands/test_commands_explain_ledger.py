@@ -87,3 +87,16 @@ def test_a_ledger_reads_back_exactly(tmp_path):
     ledger = read_jsonl(path)
     ledger.to_jsonl(tmp_path / "again.jsonl")
     assert read_jsonl(tmp_path / "again.jsonl") == ledger and ledger.responses[0].tokens[29].is_weights == 1.0625
+
+
+def test_showing_a_ledger_loads_neither_torch_nor_transformers(tmp_path):
+    """Their imports took seconds before the first row (the flags of --model were read from the
+    module that loads them)."""
+    path = off_policy_ledger(10, tmp_path / "step.jsonl")
+    code = (
+        "import sys; from glassrl.cli import main; "
+        f"assert main(['explain', '--ledger', {str(path)!r}, '--out', {str(tmp_path / 'out.txt')!r}]) == 0; "
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done

@@ -39,8 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from glassrl.commands import explain_input, explain_model
-from glassrl.commands.explain_model import DEFAULT_REWARD
+from glassrl.commands import explain_input
 from glassrl.errors import GlassrlError
 from glassrl.ledger import read_jsonl
 from glassrl.ledger.legend import LANGUAGES
@@ -87,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reward",
         metavar="NAME|FILE.py:FN",
         help="reward source, or your function (module:fn or file.py:fn, any style) (default: the run's "
-        f"reward.sources; a plain model: {DEFAULT_REWARD} for a prompt in a bundled task's form, else "
+        "reward.sources; a plain model: `glassrl train`'s default reward.sources for a prompt in a bundled task's form, else "
         "math against --answer)",
     )
     model.add_argument("--answer", metavar="TEXT", help="reference answer, for a prompt not in a bundled task's form")
@@ -126,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    explain_model.check_flags(args)
+    explain_input.check_model_flags(args)  # explain_model (it loads torch and transformers) only for --model
     for flag, value in (("--out", args.out), ("--html", args.html)):
         if value is not None:
             _check_output(flag, value)
@@ -144,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
         ledger = read_jsonl(args.ledger)
         header = [f"{args.ledger}: step {ledger.step}"]
     elif args.model is not None:
+        from glassrl.commands import explain_model
+
         ledger, header = explain_model.from_args(args)
     else:
         ledger, header = build_ledger(explain_input.from_args(args)), []

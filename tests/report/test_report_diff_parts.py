@@ -175,11 +175,10 @@ def test_every_measurement_of_the_machine_is_classified():
     }
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-1", "-inf"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "-inf", "abc"])
 def test_a_tolerance_that_is_not_a_finite_number_is_one_line(value, tmp_path, capsys):
     a = _run(tmp_path / "a")
-    _one_error_args = ["diff", str(a), str(a), f"--atol={value}"]
     capsys.readouterr()
-    assert main(_one_error_args) == 2
+    assert main(["diff", str(a), str(a), f"--atol={value}"]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and "--atol/--rtol: expected finite numbers >= 0" in err[0]
+    assert len(err) == 1 and re.search(r"--atol.*: expected (a )?finite numbers? >= 0", err[0]), err

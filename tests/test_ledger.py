@@ -10,12 +10,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rich.console import Console
 
 from glassrl.errors import GlassrlError
 from glassrl.ledger import ALL_FIELDS, TOKEN_FIELDS, Ledger, read_jsonl
 from glassrl.ledger.model import RESPONSE_ROW, TOKEN_ROW
-from glassrl.ledger.render import columns, fmt, to_markdown, to_rich
+from glassrl.ledger.render import columns, fmt, to_markdown, to_text
 
 PARAMS = dict(estimator="gae", gamma=1.0, lam=0.95, beta=0.1, kl_kind=None)
 
@@ -264,14 +263,28 @@ def test_markdown_escapes_pipes_and_shows_whitespace():
     assert "log π(a_i\\|s_i)" in md  # header pipe escaped, so the table keeps its columns
 
 
-def test_rich_table_shows_dash_and_dims_observations():
-    console = Console(record=True, width=200)
-    console.print(to_rich(small_ledger()))
-    text = console.export_text()
+def test_text_table_shows_dash_and_dims_observations():
+    text = "\n".join(to_text(small_ledger()))
     assert "V(s_i)" in text and "—" in text and "0.1250" in text
-    assert "<obs>" in text
-    table = to_rich(small_ledger()).renderables[1]  # response 0, after the run line
-    assert [row.style for row in table.rows] == [None, None, "dim", None]
+    assert "<obs>" in text and "\x1b[" not in text
+    styled = to_text(small_ledger(), styled=True)
+    # response 0: its line, a blank, the header, the rule, then its 4 tokens; the observation (token 2) dim
+    rows = styled[styled.index(next(x for x in styled if x.startswith("response 0"))) + 4 :][:4]
+    assert [row.startswith("\x1b[2m") for row in rows] == [False, False, True, False]
+
+
+def test_a_table_too_wide_for_the_terminal_continues_below_with_the_token_columns():
+    ledger = small_ledger(logprobs=torch.zeros(2, 4))
+    whole = to_text(ledger)
+    assert max(map(len, whole)) > 60
+    parts = to_text(ledger, width=60)
+    assert max(len(line) for line in parts if not line.startswith(("response", "estimator"))) <= 60
+    first = parts[: parts.index(next(x for x in parts if x.startswith("response 1")))]  # response 0's tables
+    headers = [line.split() for line in first if line.startswith(" i ")]
+    assert len(headers) > 1 and all(h[:2] == ["i", "a_i"] for h in headers)
+    # every column of the whole table is in one of the parts, once
+    columns_shown = [name for h in headers for name in h[2:]]
+    assert sorted(columns_shown) == sorted(whole[3].split()[2:])
 
 
 def test_columns_and_fmt():

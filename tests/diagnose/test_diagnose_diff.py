@@ -3,77 +3,29 @@ order inside a step, tolerances, runs of different lengths, checkpoints tensor b
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from safetensors.torch import save_file
 
 from glassrl.cli import main
 from glassrl.diagnose.checkpoint_diff import read_safetensors
 from glassrl.diagnose.diff import diff_runs
 from glassrl.errors import GlassrlError
-from glassrl.ledger import RESPONSE_FIELDS, TOKEN_FIELDS, Ledger, ResponseLedger, TokenRow
-
-
-def _token(i: int, text: str, logprob: float) -> TokenRow:
-    return TokenRow(i, 100 + i, text, logprob, None, None, None, None, None, None, 0.5, None, None, True, None)
-
-
-def _ledger(step: int, logprob_at: dict[tuple[int, int], float] | None = None) -> Ledger:
-    changed = logprob_at or {}
-    texts = ["3", "加", "4", "等于", "7"]
-    responses = tuple(
-        ResponseLedger(
-            prompt="3加4?",
-            response="".join(texts),
-            score=1.0,
-            group_id=r,
-            length=len(texts),
-            finish_reason="stop",
-            baseline_reward=None,
-            tokens=tuple(_token(i, t, changed.get((r, i), -1.25)) for i, t in enumerate(texts)),
-        )
-        for r in range(3)
-    )
-    return Ledger("grpo", 1.0, None, 0.0, None, responses=responses, step=step)
-
-
-def _run(path: Path, steps: int = 3, dtype: str = "float32", change: dict | None = None) -> Path:
-    """A run directory of ``steps`` steps; ``change``: {step: {(response, token): logprob}} in the ledger,
-    {"metric": (step, key, value)}, {"tensor": (step, value)}."""
-    change = change or {}
-    path.mkdir()
-    (path / "config.yaml").write_text(f"output_dir: {path}\nmodel:\n  compute_dtype: {dtype}\nseed: 0\n")
-    rows = [
-        {"step": s, "reward/mean": 0.5 * s, "actor/loss": 0.25, "perf/step_s": float(len(str(path)))}
-        for s in range(steps + 1)
-    ]
-    if "metric" in change:
-        s, key, value = change["metric"]
-        rows[s][key] = value
-    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (path / "ledgers").mkdir()
-    for s in range(1, steps + 1):
-        _ledger(s, change.get(s)).to_jsonl(path / "ledgers" / f"step_{s:06d}.jsonl")
-        ckpt = path / "checkpoints" / f"step_{s:08d}"
-        (ckpt / "actor").mkdir(parents=True)
-        weight = torch.zeros(2, 3, dtype=torch.bfloat16)
-        if change.get("tensor", (None,))[0] == s:
-            weight[1, 2] = change["tensor"][1]
-        save_file({"w": weight, "b": torch.ones(3)}, ckpt / "actor" / "model.safetensors")
-        (ckpt / "counters.json").write_text(json.dumps({"step": s}))
-        (ckpt / "manifest.json").write_text(json.dumps({"time": str(path)}))
-    return path
+from glassrl.ledger import RESPONSE_FIELDS, TOKEN_FIELDS
+from handmade_runs import ledger as _ledger
+from handmade_runs import run as _run
 
 
 def test_same_runs_do_not_differ(tmp_path, capsys):
     a, b = _run(tmp_path / "a"), _run(tmp_path / "b")
     assert main(["diff", str(a), str(b)]) == 0
-    assert capsys.readouterr().out == "no difference in metrics, ledgers or checkpoints\n"
+    read = "steps 0–3: 4 metric rows, 3 ledgers, 3 checkpoints (6 tensors)"
+    assert capsys.readouterr().out.splitlines() == [
+        "no difference in metrics, ledgers or checkpoints",
+        f"compared {a} ({read}) with {b} ({read})",
+        "not compared, measurements of the machine: perf/… 0/4 differ",
+    ]
 
 
 def test_the_first_divergence_is_named_to_the_token(tmp_path, capsys):
@@ -94,7 +46,7 @@ def test_the_first_divergence_is_named_to_the_token(tmp_path, capsys):
     # how it grows: one line per step from the first divergence on; each response's fields and its
     # 5 tokens' fields are compared (index and the response's own index aside)
     n = 3 * (len(RESPONSE_FIELDS) - 1 + 5 * (len(TOKEN_FIELDS) - 1))
-    assert out[3:] == [
+    assert out[3:6] == [
         "after it:",
         f"  step 2: ledger values 2/{n} differ, metrics 0/2 differ, tensors 0/2 differ, max |Δ| 7.75 (logprobs)",
         f"  step 3: ledger values 1/{n} differ, metrics 0/2 differ, tensors 0/2 differ, max |Δ| 0.75 (logprobs)",
@@ -114,7 +66,7 @@ def test_tolerances(tmp_path, capsys):
     assert main(["diff", str(a), str(b), "--atol", "1e-6"]) == 0
     assert main(["diff", str(a), str(b), "--rtol=-1"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "glassrl diff: error: --atol/--rtol: expected numbers >= 0, got 0.0 and -1.0"
+        "glassrl diff: error: --atol/--rtol: expected finite numbers >= 0, got 0.0 and -1.0"
     )
 
 
@@ -139,12 +91,16 @@ def test_checkpoints_are_compared_tensor_by_tensor(tmp_path):
 def test_runs_of_different_lengths(tmp_path, capsys):
     a, b = _run(tmp_path / "a", steps=3), _run(tmp_path / "b", steps=2)
     result = diff_runs(a, b)
-    assert result.first is None and result.differs
+    assert result.differs
     assert main(["diff", str(a), str(b)]) == 1
-    assert capsys.readouterr().out.splitlines() == [
-        "no difference in metrics, ledgers or checkpoints (the steps both runs logged)",
-        f"{a} logged steps 0–3; {b} logged steps 0–2",
+    out = capsys.readouterr().out.splitlines()
+    assert out[:3] == [
+        "first divergence: step 3, phase 7, metrics row: present vs missing",
+        "after it:",
+        f"  step 3: metrics row only in {a}, ledger only in {a}, checkpoint only in {a}",
     ]
+    assert out[3] == f"{a} logged steps 0–3; {b} logged steps 0–2"
+    assert out[4].endswith("(steps 0–2: 3 metric rows, 2 ledgers, 2 checkpoints (4 tensors))")
 
 
 def test_response_fields_follow_the_tokens_of_their_phase(tmp_path):

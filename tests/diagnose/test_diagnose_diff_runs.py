@@ -3,6 +3,8 @@ its resume do not differ."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from glassrl.cli import main
@@ -61,4 +63,9 @@ def test_a_run_and_its_resume_do_not_differ(tiny_model_dir, prompt_files, tmp_pa
 
     capsys.readouterr()
     assert main(["diff", str(tmp_path / "straight"), str(tmp_path / "resumed")]) == 0
-    assert capsys.readouterr().out == "no difference in metrics, ledgers or checkpoints\n"
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "no difference in metrics, ledgers or checkpoints"
+    # every part of both runs was compared: the same counts on each side
+    compared = re.fullmatch(r"compared \S+ \((.*)\) with \S+ \((.*)\)", out[1])
+    assert compared and compared[1] == compared[2] and "0 ledgers" not in compared[1], out[1]
+    assert out[2].startswith("not compared, measurements of the machine: perf/…")

@@ -86,7 +86,7 @@ def test_diff_of_a_run_whose_config_yaml_is_a_bomb_is_one_line(tmp_path):
     other.mkdir()
     (other / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 0.5}\n', encoding="utf-8")
     (other / "config.yaml").write_text("seed: 0\n", encoding="utf-8")
-    assert_alias_refused(glassrl("diff", str(other), str(run)), f"{run}: its config: not valid YAML")
+    assert_alias_refused(glassrl("diff", str(other), str(run)), f"{run}: its config is not valid YAML")
 
 
 def test_the_layout_check_of_a_resumed_run_reads_through_the_one_loader(tmp_path):

@@ -32,18 +32,18 @@ version, staleness, log μ and off-policy weight among its columns and in the le
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from glassrl.commands import explain_input, explain_model
-from glassrl.commands.explain_model import DEFAULT_REWARD
+from glassrl.commands import explain_input
 from glassrl.errors import GlassrlError
 from glassrl.ledger import read_jsonl
 from glassrl.ledger.phrases import LANGUAGES
-from glassrl.ledger.render import legend_text, to_markdown, to_rich
+from glassrl.ledger.render import legend_text, to_markdown, to_text
 
 if TYPE_CHECKING:
     from glassrl.ledger import Ledger
@@ -86,7 +86,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reward",
         metavar="NAME|FILE.py:FN",
         help="reward source, or your function (module:fn or file.py:fn, any style) (default: the run's "
-        f"reward.sources; a plain model: {DEFAULT_REWARD} for a prompt in a bundled task's form, else "
+        "reward.sources; a plain model: `glassrl train`'s default reward.sources for a prompt in a bundled "
+        "task's form, else "
         "math against --answer)",
     )
     model.add_argument("--answer", metavar="TEXT", help="reference answer, for a prompt not in a bundled task's form")
@@ -125,7 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    explain_model.check_flags(args)
+    explain_input.check_model_flags(args)  # explain_model (it loads torch and transformers) only for --model
     for flag, value in (("--out", args.out), ("--html", args.html)):
         if value is not None:
             _check_output(flag, value)
@@ -143,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
         ledger = read_jsonl(args.ledger)
         header = [f"{args.ledger}: step {ledger.step}"]
     elif args.model is not None:
+        from glassrl.commands import explain_model
+
         ledger, header = explain_model.from_args(args)
     else:
         ledger, header = build_ledger(explain_input.from_args(args)), []
@@ -209,23 +212,20 @@ def _writing(flag: str, value: str) -> Iterator[None]:
 
 
 def _print_table(ledger: Ledger, header: list[str], legend: list[str], out: str | None) -> int:
-    from rich.console import Console
-    from rich.text import Text
+    """The table and its legend: in a terminal fitted to its width (columns that do not fit in a
+    further table), bold and dim; to a pipe, a file or ``--out``, every column whole and no styles."""
+    import shutil
 
-    def show(console: Console) -> None:
-        for line in header:
-            console.print(Text(line), soft_wrap=True)
-        console.print(to_rich(ledger))
-        for line in legend:
-            console.print(Text(line, style="bold" if not line.startswith(" ") else ""), soft_wrap=True)
-
-    if out is None:
-        # Not a terminal (pipe, file): wide enough that the table is not squeezed.
-        show(Console(highlight=False, width=None if sys.stdout.isatty() else 160))
-    else:
-        with _writing("--out", out), open(out, "w", encoding="utf-8") as f:
-            show(Console(file=f, highlight=False, width=160, color_system=None))
-    return 0
+    terminal = out is None and sys.stdout.isatty()
+    styled = terminal and not os.environ.get("NO_COLOR")
+    bold = (lambda line: f"\x1b[1m{line}\x1b[0m") if styled else (lambda line: line)
+    width = shutil.get_terminal_size().columns if terminal else None
+    lines = [
+        *header,
+        *to_text(ledger, width, styled),
+        *(line if line.startswith(" ") else bold(line) for line in legend),
+    ]
+    return _emit("".join(f"{line}\n" for line in lines), out)
 
 
 def legend(ledger: Ledger, response: str, token: str | None, lang: str = "en") -> list[str]:

@@ -133,6 +133,40 @@ def _flag(key: str) -> str:
     return f"--{key.replace('_', '-')}"
 
 
+# Flags of the two modes: a model computes the numbers (--model), or the user gives them.
+MODEL_ONLY = ("sample", "seed", "reward", "answer", "reference")
+NOT_WITH_MODEL = (
+    "input",
+    "tokenizer",
+    "tokens",
+    "score",
+    "token_scores",
+    "step_ends",
+    "step_scores",
+    "kl",
+    "logprobs",
+    "ref_logprobs",
+    "values",
+    "mask",
+    "baseline_reward",
+)
+
+
+def check_model_flags(args: argparse.Namespace) -> None:
+    """A flag of the other mode (model-computed vs given numbers): GlassrlError naming it."""
+    if args.model is None:
+        given = [k for k in MODEL_ONLY if getattr(args, k) is not None]
+        if given:
+            raise GlassrlError(f"{_flag(given[0])}: needs --model (a model that computes the numbers)")
+        return
+    given = [k for k in NOT_WITH_MODEL if getattr(args, k) is not None]
+    if given:
+        raise GlassrlError(
+            f"{_flag(given[0])}: cannot be combined with --model (the model computes the numbers "
+            "from --prompt and --response or --sample)"
+        )
+
+
 def from_args(args: argparse.Namespace) -> ExplainInput:
     """Read flags (and the --input file), tokenise, check; raise GlassrlError naming the culprit."""
     labels: dict[str, str] = {}

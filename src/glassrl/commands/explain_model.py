@@ -26,28 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 from glassrl.commands import explain_input
 from glassrl.errors import GlassrlError
-from glassrl.rl.config import RewardConfig
 
 if TYPE_CHECKING:
     from glassrl.ledger import Ledger
     from glassrl.rl.explain import ModelRun
 
-MODEL_ONLY = ("sample", "seed", "reward", "answer", "reference")
-NOT_WITH_MODEL = (
-    "input",
-    "tokenizer",
-    "tokens",
-    "score",
-    "token_scores",
-    "step_ends",
-    "step_scores",
-    "kl",
-    "logprobs",
-    "ref_logprobs",
-    "values",
-    "mask",
-    "baseline_reward",
-)
 # explain parameter -> the TrainConfig field it stands for
 CONFIG_FIELDS = {
     "gamma": "algo.gamma",
@@ -56,26 +39,10 @@ CONFIG_FIELDS = {
     "kl_kind": "algo.kl.kind",
     "whiten": "algo.whiten_advantages",
 }
-DEFAULT_REWARD = ", ".join(s["name"] for s in RewardConfig().sources)  # a plain model's for a bundled task's prompt
 
 
 def _flag(key: str) -> str:
     return f"--{key.replace('_', '-')}"
-
-
-def check_flags(args: argparse.Namespace) -> None:
-    """A flag of the other mode (model-computed vs given numbers): GlassrlError naming it."""
-    if args.model is None:
-        given = [k for k in MODEL_ONLY if getattr(args, k) is not None]
-        if given:
-            raise GlassrlError(f"{_flag(given[0])}: needs --model (a model that computes the numbers)")
-        return
-    given = [k for k in NOT_WITH_MODEL if getattr(args, k) is not None]
-    if given:
-        raise GlassrlError(
-            f"{_flag(given[0])}: cannot be combined with --model (the model computes the numbers "
-            "from --prompt and --response or --sample)"
-        )
 
 
 def open_run(args: argparse.Namespace, console=None) -> ModelRun:

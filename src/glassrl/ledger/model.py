@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from glassrl.errors import GlassrlError
 from glassrl.jsonl import jsonl_objects
+from glassrl.ledger.schema import checked
 
 if TYPE_CHECKING:
     import torch
@@ -400,7 +401,8 @@ OPTIONAL_FIELDS = ("role", "turn", "turns", "prompt_as_seen")
 
 def read_jsonl(path: str | Path) -> Ledger:
     """Load a ledger written by :meth:`Ledger.to_jsonl` (exactly: ``read_jsonl(p) == ledger``), or a
-    file of the first layout (flat rows); errors name the file and line."""
+    file of the first layout (flat rows); every field is checked for its type (glassrl.ledger.schema).
+    Errors name the file, the line and the field."""
     path = Path(path)
     if not path.is_file():
         raise GlassrlError(f"ledger file not found: {path}")
@@ -408,8 +410,17 @@ def read_jsonl(path: str | Path) -> Ledger:
     first = next(objects, None)
     if first is None:
         raise GlassrlError(f"{path}: no ledger rows")
+    if "kind" not in first[0] and {"chosen", "rejected"} <= first[0].keys():
+        raise GlassrlError(
+            f"{first[1]}: a preference ledger (glassrl dpo's held-out pairs), not a token ledger of RL "
+            "training: `glassrl report RUN_DIR` shows it; `glassrl explain --model RUN_DIR --prompt … "
+            "--chosen … --rejected …` explains a pair"
+        )
     read = _read_records if "kind" in first[0] else _read_flat_rows
     return read(itertools.chain([first], objects))
+
+
+_TOKEN_ROW_FIELDS = ("step", "response_index", *TOKEN_FIELDS, *OFF_POLICY_FIELDS)
 
 
 def _read_records(objects: Iterable[tuple[dict[str, Any], str]]) -> Ledger:
@@ -423,23 +434,33 @@ def _read_records(objects: Iterable[tuple[dict[str, Any], str]]) -> Ledger:
         kind = obj.get("kind")
         if kind == "response":
             _require(obj, tuple(f for f in RESPONSE_ROW if f not in OPTIONAL_FIELDS), where)
-            this_run = {name: obj[name] for name in RUN_FIELDS}
+            fields = checked(obj, RUN_FIELDS + RESPONSE_FIELDS, where)
+            this_run = {name: fields[name] for name in RUN_FIELDS}
             if run is None:
                 run = this_run
-            elif this_run != run:
+            elif not _same(this_run, run):
                 raise GlassrlError(f"{where}: run fields differ from the first response (one ledger per file)")
             if head is not None:
                 responses.append(_response(head, rows, where))
-            head, rows = obj, []
+            if fields["response_index"] != len(responses):
+                raise GlassrlError(f"{where}: field 'response_index': expected {len(responses)} (responses in order)")
+            head, rows = fields, []
         elif kind == "token":
-            if head is None:
+            if head is None or run is None:
                 raise GlassrlError(f"{where}: a token row before any response row")
             _require(obj, TOKEN_ROW, where)
-            if obj["response_index"] != head["response_index"]:
+            fields = checked(obj, _TOKEN_ROW_FIELDS, where)
+            if fields["response_index"] != head["response_index"]:
                 raise GlassrlError(
-                    f"{where}: a token row of response {obj['response_index']} under response {head['response_index']}"
+                    f"{where}: a token row of response {fields['response_index']} "
+                    f"under response {head['response_index']}"
                 )
-            rows.append(TokenRow(**{name: obj.get(name) for name in (*TOKEN_FIELDS, *OFF_POLICY_FIELDS)}))
+            if fields["step"] != run["step"]:
+                raise GlassrlError(f"{where}: field 'step': {fields['step']}, its response row says {run['step']}")
+            if fields["index"] != len(rows):
+                raise GlassrlError(f"{where}: field 'index': expected {len(rows)} (tokens in order)")
+            del fields["step"], fields["response_index"]
+            rows.append(TokenRow(**fields))
         else:
             raise GlassrlError(f"{where}: kind {kind!r}: expected 'response' or 'token'")
     assert run is not None and head is not None  # the first row is a response row
@@ -451,23 +472,29 @@ def _read_flat_rows(objects: Iterable[tuple[dict[str, Any], str]]) -> Ledger:
     """A ledger from the flat rows of the first ledger files (:meth:`Ledger.rows`)."""
     run: dict[str, Any] | None = None
     groups: dict[int, tuple[dict[str, Any], list[TokenRow]]] = {}
+    where = ""
     for obj, where in objects:
         missing = [name for name in ALL_FIELDS if name not in obj and name not in OPTIONAL_FIELDS]
         if missing:
             raise GlassrlError(f"{where}: missing field {missing[0]!r}")
-        this_run = {name: obj[name] for name in RUN_FIELDS}
+        fields = checked(obj, ALL_FIELDS + OFF_POLICY_FIELDS, where)
+        this_run = {name: fields[name] for name in RUN_FIELDS}
         if run is None:
             run = this_run
-        elif this_run != run:
+        elif not _same(this_run, run):
             raise GlassrlError(f"{where}: run fields differ from the first row (one ledger per file)")
-        head, rows = groups.setdefault(obj["response_index"], ({n: obj.get(n) for n in RESPONSE_FIELDS[1:]}, []))
-        rows.append(TokenRow(**{name: obj.get(name) for name in (*TOKEN_FIELDS, *OFF_POLICY_FIELDS)}))
+        head, rows = groups.setdefault(fields["response_index"], (fields, []))
+        if fields["index"] != len(rows):
+            raise GlassrlError(f"{where}: field 'index': expected {len(rows)} (tokens of a response in order)")
+        rows.append(TokenRow(**{name: fields[name] for name in (*TOKEN_FIELDS, *OFF_POLICY_FIELDS)}))
     assert run is not None
-    responses = tuple(
-        ResponseLedger(**{**head, "turns": _read_turns(head["turns"])}, tokens=tuple(rows))
-        for _, (head, rows) in sorted(groups.items())
-    )
+    responses = tuple(_response(head, rows, where, check_length=False) for _, (head, rows) in sorted(groups.items()))
     return Ledger(**run, responses=responses)
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two rows' run fields agree (NaN equal to NaN: a β a run recorded as NaN is one value)."""
+    return all(x == y or (x != x and y != y) for x, y in zip(a.values(), b.values()))
 
 
 def _require(obj: dict[str, Any], fields: tuple[str, ...], where: str) -> None:
@@ -476,12 +503,18 @@ def _require(obj: dict[str, Any], fields: tuple[str, ...], where: str) -> None:
         raise GlassrlError(f"{where}: missing field {missing!r}")
 
 
-def _response(head: dict[str, Any], rows: list[TokenRow], where: str) -> ResponseLedger:
-    """The response of a response row and its token rows (as many as its length)."""
-    if len(rows) != head["length"]:
+def _response(head: dict[str, Any], rows: list[TokenRow], where: str, check_length: bool = True) -> ResponseLedger:
+    """The response of a response row and its token rows (as many as its length), its turns within them."""
+    if check_length and len(rows) != head["length"]:
         raise GlassrlError(
             f"{where}: response {head['response_index']} has {len(rows)} token rows, its length is {head['length']}"
         )
+    for k, turn in enumerate(head["turns"] or ()):
+        if turn["observation_end"] > len(rows):
+            raise GlassrlError(
+                f"{where}: response {head['response_index']}: turn {k} ends at {turn['observation_end']}, "
+                f"past its {len(rows)} tokens"
+            )
     fields = {name: head.get(name) for name in RESPONSE_FIELDS[1:]}
     return ResponseLedger(**{**fields, "turns": _read_turns(fields["turns"])}, tokens=tuple(rows))
 

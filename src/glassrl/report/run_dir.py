@@ -18,12 +18,16 @@ run can be inspected offline.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
 import re
 import socket
+import stat
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -31,7 +35,7 @@ from typing import Any
 
 from glassrl import __version__
 from glassrl.errors import GlassrlError
-from glassrl.jsonl import read_utf8
+from glassrl.jsonl import load_json, read_utf8
 from glassrl.ledger import Ledger, read_jsonl
 from glassrl.ledger.preference import PreferenceLedger
 
@@ -68,7 +72,8 @@ class RunDir:
             have = ", ".join(map(str, self.ledger_paths)) or "none"
             raise GlassrlError(f"{self.path}: no ledger for step {step} (steps with a ledger: {have})")
         if step not in self._ledgers:
-            self._ledgers[step] = read_jsonl(self.ledger_paths[step])
+            with reading(self.ledger_paths[step]):
+                self._ledgers[step] = read_jsonl(self.ledger_paths[step])
         return self._ledgers[step]
 
 
@@ -80,13 +85,13 @@ def read_run(path: str | Path, name: str | None = None) -> RunDir:
     if not path.is_dir():
         raise GlassrlError(f"run directory {path}: not a directory")
     config = _config_name(path)
-    missing = [n for n in (config, METRICS) if not (path / n).is_file()]
+    missing = [n for n in (config, METRICS) if not regular_file(path / n)]
     if missing:
         raise GlassrlError(
             f"run directory {path}: missing {' and '.join(missing)} (is it a `glassrl train` output_dir?)"
         )
     env_path = path / ENVIRONMENT
-    if env_path.is_file():
+    if regular_file(env_path):
         environment, source = _read_json_object(env_path), f"{env_path}, written by the run"
     else:
         environment = collect_environment()
@@ -94,7 +99,7 @@ def read_run(path: str | Path, name: str | None = None) -> RunDir:
     return RunDir(
         path=path,
         name=name or resolved.name,
-        config_text=read_utf8(path / config),
+        config_text=read_text(path / config),
         metrics=read_metrics(path / METRICS),
         ledger_paths=ledger_paths(path),
         environment=environment,
@@ -107,7 +112,7 @@ def read_run(path: str | Path, name: str | None = None) -> RunDir:
 def _config_name(path: Path) -> str:
     """config.yaml, or a preference run's <loss>_config.yaml."""
     marker = path / MARKER
-    if not (path / CONFIG).is_file() and marker.is_file():
+    if not regular_file(path / CONFIG) and regular_file(marker):
         summary = _read_json_object(marker)
         if summary.get("kind") == "preference":
             return f"{summary.get('loss')}_config.yaml"
@@ -116,12 +121,12 @@ def _config_name(path: Path) -> str:
 
 def _preference_ledgers(path: Path) -> list[PreferenceLedger]:
     """The preference ledgers of ``path`` (one JSON object per line); none when it is absent."""
-    if not path.is_file():
+    if not regular_file(path):
         return []
     ledgers = []
-    for lineno, line in enumerate(read_utf8(path).splitlines(), start=1):
+    for lineno, line in enumerate(read_text(path).splitlines(), start=1):
         try:
-            ledgers.append(PreferenceLedger.from_dict(json.loads(line)))
+            ledgers.append(PreferenceLedger.from_dict(load_json(line)))
         except (ValueError, TypeError, KeyError) as err:
             raise GlassrlError(f"{path}:{lineno}: not a preference ledger ({err})") from None
     return ledgers
@@ -129,14 +134,16 @@ def _preference_ledgers(path: Path) -> list[PreferenceLedger]:
 
 def _alerts(path: Path) -> list[dict[str, Any]]:
     """The alerts of ``path`` ({step, kind, level, message, rows} a line); none when it is absent."""
-    if not path.is_file():
+    if not regular_file(path):
         return []
     alerts = []
-    for lineno, line in enumerate(read_utf8(path).splitlines(), start=1):
+    for lineno, line in enumerate(read_text(path).splitlines(), start=1):
         try:
-            alert = json.loads(line)
+            alert = load_json(line)
         except json.JSONDecodeError as err:
             raise GlassrlError(f"{path}:{lineno}: not valid JSON: {err.msg}") from None
+        except ValueError as err:  # TooDeep, or an integer past the int-string limit
+            raise GlassrlError(f"{path}:{lineno}: {err}") from None
         if not isinstance(alert, dict) or not {"step", "kind", "level", "message", "rows"} <= alert.keys():
             raise GlassrlError(f"{path}:{lineno}: expected an object with step, kind, level, message and rows")
         alerts.append(alert)
@@ -159,33 +166,90 @@ def read_runs(paths: list[str | Path]) -> list[RunDir]:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The rows of metrics.jsonl in file order; a last line cut short by a killed run is skipped."""
-    lines = read_utf8(path).split("\n")
+    """The rows of metrics.jsonl in file order; a last line cut short by a killed run is skipped.
+    A row is an object with an integer ``step``; a number beyond a float's range (an integer of 400
+    digits) or a value nested deeper than glassrl.jsonl.MAX_NESTING is a GlassrlError naming the line."""
+    lines = read_text(path).split("\n")
     rows = []
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = load_json(line)
         except json.JSONDecodeError as err:
             if lineno == len(lines):  # no newline after it: written as the run was killed
                 continue
             raise GlassrlError(f"{path}:{lineno}: not valid JSON: {err.msg}") from None
-        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+        except ValueError as err:  # TooDeep, or an integer past the int-string limit
+            raise GlassrlError(f"{path}:{lineno}: {err}") from None
+        if not isinstance(row, dict) or type(row.get("step")) is not int:
             raise GlassrlError(f"{path}:{lineno}: expected an object with an integer 'step'")
+        for key, value in row.items():
+            if type(value) is int and not -(2**1023) < value < 2**1023:
+                raise GlassrlError(
+                    f"{path}:{lineno}: {key}: an integer of {len(str(abs(value)))} digits, beyond a float's range"
+                )
         rows.append(row)
     return rows
 
 
 def ledger_paths(path: Path) -> dict[int, Path]:
-    """{step: ledgers/step_XXXXXX.jsonl} in step order; empty when the run wrote no ledger."""
+    """{step: ledgers/step_XXXXXX.jsonl} in step order; empty when the run wrote no ledger. An entry
+    of that name that is not a regular file (a FIFO, a link loop, a directory) is a GlassrlError:
+    never left out in silence, never opened (a FIFO would block)."""
     found = {}
-    if (path / LEDGERS).is_dir():
-        for file in (path / LEDGERS).iterdir():
+    if regular_file(path / LEDGERS, directory=True):
+        with reading(path / LEDGERS):
+            entries = list((path / LEDGERS).iterdir())
+        for file in entries:
             match = _LEDGER_NAME.match(file.name)
-            if match and file.is_file():
+            if match and regular_file(file):
                 found[int(match[1])] = file
     return dict(sorted(found.items()))
+
+
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFREG: "a regular file",
+}
+
+
+def regular_file(path: Path, directory: bool = False) -> bool:
+    """Whether ``path`` is a regular file (with ``directory``: a directory), links followed; False
+    when nothing is there (a dangling link included). Anything else there is a GlassrlError naming
+    it: a FIFO, socket or device (checked by its type, so it is never opened), a symbolic link loop,
+    a directory where a file belongs, a path that cannot be looked at."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:  # nothing there, or a dangling link (to nothing): absent
+        return False
+    except OSError as err:
+        why = "a symbolic link loop" if err.errno == errno.ELOOP else err.strerror or str(err)
+        raise GlassrlError(f"{path}: cannot be read: {why}") from None
+    want = stat.S_IFDIR if directory else stat.S_IFREG
+    if stat.S_IFMT(mode) != want:
+        kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise GlassrlError(f"{path}: {kind}, not {_KINDS[want]}: cannot be read as part of a run")
+    return True
+
+
+@contextmanager
+def reading(path: Path) -> Iterator[None]:
+    """An OSError while reading ``path`` (permission, I/O) as a GlassrlError naming it."""
+    try:
+        yield
+    except OSError as err:
+        raise GlassrlError(f"{path}: cannot be read: {err.strerror or err}") from None
+
+
+def read_text(path: Path) -> str:
+    """glassrl.jsonl.read_utf8, an OSError a GlassrlError naming the file."""
+    with reading(path):
+        return read_utf8(path)
 
 
 def collect_environment() -> dict[str, Any]:
@@ -230,9 +294,11 @@ def _device() -> tuple[str, str | None, str | None]:
 
 def _read_json_object(path: Path) -> dict[str, Any]:
     try:
-        obj = json.loads(read_utf8(path))
+        obj = load_json(read_text(path))
     except json.JSONDecodeError as err:
         raise GlassrlError(f"{path}: not valid JSON: {err.msg} (line {err.lineno})") from None
+    except ValueError as err:  # TooDeep, or an integer past the int-string limit
+        raise GlassrlError(f"{path}: {err}") from None
     if not isinstance(obj, dict):
         raise GlassrlError(f"{path}: expected a JSON object of environment fields")
     return obj

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Every bundled config, and examples/ (symlinks to them in a checkout; a plain file there is tested too).
 CONFIGS = sorted(presets.DIR.rglob("*.yaml")) + sorted((ROOT / "examples").rglob("*.yaml"))
 # The command that reads each supervised config (by file stem); every other config is glassrl train's.
-SUPERVISED = {"sft": SFTConfig, "rm": RMConfig, "dpo": PreferenceConfig, "kto": PreferenceConfig}
+SUPERVISED = {"sft": SFTConfig, "rm": RMConfig} | dict.fromkeys(["dpo", "kto", "cpo", "orpo", "bco"], PreferenceConfig)
 # Optional sections turned on with their defaults, on top of an agentic preset.
 VARIANTS = {
     "tools": ("tool_add.yaml", ["rollout.agent.tools=[calculator]"]),

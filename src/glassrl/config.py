@@ -65,11 +65,8 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
     data = _read(path)
     defaults = to_dict(cls())
     written = set(_dotted_keys(data))
-    # glassrl's own config.yaml, judged by value: every key, or a run directory's (a run from an
-    # earlier version lacks the keys added since, which then take their defaults). A key of an
-    # optional section (rollout.agent: null by default) is judged against that section's own
-    # default: the file holds every key of a section that is on (issue 44: the printed resume
-    # command refused rollout.agent.valid_call_reward = 0.0, its default, as written)
+    # glassrl's own config.yaml, judged by value: every key, or a run directory's (a run from an earlier
+    # version lacks the keys added since); an optional section's keys against its own defaults (issue 44)
     if set(_dotted_keys(defaults)) <= written or _in_run_directory(path):
         file_leaves, default_leaves = flatten(data), flatten(_sections_on(cls()))
         written = {key for key, value in file_leaves.items() if value != default_leaves.get(key)}
@@ -96,15 +93,11 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
 
 
 def _sections_on(cfg: Any) -> dict[str, Any]:
-    """``to_dict(cfg)`` with every optional section that is off (None) given its own defaults, so
-    that each key a file can hold has a default to be judged against."""
-    hints = typing.get_type_hints(type(cfg))
-    tree = {}
+    """``to_dict(cfg)``, each optional section that is off (None) given its own defaults."""
+    tree, hints = {}, typing.get_type_hints(type(cfg))
     for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
         section = next((a for a in typing.get_args(hints[f.name]) if dataclasses.is_dataclass(a)), None)
-        if value is None and section is not None:
-            value = section()
+        value = section() if getattr(cfg, f.name) is None and section is not None else getattr(cfg, f.name)
         tree[f.name] = _sections_on(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
     return tree
 

@@ -1,10 +1,10 @@
-"""Offline preference optimisation: the DPO family on preference pairs and KTO on labelled
-responses, trained on the supervised loop (``glassrl dpo CONFIG``).
+"""Offline preference optimisation: the DPO family on preference pairs (DPO, RPO, IPO, SimPO, CPO,
+ORPO, BCO) and KTO on labelled responses, trained on the supervised loop (``glassrl dpo CONFIG``).
 
     cfg = load_config(PreferenceConfig, "examples/dpo.yaml", ["steps=50"])
     metrics = train_preference(cfg)
 
-The losses are glassrl.algos.losses.preference (DPO, conservative DPO, IPO, SimPO, KTO: ``loss``);
+The losses are glassrl.algos.losses.preference (``loss``; RPO is dpo with ``rpo_alpha`` > 0);
 each response's tokens get an implicit reward ρ_i = β·(log π_θ − log π_ref) (β·log π_θ for SimPO),
 aggregated per response by the loss's reduction, and the loss is the mean over the batch of the
 per-pair (per-example) loss. Data (glassrl.data.preferences): the reward model's pair formats
@@ -18,6 +18,11 @@ of glassrl.data.collate); a pair's chosen and rejected go through the model in o
   LoRA: the base, the adapters being zero then). Its log-probs are computed once, before the first
   step, and cached with the run (glassrl.supervised.reference): no second model in memory during
   training. SimPO reads no reference and computes none.
+- **fitting** (glassrl.supervised.preference_data): an example past ``max_length`` is cut as TRL cuts
+  it, and a line counts them. **batches**: ``batch_size`` per optimiser step, in passes of
+  ``micro_batch_size`` (gradient accumulation); ``epochs`` sets the steps, as sft's.
+- **BCO's δ**: :class:`RunningMean` of the batches' mean rewards (TRL's RunningMoments), checkpointed.
+- **β** null is the loss's default (:data:`DEFAULT_BETA`): SimPO's paper's 2.0, else TRL's 0.1.
 - **KTO's reference point** z₀ (Ethayarajh et al. 2024): each example's prompt is paired with the
   response of another example (a fixed, seeded derangement of the data: TRL pairs within a batch by
   a shift of one), and z₀ = max(0, mean Σ_i log π_θ/π_ref) over the batch's mismatched pairs, with
@@ -66,8 +71,8 @@ from glassrl.algos.losses import (
     side_rewards,
 )
 from glassrl.config import at_least, check_threads, fail, knob_set
-from glassrl.data.collate import collate, encode_response
-from glassrl.data.formatting import format_prompt, prompt_text
+from glassrl.data.collate import collate
+from glassrl.data.formatting import prompt_text
 from glassrl.data.preferences import load_labelled, load_preferences
 from glassrl.data.records import PreferencePair
 from glassrl.data.tasks import held_out_split
@@ -80,10 +85,11 @@ from glassrl.models.precision import compute_dtype, compute_precision
 from glassrl.optim import OptimConfig
 from glassrl.report.html import write_run_report
 from glassrl.run.atomic import write_text
-from glassrl.supervised.checkpoints import Checkpointing
-from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised
+from glassrl.supervised.checkpoints import Checkpointing, RunningMean
+from glassrl.supervised.foreign_names import PREFERENCE_NAMES
+from glassrl.supervised.loop import Tally, check_positions, epoch_steps, model_dir, train_supervised
+from glassrl.supervised.preference_data import Labelled, Rule, check_rule, cut_line, encode_labelled, fit_pairs
 from glassrl.supervised.reference import ReferenceLogprobs, cached_reference, sequence_logprobs
-from glassrl.supervised.rm import encode_pairs
 
 # Config keys a resumed run may change (dotted prefixes): how long it runs, where it lives, what it logs.
 RESUME_MAY_CHANGE = (
@@ -97,7 +103,13 @@ RESUME_MAY_CHANGE = (
 )
 LEDGER_FILE = "preference.jsonl"  # ledgers/ of the run: the preference ledgers of the first held-out pairs
 LEDGER_PAIRS = 4
-LOSS_KNOBS = tuple(f.name for f in PreferenceLossParams.__dataclass_fields__.values())
+# the PreferenceLossParams fields a config sets (BCO's δ is the trainer's state, not a knob)
+LOSS_KNOBS = tuple(
+    f for f in PreferenceLossParams.__dataclass_fields__ if all(f not in e.state for e in PREFERENCE_LOSSES.values())
+)
+# β when the config leaves it null: SimPO's paper trains with β = 2.0–2.5 (Meng et al. 2024, §4 and
+# Table 7); every other loss, TRL's default 0.1 (DPO's usual value, Rafailov et al. 2023 §6).
+DEFAULT_BETA = {"simpo": 2.0}
 
 
 @dataclass
@@ -106,10 +118,14 @@ class PreferenceConfig:
 
     model: str = "default"  # the policy to train (usually an SFT model): checkpoint dir, cached hub id or "default"
     reference: str | None = None  # π_ref: checkpoint dir or cached hub id; null = the policy before its first step
-    loss: str = "dpo"  # dpo | ipo | simpo | kto (glassrl.algos.losses.preference; docs/algorithms/)
-    beta: float = 0.1  # β: strength of the pull to π_ref (DPO, IPO's τ, KTO); SimPO's reward scale (2.0–2.5)
-    label_smoothing: float = 0.0  # dpo: ε, the assumed rate of flipped labels (conservative DPO); 0 = DPO
+    loss: str = "dpo"  # dpo | ipo | simpo | cpo | orpo | bco | kto (glassrl.algos.losses.preference; docs/algorithms/)
+    beta: float | None = (
+        None  # β: pull to π_ref (DPO, IPO's τ, KTO, BCO); SimPO/CPO's reward scale; ORPO's λ; null = 0.1, SimPO 2.0
+    )
+    label_smoothing: float = 0.0  # dpo, cpo: ε, the assumed rate of flipped labels (conservative DPO); 0 = DPO
+    rpo_alpha: float = 0.0  # dpo: α of RPO's NLL term on the chosen response (Pang et al. 2024); 0 = DPO
     simpo_gamma: float = 0.5  # simpo: γ, the target reward margin
+    cpo_alpha: float = 1.0  # cpo: weight of CPO's NLL term on the chosen response (Xu et al. 2024: 1)
     kto_desirable_weight: float = 1.0  # kto: λ_D, the weight of desirable examples
     kto_undesirable_weight: float = 1.0  # kto: λ_U, the weight of undesirable examples
     data: str = (
@@ -118,8 +134,17 @@ class PreferenceConfig:
     eval_data: str | None = None  # held-out pairs: the same forms; null = the test split of a task:NAME data
     seed: int = 0  # seeds python, numpy, torch and the data order
     steps: int = 200  # optimiser steps, each on batch_size pairs (kto: labelled responses)
+    epochs: float | None = None  # passes over the training data, setting the steps (as sft's); null = steps
     batch_size: int = 32  # pairs (kto: labelled responses) per optimiser step
-    max_length: int = 64  # longest prompt+response in tokens; a longer one is an error naming it
+    micro_batch_size: int | None = None  # pairs per forward/backward pass (gradient accumulation); null = batch_size
+    max_length: int = 64  # longest prompt+response in tokens; a longer example is cut (truncation_mode)
+    max_prompt_length: int | None = None  # a longer prompt keeps its last tokens (TRL's); null = not cut on its own
+    max_completion_length: int | None = (
+        None  # a longer response keeps its first tokens (TRL's); null = not cut on its own
+    )
+    truncation_mode: Literal["keep_start", "keep_end"] = (
+        "keep_start"  # past max_length: keep_start cuts the responses' ends, keep_end the prompt's start
+    )
     optim: OptimConfig = field(
         default_factory=lambda: OptimConfig(lr=1e-4, warmup_steps=10, decay="cosine")
     )  # optimiser and schedule (shared with glassrl train)
@@ -139,6 +164,9 @@ class PreferenceConfig:
     on_nonfinite: Literal["stop", "skip"] = "stop"  # NaN/inf loss or grad norm: stop (exit 2, no output) or skip it
 
     title = "glassrl dpo: resolved"
+    FOREIGN_NAMES = (
+        PREFERENCE_NAMES  # TRL's names -> the hint of an unknown-key error (glassrl.supervised.foreign_names)
+    )
 
     def anchor_paths(self, config_dir: Path, command_line: Set[str] = frozenset(), saved: bool = False) -> None:
         """data and eval_data named in a config file are read from its directory (glassrl.config_paths)."""
@@ -147,6 +175,18 @@ class PreferenceConfig:
     def validate(self, written: Set[str] | None = None) -> None:
         """Ranges, the loss and its knobs, the held-out set; GlassrlError naming the key (see glassrl.config)."""
         at_least(1, {"steps": self.steps, "batch_size": self.batch_size, "max_length": self.max_length})
+        at_least(1, {"micro_batch_size": self.micro_batch_size})
+        if self.epochs is not None and not self.epochs > 0:
+            fail("epochs", self.epochs, "must be > 0 (or null: steps sets the length)")
+        if self.epochs is not None and knob_set(self, "steps", written):
+            fail("steps", self.steps, f"ignored: epochs = {self.epochs} sets the steps; remove one")
+        if self.micro_batch_size is not None and self.batch_size % self.micro_batch_size:
+            fail(
+                "micro_batch_size",
+                self.micro_batch_size,
+                f"does not divide batch_size = {self.batch_size}; pick a divisor of {self.batch_size}",
+            )
+        check_rule(self.rule())
         at_least(1, {"log_every": self.log_every, "keep_checkpoints": self.keep_checkpoints})
         at_least(0, {"eval_every": self.eval_every, "checkpoint_every": self.checkpoint_every})
         if self.loss not in PREFERENCE_LOSSES:
@@ -167,19 +207,39 @@ class PreferenceConfig:
         self.optim.check("optim")
 
     def params(self) -> PreferenceLossParams:
-        return PreferenceLossParams(**{knob: getattr(self, knob) for knob in LOSS_KNOBS})
+        return PreferenceLossParams(**{knob: getattr(self, knob) for knob in LOSS_KNOBS} | {"beta": self.beta_value()})
+
+    def beta_value(self) -> float:
+        """β: the config's, or the loss's default when null (DEFAULT_BETA)."""
+        return self.beta if self.beta is not None else DEFAULT_BETA.get(self.loss, 0.1)
+
+    def rule(self) -> Rule:
+        """How an example longer than max_length is cut (glassrl.supervised.preference_data)."""
+        return Rule(self.max_length, self.max_prompt_length, self.max_completion_length, self.truncation_mode)
 
     def rows(self) -> list[tuple[str, str, str]]:
         """(quantity, value, unit) rows of the table printed at start (print_resolved)."""
         entry = PREFERENCE_LOSSES[self.loss]
         unit = "pairs" if self.loss in PAIR_LOSSES else "labelled responses"
-        knobs = ", ".join(f"{k} = {getattr(self, k):g}" for k in entry.knobs)
+        params = self.params()
+        knobs = ", ".join(f"{k} = {getattr(params, k):g}" for k in entry.knobs)
+        if self.beta is None:
+            knobs += f" (β: {self.loss}'s default)"
+        elif self.loss in DEFAULT_BETA and self.beta < DEFAULT_BETA[self.loss] / 4:
+            knobs += f" (below {self.loss}'s paper: β = {DEFAULT_BETA[self.loss]:g} when left null)"
+        batch = f"{unit}, per optimiser step"
+        if self.micro_batch_size is not None:
+            batch += f", in passes of {self.micro_batch_size}"
         return [
             ("loss", self.loss, f"{knobs}; rewards aggregated by {entry.reduction}"),
             ("reference", (self.reference or "the initial policy") if entry.reference else "none", "π_ref, frozen"),
-            ("training steps", f"{self.steps}", "optimiser steps"),
-            ("batch", f"{self.batch_size}", f"{unit}, per optimiser step"),
-            ("max length", f"{self.max_length}", "tokens, prompt + response"),
+            (
+                "training steps",
+                f"{self.steps}" if self.epochs is None else f"{self.epochs:g} epochs",
+                "optimiser steps",
+            ),
+            ("batch", f"{self.batch_size}", batch),
+            ("max length", f"{self.max_length}", f"tokens, prompt + response; longer: {self.truncation_mode}"),
             ("lora", "off" if self.lora is None else f"r = {self.lora.r}, alpha = {self.lora.alpha:g}", "adapters"),
             ("data", self.data, unit),
             ("eval data", _eval_spec(self), "held-out pairs"),
@@ -190,7 +250,8 @@ class PreferenceConfig:
 def train_preference(cfg: PreferenceConfig, console: Console | None = None, resume: bool = False) -> dict[str, float]:
     """Train the policy as ``cfg`` says; returns the final metrics (train/…, eval/…, steps, sizes, time_s).
     ``eval/rewards/accuracies`` is the held-out preference accuracy."""
-    cfg = replace(cfg, compute_dtype=_compute(cfg, resolve_device(cfg.device)))  # recorded as it ran
+    # recorded as it ran: the precision, and β (null: the loss's default)
+    cfg = replace(cfg, compute_dtype=_compute(cfg, resolve_device(cfg.device)), beta=cfg.beta_value())
     run = Checkpointing(
         Path(cfg.output_dir),
         every=cfg.checkpoint_every,
@@ -206,16 +267,6 @@ Pair = tuple[list[int], list[int], list[int], float | None]
 
 
 @dataclass
-class Labelled:
-    """A KTO example: its prompt and response ids, its label, and the response its KL pair borrows."""
-
-    prompt: list[int]
-    response: list[int]
-    desirable: bool
-    partner: list[int]
-
-
-@dataclass
 class PreferenceObjective:
     """The preference trainers' pieces of the supervised loop (glassrl.supervised.loop)."""
 
@@ -228,6 +279,12 @@ class PreferenceObjective:
     eval_pairs: list[PreferencePair]  # the held-out pairs as read (texts, for the ledger)
     reference: ReferenceLogprobs | None  # None: reference-free (SimPO)
     device: torch.device
+    running: RunningMean = field(default_factory=lambda: RunningMean())  # BCO's δ
+
+    @property
+    def state_parts(self) -> list[Any]:
+        """Checkpoint parts beside the loop's: BCO's running mean."""
+        return [self.running] if PREFERENCE_LOSSES[self.cfg.loss].state else []
 
     @property
     def name(self) -> str:
@@ -242,7 +299,10 @@ class PreferenceObjective:
 
     @property
     def steps(self) -> int:
-        return self.cfg.steps
+        """cfg.steps, or epochs passes over the training examples when epochs is set."""
+        if self.cfg.epochs is None:
+            return self.cfg.steps
+        return epoch_steps(self.cfg.epochs, len(self.train), self.cfg.batch_size)
 
     @property
     def sizes(self) -> dict[str, float]:
@@ -262,11 +322,17 @@ class PreferenceObjective:
             model = apply_lora(model, cfg.lora.settings(), path)
         model.train()
         eval_pairs = load_preferences(_eval_spec(cfg))
-        evals = encode_pairs(tokenizer, eval_pairs, cfg.max_length)
+        evals, eval_cut = fit_pairs(tokenizer, eval_pairs, cfg.rule())
         if cfg.loss in PAIR_LOSSES:
-            train: list = list(enumerate(encode_pairs(tokenizer, load_preferences(cfg.data), cfg.max_length)))
+            pairs, train_cut = fit_pairs(tokenizer, load_preferences(cfg.data), cfg.rule())
+            train: list = list(enumerate(pairs))
         else:
-            train = list(enumerate(_encode_labelled(tokenizer, cfg, load_labelled(cfg.data))))
+            labelled, train_cut = encode_labelled(tokenizer, load_labelled(cfg.data), cfg.rule(), cfg.seed, cfg.data)
+            train = list(enumerate(labelled))
+        what = "training pairs" if cfg.loss in PAIR_LOSSES else "training examples"
+        cut = cut_line(cfg.loss, {what: (train_cut, len(train)), "held-out pairs": (eval_cut, len(evals))}, cfg.rule())
+        if cut is not None:
+            (console or Console()).print(cut, markup=False, soft_wrap=True)
         obj = cls(cfg, path, model, tokenizer, train, evals, eval_pairs, None, device)
         if PREFERENCE_LOSSES[cfg.loss].reference:
             obj.reference, line = obj._reference(resume)
@@ -305,22 +371,34 @@ class PreferenceObjective:
         indices = [i for i, _ in examples]
         if self.cfg.loss in UNPAIRED_LOSSES:
             return self._kto_loss(indices, [e for _, e in examples])
-        loss, r_c, r_r, logps = self._pairs([e for _, e in examples], indices, "train", grad=True)
+        loss, r_c, r_r, logps = self._pairs([e for _, e in examples], indices, "train", grad=True, step=True)
         sums = {
             "train/loss": loss.item(),
             **_pair_metrics("train", r_c.sequence, r_r.sequence, logps),
         }
         return loss, Tally(1, sums)
 
-    def _pairs(self, pairs: list[Pair], indices: list[int], group: str, grad: bool):
+    def _pairs(self, pairs: list[Pair], indices: list[int], group: str, grad: bool, step: bool = False):
         """(mean loss, chosen's Rewards, rejected's Rewards, (Σ log π chosen, Σ log π rejected) (B,) each)
-        of ``pairs``, chosen and rejected in one forward pass."""
+        of ``pairs``, chosen and rejected in one forward pass; ``step``: a training batch, which
+        updates BCO's running mean first."""
         chosen, rejected = self._sides(
             [(p, c) for p, c, _, _ in pairs] + [(p, r) for p, _, r, _ in pairs], indices, group, grad
         )
-        loss, r_c, r_r = pair_loss(self.cfg.loss, chosen, rejected, self.cfg.params())
+        loss, r_c, r_r = pair_loss(self.cfg.loss, chosen, rejected, self._params(chosen, rejected, step))
         logps = tuple(torch.where(s.mask, s.logprobs.detach(), 0.0).sum(-1) for s in (chosen, rejected))
         return loss.mean(), r_c, r_r, logps
+
+    def _params(self, chosen: Side, rejected: Side, step: bool) -> PreferenceLossParams:
+        """The loss's numbers; BCO's δ the running mean of the rewards, updated by a training batch's
+        (TRL's bco_pair: RunningMoments.update, then its mean)."""
+        params, entry = self.cfg.params(), PREFERENCE_LOSSES[self.cfg.loss]
+        if not entry.state:
+            return params
+        if step:
+            rewards = torch.cat([side_rewards(s, entry, params.beta).sequence.detach() for s in (chosen, rejected)])
+            self.running.update(rewards)
+        return replace(params, bco_delta=self.running.mean)
 
     def _sides(self, sequences, indices: list[int], group: str, grad: bool) -> tuple[Side, Side]:
         """The first and second half of ``sequences`` as two Sides, from one forward pass; π_ref
@@ -396,8 +474,8 @@ class PreferenceObjective:
                 [(p, y) for p, y, _, _ in pairs] + [(p, y) for p, _, y, _ in pairs], indices, "eval", grad=False
             )
             r_c, r_r = side_rewards(c, entry, params.beta).sequence, side_rewards(r, entry, params.beta).sequence
-            if self.cfg.loss in PAIR_LOSSES:
-                losses.append(entry.fn(r_c, r_r, params))
+            if self.cfg.loss in PAIR_LOSSES:  # with the NLL term (RPO, CPO, ORPO); BCO's δ as it stands
+                losses.append(pair_loss(self.cfg.loss, c, r, self._params(c, r, step=False))[0])
             chosen.append(r_c)
             rejected.append(r_r)
             logps_c.append(torch.where(c.mask, c.logprobs, 0.0).sum(-1))
@@ -429,7 +507,8 @@ class PreferenceObjective:
                 tokens = [self.tokenizer.decode([t]) for t in ids]
                 numbers.append(SideNumbers(text, ids, tokens, side.logprobs[b, : len(ids)], ref))
             prompt = prompt_text(self.tokenizer, raw.prompt)
-            out.append(pair_ledger(prompt, *numbers, loss=self.cfg.loss, params=self.cfg.params(), source=raw.source))
+            params = self._params(*sides, step=False)
+            out.append(pair_ledger(prompt, *numbers, loss=self.cfg.loss, params=params, source=raw.source))
         return out
 
     def finish(self, out: Path, result: dict[str, float]) -> None:
@@ -444,11 +523,12 @@ class PreferenceObjective:
 
     def _write_summary(self, out: Path, result: dict[str, float]) -> None:
         """glassrl.json: what was trained, on what, and the held-out preference accuracy."""
-        cfg = self.cfg
+        cfg, entry = self.cfg, PREFERENCE_LOSSES[self.cfg.loss]
+        params = replace(cfg.params(), bco_delta=self.running.mean)
         summary = {
             "kind": "preference",
             "loss": cfg.loss,
-            "params": {k: getattr(cfg, k) for k in PREFERENCE_LOSSES[cfg.loss].knobs},
+            "params": {k: getattr(params, k) for k in (*entry.knobs, *entry.state)},  # BCO: δ as it ended
             "base_model": str(self.path),
             "reference": (cfg.reference or str(self.path)) if PREFERENCE_LOSSES[cfg.loss].reference else None,
             "lora": None if cfg.lora is None else asdict(cfg.lora),
@@ -487,27 +567,6 @@ def _pair_metrics(
         f"{prefix}/logps/chosen": reduce(logps[0]),
         f"{prefix}/logps/rejected": reduce(logps[1]),
     }
-
-
-def _encode_labelled(tokenizer, cfg: PreferenceConfig, examples) -> list[Labelled]:
-    """KTO's examples, each with the response of another as its KL pair's: a seeded derangement
-    (a random cycle through the data), so that no example borrows its own response."""
-    prompts = [format_prompt(tokenizer, e.prompt) for e in examples]
-    responses = [encode_response(tokenizer, e.response) for e in examples]
-    if len(examples) < 2:
-        raise GlassrlError(f"data: {cfg.data} has {len(examples)} labelled response; KTO needs at least 2")
-    order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
-    partner = {order[k]: order[(k + 1) % len(order)] for k in range(len(order))}
-    encoded = []
-    for i, example in enumerate(examples):
-        longest = len(prompts[i]) + max(len(responses[i]), len(responses[partner[i]]))
-        if longest > cfg.max_length:
-            raise GlassrlError(
-                f"{example.source}: prompt+response (or its KL pair's) is {longest} tokens, "
-                f"more than max_length={cfg.max_length}"
-            )
-        encoded.append(Labelled(prompts[i], responses[i], example.desirable, responses[partner[i]]))
-    return encoded
 
 
 def _compute(cfg: PreferenceConfig, device: torch.device) -> str:

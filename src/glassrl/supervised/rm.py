@@ -51,6 +51,7 @@ from glassrl.errors import GlassrlError
 from glassrl.models import load_scalar_model, load_tokenizer, sequence_scores
 from glassrl.optim import OptimConfig
 from glassrl.run.atomic import write_text
+from glassrl.supervised.foreign_names import REWARD_NAMES
 from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised
 
 
@@ -82,6 +83,7 @@ class RMConfig:
     on_nonfinite: Literal["stop", "skip"] = "stop"  # NaN/inf loss or grad norm: stop (exit 2, no output) or skip it
 
     title = "glassrl rm: resolved"
+    FOREIGN_NAMES = REWARD_NAMES  # TRL's names -> the hint of an unknown-key error (glassrl.supervised.foreign_names)
 
     def anchor_paths(self, config_dir: Path, command_line: Set[str] = frozenset(), saved: bool = False) -> None:
         """data and eval_data named in a config file are read from its directory (glassrl.config_paths)."""

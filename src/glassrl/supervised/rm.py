@@ -48,7 +48,7 @@ from glassrl.data.preferences import load_preferences
 from glassrl.data.records import PreferencePair
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
-from glassrl.models import load_scalar_model, load_tokenizer, sequence_scores
+from glassrl.models import has_scalar_head, load_scalar_model, load_tokenizer, sequence_scores
 from glassrl.optim import OptimConfig
 from glassrl.run.atomic import write_text
 from glassrl.supervised.foreign_names import REWARD_NAMES
@@ -180,7 +180,7 @@ def evaluate(
 def train_rm(cfg: RMConfig, console: Console | None = None) -> dict[str, float]:
     """Train a reward model as ``cfg`` says; returns the final metrics (train/…, eval/…, steps,
     pairs, eval_pairs, time_s). ``eval/accuracy`` is the held-out pairwise accuracy."""
-    return train_supervised(cfg, lambda device: RMObjective.build(cfg, device), console)
+    return train_supervised(cfg, lambda device: RMObjective.build(cfg, device, console), console)
 
 
 @dataclass
@@ -200,9 +200,18 @@ class RMObjective:
     train_keys = ("train/loss", "train/accuracy", "train/reward_gap")  # means over the steps since the last row
 
     @classmethod
-    def build(cls, cfg: RMConfig, device: torch.device) -> RMObjective:
-        """Load the model with a scalar head (fresh, drawn from the seeded RNG, or the checkpoint's) and the pairs."""
+    def build(cls, cfg: RMConfig, device: torch.device, console: Console | None = None) -> RMObjective:
+        """Load the model with a scalar head (fresh, drawn from the seeded RNG, or the checkpoint's) and the
+        pairs; a fresh head is said in one line (transformers' notice of its MISSING weights is silenced)."""
         path = model_dir(cfg.model)
+        if not has_scalar_head(path):
+            (console or Console()).print(
+                f"rm: a new scalar head ({cfg.head}: Linear(hidden, 1)) on {path}'s backbone, drawn from "
+                f"seed {cfg.seed}: it starts untrained, as it should (transformers' notice of its missing "
+                "weights is not shown)",
+                markup=False,
+                soft_wrap=True,
+            )
         tokenizer = load_tokenizer(path)
         model = load_scalar_model(path, head=cfg.head, dtype="float32", device=str(device)).train()
         check_positions(model, cfg.max_length, str(path))

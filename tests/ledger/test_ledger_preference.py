@@ -176,3 +176,17 @@ def test_chosen_and_rejected_need_a_preference_run(trained, tiny_model_dir, caps
     assert "is not a run of glassrl dpo" in capsys.readouterr().err
     assert main(["explain", "--model", str(run), "--prompt", "p", "--chosen", "a"]) == 2
     assert "--rejected: missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("loss", ["dpo", "ipo", "simpo", "cpo", "orpo", "bco"])
+def test_every_pair_loss_has_its_loss_line_in_both_languages(loss):
+    from glassrl.algos.losses import PREFERENCE_LOSSES
+
+    reference = PREFERENCE_LOSSES[loss].reference
+    ledger = pair_ledger(
+        "p", *hand_pair(ref=reference), loss=loss, params=PreferenceLossParams(beta=0.1, bco_delta=0.05)
+    )
+    for lang in ("en", "zh"):
+        assert f"{ledger.pair_loss - sum(t.nll or 0.0 for t in ledger.chosen.tokens):.4f}" in "\n".join(
+            ledger.lines(lang)
+        )

@@ -127,7 +127,8 @@ def test_micro_batches_give_the_batch_s_step(tiny_model_dir, pair_files, tmp_pat
 def test_epochs_set_the_steps(tiny_model_dir, pair_files, tmp_path):
     cfg = _cfg(tiny_model_dir, pair_files, tmp_path / "run", steps=200, epochs=0.5)  # 0.5 × 24 / 4 = 3 steps
     assert PreferenceObjective.build(cfg, CPU).steps == 3
-    assert [r["step"] for r in _rows(tmp_path / "run")] == [1, 2, 3] if train_preference(cfg) else False
+    assert train_preference(cfg)["steps"] == 3
+    assert [r["step"] for r in _rows(tmp_path / "run")] == [1, 2, 3]
 
 
 # ---------------------------------------------------------------- the new losses in a run

@@ -48,7 +48,8 @@ from glassrl.models.default_model import default_model_dir
 from glassrl.rl.config import TrainConfig
 from glassrl.rl.loop import Trainer
 from glassrl.run.checkpoint import CheckpointManager
-from glassrl.supervised.preference import PreferenceConfig, train_preference
+from glassrl.supervised.preference import train_preference
+from glassrl.supervised.preference_config import PreferenceConfig
 
 LEGS = ("dpo", "ipo", "ppo", "grpo", "distill", "distill-grpo")
 

@@ -18,7 +18,8 @@
   check can tell a knob the user set from one left at its default
   (:func:`knob_set`). A file that holds every key (a run's own ``config.yaml``)
   says nothing by its keys: there only values other than the default count as
-  written. Every config class has one validation path: its ``validate``, called
+  written (a key of an optional section, off by default, against that section's own
+  default). Every config class has one validation path: its ``validate``, called
   here and again by the trainer with ``written=None``.
 - A config class with an ``anchor_paths(config_dir, command_line, saved)`` method is given the
   directory of its file (the working directory without one), the keys the command line set and
@@ -58,10 +59,10 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
     data = _read(path)
     defaults = to_dict(cls())
     written = set(_dotted_keys(data))
-    # glassrl's own config.yaml, judged by value: every key, or a run directory's (a run from an
-    # earlier version lacks the keys added since, which then take their defaults)
+    # glassrl's own config.yaml, judged by value: every key, or a run directory's (a run from an earlier
+    # version lacks the keys added since); an optional section's keys against its own defaults (issue 44)
     if set(_dotted_keys(defaults)) <= written or _in_run_directory(path):
-        file_leaves, default_leaves = flatten(data), flatten(defaults)
+        file_leaves, default_leaves = flatten(data), flatten(_sections_on(cls()))
         written = {key for key, value in file_leaves.items() if value != default_leaves.get(key)}
     from_command_line = []
     for item in overrides:
@@ -83,6 +84,16 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
     if hasattr(cfg, "validate"):
         cfg.validate(frozenset(written))
     return cfg
+
+
+def _sections_on(cfg: Any) -> dict[str, Any]:
+    """``to_dict(cfg)``, each optional section that is off (None) given its own defaults."""
+    tree, hints = {}, typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        section = next((a for a in typing.get_args(hints[f.name]) if dataclasses.is_dataclass(a)), None)
+        value = section() if getattr(cfg, f.name) is None and section is not None else getattr(cfg, f.name)
+        tree[f.name] = _sections_on(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
+    return tree
 
 
 def foreign_names(cls: type) -> dict[str, str]:

@@ -2,9 +2,11 @@
 a slow reference written pair by pair from the papers' formulas, and invariants (hypothesis)."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,12 +52,18 @@ def hand_pair():
 
 
 def test_registries():
-    assert list(PAIR_LOSSES) == ["dpo", "ipo", "simpo"]
+    assert list(PAIR_LOSSES) == ["dpo", "ipo", "simpo", "cpo", "orpo", "bco"]
     assert list(UNPAIRED_LOSSES) == ["kto"]
-    assert [e.reduction for e in PREFERENCE_LOSSES.values()] == ["token-sum", "token-sum", "token-mean", "token-sum"]
-    assert [name for name, e in PREFERENCE_LOSSES.items() if not e.reference] == ["simpo"]
-    with pytest.raises(ValueError, match="valid: dpo, ipo, simpo, kto"):
-        get_preference_loss("orpo")
+    reductions = [e.reduction for e in PREFERENCE_LOSSES.values()]
+    assert reductions == ["token-sum", "token-sum", "token-mean", "token-sum", "token-mean", "token-sum", "token-sum"]
+    assert [name for name, e in PREFERENCE_LOSSES.items() if not e.reference] == ["simpo", "cpo", "orpo"]
+    assert {name: e.nll for name, e in PREFERENCE_LOSSES.items() if e.nll is not None} == {
+        "dpo": "rpo_alpha",
+        "cpo": "cpo_alpha",
+        "orpo": "",
+    }
+    with pytest.raises(ValueError, match="valid: dpo, ipo, simpo, cpo, orpo, bco, kto"):
+        get_preference_loss("sppo")
     with pytest.raises(ValueError, match="valid: token-sum, token-mean"):
         sequence_rewards(torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.bool), "token-max")
     with pytest.raises(ValueError, match="label_smoothing = 0.5"):
@@ -119,6 +127,59 @@ def test_simpo_by_hand():
     close(rejected.logprobs.grad, [[s * 2 / 1, 0.0]])  # β/|y_r| = 2
 
 
+def test_rpo_by_hand():
+    # DPO's 0.598139 plus α·(−mean log π of the chosen) = 1·1.5; ν_i = −α·log π_i/|y_w| = (0.5, 1.0)
+    chosen, rejected = hand_pair()
+    loss, r_c, r_r = pair_loss("dpo", chosen, rejected, PreferenceLossParams(beta=0.1, rpo_alpha=1.0))
+    close(loss, [math.log1p(math.exp(-0.2)) + 1.5])
+    close(r_c.nll, [[0.5, 1.0]])
+    assert r_r.nll is None
+    loss.sum().backward()
+    s = 1 / (1 + math.exp(0.2))
+    close(chosen.logprobs.grad, [[-0.1 * s - 0.5, -0.1 * s - 0.5]])  # the NLL term adds −α/|y_w| per token
+    close(rejected.logprobs.grad, [[0.1 * s, 0.0]])
+    dpo_only, *_ = pair_loss("dpo", *hand_pair(), PreferenceLossParams(beta=0.1))
+    assert abs(dpo_only.item() - 0.598138869) < 1e-9  # rpo_alpha = 0 is DPO
+
+
+def test_cpo_by_hand():
+    # reference-free token sums: r_c = 0.1·(−1 − 2) = −0.3, r_r = 0.1·(−3) = −0.3: margin 0, −log σ(0) = log 2;
+    # plus CPO's NLL (α = 1): 1.5
+    chosen, rejected = hand_pair()
+    loss, r_c, r_r = pair_loss("cpo", chosen, rejected, PreferenceLossParams(beta=0.1))
+    close(r_c.sequence, [-0.3])
+    close(r_r.sequence, [-0.3])
+    close(loss, [math.log(2) + 1.5])
+    assert abs(loss.item() - 2.1931472) < 1e-7
+
+
+def test_orpo_by_hand():
+    # mean log π: chosen −1.5, rejected −3; log odds = (−1.5 + 3) − (log(1 − e^−1.5) − log(1 − e^−3)) = 1.701413;
+    # −β·log σ(1.701411) = 0.1·0.167568 = 0.0167568, plus the NLL 1.5
+    chosen, rejected = hand_pair()
+    loss, r_c, _ = pair_loss("orpo", chosen, rejected, PreferenceLossParams(beta=0.1))
+    log_odds = 1.5 - (math.log(1 - math.exp(-1.5)) - math.log(1 - math.exp(-3)))
+    assert abs(log_odds - 1.7014133) < 1e-7
+    close(r_c.sequence, [-0.15])  # β·mean log π
+    close(loss, [0.1 * math.log1p(math.exp(-log_odds)) + 1.5])
+    assert abs(loss.item() - 1.5167568) < 1e-7
+
+
+def test_orpo_stays_finite_at_probability_one():
+    chosen = side([[0.0, 0.0]], None)  # every token at probability 1: odds ∞
+    loss, *_ = pair_loss("orpo", chosen, side([[-1.0]], None), PreferenceLossParams(beta=0.1))
+    loss.sum().backward()
+    assert torch.isfinite(loss).all() and torch.isfinite(chosen.logprobs.grad).all()
+
+
+def test_bco_by_hand():
+    # r_c = 0.1, r_r = −0.1 (as DPO's); δ = 0.05: −log σ(0.05) − log σ(−(−0.15)) = 0.6684 + 0.6210
+    chosen, rejected = hand_pair()
+    loss, _, _ = pair_loss("bco", chosen, rejected, PreferenceLossParams(beta=0.1, bco_delta=0.05))
+    close(loss, [math.log1p(math.exp(-0.05)) + math.log1p(math.exp(-0.15))])
+    assert abs(loss.item() - 1.2894167) < 1e-7
+
+
 def test_kto_by_hand():
     # β = 0.1; desirable r = 0.1, undesirable r = −0.1; z0 = 0.5 nats (β·z0 = 0.05):
     # desirable: 1 − σ(0.1 − 0.05) = 0.4875026; undesirable: 1 − σ(0.05 + 0.1) = 0.4625702
@@ -152,18 +213,29 @@ def test_kto_reference_point_by_hand():
 
 def reference_pair(name, lp_c, ref_c, lp_r, ref_r, p):
     """One pair's loss from the papers, token by token (lists of 0-d tensors; lp with grad)."""
+    nll = -sum(lp_c) / len(lp_c)  # −log π_θ(y_w|x)/|y_w|: the NLL term of RPO (eq. 1), CPO (eq. 4), ORPO (eq. 6)
+    eps = p.label_smoothing
     if name == "simpo":  # Meng et al. 2024, eq. 4 and 6
         r_c = p.beta * sum(lp_c) / len(lp_c)
         r_r = p.beta * sum(lp_r) / len(lp_r)
         return -torch.log(torch.sigmoid(r_c - r_r - p.simpo_gamma))
+    if name == "cpo":  # Xu et al. 2024, eq. 3 (π_ref uniform in DPO's loss) and eq. 4
+        h = p.beta * sum(lp_c) - p.beta * sum(lp_r)
+        return -(1 - eps) * torch.log(torch.sigmoid(h)) - eps * torch.log(torch.sigmoid(-h)) + p.cpo_alpha * nll
+    if name == "orpo":  # Hong et al. 2024, eq. 4 (P), 6 (L_SFT + λ·L_OR), 7 (odds ratio)
+        prob_c, prob_r = torch.exp(sum(lp_c) / len(lp_c)), torch.exp(sum(lp_r) / len(lp_r))
+        odds_ratio = (prob_c / (1 - prob_c)) / (prob_r / (1 - prob_r))
+        return nll - p.beta * torch.log(torch.sigmoid(torch.log(odds_ratio)))
     ratio_c = sum(a - b for a, b in zip(lp_c, ref_c))  # log π(y_w|x)/π_ref(y_w|x)
     ratio_r = sum(a - b for a, b in zip(lp_r, ref_r))
-    if name == "dpo":  # Rafailov et al. 2023, eq. 7; Mitchell 2023 for ε
+    if name == "dpo":  # Rafailov et al. 2023, eq. 7; Mitchell 2023 for ε; Pang et al. 2024, eq. 1 for α
         h = p.beta * ratio_c - p.beta * ratio_r
-        eps = p.label_smoothing
-        return -(1 - eps) * torch.log(torch.sigmoid(h)) - eps * torch.log(torch.sigmoid(-h))
+        return -(1 - eps) * torch.log(torch.sigmoid(h)) - eps * torch.log(torch.sigmoid(-h)) + p.rpo_alpha * nll
     if name == "ipo":  # Azar et al. 2023, eq. 17, τ = β
         return (ratio_c - ratio_r - 1 / (2 * p.beta)) ** 2
+    if name == "bco":  # Jung et al. 2024, eq. 7: each response classified against δ
+        d = p.bco_delta
+        return -torch.log(torch.sigmoid(p.beta * ratio_c - d)) - torch.log(torch.sigmoid(-(p.beta * ratio_r - d)))
     raise AssertionError(name)
 
 
@@ -181,7 +253,9 @@ def random_pairs(seed, b=3, t_c=4, t_r=5):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_pair_losses_match_the_slow_reference(name, seed):
     lp_c, ref_c, m_c, lp_r, ref_r, m_r = random_pairs(seed)
-    p = PreferenceLossParams(beta=0.3, label_smoothing=0.2, simpo_gamma=0.7)
+    p = PreferenceLossParams(
+        beta=0.3, label_smoothing=0.2, simpo_gamma=0.7, rpo_alpha=0.5, cpo_alpha=0.8, bco_delta=0.1
+    )
     chosen = Side(lp_c.clone().requires_grad_(True), ref_c, m_c)
     rejected = Side(lp_r.clone().requires_grad_(True), ref_r, m_r)
     loss, _, _ = pair_loss(name, chosen, rejected, p)
@@ -223,6 +297,104 @@ def test_kto_matches_the_slow_reference(seed):
         expected.backward()
         close(loss[i], expected.item())
         close(lp_grad.grad[i, :n], [v.grad.item() for v in x])
+
+
+# ---------------------------------------------------------------- tier 2: TRL's code
+# TRL's losses written again from its source, huggingface/trl at tag v0.27.2 (the last release with
+# DPOConfig.rpo_alpha; CPO, ORPO and BCO are in trl/experimental/ there), on a batch: each returns
+# the scalar TRL differentiates. TRL takes the NLL term's mean over every chosen token of the batch
+# (nn.CrossEntropyLoss / F.cross_entropy over the flattened batch), glassrl over each response's
+# tokens: the two agree when the batch's chosen responses have one length, which these batches do.
+
+
+def trl_sums(lp, m, average=False):
+    """get_batch_logps / concatenated_forward: Σ (or mean) of the masked per-token log-probs (B,)."""
+    total = torch.where(m, lp, 0.0).sum(-1)
+    return total / m.sum(-1) if average else total
+
+
+def trl_nll(lp_c, m_c):
+    """The chosen completion's cross-entropy, a mean over the batch's tokens (loss_fct(logits, labels))."""
+    return -lp_c[m_c].sum() / m_c.sum()
+
+
+def trl_dpo_rpo(lp_c, ref_c, m_c, lp_r, ref_r, m_r, beta, eps, rpo_alpha):
+    """trl/trainer/dpo_trainer.py: DPOTrainer.dpo_loss, loss_type "sigmoid", then get_batch_loss_metrics:
+    losses + rpo_alpha * model_output["nll_loss"], .mean()."""
+    logits = (trl_sums(lp_c, m_c) - trl_sums(lp_r, m_r)) - (trl_sums(ref_c, m_c) - trl_sums(ref_r, m_r))
+    losses = -F.logsigmoid(beta * logits) * (1 - eps) - F.logsigmoid(-beta * logits) * eps
+    return (losses + rpo_alpha * trl_nll(lp_c, m_c)).mean()
+
+
+def trl_cpo(lp_c, m_c, lp_r, m_r, beta, eps, cpo_alpha):
+    """trl/experimental/cpo/cpo_trainer.py: CPOTrainer.cpo_loss, loss_type "sigmoid" (alpha 0), then
+    get_batch_loss_metrics: losses.mean() + cpo_alpha * policy_nll_loss."""
+    logits = trl_sums(lp_c, m_c) - trl_sums(lp_r, m_r)
+    losses = -F.logsigmoid(beta * logits) * (1 - eps) - F.logsigmoid(-beta * logits) * eps
+    return losses.mean() + cpo_alpha * trl_nll(lp_c, m_c)
+
+
+def trl_orpo(lp_c, m_c, lp_r, m_r, beta):
+    """trl/experimental/orpo/orpo_trainer.py: ORPOTrainer.odds_ratio_loss on average_log_prob=True
+    log-probs, log1mexp as there, then get_batch_loss_metrics: policy_nll_loss - losses.mean() (its NLL
+    covers the prompt's tokens too; here the chosen's response tokens, as glassrl's)."""
+
+    def log1mexp(x):
+        return torch.where(x < -0.6931471805599453, torch.log1p(-torch.exp(x)), torch.log(-torch.expm1(x)))
+
+    chosen, rejected = trl_sums(lp_c, m_c, average=True), trl_sums(lp_r, m_r, average=True)
+    log_odds = (chosen - rejected) - (log1mexp(chosen) - log1mexp(rejected))
+    return trl_nll(lp_c, m_c) - (beta * F.logsigmoid(log_odds)).mean()
+
+
+def trl_bco_pair(lp_c, ref_c, m_c, lp_r, ref_r, m_r, beta, running):
+    """trl/trainer/dpo_trainer.py: DPOTrainer.dpo_loss, loss_type "bco_pair": δ = RunningMoments.mean
+    (trl/trainer/utils.py) after updating it with the batch's mean reward, a 0-d tensor (count 1)."""
+    chosen = beta * (trl_sums(lp_c, m_c) - trl_sums(ref_c, m_c))
+    rejected = beta * (trl_sums(lp_r, m_r) - trl_sums(ref_r, m_r))
+    rewards = torch.cat((chosen, rejected), 0).mean().detach()
+    delta = rewards - running["mean"]  # RunningMoments.update with xs_count = 1
+    running["count"] += 1
+    running["mean"] += (delta / running["count"]).item()
+    delta = running["mean"]
+    return (-F.logsigmoid(chosen - delta) - F.logsigmoid(-(rejected - delta))).mean()
+
+
+def equal_length_pairs(seed, b=4, t=5):
+    """A batch whose chosen responses share one length (the rejected ones vary), float64."""
+    lp_c, ref_c, _, lp_r, ref_r, m_r = random_pairs(seed, b, t, t)
+    return lp_c, ref_c, torch.ones_like(lp_c, dtype=torch.bool), lp_r, ref_r, m_r
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rpo_cpo_orpo_match_trl_s_code(seed):
+    lp_c, ref_c, m_c, lp_r, ref_r, m_r = equal_length_pairs(seed)
+    p = PreferenceLossParams(beta=0.3, label_smoothing=0.1, rpo_alpha=0.7, cpo_alpha=0.4)
+    cases = {
+        "dpo": trl_dpo_rpo(lp_c, ref_c, m_c, lp_r, ref_r, m_r, p.beta, p.label_smoothing, p.rpo_alpha),
+        "cpo": trl_cpo(lp_c, m_c, lp_r, m_r, p.beta, p.label_smoothing, p.cpo_alpha),
+        "orpo": trl_orpo(lp_c, m_c, lp_r, m_r, p.beta),
+    }
+    for name, theirs in cases.items():
+        ours, _, _ = pair_loss(name, Side(lp_c, ref_c, m_c), Side(lp_r, ref_r, m_r), p)
+        close(ours.mean(), theirs.item(), atol=1e-12)
+
+
+def test_bco_matches_trl_s_code_with_the_trainer_s_running_mean():
+    """Three batches: glassrl's δ (the trainer's RunningMean) against TRL's RunningMoments."""
+    from glassrl.supervised.checkpoints import RunningMean
+
+    running, mean = {"mean": 0.0, "count": 1e-24}, RunningMean()
+    p = PreferenceLossParams(beta=0.3)
+    for seed in range(3):
+        lp_c, ref_c, m_c, lp_r, ref_r, m_r = random_pairs(seed)
+        theirs = trl_bco_pair(lp_c, ref_c, m_c, lp_r, ref_r, m_r, p.beta, running)
+        c, r = Side(lp_c, ref_c, m_c), Side(lp_r, ref_r, m_r)
+        entry = PAIR_LOSSES["bco"]
+        rewards = torch.cat([side_rewards(c, entry, p.beta).sequence, side_rewards(r, entry, p.beta).sequence])
+        delta = mean.update(rewards)
+        ours, _, _ = pair_loss("bco", c, r, replace(p, bco_delta=delta))
+        close(ours.mean(), theirs.item(), atol=1e-12)
 
 
 # ---------------------------------------------------------------- tier 3: invariants

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +77,23 @@ def test_generate_prints_a_few_answers(tiny_model_dir, capsys):
 def test_eval_without_prompts_is_one_line(tiny_model_dir, capsys):
     assert main(["eval", str(tiny_model_dir), "data.train=" + str(tiny_model_dir / "none.jsonl")]) == 2
     assert "no prompts to evaluate" in capsys.readouterr().err
+
+
+def test_eval_without_out_writes_beside_the_policy_s_name_not_over_the_last(
+    tiny_model_dir, prompt_files, tmp_path, monkeypatch
+):
+    """Issue 44: every evaluation went to runs/eval, the previous one overwritten; now runs/eval/NAME
+    (a checkpoint's: RUN-step_N), or output_dir=DIR (TRL's word) as --out."""
+    from glassrl.commands.eval import default_out
+
+    run = tmp_path / "runs" / "grpo"
+    (run / "checkpoints" / "step_00000004").mkdir(parents=True)
+    assert default_out(str(run), []) == Path("runs/eval/grpo")
+    assert default_out(str(run / "checkpoints" / "step_00000004"), []) == Path("runs/eval/grpo-step_00000004")
+    assert default_out("default", ["data.eval_size=2"]) == Path("runs/eval/default")
+    assert default_out(str(run), ["output_dir=mine", "logging.eval_k=2"]) == Path("mine")
+    monkeypatch.chdir(tmp_path)
+    argv = ["eval", str(tiny_model_dir), str(prompt_files[1]), "data.eval_size=2", "rollout.max_new_tokens=4"]
+    assert main([*argv, "output_dir=mine"]) == 0 and (tmp_path / "mine" / "metrics.json").is_file()
+    assert main(argv) == 0
+    assert (tmp_path / "runs" / "eval" / Path(tiny_model_dir).name / "metrics.json").is_file()

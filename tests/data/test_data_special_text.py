@@ -17,7 +17,7 @@ from glassrl.data.records import LabelledResponse, PreferencePair, PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.models.default_tokenizer import build_tokenizer
 from glassrl.rl.prompts import prompt_ids
-from glassrl.supervised.preference import PreferenceConfig, _encode_labelled
+from glassrl.supervised.preference_data import Rule, encode_labelled
 from glassrl.supervised.rm import encode_pairs
 from glassrl.supervised.sft import tokenize_pairs
 from helpers import QWEN25_TEMPLATE
@@ -71,7 +71,7 @@ def test_rm_and_dpo_pairs(tokenizer):
 
 def test_kto_examples(tokenizer):
     examples = [LabelledResponse(EOS_TEXT, EOS_TEXT, True, "kto.jsonl:1"), LabelledResponse("a", "b", False, ":2")]
-    encoded = _encode_labelled(tokenizer, PreferenceConfig(max_length=200), examples)
+    encoded, _ = encode_labelled(tokenizer, examples, Rule(max_length=200), seed=0, data="kto.jsonl")
     assert _specials(tokenizer, encoded[0].response) == ["<|eos|>"] == _specials(tokenizer, encoded[1].partner)
 
 

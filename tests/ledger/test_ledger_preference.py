@@ -14,7 +14,8 @@ from glassrl.data.preferences import preference_pairs
 from glassrl.ledger.implicit_rewards import SideNumbers, pair_ledger
 from glassrl.ledger.preference import PreferenceLedger
 from glassrl.optim import OptimConfig
-from glassrl.supervised.preference import LEDGER_FILE, PreferenceConfig, PreferenceObjective, train_preference
+from glassrl.supervised.preference import LEDGER_FILE, PreferenceObjective, train_preference
+from glassrl.supervised.preference_config import PreferenceConfig
 from helpers import write_pairs
 
 
@@ -26,13 +27,38 @@ def hand_pair(ref=True):
     return chosen, rejected
 
 
+@pytest.mark.parametrize(
+    ("loss", "params", "term"),
+    [
+        ("dpo", PreferenceLossParams(beta=0.1, rpo_alpha=1.0), math.log1p(math.exp(-0.2))),  # RPO
+        ("cpo", PreferenceLossParams(beta=0.1, cpo_alpha=1.0), math.log(2)),
+        ("orpo", PreferenceLossParams(beta=0.1), 0.1 * math.log1p(math.exp(-1.7014132779827524))),
+    ],
+)
+def test_a_ledger_with_an_nll_term_shows_each_token_s_share(loss, params, term):
+    """ν_i = −α·log π_θ(a_i)/|y_w| on the chosen tokens: (0.5, 1.0); the pair's loss is the
+    preference term plus Σ ν_i = 1.5, and the text shows both."""
+    ledger = pair_ledger("p", *hand_pair(ref=loss == "dpo"), loss=loss, params=params)
+    assert [t.nll for t in ledger.chosen.tokens] == pytest.approx([0.5, 1.0])
+    assert all(t.nll is None for t in ledger.rejected.tokens)
+    assert ledger.pair_loss == pytest.approx(term + 1.5)
+    for lang, words in (
+        ("en", "Plus the NLL term on the chosen response Σ_i ν_i = 1.5000"),
+        ("zh", "NLL 项 Σ_i ν_i = 1.5000"),
+    ):
+        text = "\n".join(ledger.lines(lang))
+        assert words in text and f"{term + 1.5:.4f}" in text and f"{term:.4f}" in text and "ν_i" in text
+    assert PreferenceLedger.from_dict(json.loads(json.dumps(ledger.to_dict()))) == ledger
+
+
 def test_a_ledger_by_hand_in_both_languages():
     ledger = pair_ledger("p", *hand_pair(), loss="dpo", params=PreferenceLossParams(beta=0.1))
     assert [t.reward for t in ledger.chosen.tokens] == pytest.approx([0.05, 0.05])
     assert ledger.chosen.reward == pytest.approx(0.1) and ledger.rejected.reward == pytest.approx(-0.1)
     assert ledger.margin == pytest.approx(0.2)
     assert ledger.pair_loss == pytest.approx(math.log1p(math.exp(-0.2)))
-    assert ledger.params == {"beta": 0.1, "label_smoothing": 0.0}
+    assert ledger.params == {"beta": 0.1, "label_smoothing": 0.0, "rpo_alpha": 0.0}
+    assert all(t.nll is None for t in ledger.chosen.tokens) and "ν_i" not in "\n".join(ledger.lines())
     en, zh = "\n".join(ledger.lines("en")), "\n".join(ledger.lines("zh"))
     assert "the pair is ordered right" in en and "0.5981" in en and "ρ_i = β·(log π_θ(a_i|s_i)" in en
     assert "这对回答排序正确" in zh and "优选回答" in zh and "0.5981" in zh
@@ -151,3 +177,17 @@ def test_chosen_and_rejected_need_a_preference_run(trained, tiny_model_dir, caps
     assert "is not a run of glassrl dpo" in capsys.readouterr().err
     assert main(["explain", "--model", str(run), "--prompt", "p", "--chosen", "a"]) == 2
     assert "--rejected: missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("loss", ["dpo", "ipo", "simpo", "cpo", "orpo", "bco"])
+def test_every_pair_loss_has_its_loss_line_in_both_languages(loss):
+    from glassrl.algos.losses import PREFERENCE_LOSSES
+
+    reference = PREFERENCE_LOSSES[loss].reference
+    ledger = pair_ledger(
+        "p", *hand_pair(ref=reference), loss=loss, params=PreferenceLossParams(beta=0.1, bco_delta=0.05)
+    )
+    for lang in ("en", "zh"):
+        assert f"{ledger.pair_loss - sum(t.nll or 0.0 for t in ledger.chosen.tokens):.4f}" in "\n".join(
+            ledger.lines(lang)
+        )

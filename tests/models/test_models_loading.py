@@ -97,10 +97,16 @@ def test_auto_loads_bfloat16_on_gpu(tiny_lm_path):
 # --- tokenizer ----------------------------------------------------------------
 
 
-def test_load_tokenizer_pads_with_eos(tiny_tokenizer_path):
-    tok = load_tokenizer(tiny_tokenizer_path)
+def test_load_tokenizer_pads_with_eos_and_says_so(tiny_tokenizer_path, caplog):
+    """Issue 44: a tokenizer without a pad token (Llama's) padded with EOS without the line the README promises."""
+    with caplog.at_level(logging.WARNING):
+        tok = load_tokenizer(tiny_tokenizer_path)
     assert tok.pad_token == "</s>" == tok.eos_token
     assert tok("w5 w6")["input_ids"] == [5, 6]
+    assert caplog.messages == [
+        f"{tiny_tokenizer_path}: the tokenizer has no pad_token; padding with eos_token '</s>' (id 2), "
+        "masked out of every number"
+    ]
 
 
 def test_load_tokenizer_missing_path_names_it(tmp_path):

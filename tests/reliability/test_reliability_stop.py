@@ -231,6 +231,27 @@ def test_with_rollout_overlap_a_stop_checkpoints_the_round_in_flight(lives, tmp_
     assert without_perf(strict_jsonl(run / "metrics.jsonl")) == without_perf(strict_jsonl(straight / "metrics.jsonl"))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", [["rollout.agent.tools=[calculator]"], ["rollout.agent.environment=tool-add"]])
+def test_a_stopped_tool_using_run_resumes_by_the_printed_command(agent, lives, tmp_path, tiny_model_dir, prompt_files):
+    """Issue 44: the resume command a stopped tool-using run printed was refused ("rollout.agent.
+    valid_call_reward = 0.0: ignored"): its config.yaml holds rollout.agent's defaults."""
+    run = tmp_path / "run"
+    argv = ["train", "grpo", *tiny_run_overrides(tiny_model_dir, prompt_files, run), *OVERRIDES, *agent]
+    life = lives(
+        [*argv, "rollout.agent.max_turns=2", "rollout.agent.describe_tools=false"],
+        tmp_path / "stopped",
+        "update",
+        SIGINT,
+        1,
+    )
+    assert life["code"] == 130 and not life["left"], life
+    assert "; resume with: glassrl train " in life["stderr"][-1], life["stderr"]
+    resumed = lives(shlex.split(life["stderr"][-1].partition("resume with: ")[2])[1:], tmp_path / "resumed")
+    assert resumed["code"] == 0 and not resumed["left"], resumed
+    assert [r["step"] for r in strict_jsonl(run / "metrics.jsonl")] == list(range(STEPS + 1))
+
+
 # ---------------------------------------------------------------- sft and rm: nothing written
 
 
@@ -276,7 +297,8 @@ def test_a_stopped_dpo_run_checkpoints_its_steps_and_resumes_exactly(monkeypatch
 
     from glassrl.data.preferences import preference_pairs
     from glassrl.run.stop import Stopped
-    from glassrl.supervised.preference import PreferenceConfig, train_preference
+    from glassrl.supervised.preference import train_preference
+    from glassrl.supervised.preference_config import PreferenceConfig
 
     data = tmp_path / "pairs.jsonl"
     rows = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import textwrap
 import threading
 
@@ -208,3 +209,22 @@ def test_a_file_path_relative_to_base_dir_needs_no_pythonpath(tmp_path):
     (config_dir / "broken.py").write_text("raise RuntimeError('no GPU here')\n")
     with pytest.raises(GlassrlError, match="loading .*broken.py raised RuntimeError: no GPU here"):
         UserFunctionSource("broken.py:f", base_dir=str(config_dir))
+
+
+def test_a_missing_command_line_reward_file_is_named_as_typed(tmp_path, monkeypatch):
+    """Issue 44: a reward path given on the command line is the working directory's; its error named
+    the absolute path and said relative paths are read from the config's directory."""
+    from glassrl.config import load_config
+    from glassrl.rl.config import TrainConfig
+
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "c.yaml").write_text("steps: 1\n")
+    monkeypatch.chdir(tmp_path)
+    override = "reward.sources=[{name: user_function, spec: 'myrewards.py:score'}]"
+    cfg = load_config(TrainConfig, "configs/c.yaml", [override])
+    message = (
+        f"user function 'myrewards.py:score': no file myrewards.py (read from the working directory "
+        f"{tmp_path.resolve()})"
+    )
+    with pytest.raises(GlassrlError, match=re.escape(message) + "$"):
+        UserFunctionSource(cfg.reward.sources[0]["spec"], base_dir=cfg.reward.base_dir)

@@ -20,7 +20,7 @@ from glassrl.errors import GlassrlError
 from glassrl.rl.checks import ESTIMATOR_KNOBS, POLICY_LOSS_KNOBS
 from glassrl.rl.config import AlgoConfig, TrainConfig
 from glassrl.rl.resolve import resolve
-from glassrl.supervised.preference import PreferenceConfig
+from glassrl.supervised.preference_config import PreferenceConfig
 from glassrl.supervised.rm import RMConfig
 from glassrl.supervised.sft import SFTConfig
 
@@ -187,7 +187,7 @@ def test_every_field_has_its_help(top):
 
 def test_the_presets_are_found():
     names = presets.rl_names()
-    supervised = {"sft", "rm", "dpo", "kto"}
+    supervised = {"sft", "rm", "dpo", "kto", "cpo", "orpo", "bco"}
     assert {"grpo", "ppo", "dapo"} <= set(names) and not supervised & set(names)
     companions = {name for names in presets.COMPANIONS.values() for name in names}
     assert set(presets.names()) == {*names, *supervised, *presets.TASKS.values(), *companions}
@@ -298,7 +298,11 @@ def test_the_knob_tables_cover_the_registries():
         (SFTConfig, ["optim.lr=0"], r"^optim\.lr = 0\.0: must be > 0$"),
         (SFTConfig, ["steps=10", "epochs=3"], r"^epochs = 3\.0: ignored: steps = 10 sets the length"),
         (SFTConfig, ["epochs=0"], r"^epochs = 0\.0: must be > 0 when steps is null$"),
-        (SFTConfig, ["warmup_steps=5"], r"unknown key warmup_steps \(did you mean optim\.warmup_steps\?\)"),
+        (
+            SFTConfig,
+            ["warmup_steps=5"],
+            r"unknown key warmup_steps \(did you mean optim\.warmup_steps\? docs/trl-verl\.md\)",
+        ),
     ],
 )
 def test_sft_and_rm_configs_validate(cls, overrides, message):

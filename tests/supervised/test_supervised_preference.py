@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from glassrl.algos.losses import PREFERENCE_LOSSES
 from glassrl.cli import main as cli_main
 from glassrl.config import load_config
 from glassrl.data.preferences import preference_pairs
@@ -15,7 +16,8 @@ from glassrl.errors import GlassrlError
 from glassrl.models.lora import LoraConfig
 from glassrl.optim import OptimConfig
 from glassrl.supervised import preference
-from glassrl.supervised.preference import PreferenceConfig, PreferenceObjective, train_preference
+from glassrl.supervised.preference import PreferenceObjective, train_preference
+from glassrl.supervised.preference_config import PreferenceConfig
 from glassrl.supervised.reference import FILE, ReferenceLogprobs, sequence_logprobs
 
 CPU = torch.device("cpu")
@@ -57,7 +59,7 @@ def _rows(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("loss", ["dpo", "ipo", "simpo", "kto"])
+@pytest.mark.parametrize("loss", ["dpo", "ipo", "simpo", "cpo", "orpo", "bco", "kto"])
 def test_each_loss_trains_and_writes_its_outputs(tiny_model_dir, pair_files, tmp_path, loss):
     extra = {"beta": 2.0} if loss == "simpo" else {}
     cfg = _cfg(tiny_model_dir, pair_files, tmp_path, loss=loss, **extra)
@@ -73,7 +75,7 @@ def test_each_loss_trains_and_writes_its_outputs(tiny_model_dir, pair_files, tmp
     assert summary["kind"] == "preference" and summary["loss"] == loss
     assert summary["held_out_accuracy"] == result["eval/rewards/accuracies"]
     assert (out / f"{loss}_config.yaml").is_file() and (out / "model.safetensors").is_file()
-    assert (out / FILE).is_file() == (loss != "simpo")  # SimPO is reference-free: no cache
+    assert (out / FILE).is_file() == PREFERENCE_LOSSES[loss].reference  # SimPO, CPO, ORPO: no cache
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["latest", "step_00000006"]
 
 
@@ -135,7 +137,13 @@ def test_bf16_autocast_runs_on_cpu(tiny_model_dir, pair_files, tmp_path):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["loss=orpo"], "loss = 'orpo': unknown; valid: dpo, ipo, simpo, kto"),
+        (["loss=sppo"], "loss = 'sppo': unknown; valid: dpo, ipo, simpo, cpo, orpo, bco, kto"),
+        (["loss=ipo", "rpo_alpha=1"], "rpo_alpha = 1.0: ignored by loss ipo"),
+        (["loss=cpo", "reference=/tmp"], "reference = '/tmp': ignored: cpo is reference-free"),
+        (["epochs=2", "steps=10"], "steps = 10: ignored: epochs = 2.0 sets the steps; remove one"),
+        (["batch_size=32", "micro_batch_size=5"], "micro_batch_size = 5: does not divide batch_size = 32"),
+        (["max_prompt_length=64"], "max_prompt_length = 64: must be < max_length = 64"),
+        (["max_completion_length=0"], "max_completion_length = 0: must be >= 1"),
         (["loss=ipo", "label_smoothing=0.1"], "label_smoothing = 0.1: ignored by loss ipo"),
         (["loss=simpo", "reference=/tmp"], "reference = '/tmp': ignored: simpo is reference-free"),
         (["beta=0"], "beta = 0.0: must be > 0"),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from glassrl.rl.config import TrainConfig
-from glassrl.supervised.preference import PreferenceConfig
+from glassrl.supervised.preference_config import PreferenceConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "algorithms"

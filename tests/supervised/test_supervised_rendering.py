@@ -15,7 +15,8 @@ from glassrl.errors import GlassrlError
 from glassrl.models import load_tokenizer
 from glassrl.rl.config import TrainConfig
 from glassrl.rl.prompts import build_prompts
-from glassrl.supervised.preference import PreferenceConfig, PreferenceObjective
+from glassrl.supervised.preference import PreferenceObjective
+from glassrl.supervised.preference_config import PreferenceConfig
 from glassrl.supervised.rm import RMConfig, RMObjective
 from glassrl.supervised.sft import SFTConfig, load_pairs, render_pairs, tokenize_pairs
 from helpers import tiny_qwen2_dir

@@ -205,3 +205,17 @@ def test_cli_from_overrides_alone(tiny_model, pair_files, tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     assert "held-out pairwise accuracy:" in capsys.readouterr().out
     assert (out / "glassrl.json").is_file()
+
+
+def test_a_fresh_head_is_said_in_our_line_not_transformers_missing_notice(tiny_model, pair_files, tmp_path, capfd):
+    """Issue 44: rm printed transformers' LOAD REPORT ("score.weight | MISSING ... Consider training
+    on your downstream task") for the head it is about to train."""
+    from rich.console import Console
+
+    rm.RMObjective.build(_cfg(tiny_model, pair_files, tmp_path), torch.device("cpu"), Console(width=400))
+    out, err = capfd.readouterr()
+    assert "MISSING" not in out + err and "LOAD REPORT" not in out + err
+    assert "rm: a new scalar head (token-classification: Linear(hidden, 1))" in out and "seed 0" in out
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.get_verbosity() == hf_logging.WARNING  # transformers' own warnings are back on

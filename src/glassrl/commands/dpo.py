@@ -1,17 +1,21 @@
-"""`glassrl dpo CONFIG [key=value ...] [--resume]`: offline preference optimisation (DPO, IPO, SimPO, KTO)."""
+"""`glassrl dpo CONFIG [key=value ...] [--resume]`: offline preference optimisation (DPO, RPO, IPO, SimPO, CPO, ORPO,
+BCO, KTO)."""
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "train a policy on preference data offline (DPO, IPO, SimPO; KTO on labelled responses); --resume continues"
+HELP = (
+    "train a policy on preference data offline (DPO, RPO, IPO, SimPO, CPO, ORPO, BCO; KTO on labelled responses); "
+    "--resume continues"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "config",
         nargs="?",
-        help="YAML file of PreferenceConfig fields, or a preset: dpo (examples/dpo.yaml), kto (examples/kto.yaml); "
+        help="YAML file of PreferenceConfig fields, or a preset: dpo, kto, cpo, orpo, bco (examples/NAME.yaml); "
         "left out: PreferenceConfig's defaults and the key=value given",
     )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="override a config field, e.g. beta=0.2")
@@ -25,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
 
     from glassrl import presets
     from glassrl.config import load_config, print_resolved
-    from glassrl.supervised.preference import PreferenceConfig, train_preference
+    from glassrl.supervised.preference import train_preference
+    from glassrl.supervised.preference_config import PreferenceConfig
 
     cfg = load_config(PreferenceConfig, *presets.config_and_overrides(args.config, args.overrides))
     console = Console()

@@ -19,7 +19,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "*",
     )
     parser.add_argument(
-        "--out", default="runs/eval", help="where metrics.json and samples.jsonl go (default: runs/eval)"
+        "--out",
+        default=None,
+        help="where metrics.json and samples.jsonl go (output_dir=DIR says the same; default: runs/eval/NAME, "
+        "NAME the run's or model's directory name, so that evaluations of different policies do not "
+        "overwrite each other)",
     )
 
 
@@ -38,11 +42,12 @@ def run(args: argparse.Namespace) -> int:
     if len(positional) > 2:
         raise GlassrlError(f"at most DATA and REWARD before the key=value overrides; got {positional}")
     data, reward = (positional + [None, None])[:2]
-    cfg, policy = eval_config(args.target, data, reward, [a for a in args.overrides if is_override(a)])
+    overrides = [a for a in args.overrides if is_override(a)]
+    cfg, policy = eval_config(args.target, data, reward, overrides)
     console = Console()
     samples: list[dict] = []
     metrics = evaluate_policy(cfg, policy, console, samples)
-    out = Path(args.out)
+    out = Path(args.out) if args.out is not None else default_out(args.target, overrides)
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "metrics.json", json.dumps(metrics, indent=2, allow_nan=True) + "\n")
     rows = "".join(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in samples)
@@ -60,3 +65,17 @@ def run(args: argparse.Namespace) -> int:
         soft_wrap=True,
     )
     return 0
+
+
+def default_out(target: str, overrides: list[str]):
+    """Where an evaluation goes without --out: output_dir=DIR when given (TRL's word for it), else
+    runs/eval/NAME: the run's or model's directory name (a checkpoint's: RUN-step_N), so that a
+    second policy's evaluation does not overwrite the first's (issue 44: always runs/eval)."""
+    from pathlib import Path
+
+    given = [a.partition("=")[2] for a in overrides if a.partition("=")[0].strip() == "output_dir"]
+    if given:
+        return Path(given[-1])
+    path = Path(target).resolve() if Path(target).exists() else Path(target)
+    name = f"{path.parent.parent.name}-{path.name}" if path.parent.name == "checkpoints" else path.name
+    return Path("runs") / "eval" / (name or "model")

@@ -275,7 +275,8 @@ def run_dpo(
     from rich.rule import Rule
 
     from glassrl.config import load_config, print_resolved
-    from glassrl.supervised.preference import PreferenceConfig, train_preference
+    from glassrl.supervised.preference import train_preference
+    from glassrl.supervised.preference_config import PreferenceConfig
 
     console = console or Console()
     out = Path(out)

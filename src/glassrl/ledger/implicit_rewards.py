@@ -16,7 +16,14 @@ from typing import NamedTuple
 
 import torch
 
-from glassrl.algos.losses.preference import PAIR_LOSSES, PreferenceLossParams, Side, get_preference_loss, side_rewards
+from glassrl.algos.losses.preference import (
+    PAIR_LOSSES,
+    PreferenceLossParams,
+    Side,
+    get_preference_loss,
+    pair_loss,
+    side_rewards,
+)
 from glassrl.ledger.preference import PreferenceLedger, PreferenceSide, PreferenceToken
 
 
@@ -43,15 +50,16 @@ def pair_ledger(
     entry = get_preference_loss(loss)
     sides = [_side(numbers, entry.reference) for numbers in (chosen, rejected)]
     rewards = [side_rewards(side, entry, params.beta) for side in sides]
-    pair_loss = None
+    total = None
     if loss in PAIR_LOSSES:  # KTO's loss needs a batch's z₀
-        pair_loss = entry.fn(rewards[0].sequence, rewards[1].sequence, params).item()
+        value, *rewards = pair_loss(loss, *sides, params)  # the chosen side's NLL terms too (RPO, CPO, ORPO)
+        total = value.item()
     built = [
         _ledger_side(name, numbers, side, reward)
         for name, numbers, side, reward in zip(("chosen", "rejected"), (chosen, rejected), sides, rewards)
     ]
-    knobs = {k: float(getattr(params, k)) for k in entry.knobs}
-    return PreferenceLedger(loss, knobs, entry.reduction, prompt, built[0], built[1], pair_loss, source)
+    knobs = {k: float(getattr(params, k)) for k in (*entry.knobs, *entry.state)}  # state: BCO's δ
+    return PreferenceLedger(loss, knobs, entry.reduction, prompt, built[0], built[1], total, source)
 
 
 def _side(numbers: SideNumbers, reference: bool) -> Side:
@@ -72,6 +80,7 @@ def _ledger_side(name: str, numbers: SideNumbers, side: Side, rewards) -> Prefer
             logprob=side.logprobs[0, i].item(),
             ref_logprob=None if ref is None else ref[0, i].item(),
             reward=rewards.tokens[0, i].item(),
+            nll=None if rewards.nll is None else rewards.nll[0, i].item(),
         )
         for i, (token_id, text) in enumerate(zip(numbers.token_ids, numbers.tokens))
     )

@@ -37,6 +37,7 @@ class PreferenceToken:
     logprob: float
     ref_logprob: float | None
     reward: float
+    nll: float | None = None  # ν_i, the token's NLL term (chosen side of RPO, CPO, ORPO), else None
 
 
 @dataclass(frozen=True)
@@ -100,13 +101,16 @@ class PreferenceLedger:
         ref = side.ref_logprob is not None
         total = p["sum.mean"] if self.reduction == "token-mean" else p["sum.sum"]
         head = f"{p[side.name]} {side.response!r} · r = {side.reward:.4f} ({total})"
+        nll = any(t.nll is not None for t in side.tokens)
         columns = f"{'i':>3} {'id':>5}  {'a_i':<10} {'log π_θ':>10}" + (f" {'log π_ref':>10}" if ref else "")
-        rows = [head, columns + f" {'ρ_i':>10}"]
+        rows = [head, columns + f" {'ρ_i':>10}" + (f" {'ν_i':>10}" if nll else "")]
         for t in side.tokens:
             row = f"{t.i:>3} {t.token_id:>5}  {_cell(t.token)} {t.logprob:>10.4f}"
-            rows.append(row + (f" {t.ref_logprob:>10.4f}" if ref else "") + f" {t.reward:>10.4f}")
+            row += (f" {t.ref_logprob:>10.4f}" if ref else "") + f" {t.reward:>10.4f}"
+            rows.append(row + (f" {t.nll:>10.4f}" if nll else ""))
         sums = f"{'Σ':>3} {'':>5}  {'':<10} {side.logprob:>10.4f}" + (f" {side.ref_logprob:>10.4f}" if ref else "")
-        rows.append(sums + f" {sum(t.reward for t in side.tokens):>10.4f}")
+        sums += f" {sum(t.reward for t in side.tokens):>10.4f}"
+        rows.append(sums + (f" {sum(t.nll or 0.0 for t in side.tokens):>10.4f}" if nll else ""))
         return rows
 
     def _loss_line(self, p: dict[str, str]) -> str:
@@ -115,7 +119,12 @@ class PreferenceLedger:
         line = p["margin"].format(c=c, r=r, margin=c - r, order=order)
         if self.pair_loss is None:
             return line + " " + p["loss.kto"]
-        return line + " " + p[f"loss.{self.loss}"].format(loss=self.pair_loss, **self.params)
+        nll = [t.nll for t in self.chosen.tokens if t.nll is not None]
+        if not nll:
+            return line + " " + p[f"loss.{self.loss}"].format(loss=self.pair_loss, **self.params)
+        term = self.pair_loss - sum(nll)
+        words = p[f"loss.{self.loss}"].format(loss=term, **self.params)
+        return f"{line} {words} {p['loss.nll'].format(nll=sum(nll), loss=self.pair_loss)}"
 
     def _legend(self, p: dict[str, str]) -> list[str]:
         """Two tokens in words: the largest |ρ_i| of each side, with the numbers of their rows."""
@@ -165,6 +174,22 @@ PHRASES: dict[str, dict[str, str]] = {
         ),
         "loss.ipo": "Loss (margin/β − 1/(2β))² = {loss:.4f} (β = {beta:g}).",
         "loss.simpo": "Loss −log σ(margin − γ) = {loss:.4f} (γ = {simpo_gamma:g}).",
+        "loss.cpo": (
+            "Preference term −(1−ε)·log σ(margin) − ε·log σ(−margin) = {loss:.4f} (β = {beta:g}, ε = "
+            "{label_smoothing:g}, CPO's NLL weight {cpo_alpha:g})."
+        ),
+        "loss.orpo": (
+            "Odds-ratio term −β·log σ(log odds(y_w) − log odds(y_l)) = {loss:.4f} (odds = P/(1−P), P = exp(r/β); "
+            "β = {beta:g})."
+        ),
+        "loss.bco": (
+            "Loss −log σ(r_chosen − δ) − log σ(−(r_rejected − δ)) = {loss:.4f} (β = {beta:g}, δ = "
+            "{bco_delta:.4f}: the running mean reward)."
+        ),
+        "loss.nll": (
+            "Plus the NLL term on the chosen response Σ_i ν_i = {nll:.4f} (ν_i = −α·log π_θ(a_i|s_i)/|y_w|): the "
+            "pair's loss is {loss:.4f}."
+        ),
         "loss.kto": "KTO scores each response against z₀, a statistic of its training batch: no pair loss here.",
         "heading.legend": "Legend (s_i = prompt ⊕ y_<i, a_i = token i; ρ_i = token i's share of the implicit reward):",
         "more": "more",
@@ -194,6 +219,23 @@ PHRASES: dict[str, dict[str, str]] = {
         "loss.dpo": "损失 −(1−ε)·log σ(差值) − ε·log σ(−差值) = {loss:.4f}（β = {beta:g}，ε = {label_smoothing:g}）。",
         "loss.ipo": "损失 (差值/β − 1/(2β))² = {loss:.4f}（β = {beta:g}）。",
         "loss.simpo": "损失 −log σ(差值 − γ) = {loss:.4f}（γ = {simpo_gamma:g}）。",
+        "loss.cpo": (
+            "偏好项 −(1−ε)·log σ(差值) − ε·log σ(−差值) = {loss:.4f}（β "
+            "= {beta:g}，ε = {label_smoothing:g}，CPO 的 NLL 权重 "
+            "{cpo_alpha:g}）。"
+        ),
+        "loss.orpo": (
+            "优势比项 −β·log σ(log odds(y_w) − log odds(y_l)) = "
+            "{loss:.4f}（odds = P/(1−P)，P = exp(r/β)；β = {beta:g}）。"
+        ),
+        "loss.bco": (
+            "损失 −log σ(r_优选 − δ) − log σ(−(r_劣选 − δ)) = "
+            "{loss:.4f}（β = {beta:g}，δ = {bco_delta:.4f}：奖励的滑动平均）。"
+        ),
+        "loss.nll": (
+            "再加上优选回答的 NLL 项 Σ_i ν_i = {nll:.4f}（ν_i = −α·log "
+            "π_θ(a_i|s_i)/|y_w|）：这对回答的损失是 {loss:.4f}。"
+        ),
         "loss.kto": "KTO 把每个回答与 z₀（训练批次的统计量）比较：这里没有成对的损失。",
         "heading.legend": "图例（s_i = 提示 ⊕ y_<i，a_i = 第 i 个词元；ρ_i = 第 i 个词元在隐式奖励中的份额）：",
         "more": "更高",

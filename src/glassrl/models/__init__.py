@@ -5,6 +5,7 @@ Importing this package imports torch and transformers; command modules import it
 
 from glassrl.models.loading import (
     SCALAR_HEADS,
+    has_scalar_head,
     load_causal_lm,
     load_scalar_model,
     load_tokenizer,
@@ -30,6 +31,7 @@ __all__ = [
     "CausalLMWithValueHead",
     "last_token_index",
     "load_causal_lm",
+    "has_scalar_head",
     "load_scalar_model",
     "load_tokenizer",
     "logprobs_from_hidden",

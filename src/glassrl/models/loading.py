@@ -30,8 +30,9 @@ or the id of a model already in the local Hugging Face cache (``Qwen/Qwen2.5-0.5
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -146,7 +147,7 @@ def embedding_rows(path: Path) -> int | None:
 
 def fit_special_tokens(tokenizer, rows: int | None, where: str) -> str | None:
     """Make the pad token one the model can embed; returns a line saying which was chosen (None
-    when the tokenizer's own was kept).
+    when the tokenizer's own was kept). A tokenizer without a pad token (Llama's) pads with its EOS.
 
     A tokenizer without a pad token, or whose pad id is not below ``rows`` (Qwen2's tokenizer
     without one gets ``<|endoftext|>`` added, id = its vocabulary size: an IndexError in
@@ -172,6 +173,11 @@ def fit_special_tokens(tokenizer, rows: int | None, where: str) -> str | None:
             note = (
                 f"{where}: pad_token {pad!r} has id {tokenizer.pad_token_id}, but {size}; "
                 f"padding with eos_token {eos!r} (id {tokenizer.eos_token_id}) instead"
+            )
+        else:  # a Llama tokenizer has none (issue 44: this pad was chosen without a word)
+            note = (
+                f"{where}: the tokenizer has no pad_token; padding with eos_token {eos!r} "
+                f"(id {tokenizer.eos_token_id}), masked out of every number"
             )
         tokenizer.pad_token = eos
     dropped = {pad} - {tokenizer.pad_token}  # no longer used: the token it stood for needs no row
@@ -252,8 +258,30 @@ def _load_token_classification(path: Path, dtype: torch.dtype, device: torch.dev
     # Dropout on the score head would make values noisy in training; verl sets
     # classifier_dropout = 0 for its critic (verl, workers/fsdp_workers.py, critic init).
     config.classifier_dropout = 0.0
-    model = AutoModelForTokenClassification.from_pretrained(path, config=config, dtype=dtype, local_files_only=True)
+    fresh = not _is_token_classification(config)
+    with quiet_load_report() if fresh else contextlib.nullcontext():  # the head is new on purpose
+        model = AutoModelForTokenClassification.from_pretrained(path, config=config, dtype=dtype, local_files_only=True)
     return model.to(device)
+
+
+@contextlib.contextmanager
+def quiet_load_report() -> Iterator[None]:
+    """transformers' warnings off while a model loads: its LOAD REPORT calls a fresh scalar head's
+    weights MISSING ("Consider training on your downstream task"), which is what glassrl does; the
+    caller says so in its own line (:func:`has_scalar_head`)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def has_scalar_head(path: str | Path) -> bool:
+    """Whether the checkpoint at ``path`` carries a scalar head (else :func:`load_scalar_model` draws a fresh one)."""
+    return _checkpoint_head(_checkpoint_dir(path)) is not None
 
 
 SCALAR_HEADS: dict[str, Callable[[Path, torch.dtype, torch.device], nn.Module]] = {

@@ -64,10 +64,19 @@ def resolve_spec(spec: Any, base_dir: str | Path = ".", what: str = "user functi
         raise GlassrlError(f"{what} {spec!r}: expected 'module:function' or 'path/to/file.py:function'")
     if not where.endswith(".py"):
         return spec
-    path = Path(where)
-    path = (path if path.is_absolute() else Path(base_dir) / path).resolve()
+    given = Path(where)
+    path = (given if given.is_absolute() else Path(base_dir) / given).resolve()
     if not path.is_file():
-        raise GlassrlError(f"{what} {spec!r}: no file {path} (a relative path is read from {Path(base_dir).resolve()})")
+        if not given.is_absolute():
+            raise GlassrlError(
+                f"{what} {spec!r}: no file {path} (a relative path is read from {Path(base_dir).resolve()})"
+            )
+        # an absolute path: typed so, or a command-line path made the working directory's (issue 44:
+        # this named the config's directory); shown as the shell would, relative to the working directory
+        cwd = Path.cwd().resolve()
+        shown = path.relative_to(cwd) if path.is_relative_to(cwd) else path
+        where_read = f" (read from the working directory {cwd})" if path.is_relative_to(cwd) else ""
+        raise GlassrlError(f"{what} '{shown}:{attribute}': no file {shown}{where_read}")
     return f"{path}:{attribute}"
 
 

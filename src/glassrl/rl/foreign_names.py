@@ -10,6 +10,8 @@ glassrl also has (``data.``, ``trainer.``); a verl section glassrl lacks (``acto
 
 from __future__ import annotations
 
+from glassrl.supervised.foreign_names import foreign_hints
+
 TABLE = "docs/trl-verl.md"
 
 TRL = {
@@ -85,13 +87,5 @@ VERL = {
 }
 
 
-def _hint(text: str) -> str:
-    """A table entry ("KEY (how it differs)", or "no such key yet: ...") as the error's parenthesis."""
-    if text.startswith("no such key"):
-        return f"{text}; {TABLE}"
-    key, _, note = text.partition(" (")
-    return f"did you mean {key}? {note[:-1] + '; ' if note else ''}{TABLE}"
-
-
 # the loader's key -> the text in parentheses after "unknown key NAME"
-FOREIGN_NAMES = {key: _hint(text) for key, text in {**TRL, **VERL}.items()}
+FOREIGN_NAMES = foreign_hints({**TRL, **VERL}, TABLE)

@@ -17,6 +17,7 @@ with these parts:
                 loaded again from its checkpoint), safetensors
     optim       AdamW's state and the schedule's
     progress    the metric rows written so far and the steps taken since the last row
+    bco_delta   BCO's running mean reward δ (:class:`RunningMean`; the objective's ``state_parts``)
     rng         python, numpy and torch (and CUDA) RNG states (last: loading may draw)
 
 The data order is not stored: it is a function of the seed and the step
@@ -101,3 +102,25 @@ class Checkpointing(RunCheckpoints):
             self.notes = [restored.note] if restored.note else []
             self.notes += change_notes(run_config)
         return self.counters.step
+
+
+class RunningMean:
+    """BCO's δ: the mean of the training batches' mean rewards so far (TRL's RunningMoments.update
+    on a 0-d batch mean: count 1 per batch), checkpoint part ``bco_delta`` for an exact resume."""
+
+    part_names = ("bco_delta",)
+
+    def __init__(self) -> None:
+        self.mean, self.count = 0.0, 0
+
+    def update(self, rewards: torch.Tensor) -> float:
+        """Add the mean of ``rewards`` (N,) as one more batch; returns the new mean."""
+        self.count += 1
+        self.mean += (rewards.double().mean().item() - self.mean) / self.count
+        return self.mean
+
+    def state_dict(self) -> dict[str, tuple[str, Any]]:
+        return {"bco_delta": ("json", {"mean": self.mean, "count": self.count})}
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        self.mean, self.count = float(parts["bco_delta"]["mean"]), int(parts["bco_delta"]["count"])

@@ -11,7 +11,8 @@ does the rest, the same way for every trainer:
 - the CPU threads and their start-up line, the seeds, then the device; the objective is built
   after the seeds, since a fresh scalar head is drawn from torch's RNG;
 - AdamW and its schedule (glassrl.optim); ``batch_size`` examples a step in a seeded order
-  (glassrl.data.collate.batch_indices);
+  (glassrl.data.collate.batch_indices), in forward/backward passes of ``micro_batch_size`` where the
+  config has one (the preference trainers: gradient accumulation, :func:`accumulate`);
 - a NaN/inf loss or gradient norm (before clipping) stops the run before the weights change
   (``on_nonfinite: stop``; nothing is written) or skips that step (``skip``; counted in
   ``train/skipped_steps``); a taken step whose weights come out non-finite stops the run;
@@ -183,13 +184,15 @@ def _train(
     model, steps, name = obj.model, obj.steps, obj.name
     optimizer, scheduler = make_optimizer(model, cfg.optim, steps)
     batches = batch_indices(len(obj.train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
+    micro = getattr(cfg, "micro_batch_size", None) or cfg.batch_size  # the preference trainers' accumulation
 
     out = Path(cfg.output_dir)
     result: dict[str, float] = {"steps": steps, **obj.sizes}
     log_state = Logged()  # rows so far; the steps taken, and dropped as non-finite, since the last row
     done = 0
     if run is not None:
-        done = run.attach(cfg, threads, [TrainableWeights(model), OptimizerState(optimizer, scheduler), log_state])
+        parts = [TrainableWeights(model), OptimizerState(optimizer, scheduler), log_state]
+        done = run.attach(cfg, threads, [*parts, *getattr(obj, "state_parts", [])])  # + BCO's running mean
         for note in run.notes:
             console.print(f"glassrl: {note}", markup=False, soft_wrap=True)
         for _ in range(done):  # the data order is a function of the seed and the step
@@ -217,9 +220,8 @@ def _train(
             for step in range(done + 1, steps + 1):
                 if signum := stop_requested(run, step - 1):  # a run with checkpoints keeps the steps taken
                     raise stop.Stopped(signum, f"stopped at step {step - 1} of {steps}; {_untouched(out, run)}")
-                loss, tally = obj.loss([obj.train[i] for i in next(batches)])
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                loss, tally = accumulate(obj, [obj.train[i] for i in next(batches)], micro)
                 taken, checked = guarded_step(
                     model,
                     optimizer,
@@ -262,6 +264,28 @@ def _train(
     return result
 
 
+def accumulate(obj: Objective, batch: list, micro: int) -> tuple[torch.Tensor, Tally]:
+    """The batch's gradients, in forward/backward passes of ``micro`` examples (``micro`` divides
+    the batch: checked by the config): each pass's loss weighted by its share s = micro/len(batch),
+    so that a loss that is a mean over examples gets the batch's gradient. Returns the batch's loss
+    (Σ s·loss, detached) and its tally (each pass's sums and weights scaled by s: a mean over the
+    batch for a weight-1 tally, the same ratios for one weighted by counts)."""
+    share = micro / len(batch)
+    total, sums, weights, weight = None, {}, {}, 0.0
+    for start in range(0, len(batch), micro):
+        loss, tally = obj.loss(batch[start : start + micro])
+        (loss * share).backward()
+        part = (loss * share).detach()
+        total = part if total is None else total + part
+        weight += share * tally.weight
+        for key, value in tally.sums.items():
+            sums[key] = sums.get(key, 0.0) + share * value
+            weights[key] = weights.get(key, 0.0) + share * tally.weights.get(key, tally.weight)
+    if micro == len(batch):  # one pass: the objective's own tally, unscaled
+        return total, tally
+    return total, Tally(weight, sums, weights)
+
+
 def _untouched(out: Path, run: Checkpointing | None) -> str:
     if run is not None and (latest := run.manager.latest()) is not None:
         return f"output_dir = {out} is as it was; add --resume to the same command to go on from {latest.name}"
@@ -276,6 +300,11 @@ def window_means(window: list[Tally], keys: tuple[str, ...]) -> dict[str, float]
         weight = sum(t.weights.get(key, t.weight) for t in window)
         means[key] = sum(t.sums[key] for t in window) / weight if weight else math.nan
     return means
+
+
+def epoch_steps(epochs: float, examples: int, batch_size: int) -> int:
+    """Optimiser steps for ``epochs`` passes over ``examples`` in batches of ``batch_size`` (at least 1)."""
+    return max(1, round(epochs * examples / batch_size))
 
 
 def model_dir(model: str) -> Path:

@@ -1,10 +1,10 @@
-"""Offline preference optimisation: the DPO family on preference pairs and KTO on labelled
-responses, trained on the supervised loop (``glassrl dpo CONFIG``).
+"""Offline preference optimisation: the DPO family on preference pairs (DPO, RPO, IPO, SimPO, CPO,
+ORPO, BCO) and KTO on labelled responses, trained on the supervised loop (``glassrl dpo CONFIG``).
 
     cfg = load_config(PreferenceConfig, "examples/dpo.yaml", ["steps=50"])
     metrics = train_preference(cfg)
 
-The losses are glassrl.algos.losses.preference (DPO, conservative DPO, IPO, SimPO, KTO: ``loss``);
+The losses are glassrl.algos.losses.preference (``loss``; RPO is dpo with ``rpo_alpha`` > 0);
 each response's tokens get an implicit reward ρ_i = β·(log π_θ − log π_ref) (β·log π_θ for SimPO),
 aggregated per response by the loss's reduction, and the loss is the mean over the batch of the
 per-pair (per-example) loss. Data (glassrl.data.preferences): the reward model's pair formats
@@ -20,6 +20,11 @@ through the model in one forward pass.
   LoRA: the base, the adapters being zero then). Its log-probs are computed once, before the first
   step, and cached with the run (glassrl.supervised.reference): no second model in memory during
   training. SimPO reads no reference and computes none.
+- **fitting** (glassrl.supervised.preference_data): an example past ``max_length`` is cut as TRL cuts
+  it, and a line counts them. **batches**: ``batch_size`` per optimiser step, in passes of
+  ``micro_batch_size`` (gradient accumulation); ``epochs`` sets the steps, as sft's.
+- **BCO's δ**: :class:`RunningMean` of the batches' mean rewards (TRL's RunningMoments), checkpointed.
+- **β** null is the loss's default (preference_config.DEFAULT_BETA): SimPO's paper's 2.0, else TRL's 0.1.
 - **KTO's reference point** z₀ (Ethayarajh et al. 2024): each example's prompt is paired with the
   response of another example (a fixed, seeded derangement of the data: TRL pairs within a batch by
   a shift of one), and z₀ = max(0, mean Σ_i log π_θ/π_ref) over the batch's mismatched pairs, with
@@ -49,16 +54,14 @@ log π_θ, log π_ref and ρ_i; glassrl.ledger.preference), ``reference_logprobs
 from __future__ import annotations
 
 import json
-from collections.abc import Set
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from rich.console import Console
 
-from glassrl import config_paths
 from glassrl.algos.losses import (
     PAIR_LOSSES,
     PREFERENCE_LOSSES,
@@ -69,9 +72,8 @@ from glassrl.algos.losses import (
     pair_loss,
     side_rewards,
 )
-from glassrl.config import at_least, check_threads, fail, knob_set, option
-from glassrl.data.collate import collate, encode_response
-from glassrl.data.formatting import format_prompt, prompt_text
+from glassrl.data.collate import collate
+from glassrl.data.formatting import prompt_text
 from glassrl.data.preferences import (
     degenerate_labelled,
     degenerate_pairs,
@@ -80,151 +82,29 @@ from glassrl.data.preferences import (
     load_preferences,
 )
 from glassrl.data.records import PreferencePair
-from glassrl.data.tasks import held_out_split
-from glassrl.errors import GlassrlError
 from glassrl.ledger.implicit_rewards import SideNumbers, pair_ledger
 from glassrl.ledger.preference import PreferenceLedger
 from glassrl.models import load_causal_lm, load_tokenizer, pad_id, resolve_device, response_logprobs
-from glassrl.models.lora import LoraConfig, apply_lora
+from glassrl.models.lora import apply_lora
 from glassrl.models.precision import compute_dtype, compute_precision
-from glassrl.optim import OptimConfig
 from glassrl.report.html import write_run_report
 from glassrl.run.atomic import write_text
-from glassrl.supervised.checkpoints import Checkpointing
-from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised, warn, window_means
+from glassrl.supervised.checkpoints import Checkpointing, RunningMean
+from glassrl.supervised.loop import Tally, check_positions, epoch_steps, model_dir, train_supervised, warn, window_means
+from glassrl.supervised.preference_config import RESUME_MAY_CHANGE, PreferenceConfig, eval_spec
+from glassrl.supervised.preference_data import Labelled, cut_line, encode_labelled, fit_pairs
 from glassrl.supervised.reference import ReferenceLogprobs, cached_reference, sequence_logprobs
-from glassrl.supervised.rendering import render_records, rendering_row
-from glassrl.supervised.rm import encode_pairs
+from glassrl.supervised.rendering import render_records
 
-# Config keys a resumed run may change (dotted prefixes): how long it runs, where it lives, what it logs.
-RESUME_MAY_CHANGE = (
-    "steps",
-    "output_dir",
-    "log_every",
-    "eval_every",
-    "checkpoint_every",
-    "keep_checkpoints",
-    "threads",
-)
 LEDGER_FILE = "preference.jsonl"  # ledgers/ of the run: the preference ledgers of the first held-out pairs
 LEDGER_PAIRS = 4
-LOSS_KNOBS = tuple(f.name for f in PreferenceLossParams.__dataclass_fields__.values())
-
-
-@dataclass
-class PreferenceConfig:
-    """What ``glassrl dpo CONFIG`` reads (examples/dpo.yaml, examples/kto.yaml). Checked by :meth:`validate`."""
-
-    model: str = option(
-        "default", help="the policy to train (usually an SFT model): checkpoint dir, cached hub id or \"default\""
-    )
-    reference: str | None = option(
-        None, help="π_ref: checkpoint dir or cached hub id; null = the policy before its first step"
-    )
-    loss: str = option("dpo", help="dpo | ipo | simpo | kto (glassrl.algos.losses.preference; docs/algorithms/)")
-    beta: float = option(
-        0.1, help="β: strength of the pull to π_ref (DPO, IPO's τ, KTO); SimPO's reward scale (2.0–2.5)"
-    )
-    label_smoothing: float = option(0.0, help="dpo: ε, the assumed rate of flipped labels (conservative DPO); 0 = DPO")
-    simpo_gamma: float = option(0.5, help="simpo: γ, the target reward margin")
-    kto_desirable_weight: float = option(1.0, help="kto: λ_D, the weight of desirable examples")
-    kto_undesirable_weight: float = option(1.0, help="kto: λ_U, the weight of undesirable examples")
-    data: str = option(
-        "task:arith-verify-preferences",
-        help="\"task:NAME[/SPLIT]\" or a JSONL of pairs (kto: or of prompt/completion/label)",
-    )
-    eval_data: str | None = option(
-        None, help="held-out pairs: the same forms; null = the test split of a task:NAME data"
-    )
-    seed: int = option(0, help="seeds python, numpy, torch and the data order")
-    steps: int = option(200, help="optimiser steps, each on batch_size pairs (kto: labelled responses)")
-    batch_size: int = option(32, help="pairs (kto: labelled responses) per optimiser step")
-    max_length: int = option(64, help="longest prompt+response in tokens; a longer one is an error naming it")
-    chat_template: Literal["auto", "none"] = option(
-        "auto", help="auto: text prompts use the tokenizer's template, as in glassrl train and sft (docs/data.md)"
-    )
-    system_prompt: str | None = option(None, help="system message put first in every prompt the chat template renders")
-    optim: OptimConfig = option(
-        factory=lambda: OptimConfig(lr=1e-4, warmup_steps=10, decay="cosine"),
-        help="optimiser and schedule (shared with glassrl train)",
-    )
-    lora: LoraConfig | None = option(
-        None, help="LoRA adapters on the policy (only they train); null = every weight trains"
-    )
-    compute_dtype: Literal["auto", "float32", "bfloat16"] = option(
-        "auto", help="matrix products: auto (bfloat16 on CUDA over float32 weights, else float32) | float32 | bfloat16"
-    )
-    output_dir: str = option(
-        "runs/dpo", help="policy, tokenizer, <loss>_config.yaml, metrics.jsonl, glassrl.json, checkpoints/"
-    )
-    eval_every: int = option(0, help="steps between held-out evaluations; 0 = only at the end")
-    log_every: int = option(10, help="steps between metric rows")
-    checkpoint_every: int = option(
-        0, help="steps between checkpoints (--resume continues from the latest); 0 = at the end only"
-    )
-    keep_checkpoints: int = option(2, help="newest checkpoints kept")
-    device: str = option("auto", help="auto (CUDA when visible) | cpu | cuda | cuda:N")
-    threads: int | Literal["auto"] = option(
-        "auto", help="intra-op CPU threads: N, or auto = the cores free now (glassrl.models.threads)"
-    )
-    on_nonfinite: Literal["stop", "skip"] = option(
-        "stop", help="NaN/inf loss or grad norm: stop (exit 2, no output) or skip it"
-    )
-
-    title = "glassrl dpo: resolved"
-
-    def anchor_paths(self, config_dir: Path, command_line: Set[str] = frozenset(), saved: bool = False) -> None:
-        """data and eval_data named in a config file are read from its directory (glassrl.config_paths)."""
-        config_paths.anchor_data(self, ("data", "eval_data"), config_dir, command_line, saved)
-
-    def validate(self, written: Set[str] | None = None) -> None:
-        """Ranges, the loss and its knobs, the held-out set; GlassrlError naming the key (see glassrl.config)."""
-        at_least(1, {"steps": self.steps, "batch_size": self.batch_size, "max_length": self.max_length})
-        at_least(1, {"log_every": self.log_every, "keep_checkpoints": self.keep_checkpoints})
-        at_least(0, {"eval_every": self.eval_every, "checkpoint_every": self.checkpoint_every})
-        if self.loss not in PREFERENCE_LOSSES:
-            fail("loss", self.loss, f"unknown; valid: {', '.join(PREFERENCE_LOSSES)}")
-        entry = PREFERENCE_LOSSES[self.loss]
-        for knob in LOSS_KNOBS:
-            if knob not in entry.knobs and knob_set(self, knob, written):
-                fail(knob, getattr(self, knob), f"ignored by loss {self.loss} (it reads {', '.join(entry.knobs)})")
-        if not entry.reference and self.reference is not None:
-            fail("reference", self.reference, f"ignored: {self.loss} is reference-free; remove it")
-        try:
-            self.params()
-        except ValueError as err:  # algos' rule: "PreferenceLossParams.beta = 0: must be > 0" -> the config key
-            raise GlassrlError(str(err).removeprefix("PreferenceLossParams.")) from None
-        if self.eval_data is None and held_out_split(self.data) is None:
-            fail("eval_data", None, f"needed when data is a file ({self.data}); give a JSONL file of held-out pairs")
-        check_threads(self.threads)
-        self.optim.check("optim")
-
-    def params(self) -> PreferenceLossParams:
-        return PreferenceLossParams(**{knob: getattr(self, knob) for knob in LOSS_KNOBS})
-
-    def rows(self) -> list[tuple[str, str, str]]:
-        """(quantity, value, unit) rows of the table printed at start (print_resolved)."""
-        entry = PREFERENCE_LOSSES[self.loss]
-        unit = "pairs" if self.loss in PAIR_LOSSES else "labelled responses"
-        knobs = ", ".join(f"{k} = {getattr(self, k):g}" for k in entry.knobs)
-        return [
-            ("loss", self.loss, f"{knobs}; rewards aggregated by {entry.reduction}"),
-            ("reference", (self.reference or "the initial policy") if entry.reference else "none", "π_ref, frozen"),
-            ("training steps", f"{self.steps}", "optimiser steps"),
-            ("batch", f"{self.batch_size}", f"{unit}, per optimiser step"),
-            ("max length", f"{self.max_length}", "tokens, prompt + response"),
-            rendering_row(self.chat_template),
-            ("lora", "off" if self.lora is None else f"r = {self.lora.r}, alpha = {self.lora.alpha:g}", "adapters"),
-            ("data", self.data, unit),
-            ("eval data", _eval_spec(self), "held-out pairs"),
-            *self.optim.rows(),
-        ]
 
 
 def train_preference(cfg: PreferenceConfig, console: Console | None = None, resume: bool = False) -> dict[str, float]:
     """Train the policy as ``cfg`` says; returns the final metrics (train/…, eval/…, steps, sizes, time_s).
     ``eval/rewards/accuracies`` is the held-out preference accuracy."""
-    cfg = replace(cfg, compute_dtype=_compute(cfg, resolve_device(cfg.device)))  # recorded as it ran
+    # recorded as it ran: the precision, and β (null: the loss's default)
+    cfg = replace(cfg, compute_dtype=_compute(cfg, resolve_device(cfg.device)), beta=cfg.beta_value())
     run = Checkpointing(
         Path(cfg.output_dir),
         every=cfg.checkpoint_every,
@@ -240,16 +120,6 @@ Pair = tuple[list[int], list[int], list[int], float | None]
 
 
 @dataclass
-class Labelled:
-    """A KTO example: its prompt and response ids, its label, and the response its KL pair borrows."""
-
-    prompt: list[int]
-    response: list[int]
-    desirable: bool
-    partner: list[int]
-
-
-@dataclass
 class PreferenceObjective:
     """The preference trainers' pieces of the supervised loop (glassrl.supervised.loop)."""
 
@@ -262,6 +132,12 @@ class PreferenceObjective:
     eval_pairs: list[PreferencePair]  # the held-out pairs as read (texts, for the ledger)
     reference: ReferenceLogprobs | None  # None: reference-free (SimPO)
     device: torch.device
+    running: RunningMean = field(default_factory=lambda: RunningMean())  # BCO's δ
+
+    @property
+    def state_parts(self) -> list[Any]:
+        """Checkpoint parts beside the loop's: BCO's running mean."""
+        return [self.running] if PREFERENCE_LOSSES[self.cfg.loss].state else []
 
     @property
     def name(self) -> str:
@@ -276,7 +152,10 @@ class PreferenceObjective:
 
     @property
     def steps(self) -> int:
-        return self.cfg.steps
+        """cfg.steps, or epochs passes over the training examples when epochs is set."""
+        if self.cfg.epochs is None:
+            return self.cfg.steps
+        return epoch_steps(self.cfg.epochs, len(self.train), self.cfg.batch_size)
 
     @property
     def sizes(self) -> dict[str, float]:
@@ -296,24 +175,34 @@ class PreferenceObjective:
             model = apply_lora(model, cfg.lora.settings(), path)
         model.train()
         render = partial(render_records, tokenizer, mode=cfg.chat_template, system_prompt=cfg.system_prompt)
-        if cfg.loss in UNPAIRED_LOSSES and labelled_rows(_eval_spec(cfg)):  # KTO's own form: no pairs
-            held_out = load_labelled(_eval_spec(cfg))
+        if cfg.loss in UNPAIRED_LOSSES and labelled_rows(eval_spec(cfg)):  # KTO's own form: no pairs
+            held_out = load_labelled(eval_spec(cfg))
             warn(degenerate_labelled(held_out, "eval_data"), console)
-            evals: list = _encode_labelled(tokenizer, cfg, render(held_out, key="eval_data"), "eval_data")
-            eval_pairs = []
+            evals, eval_cut = encode_labelled(
+                tokenizer, render(held_out, key="eval_data"), cfg.rule(), cfg.seed, eval_spec(cfg)
+            )
+            eval_pairs: list = []
         else:
-            eval_pairs = load_preferences(_eval_spec(cfg))
+            eval_pairs = load_preferences(eval_spec(cfg))
             warn(degenerate_pairs(eval_pairs, "eval_data"), console)
             eval_pairs = render(eval_pairs, key="eval_data")
-            evals = encode_pairs(tokenizer, eval_pairs, cfg.max_length)
+            evals, eval_cut = fit_pairs(tokenizer, eval_pairs, cfg.rule())
         if cfg.loss in PAIR_LOSSES:
             pairs = load_preferences(cfg.data)
             warn(degenerate_pairs(pairs, "data"), console)
-            train: list = list(enumerate(encode_pairs(tokenizer, render(pairs, key="data"), cfg.max_length)))
+            fitted, train_cut = fit_pairs(tokenizer, render(pairs, key="data"), cfg.rule())
+            train: list = list(enumerate(fitted))
         else:
             labelled = load_labelled(cfg.data)
             warn(degenerate_labelled(labelled, "data"), console)
-            train = list(enumerate(_encode_labelled(tokenizer, cfg, render(labelled, key="data"), "data")))
+            rendered = render(labelled, key="data")
+            encoded, train_cut = encode_labelled(tokenizer, rendered, cfg.rule(), cfg.seed, cfg.data)
+            train = list(enumerate(encoded))
+        what = "training pairs" if cfg.loss in PAIR_LOSSES else "training examples"
+        held = "held-out pairs" if eval_pairs or cfg.loss in PAIR_LOSSES else "held-out examples"
+        cut = cut_line(cfg.loss, {what: (train_cut, len(train)), held: (eval_cut, len(evals))}, cfg.rule())
+        if cut is not None:
+            (console or Console()).print(cut, markup=False, soft_wrap=True)
         obj = cls(cfg, path, model, tokenizer, train, evals, eval_pairs, None, device)
         if PREFERENCE_LOSSES[cfg.loss].reference:
             obj.reference, line = obj._reference(resume)
@@ -359,22 +248,34 @@ class PreferenceObjective:
         indices = [i for i, _ in examples]
         if self.cfg.loss in UNPAIRED_LOSSES:
             return self._kto_loss(indices, [e for _, e in examples])
-        loss, r_c, r_r, logps = self._pairs([e for _, e in examples], indices, "train", grad=True)
+        loss, r_c, r_r, logps = self._pairs([e for _, e in examples], indices, "train", grad=True, step=True)
         sums = {
             "train/loss": loss.item(),
             **_pair_metrics("train", r_c.sequence, r_r.sequence, logps),
         }
         return loss, Tally(1, sums)
 
-    def _pairs(self, pairs: list[Pair], indices: list[int], group: str, grad: bool):
+    def _pairs(self, pairs: list[Pair], indices: list[int], group: str, grad: bool, step: bool = False):
         """(mean loss, chosen's Rewards, rejected's Rewards, (Σ log π chosen, Σ log π rejected) (B,) each)
-        of ``pairs``, chosen and rejected in one forward pass."""
+        of ``pairs``, chosen and rejected in one forward pass; ``step``: a training batch, which
+        updates BCO's running mean first."""
         chosen, rejected = self._sides(
             [(p, c) for p, c, _, _ in pairs] + [(p, r) for p, _, r, _ in pairs], indices, group, grad
         )
-        loss, r_c, r_r = pair_loss(self.cfg.loss, chosen, rejected, self.cfg.params())
+        loss, r_c, r_r = pair_loss(self.cfg.loss, chosen, rejected, self._params(chosen, rejected, step))
         logps = tuple(torch.where(s.mask, s.logprobs.detach(), 0.0).sum(-1) for s in (chosen, rejected))
         return loss.mean(), r_c, r_r, logps
+
+    def _params(self, chosen: Side, rejected: Side, step: bool) -> PreferenceLossParams:
+        """The loss's numbers; BCO's δ the running mean of the rewards, updated by a training batch's
+        (TRL's bco_pair: RunningMoments.update, then its mean)."""
+        params, entry = self.cfg.params(), PREFERENCE_LOSSES[self.cfg.loss]
+        if not entry.state:
+            return params
+        if step:
+            rewards = torch.cat([side_rewards(s, entry, params.beta).sequence.detach() for s in (chosen, rejected)])
+            self.running.update(rewards)
+        return replace(params, bco_delta=self.running.mean)
 
     def _sides(self, sequences, indices: list[int], group: str, grad: bool) -> tuple[Side, Side]:
         """The first and second half of ``sequences`` as two Sides, from one forward pass; π_ref
@@ -464,8 +365,8 @@ class PreferenceObjective:
                 [(p, y) for p, y, _, _ in pairs] + [(p, y) for p, _, y, _ in pairs], indices, "eval", grad=False
             )
             r_c, r_r = side_rewards(c, entry, params.beta).sequence, side_rewards(r, entry, params.beta).sequence
-            if self.cfg.loss in PAIR_LOSSES:
-                losses.append(entry.fn(r_c, r_r, params))
+            if self.cfg.loss in PAIR_LOSSES:  # with the NLL term (RPO, CPO, ORPO); BCO's δ as it stands
+                losses.append(pair_loss(self.cfg.loss, c, r, self._params(c, r, step=False))[0])
             chosen.append(r_c)
             rejected.append(r_r)
             logps_c.append(torch.where(c.mask, c.logprobs, 0.0).sum(-1))
@@ -508,7 +409,8 @@ class PreferenceObjective:
                 tokens = [self.tokenizer.decode([t]) for t in ids]
                 numbers.append(SideNumbers(text, ids, tokens, side.logprobs[b, : len(ids)], ref))
             prompt = prompt_text(self.tokenizer, raw.prompt)
-            out.append(pair_ledger(prompt, *numbers, loss=self.cfg.loss, params=self.cfg.params(), source=raw.source))
+            params = self._params(*sides, step=False)
+            out.append(pair_ledger(prompt, *numbers, loss=self.cfg.loss, params=params, source=raw.source))
         return out
 
     def finish(self, out: Path, result: dict[str, float]) -> None:
@@ -523,18 +425,19 @@ class PreferenceObjective:
 
     def _write_summary(self, out: Path, result: dict[str, float]) -> None:
         """glassrl.json: what was trained, on what, and the held-out preference accuracy."""
-        cfg = self.cfg
+        cfg, entry = self.cfg, PREFERENCE_LOSSES[self.cfg.loss]
+        params = replace(cfg.params(), bco_delta=self.running.mean)
         summary = {
             "kind": "preference",
             "loss": cfg.loss,
-            "params": {k: getattr(cfg, k) for k in PREFERENCE_LOSSES[cfg.loss].knobs},
+            "params": {k: getattr(params, k) for k in (*entry.knobs, *entry.state)},  # BCO: δ as it ended
             "base_model": str(self.path),
             "reference": (cfg.reference or str(self.path)) if PREFERENCE_LOSSES[cfg.loss].reference else None,
             "lora": None if cfg.lora is None else asdict(cfg.lora),
             "chat_template": cfg.chat_template,  # how text prompts were rendered (explain renders them so)
             "system_prompt": cfg.system_prompt,
             "data": cfg.data,
-            "eval_data": _eval_spec(cfg),
+            "eval_data": eval_spec(cfg),
             "steps": cfg.steps,
             "held_out_accuracy": result.get("eval/rewards/accuracies"),
             "held_out_pairs": len(self.evals),
@@ -570,35 +473,8 @@ def _pair_metrics(
     }
 
 
-def _encode_labelled(tokenizer, cfg: PreferenceConfig, examples, key: str = "data") -> list[Labelled]:
-    """KTO's examples, each with the response of another as its KL pair's: a seeded derangement
-    (a random cycle through the data), so that no example borrows its own response."""
-    prompts = [format_prompt(tokenizer, e.prompt, e.source) for e in examples]
-    responses = [encode_response(tokenizer, e.response) for e in examples]
-    if len(examples) < 2:
-        spec = cfg.data if key == "data" else _eval_spec(cfg)
-        raise GlassrlError(f"{key}: {spec} has {len(examples)} labelled response; KTO needs at least 2")
-    order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
-    partner = {order[k]: order[(k + 1) % len(order)] for k in range(len(order))}
-    encoded = []
-    for i, example in enumerate(examples):
-        longest = len(prompts[i]) + max(len(responses[i]), len(responses[partner[i]]))
-        if longest > cfg.max_length:
-            raise GlassrlError(
-                f"{example.source}: prompt+response (or its KL pair's) is {longest} tokens, "
-                f"more than max_length={cfg.max_length}"
-            )
-        encoded.append(Labelled(prompts[i], responses[i], example.desirable, responses[partner[i]]))
-    return encoded
-
-
 def _compute(cfg: PreferenceConfig, device: torch.device) -> str:
     """compute_dtype with "auto" made concrete: bfloat16 on CUDA, float32 elsewhere."""
     if cfg.compute_dtype != "auto":
         return cfg.compute_dtype
     return "bfloat16" if device.type == "cuda" else "float32"
-
-
-def _eval_spec(cfg: PreferenceConfig) -> str:
-    """eval_data, or the test split of a task:NAME data (validate checked one exists)."""
-    return cfg.eval_data if cfg.eval_data is not None else str(held_out_split(cfg.data))

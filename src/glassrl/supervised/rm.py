@@ -50,9 +50,10 @@ from glassrl.data.preferences import degenerate_pairs, load_preferences
 from glassrl.data.records import PreferencePair
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
-from glassrl.models import load_scalar_model, load_tokenizer, sequence_scores
+from glassrl.models import has_scalar_head, load_scalar_model, load_tokenizer, sequence_scores
 from glassrl.optim import OptimConfig
 from glassrl.run.atomic import write_text
+from glassrl.supervised.foreign_names import REWARD_NAMES
 from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised, warn
 from glassrl.supervised.rendering import render_records, rendering_row
 
@@ -99,6 +100,7 @@ class RMConfig:
     )
 
     title = "glassrl rm: resolved"
+    FOREIGN_NAMES = REWARD_NAMES  # TRL's names -> the hint of an unknown-key error (glassrl.supervised.foreign_names)
 
     def anchor_paths(self, config_dir: Path, command_line: Set[str] = frozenset(), saved: bool = False) -> None:
         """data and eval_data named in a config file are read from its directory (glassrl.config_paths)."""
@@ -217,8 +219,17 @@ class RMObjective:
 
     @classmethod
     def build(cls, cfg: RMConfig, device: torch.device, console: Console | None = None) -> RMObjective:
-        """Load the model with a scalar head (fresh, drawn from the seeded RNG, or the checkpoint's) and the pairs."""
+        """Load the model with a scalar head (fresh, drawn from the seeded RNG, or the checkpoint's) and the
+        pairs; a fresh head is said in one line (transformers' notice of its MISSING weights is silenced)."""
         path = model_dir(cfg.model)
+        if not has_scalar_head(path):
+            (console or Console()).print(
+                f"rm: a new scalar head ({cfg.head}: Linear(hidden, 1)) on {path}'s backbone, drawn from "
+                f"seed {cfg.seed}: it starts untrained, as it should (transformers' notice of its missing "
+                "weights is not shown)",
+                markup=False,
+                soft_wrap=True,
+            )
         tokenizer = load_tokenizer(path)
         model = load_scalar_model(path, head=cfg.head, dtype="float32", device=str(device)).train()
         check_positions(model, cfg.max_length, str(path))

@@ -37,7 +37,8 @@ from glassrl.errors import GlassrlError
 from glassrl.jsonl import jsonl_objects
 from glassrl.models.loading import pad_id, resolve_model_path
 from glassrl.optim import OptimConfig
-from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised
+from glassrl.supervised.foreign_names import SFT_NAMES
+from glassrl.supervised.loop import Tally, check_positions, epoch_steps, model_dir, train_supervised
 from glassrl.supervised.rendering import render_prompts, rendering_row
 
 
@@ -80,6 +81,7 @@ class SFTConfig:
     )
 
     title = "glassrl sft: resolved"
+    FOREIGN_NAMES = SFT_NAMES  # TRL's names -> the hint of an unknown-key error (glassrl.supervised.foreign_names)
 
     def anchor_paths(self, config_dir: Path, command_line: Set[str] = frozenset(), saved: bool = False) -> None:
         """data and eval_data named in a config file are read from its directory (glassrl.config_paths)."""
@@ -246,7 +248,7 @@ class SFTObjective:
         train = tokenize_pairs(tokenizer, render(_load_all(cfg.data), "data"), cfg.max_length)
         eval_specs = cfg.eval_data or [t for s in _as_list(cfg.data) if (t := held_out_split(s)) is not None]
         evals = tokenize_pairs(tokenizer, render(_load_all(eval_specs), "eval_data"), cfg.max_length)
-        steps = cfg.steps if cfg.steps is not None else max(1, round(cfg.epochs * len(train) / cfg.batch_size))
+        steps = cfg.steps if cfg.steps is not None else epoch_steps(cfg.epochs, len(train), cfg.batch_size)
         return cls(model, tokenizer, train, evals, steps, cfg.batch_size, pad_id(tokenizer), device)
 
     @property

@@ -120,7 +120,7 @@ def test_an_observation_token_that_trains_is_caught(tiny_model_dir):
     (audit,) = audit_batch(broken, records, recorder, engine.format, tokenizer, max_turns=4, budget=200)
     failed = {r.check: r.detail for r in audit.results if not r.ok}
     assert sorted(failed) == ["gradient", "kl", "length", "mask"]
-    where = f"position {first_observation} ('<') in '"
+    where = f"position {first_observation} (' ') in '"
     assert failed["mask"].startswith(f"mask True on an observation token: {where}")
     assert failed["gradient"].startswith(f"gradient reaches observation token: {where}")
     assert failed["length"] == "length counted 27 tokens, the turns generated 26"

@@ -98,3 +98,17 @@ def test_the_tagged_format_round_trips_on_a_real_byte_level_bpe(family, tmp_path
     out = capsys.readouterr().out
     assert code == 0, out
     assert "render        2/2   ok" in out
+
+
+def test_a_join_of_the_data_is_named_as_such(tmp_path, capsys):
+    """The prompt's "=?" and a first turn that starts "<call>" without a space: the audit names the
+    two pieces that merge (not the format's)."""
+    model = _bpe_model_dir(tmp_path, "llama3")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(["<call>calculator 1+2</call>", "3"]))
+    argv = ["audit", "grpo", "data.train=task:tool-add", f"model.actor={model}", "rollout.max_new_tokens=120"]
+    assert main([*argv, "--script", str(script), "--episodes", "1"]) == 1
+    (failure,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("episode 0")]
+    assert failure.endswith(
+        ": the texts of the prompt and turn 0 (generated) merge where they meet when encoded in one piece"
+    )

@@ -8,7 +8,10 @@ from __future__ import annotations
 import argparse
 
 AGENTS = ("tool-add", "research")
-HELP = "build the default model (tokenizer + small Llama trained on the bundled task) and cache it"
+HELP = (
+    "install the default model (tokenizer + small Llama trained on the bundled tasks: the shipped weights, "
+    "or built here with --force) into the cache"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the weights' initialisation and the SFT data order (default 0)"
     )
-    parser.add_argument("--force", action="store_true", help="rebuild even if a complete model is already there")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="build it here, even where the model is already there, and print its figures beside the shipped build's",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from glassrl.builtin.agent_model import ensure_agent_model
     from glassrl.builtin.default_model import ensure_default_model
     from glassrl.builtin.research_model import ensure_research_model
+    from glassrl.builtin.shipped import compare
     from glassrl.errors import GlassrlError
     from glassrl.files import DISK_FULL, disk_errors
     from glassrl.models.default_model import AGENT_VERSION, MARKER, RESEARCH_VERSION, VERSION, default_model_dir
@@ -59,9 +67,19 @@ def run(args: argparse.Namespace) -> int:
         path = ensure(out_dir=out, seed=args.seed, rebuild=args.force, console=console)
     info = json.loads((path / MARKER).read_text(encoding="utf-8"))
     if args.agent == "research":
-        return _research_summary(path, info, console)
-    if args.agent:
-        return _agent_summary(path, info, console)
+        _research_summary(path, info, console)
+    elif args.agent:
+        _agent_summary(path, info, console)
+    else:
+        _default_summary(path, info, console)
+    if args.force:  # built here: its figures beside the shipped build's
+        for line in compare(version, info, path):
+            console.print(line, markup=False, soft_wrap=True)
+    return 0
+
+
+def _default_summary(path, info: dict, console) -> None:
+    """What the default build made: its size, SFT and held-out arith-verify figures."""
     acc, train = info["heldout_arith_verify"], info["train_arith_verify"]
     _built("default model", path, info, console)
     console.print(
@@ -74,10 +92,9 @@ def run(args: argparse.Namespace) -> int:
         f"verdict {train['verdict']:.1%}, format {train['format']:.1%}",
         soft_wrap=True,
     )
-    return 0
 
 
-def _agent_summary(path, info: dict, console) -> int:
+def _agent_summary(path, info: dict, console) -> None:
     """What ``--agent`` built: its size, SFT mix and held-out tool use."""
     _built("agent model", path, info, console)
     _mix(info, console)
@@ -88,10 +105,9 @@ def _agent_summary(path, info: dict, console) -> int:
             f"correct {rates['correct']:.1%}",
             soft_wrap=True,
         )
-    return 0
 
 
-def _research_summary(path, info: dict, console) -> int:
+def _research_summary(path, info: dict, console) -> None:
     """What ``--agent research`` built: its size, SFT mix, held-out rubric and decision probability."""
     _built("research-agent model", path, info, console)
     _mix(info, console)
@@ -108,15 +124,17 @@ def _research_summary(path, info: dict, console) -> int:
         f"(rumour {decision['rumour']:.3f}, forecast {decision['forecast']:.3f}, news {decision['news']:.3f})",
         soft_wrap=True,
     )
-    return 0
 
 
 def _built(what: str, path, info: dict, console) -> None:
-    """The model's directory, seed, size and SFT."""
+    """The model's directory, seed, size and SFT; whether its weights are the shipped ones."""
+    from glassrl.builtin.shipped import is_shipped
+
+    where = "the shipped weights, built" if is_shipped(info.get("version", ""), path) else "built"
     console.print(f"{what}: {path}", markup=False, soft_wrap=True)
     console.print(
         f"  seed {info['seed']}, {info['parameters']:,} parameters, {info['sft_steps']} SFT steps, "
-        f"train loss {info['train_loss']:.4f}, built in {info['build_time_s']}s",
+        f"train loss {info['train_loss']:.4f}, {where} in {info['build_time_s']}s",
         soft_wrap=True,
     )
 

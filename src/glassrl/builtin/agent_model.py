@@ -1,8 +1,8 @@
 """The tool-using agent model's build recipe (the spec: :class:`glassrl.models.default_model.AgentModelSpec`).
 
-``ensure_agent_model()`` builds it on first use into ``default_model_dir(AGENT_VERSION)``
-(``$GLASSRL_HOME/models/default-agent-v1``), as the default model is built
-(:mod:`glassrl.builtin.default_model`, same cache rules):
+``ensure_agent_model()`` installs its shipped weights (glassrl.builtin.shipped), or builds it, on
+first use into ``default_model_dir(AGENT_VERSION)`` (``$GLASSRL_HOME/models/default-agent-v1``),
+as the default model is (:mod:`glassrl.builtin.default_model`, same cache rules):
 
 1. SFT transcripts of the tool-add train split (:func:`sft_episodes`), each answered one of
    three ways, drawn with the spec's shares:

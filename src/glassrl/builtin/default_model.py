@@ -1,6 +1,7 @@
 """The default model's build recipe (the model itself: :mod:`glassrl.models.default_model`).
 
-``ensure_default_model()`` builds it on first use into ``default_model_dir()``:
+``ensure_default_model()`` installs the shipped weights (glassrl.builtin.shipped) on first use into
+``default_model_dir()``, or builds them there (``rebuild``, another seed or spec):
 
 1. a byte-level BPE tokenizer trained on the tasks' train text (:mod:`glassrl.models.default_tokenizer`);
 2. a ``LlamaForCausalLM`` of ``DefaultModelSpec``'s size, initialised from the seed;

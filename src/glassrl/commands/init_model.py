@@ -1,7 +1,9 @@
-"""`glassrl init-model [--agent [tool-add | research]] [--out DIR] [--seed N] [--force]`: build the
+"""`glassrl init-model [--agent [tool-add | research]] [--out DIR] [--seed N] [--force]`: install the
 embedded default model, or a tool-using variant: ``--agent`` (or ``--agent tool-add``) the
 calculator agent (glassrl.builtin.agent_model), ``--agent research`` the research agent of the
-reference dialogue (glassrl.builtin.research_model)."""
+reference dialogue (glassrl.builtin.research_model). Seed 0 installs the package's shipped weights
+(glassrl.builtin.shipped); ``--force`` (or another seed) builds the model here, and ``--force``
+prints its figures beside the shipped build's."""
 
 from __future__ import annotations
 

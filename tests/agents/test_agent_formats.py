@@ -55,7 +55,7 @@ def test_tagged_opens_call_and_observation(tokenizer):
     fmt = TaggedFormat(tokenizer)
     assert fmt.opens_call("<call>calculator 12") and not fmt.opens_call("5796")
     text, ids = fmt.observation(["5796", "error: bad"])
-    assert text == "<result>5796</result><result>error: bad</result>"
+    assert text == " <result>5796</result><result>error: bad</result>\n"
     assert tokenizer.decode(ids) == text and tokenizer.bos_token_id not in ids
 
 

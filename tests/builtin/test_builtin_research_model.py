@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from glassrl.agents import TaggedFormat
-from glassrl.builtin import research_model
+from glassrl.builtin import research_model, shipped
 from glassrl.builtin.agent_model import TAGS, agent_tokenizer, sft_rows
 from glassrl.data.collate import encode_responses
 from glassrl.data.formatting import format_prompts
@@ -130,6 +130,7 @@ def test_init_model_agent_research_builds_once_and_prints_its_figures(monkeypatc
     from glassrl.models.default_model import MARKER, spec_json
 
     monkeypatch.setenv("GLASSRL_HOME", str(tmp_path))
+    monkeypatch.setattr(shipped, "SHIPPED", {})  # the build path (the shipped one: test_builtin_shipped.py)
     calls = []
 
     def stub(out_dir, *, seed, console):  # the real build is the demo's; this tests the command and the cache

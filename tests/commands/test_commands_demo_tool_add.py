@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from glassrl import presets
 from glassrl.agents import TaggedFormat, task_environment
-from glassrl.builtin import agent_model
+from glassrl.builtin import agent_model, shipped
 from glassrl.cli import main
 from glassrl.commands import demo
 from glassrl.config import load_config
@@ -135,6 +135,7 @@ def test_same_seed_gives_bit_identical_weights(tiny_agent, tmp_path):
 
 def test_ensure_builds_once_into_its_own_directory(monkeypatch, tmp_path):
     monkeypatch.setenv("GLASSRL_HOME", str(tmp_path))
+    monkeypatch.setattr(shipped, "SHIPPED", {})  # the build path (the shipped one: test_builtin_shipped.py)
     calls = []
 
     def stub(out_dir, *, seed, console):  # the real build is tested above; this tests the caching

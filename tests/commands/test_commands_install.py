@@ -1,5 +1,6 @@
 """A non-editable install (what `pip install .` gives a user) carries the presets: `glassrl demo`
-and `glassrl train NAME` find them without a source tree."""
+and `glassrl train NAME` find them without a source tree; and the bundled models' shipped weights,
+every file as pinned."""
 
 from __future__ import annotations
 
@@ -42,6 +43,12 @@ def err(run):
         except SystemExit as exit:
             code = exit.code
     return f"{code} {text.getvalue()}"
+
+from glassrl.builtin import shipped
+for version, files in shipped.SHIPPED.items():  # every shipped file installed, as pinned
+    for name, pinned in files.items():
+        assert shipped.sha256(shipped.WEIGHTS / version / name) == pinned, (version, name)
+assert shipped.WEIGHTS.is_relative_to(glassrl.__file__.rsplit("/", 1)[0]) and len(shipped.SHIPPED) == 3
 
 print(glassrl.__file__)
 print(" ".join(presets.names()))

@@ -11,7 +11,7 @@ import torch
 from glassrl.agents import AgentRolloutEngine, FunctionTool, ToolEnvironment, task_environment
 from glassrl.data.records import PromptRecord
 from glassrl.data.tasks import load_task
-from glassrl.diagnose.episode_audit import CHECKS, Recorder, ScriptedTurns, audit_batch, table
+from glassrl.diagnose.episode_audit import CHECKS, Recorder, ScriptedTurns, _Shower, audit_batch, table
 from glassrl.models.loading import load_tokenizer
 from glassrl.rollout.base import SamplingParams
 
@@ -87,7 +87,51 @@ def test_a_tool_whose_text_merges_with_the_next_turn_is_caught(tiny_model_dir):
     audits = _audit(tokenizer, _look_env("Y"), records, [CALL, "es"], call_format="hermes")
     (failure,) = _failed(audits, "render")
     assert "re-rendered as 'Yes', context has position " in failure.detail
-    assert failure.detail == "re-rendered as 'Yes', context has position 64 ('Y') in 'Result: ⟦Y⟧es<|eos|>'"
+    assert failure.detail == (
+        "re-rendered as 'Yes', context has position 64 ('Y') in 'Result: ⟦Y⟧es<|eos|>': the texts of turn 0's "
+        "observation and turn 1 (generated) merge where they meet when encoded in one piece"
+    )
+
+
+class _OneTokenPerCharacter(ScriptedTurns):
+    """The scripted turns, each character its own token: splits the tokenizer never makes, as an
+    untrained model samples them."""
+
+    def sample(self, contexts, max_new_tokens, params, generator, stop_strings, with_logprobs):
+        turns = super().sample(contexts, max_new_tokens, params, generator, stop_strings, with_logprobs)
+        eos = self.tokenizer.eos_token_id
+        for turn in turns:
+            end = turn.tokens[-1:] if turn.tokens[-1:] == [eos] else []
+            text = self.tokenizer.decode(turn.tokens[: len(turn.tokens) - len(end)])
+            turn.tokens[:] = [i for c in text for i in self.tokenizer.encode(c, add_special_tokens=False)] + end
+            if turn.logprobs is not None:
+                turn.logprobs[:] = [0.0] * len(turn.tokens)
+        return turns
+
+
+def test_a_render_failure_says_why_the_model_sampled_a_split_the_tokenizer_never_makes(tiny_model_dir):
+    tokenizer = load_tokenizer(tiny_model_dir)
+    records = load_task("tool-add", "train", size=1)
+    recorder = Recorder(task_environment("tool-add"))
+    engine = AgentRolloutEngine(_OneTokenPerCharacter(tokenizer, ["Yes, 3"]), tokenizer, recorder)
+    params = SamplingParams(max_new_tokens=200)
+    prompts = engine.format_prompts(records)
+    batch = engine.generate(prompts, n=1, params=params, generator=torch.Generator(), records=records)
+    (audit,) = audit_batch(batch, records, recorder, engine.format, tokenizer, max_turns=3, budget=200)
+    (failure,) = _failed([audit], "render")
+    assert failure.detail.endswith(
+        ": turn 0 (generated) is not the tokenizer's encoding of its own text: the model sampled a split of it "
+        "that the tokenizer never makes (an untrained or barely trained model does; the format is not at fault: "
+        "audit with --script, or a trained model, to check the format)"
+    ), failure.detail
+
+
+def test_a_prompt_position_is_named_so_not_negative(tiny_model_dir):
+    tokenizer = load_tokenizer(tiny_model_dir)
+    ids = tokenizer.encode("4821+975=? 5796", add_special_tokens=False)
+    show = _Shower(tokenizer, ids, prompt_length=5)
+    assert show(2).startswith("prompt position 2 (")
+    assert show(6).startswith("position 1 (")
 
 
 def test_limits_and_the_stop_token(tiny_model_dir):
@@ -120,7 +164,7 @@ def test_an_observation_token_that_trains_is_caught(tiny_model_dir):
     (audit,) = audit_batch(broken, records, recorder, engine.format, tokenizer, max_turns=4, budget=200)
     failed = {r.check: r.detail for r in audit.results if not r.ok}
     assert sorted(failed) == ["gradient", "kl", "length", "mask"]
-    where = f"position {first_observation} ('<') in '"
+    where = f"position {first_observation} (' ') in '"
     assert failed["mask"].startswith(f"mask True on an observation token: {where}")
     assert failed["gradient"].startswith(f"gradient reaches observation token: {where}")
     assert failed["length"] == "length counted 27 tokens, the turns generated 26"

@@ -4,11 +4,13 @@ when logging.ledger_every would not), the rows earning proxy reward the gold doe
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
+from rich.console import Console
 
-from glassrl.diagnose.training_watch import proxy_only_rows
+from glassrl.diagnose.training_watch import TrainingWatch, proxy_only_rows
 from glassrl.diagnose.watch import Alert, RewardWatch
 from glassrl.errors import GlassrlError
 from helpers import preset_trainer
@@ -35,8 +37,9 @@ def test_the_watch_in_a_run(fast, tmp_path, monkeypatch, capsys):
     (alert,) = map(json.loads, (out / "watch.jsonl").read_text().splitlines())
     assert alert == {"step": 2, "kind": "gold_divergence", "level": "alert", "message": "test", "rows": []}
     assert (
-        "reward watch alert at step 2 (gold_divergence): test; responses none in the sample" in capsys.readouterr().out
-    )
+        "reward watch alert at step 2 (gold_divergence): test; no response of the ledger sample "
+        "(ledgers/step_000002.jsonl) earned more proxy reward than the batch's mean and a gold score below its mean"
+    ) in capsys.readouterr().out
 
 
 def test_proxy_only_rows():
@@ -70,3 +73,14 @@ def test_a_resumed_run_replays_its_metrics_and_drops_later_alerts(tmp_path):
     metrics = dict(rows[10])
     del metrics["step"]
     assert [a.kind for a in resumed.update(11, metrics)] == [a.kind for a in straight.update(dict(rows[10]))]
+
+
+def test_an_alert_says_which_responses_it_points_at_and_why(tmp_path):
+    console = Console(file=io.StringIO(), width=400)
+    watch = TrainingWatch(3, 0.5, tmp_path, console)
+    watch.update(4, {"reward/mean": 0.5})  # no gold: the rows are those above the proxy mean
+    watch.record([Alert(4, "reward_jump", "warning", "test")], [(4, 1), (4, 3)])
+    assert console.file.getvalue() == (
+        "reward watch warning at step 4 (reward_jump): test; responses 1, 3 of ledgers/step_000004.jsonl earned "
+        "more proxy reward than the batch's mean\n"
+    )

@@ -184,7 +184,7 @@ def test_tool_add_with_tool_calls(tiny_model_dir, tmp_path, monkeypatch):
         call_text = "".join(t.token for t in response.tokens[first.start : first.end])
         observed = "".join(t.token for t in response.tokens[first.end : first.observation_end])
         a, b = call_text.removeprefix("<call>c ").removesuffix("</call>").split("+")
-        assert observed == f"<result>{int(a) + int(b)}</result>"  # the calculator's answer, in the context
+        assert observed == f" <result>{int(a) + int(b)}</result>\n"  # the calculator's answer, in the context
         assert first.tool_calls[0]["status"] == "ok" and first.reward_parts == {"valid_call": 0.1}
         assert response.tokens[first.end - 1].token_scores == pytest.approx(0.1)
         assert response.score == float(response.response == str(int(a) + int(b)))

@@ -23,10 +23,24 @@ The model writes, inside its one answer, ::
     <call>calculator 4821+975</call>          (short form: bare text for a tool with exactly
                                                 one required string argument)
 
-Generation stops at ``</call>``; the result is appended as ``<result>5796</result>`` and the
-model continues. A turn without a call is the final answer; it ends at EOS. The tool list is
-described in the prompt (``describe_tools``): before a plain-text prompt, or as a system
-message of a chat prompt; a task whose model learnt the format from data turns it off.
+Generation stops at ``</call>``; the result is appended as `` <result>5796</result>\\n`` (a space
+before, a newline after) and the model continues. A turn without a call is the final answer; it
+ends at EOS. The tool list is described in the prompt (``describe_tools``): before a plain-text
+prompt, or as a system message of a chat prompt; a task whose model learnt the format from data
+turns it off.
+
+Why the space and the newline: the context is the sampled tokens and the observation's tokens
+laid end to end, and it must also be what the tokenizer makes of its text in one piece (SFT on a
+transcript, an inference server, ``glassrl audit``'s render check). A byte-level BPE only merges
+inside one pre-token, so the observation starts and ends where every such pre-tokenizer cuts:
+with ``</call><result>`` GPT-2's regex and Llama 3's / Qwen2's (`` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*``)
+both make ``><`` one pre-token, and a real vocabulary has it as one token (issue 44: the audit of a
+Qwen tokenizer); after a space (`` <``) neither regex joins it to ``>``. A newline (rather than a
+space) before would not do: Llama 3's regex takes the newlines after a punctuation run (``>\\n``).
+At the end, ``</result>`` followed by the next turn's letters is one pre-token in Llama 3's regex
+(a letter run takes one punctuation character before it: ``>5796`` does not, ``>The`` does); the
+newline closes the observation's last pre-token (``>\\n``) in both. Tested with tokenizers trained
+on text that holds ``><`` (tests/commands/test_commands_audit_bpe.py).
 
 Either way, a call that cannot be parsed (malformed JSON, no name, arguments that are not an
 object, nested deeper than glassrl.jsonl.MAX_NESTING) is still a call: the environment answers it
@@ -137,7 +151,8 @@ class TaggedFormat:
         return "<call>" in text
 
     def observation(self, results: Sequence[str]) -> tuple[str, list[int]]:
-        text = "".join(f"<result>{r}</result>" for r in results)
+        # A space before and a newline after (module docstring: "Why the space and the newline").
+        text = " " + "".join(f"<result>{r}</result>" for r in results) + "\n"
         return text, plain_ids(self.tokenizer, text)  # the format's text holds no special token of its own
 
 

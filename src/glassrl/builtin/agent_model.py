@@ -1,14 +1,14 @@
 """The tool-using agent model's build recipe (the spec: :class:`glassrl.models.default_model.AgentModelSpec`).
 
-``ensure_agent_model()`` builds it on first use into ``default_model_dir(AGENT_VERSION)``
-(``$GLASSRL_HOME/models/default-agent-v1``), as the default model is built
-(:mod:`glassrl.builtin.default_model`, same cache rules):
+``ensure_agent_model()`` installs its shipped weights (glassrl.builtin.shipped), or builds it, on
+first use into ``default_model_dir(AGENT_VERSION)`` (``$GLASSRL_HOME/models/default-agent-v1``),
+as the default model is (:mod:`glassrl.builtin.default_model`, same cache rules):
 
 1. SFT transcripts of the tool-add train split (:func:`sft_episodes`), each answered one of
    three ways, drawn with the spec's shares:
 
    ==========  ==========================================================================
-   call        ``<call>calculator 4821+975</call>`` ``<result>5796</result>`` ``5796``
+   call        ``<call>calculator 4821+975</call>`` `` <result>5796</result>\\n`` ``5796``
    malformed   a call that fails (unknown tool, cut expression, bad JSON, no argument), its
                ``<result>error: …</result>``, then the sum worked out in its head
    head        the sum worked out in its head: ``5796``
@@ -29,8 +29,10 @@ decides, so GRPO's groups hold responses that call the tool and responses that d
 the reward (1 for the right sum, 0.1 for a call that ran) tells them apart. A 4-digit sum in
 its head is almost always wrong for a model this small; a call is right when the model copies
 the operands into it and the result out of it. Measured on the built model (seed 0, 200
-test prompts, glassrl.json): sampled at temperature 1, 34.5 % valid calls and 17.5 % correct
-answers; greedy, 78.5 % and 50.5 % (the call is the single most likely first token).
+test prompts, glassrl.json, the observation written `` <result>…</result>\\n`` since 2026-11-28):
+sampled at temperature 1, 33.5 % valid calls and 15.5 % correct answers; greedy, 72.0 % and
+41.5 % (the call is the single most likely first token; before the observation's space and
+newline, 34.5 % and 17.5 % sampled, 78.5 % and 50.5 % greedy).
 
 Why 2 layers and not the default model's 4: the answers are copies (operands into the call,
 the result into the answer), and copying is what a small model learns slowest. Measured on the
@@ -42,10 +44,10 @@ steps answered 0.5 % of the test prompts right; the model built here (2 layers, 
 
 Why the tags are whole tokens: the rollout encodes each observation on its own
 (:meth:`glassrl.agents.formats.TaggedFormat.observation`) and appends it to the sampled
-tokens; SFT encodes the transcript in one piece. With ``</call>`` and ``<result>`` as BPE text,
-``"</call><result>"`` would pre-tokenize as ``…call``, ``><``, ``result…``: a token the rollout
-never produces. As added tokens they split the text first, so the transcript's tokens are
-exactly the turns' and the observations' tokens laid end to end (tested).
+tokens; SFT encodes the transcript in one piece. The observation's space and newline already keep
+its text from merging with the turns around it (formats' docstring); as added tokens the tags also
+split the text first, and are one token each to copy, so the transcript's tokens are exactly the
+turns' and the observations' tokens laid end to end (tested).
 
 The SFT loss covers the whole response, observation tokens included (:mod:`glassrl.supervised.sft`
 has no mask for them): the model also learns to predict the calculator's answer after

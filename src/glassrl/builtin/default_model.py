@@ -1,6 +1,7 @@
 """The default model's build recipe (the model itself: :mod:`glassrl.models.default_model`).
 
-``ensure_default_model()`` builds it on first use into ``default_model_dir()``:
+``ensure_default_model()`` installs the shipped weights (glassrl.builtin.shipped) on first use into
+``default_model_dir()``, or builds them there (``rebuild``, another seed or spec):
 
 1. a byte-level BPE tokenizer trained on the tasks' train text (:mod:`glassrl.models.default_tokenizer`);
 2. a ``LlamaForCausalLM`` of ``DefaultModelSpec``'s size, initialised from the seed;
@@ -31,6 +32,7 @@ The mix is written to ``sft_data.jsonl``: what the model was trained on can be r
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -44,6 +46,7 @@ import transformers
 from rich.console import Console
 from transformers import LlamaForCausalLM
 
+from glassrl.builtin import shipped
 from glassrl.data import tasks
 from glassrl.data.collate import collate
 from glassrl.data.formatting import format_prompts
@@ -95,7 +98,9 @@ def ensure_built(
     console: Console,
 ) -> Path:
     """``out``, built by ``build(tmp)`` unless it holds a model of ``seed`` and ``spec`` already
-    (and not ``rebuild``). The build goes to a temporary sibling directory renamed into place. A
+    (and not ``rebuild``); without ``rebuild``, the package's shipped weights are copied instead
+    when they are that model (:mod:`glassrl.builtin.shipped`: seed 0, the current spec, every file's
+    sha256 checked). The build or copy goes to a temporary sibling directory renamed into place. A
     directory that is neither empty nor a glassrl embedded model is never replaced."""
     if not rebuild and is_built(out, seed, spec):
         return out
@@ -104,7 +109,20 @@ def ensure_built(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.building-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    console.print(f"[bold]glassrl[/bold]: building the model {version} (seed {seed}) -> {out}")
+    source = None if rebuild else shipped.shipped_dir(version, seed, spec)
+    if source is not None:
+        console.print(f"[bold]glassrl[/bold]: the shipped model {version} (sha256 checked) -> {out}")
+        build = functools.partial(shipped.install, version, source)
+    else:
+        console.print(f"[bold]glassrl[/bold]: building the model {version} (seed {seed}) -> {out}")
+        took = (shipped.shipped_info(version) or {}).get("build_time_s")
+        if took:  # the research model's SFT alone takes ~20 minutes: say so before it starts
+            console.print(
+                f"  the shipped build took {took / 60:.0f} min on one thread of a 2-core machine; expect about as "
+                "long (the SFT's progress bar shows the time left)",
+                markup=False,
+                soft_wrap=True,
+            )
     try:
         build(tmp)
         if out.exists():

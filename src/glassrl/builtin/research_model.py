@@ -1,6 +1,7 @@
 """The research-agent model's build recipe (the spec: :class:`glassrl.models.default_model.ResearchModelSpec`).
 
-``ensure_research_model()`` builds it on first use into ``default_model_dir(RESEARCH_VERSION)``
+``ensure_research_model()`` installs its shipped weights (glassrl.builtin.shipped), or builds it, on
+first use into ``default_model_dir(RESEARCH_VERSION)``
 (``$GLASSRL_HOME/models/default-research-v1``), as the tool-add agent is built
 (:mod:`glassrl.builtin.agent_model`, whose tokenizer and SFT rows it reuses):
 

@@ -3,8 +3,9 @@ reinforcement learning on a CPU in minutes, then its ledger.
 
 What it does, in order:
 
-1. The embedded default model (glassrl.models.default_model): built on first use, then
-   reused from ``~/.cache/glassrl/models/default-v2``.
+1. The embedded default model (glassrl.models.default_model): the package's shipped weights,
+   copied on first use (sha256 checked: glassrl.builtin.shipped) into
+   ``~/.cache/glassrl/models/default-v2``, then reused.
 2. Training with the preset ``--algo`` (glassrl/presets/<algo>.yaml, package data; in a
    checkout also examples/<algo>.yaml) by the code ``glassrl train`` runs
    (glassrl.rl.loop.Trainer), with its progress bar. Before the first step and after
@@ -22,9 +23,9 @@ with PPO and with GRPO side by side (glassrl.commands.demo_research).
 ``--task tool-add`` (``make demo TASK=tool-add``) runs the same four steps on an agentic task
 (docs/agentic.md) with the task's preset (``presets.TASKS``: glassrl/presets/tool_add.yaml):
 
-1. the tool-using agent model (glassrl.builtin.agent_model), built on first use into
-   ``~/.cache/glassrl/models/default-agent-v1`` (a few minutes on 2 cores; ``glassrl
-   init-model --agent`` builds it ahead);
+1. the tool-using agent model (glassrl.builtin.agent_model), its shipped weights copied on
+   first use into ``~/.cache/glassrl/models/default-agent-v1`` (``glassrl init-model --agent
+   --force`` builds it here instead);
 2. GRPO on tool-add: each response is several turns, its calculator calls run and their results
    read back as observation tokens (in the context, out of every loss);
 3. on held-out prompts, before and after: the rate of valid tool calls (a call that ran), of

@@ -6,7 +6,7 @@ searches, opens one page at its decision step t = 4 (the official release, a rum
 or a news report), and writes a report the rubric scores (accuracy 1 + temporal 1 + citation 0.5).
 What it prints, in order:
 
-1. the research-agent model (glassrl.builtin.research_model), built on first use;
+1. the research-agent model (glassrl.builtin.research_model), its shipped weights copied on first use;
 2. two runs from the same model on the same episodes: the ``research_ppo`` preset (a critic, GAE:
    token-level credit) and ``research_grpo`` (the group-standardised score on every token:
    task-level credit), each with its progress bar, into ``runs/demo-research/{ppo,grpo}``;
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         for name, preset in RUNS.items()
     }
     console.print(Rule(f"1. the model ({configs['grpo'].model.actor})"))
-    model_dir = actor_path(configs["grpo"], console)  # the research-agent model, built on first use
+    model_dir = actor_path(configs["grpo"], console)  # the research-agent model, installed on first use
     _say_model(model_dir, console)
     model_s = time.perf_counter() - start
 

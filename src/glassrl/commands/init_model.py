@@ -1,7 +1,9 @@
-"""`glassrl init-model [--agent [tool-add | research]] [--out DIR] [--seed N] [--force]`: build the
+"""`glassrl init-model [--agent [tool-add | research]] [--out DIR] [--seed N] [--force]`: install the
 embedded default model, or a tool-using variant: ``--agent`` (or ``--agent tool-add``) the
 calculator agent (glassrl.builtin.agent_model), ``--agent research`` the research agent of the
-reference dialogue (glassrl.builtin.research_model).
+reference dialogue (glassrl.builtin.research_model). Seed 0 installs the package's shipped weights
+(glassrl.builtin.shipped); ``--force`` (or another seed) builds the model here, and ``--force``
+prints its figures beside the shipped build's.
 
 `glassrl init-model --arch qwen2.5-0.5b | qwen3-0.6b [--layers N] [--dtype D] [--out DIR]`: a real-size
 architecture with random weights and Qwen's real tokenizer and chat template (glassrl.builtin.qwen), to
@@ -13,7 +15,10 @@ import argparse
 
 AGENTS = ("tool-add", "research")
 ARCHS = ("qwen2.5-0.5b", "qwen3-0.6b")  # glassrl.builtin.qwen.ARCHITECTURES (not imported: start-up time)
-HELP = "build the default model (tokenizer + small Llama trained on the bundled task) and cache it"
+HELP = (
+    "install the default model (tokenizer + small Llama trained on the bundled tasks: the shipped weights, "
+    "or built here with --force) into the cache"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the weights' initialisation and the SFT data order (default 0)"
     )
-    parser.add_argument("--force", action="store_true", help="rebuild even if a complete model is already there")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="build it here, even where the model is already there, and print its figures beside the shipped build's",
+    )
     parser.add_argument(
         "--arch",
         choices=ARCHS,
@@ -56,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from glassrl.builtin.agent_model import ensure_agent_model
     from glassrl.builtin.default_model import ensure_default_model
     from glassrl.builtin.research_model import ensure_research_model
+    from glassrl.builtin.shipped import compare
     from glassrl.errors import GlassrlError
     from glassrl.files import DISK_FULL, disk_errors
     from glassrl.models.default_model import AGENT_VERSION, MARKER, RESEARCH_VERSION, VERSION, default_model_dir
@@ -79,9 +89,19 @@ def run(args: argparse.Namespace) -> int:
         path = ensure(out_dir=out, seed=args.seed, rebuild=args.force, console=console)
     info = json.loads((path / MARKER).read_text(encoding="utf-8"))
     if args.agent == "research":
-        return _research_summary(path, info, console)
-    if args.agent:
-        return _agent_summary(path, info, console)
+        _research_summary(path, info, console)
+    elif args.agent:
+        _agent_summary(path, info, console)
+    else:
+        _default_summary(path, info, console)
+    if args.force:  # built here: its figures beside the shipped build's
+        for line in compare(version, info, path):
+            console.print(line, markup=False, soft_wrap=True)
+    return 0
+
+
+def _default_summary(path, info: dict, console) -> None:
+    """What the default build made: its size, SFT and held-out arith-verify figures."""
     acc, train = info["heldout_arith_verify"], info["train_arith_verify"]
     _built("default model", path, info, console)
     console.print(
@@ -94,7 +114,6 @@ def run(args: argparse.Namespace) -> int:
         f"verdict {train['verdict']:.1%}, format {train['format']:.1%}",
         soft_wrap=True,
     )
-    return 0
 
 
 def _write_arch(args: argparse.Namespace, console) -> int:
@@ -131,7 +150,7 @@ def _write_arch(args: argparse.Namespace, console) -> int:
     return 0
 
 
-def _agent_summary(path, info: dict, console) -> int:
+def _agent_summary(path, info: dict, console) -> None:
     """What ``--agent`` built: its size, SFT mix and held-out tool use."""
     _built("agent model", path, info, console)
     _mix(info, console)
@@ -142,10 +161,9 @@ def _agent_summary(path, info: dict, console) -> int:
             f"correct {rates['correct']:.1%}",
             soft_wrap=True,
         )
-    return 0
 
 
-def _research_summary(path, info: dict, console) -> int:
+def _research_summary(path, info: dict, console) -> None:
     """What ``--agent research`` built: its size, SFT mix, held-out rubric and decision probability."""
     _built("research-agent model", path, info, console)
     _mix(info, console)
@@ -162,15 +180,17 @@ def _research_summary(path, info: dict, console) -> int:
         f"(rumour {decision['rumour']:.3f}, forecast {decision['forecast']:.3f}, news {decision['news']:.3f})",
         soft_wrap=True,
     )
-    return 0
 
 
 def _built(what: str, path, info: dict, console) -> None:
-    """The model's directory, seed, size and SFT."""
+    """The model's directory, seed, size and SFT; whether its weights are the shipped ones."""
+    from glassrl.builtin.shipped import is_shipped
+
+    where = "the shipped weights, built" if is_shipped(info.get("version", ""), path) else "built"
     console.print(f"{what}: {path}", markup=False, soft_wrap=True)
     console.print(
         f"  seed {info['seed']}, {info['parameters']:,} parameters, {info['sft_steps']} SFT steps, "
-        f"train loss {info['train_loss']:.4f}, built in {info['build_time_s']}s",
+        f"train loss {info['train_loss']:.4f}, {where} in {info['build_time_s']}s",
         soft_wrap=True,
     )
 

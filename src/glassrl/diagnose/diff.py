@@ -68,7 +68,7 @@ IGNORED_CONFIG_KEYS = ("output_dir",)
 # host, pid) and classified here once. Left out of the verdict, shown apart:
 #   perf/…                          metrics.jsonl: each phase's wall time and tokens per second
 #                                   (glassrl.rl.metrics.PhaseTimer, perf/step_s, the Ray ranks' waits)
-#   turns[].tool_calls[].seconds    a ledger's tool calls: each call's wall time (glassrl.rollout.agent.tools)
+#   turns[].tool_calls[].seconds    a ledger's tool calls: each call's wall time (glassrl.agents.tools)
 # Not read by diff at all: environment.json (hostname, cpu_count, versions) and a checkpoint's
 # manifest.json (the save's time; its files are compared).
 MEASURED = {"perf/…": "perf/", "tool-call seconds": "seconds"}

@@ -215,7 +215,7 @@ def table(audits: Sequence[EpisodeAudit]) -> list[str]:
 
 class _Shower:
     """A context position as text: ``position 41 ('等于') in '…<call>c 4+5</call>⟦等于⟧9…'`` (response
-    positions; the prompt's are negative)."""
+    positions, as the ledger numbers them), or ``prompt position 7 (…) in …`` in the prompt."""
 
     def __init__(self, tokenizer, ids: list[int], prompt_length: int) -> None:
         self.tokenizer, self.ids, self.prompt_length = tokenizer, ids, prompt_length
@@ -226,7 +226,8 @@ class _Shower:
         before = piece(self.ids[max(0, k - CONTEXT_TOKENS) : k])
         after = piece(self.ids[k + 1 : k + 1 + CONTEXT_TOKENS])
         token = piece(self.ids[k : k + 1]) if k < len(self.ids) else "(end)"
-        return f"position {k - self.prompt_length} ({token!r}) in {before + '⟦' + token + '⟧' + after!r}"
+        where = f"prompt position {k}" if k < self.prompt_length else f"position {k - self.prompt_length}"
+        return f"{where} ({token!r}) in {before + '⟦' + token + '⟧' + after!r}"
 
 
 def _role(generated: torch.Tensor, i: int) -> str:
@@ -260,7 +261,47 @@ def _render(
     if k is None:
         return CheckResult("render", True)
     again = tokenizer.decode(rendered[k : k + 1]) if k < len(rendered) else "(end)"
-    return CheckResult("render", False, f"re-rendered as {again!r}, context has {show(k)}")
+    why = _why_rendered_differently(k, context, rendered, turns, call_format, tokenizer, show.prompt_length)
+    return CheckResult("render", False, f"re-rendered as {again!r}, context has {show(k)}: {why}")
+
+
+def _why_rendered_differently(
+    k: int, context: list[int], rendered: list[int], turns: Sequence[Any], call_format, tokenizer, prompt_length: int
+) -> str:
+    """Why the context's token ``k`` (its first that differs from ``rendered``) was rendered otherwise,
+    from the context's pieces (the prompt, each turn's generated tokens, each observation): a piece that
+    is not its own text's encoding (a model that samples splits the tokenizer never makes), or two
+    pieces, each its text's encoding, whose texts merge when encoded together (the format's, the chat
+    template's or the data's boundary)."""
+    if k < prompt_length:
+        return "inside the prompt: its ids are not what the rendering makes of its text (chat template, BOS)"
+    pieces = []  # (name, start, end) in context positions
+    for i, t in enumerate(turns):
+        pieces.append((f"turn {i} (generated)", prompt_length + t.start, prompt_length + t.end))
+        if t.observation_end > t.end:
+            pieces.append((f"turn {i}'s observation", prompt_length + t.end, prompt_length + t.observation_end))
+    at = next(((name, a, b) for name, a, b in pieces if a <= k < b), None)
+    if at is None:
+        return "after the last turn"
+    name, a, b = at
+    ids = context[a:b]
+    if name.endswith("(generated)") and list(tokenizer.encode(tokenizer.decode(ids), add_special_tokens=False)) != ids:
+        return (
+            f"{name} is not the tokenizer's encoding of its own text: the model sampled a split of it that "
+            "the tokenizer never makes (an untrained or barely trained model does; the format is not at "
+            "fault: audit with --script, or a trained model, to check the format)"
+        )
+    index = pieces.index(at)
+    token, again = tokenizer.decode(context[k : k + 1]), tokenizer.decode(rendered[k : k + 1])
+    if len(again) > len(token):  # the re-rendered token reaches past this one: the join after it
+        first, second = name, (pieces[index + 1][0] if index + 1 < len(pieces) else "what follows")
+    elif k == a:  # split otherwise from its piece's start: the join before it
+        first, second = (pieces[index - 1][0] if index else "the prompt"), name
+    elif isinstance(call_format, HermesFormat):
+        return f"the chat template renders {name} otherwise inside the conversation than the rollout laid it out"
+    else:
+        return f"{name} encodes otherwise inside the context than alone"
+    return f"the texts of {first} and {second} merge where they meet when encoded in one piece"
 
 
 def _render_messages(record: PromptRecord, env: _Recording, turns: Sequence[Any], tokenizer) -> list[int]:

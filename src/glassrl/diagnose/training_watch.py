@@ -30,6 +30,7 @@ class TrainingWatch:
     def __init__(self, window: int, threshold: float, out: Path, console, resumed_at: int | None = None) -> None:
         self.watch = RewardWatch(window, threshold)
         self.out, self.console = out, console
+        self.gold = False  # whether the last step's metrics had a gold reward (the rows' criterion)
         if resumed_at is not None:  # the steps up to the checkpoint, as they were logged; later alerts are redone
             if (out / METRICS).is_file():
                 for row in read_metrics(out / METRICS):
@@ -43,6 +44,7 @@ class TrainingWatch:
         """The alerts that fire at ``step``; ``metrics`` gains ``watch/divergence`` (with gold) and,
         when some fire, ``watch/alerts``."""
         row = {"step": step, **metrics}
+        self.gold = GOLD in metrics
         alerts = self.watch.update(row)
         if "watch/divergence" in row:
             metrics["watch/divergence"] = row["watch/divergence"]
@@ -52,13 +54,19 @@ class TrainingWatch:
 
     def record(self, alerts: list[Alert], rows: list[tuple[int, int]]) -> None:
         """Print and append ``alerts`` to watch.jsonl, each pointing at ``rows``."""
+        criterion = "more proxy reward than the batch's mean" + (
+            " and a gold score below its mean" if self.gold else ""
+        )
         with open_append(self.out / WATCH) as f:
             for alert in alerts:
                 alert = Alert(alert.step, alert.kind, alert.level, alert.message, tuple(rows))
-                shown = ", ".join(str(i) for _, i in rows) or "none in the sample"
+                ledger = f"ledgers/step_{alert.step:06d}.jsonl"
+                if rows:
+                    shown = f"responses {', '.join(str(i) for _, i in rows)} of {ledger} earned {criterion}"
+                else:
+                    shown = f"no response of the ledger sample ({ledger}) earned {criterion}"
                 self.console.print(
-                    f"reward watch {alert.level} at step {alert.step} ({alert.kind}): {alert.message}; "
-                    f"responses {shown} of ledgers/step_{alert.step:06d}.jsonl",
+                    f"reward watch {alert.level} at step {alert.step} ({alert.kind}): {alert.message}; {shown}",
                     markup=False,
                     soft_wrap=True,
                 )

@@ -8,7 +8,8 @@ file (``glassrl.json``: build parameters, seed, SFT steps and loss, held-out acc
 names the same seed and spec (:func:`is_built`).
 
 The recipe that builds it (tokenizer, initialisation, SFT mix, evaluation) is
-:mod:`glassrl.builtin.default_model`; ``ensure_default_model()`` there builds it on first use.
+:mod:`glassrl.builtin.default_model`; ``ensure_default_model()`` there installs the shipped
+weights (glassrl.builtin.shipped) or builds it.
 
 A second variant, the tool-using agent model (``AgentModelSpec``, ``AGENT_VERSION``, cached in
 ``default_model_dir(AGENT_VERSION)``), answers the tool-add task with calculator calls in the

@@ -50,7 +50,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 import torch
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from glassrl.config import to_dict
 from glassrl.data.collate import batch_indices
@@ -206,6 +206,8 @@ def _train(
         MofNCompleteColumn(),
         TextColumn("{task.fields[info]}"),
         TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
         console=console,
         transient=True,
     )

@@ -4,8 +4,8 @@
 two digits), easy with the ``calculator`` tool (:mod:`glassrl.agents.calculator`). An
 episode in the tagged call format (:mod:`glassrl.agents.formats`)::
 
-    4821+975=?  <call>calculator 4821+975</call><result>5796</result>5796<|eos|>
-    (prompt)    (generated, trains)            (observation)         (generated)
+    4821+975=?  <call>calculator 4821+975</call> <result>5796</result>\\n 5796<|eos|>
+    (prompt)    (generated, trains)            (observation)            (generated)
 
 Reward (the two parts the issue names):
 - the final answer (the last turn, when it is not a call) is right when its last number is

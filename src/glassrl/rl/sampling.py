@@ -81,6 +81,7 @@ class DynamicSampler:
     groups, at most ``max_rounds`` rounds per step."""
 
     part_names = ("sample_buffer",)
+    data_parts = part_names  # prompts' metadata and reward details: data, which may hold NaN (glassrl.run.validate)
 
     def __init__(self, need: int, max_rounds: int, pad_id: int) -> None:
         self.need, self.max_rounds, self.pad_id = need, max_rounds, pad_id
@@ -189,6 +190,7 @@ class AsyncRounds:
     """
 
     part_names = ("rollout_buffer",)
+    data_parts = part_names  # sampled rounds: data (glassrl.run.validate)
 
     def __init__(self, rollout: AsyncRolloutWorker, max_staleness: int, pad_id: int) -> None:
         self.rollout, self.depth, self.pad_id = rollout, max_staleness + 1, pad_id

@@ -105,6 +105,7 @@ class Logged:
     skipped: int = 0
 
     part_names = ("progress",)
+    data_parts = part_names  # metric rows: data, null or NaN where a value was not finite (glassrl.run.validate)
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
         window = [[t.weight, t.sums, t.weights] for t in self.window]

@@ -336,3 +336,25 @@ def test_train_resume_of_a_crafted_checkpoint_is_one_line(case, run, capsys, tmp
     assert_one_error_line(capsys, argv, match)
     assert (copy / "metrics.jsonl").read_bytes() == metrics  # no row rewritten
     assert not (copy / "checkpoints" / "step_00000003").exists()
+
+
+@pytest.mark.slow
+def test_resuming_a_copy_resumes_the_copy_and_says_so(run, capsys, tmp_path):
+    """``glassrl train COPY/config.yaml --resume`` followed the absolute output_dir inside the copied
+    config.yaml and appended to the ORIGINAL run (issue 37, item 8). The run resumed is the one the
+    config lies in; a line names both; the original is left as it was."""
+    from harness import run_cli
+
+    out, _ = run
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    rc, stdout, err = run_cli(capsys, "train", copy / "config.yaml", "--resume", "steps=3")
+    assert rc == 0, err
+    assert f"lies in the run directory {copy}, whose output_dir names {out}; resuming {copy}" in " ".join(
+        stdout.split()
+    )
+    assert (copy / "checkpoints" / "step_00000003").is_dir()
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    (record,) = [json.loads(line) for line in (copy / "resumes.jsonl").read_text().splitlines()]
+    assert record["changed"]["output_dir"] == [str(out), str(copy)]

@@ -284,6 +284,9 @@ def model_dir(model: str) -> Path:
     return path
 
 
+LOWER = "lower batch_size (or max_length)"  # what a supervised batch too large for memory says (check_training_fits)
+
+
 def check_positions(model, max_length: int, where: str) -> None:
     """``max_length`` fits the model's positions (``max_position_embeddings``), else GlassrlError."""
     positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)

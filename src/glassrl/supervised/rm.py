@@ -49,9 +49,10 @@ from glassrl.data.records import PreferencePair
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
 from glassrl.models import load_scalar_model, load_tokenizer, sequence_scores
+from glassrl.models.memory import check_training_fits
 from glassrl.optim import OptimConfig
 from glassrl.run.atomic import write_text
-from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised
+from glassrl.supervised.loop import LOWER, Tally, check_positions, model_dir, train_supervised
 
 
 @dataclass
@@ -201,6 +202,8 @@ class RMObjective:
     def build(cls, cfg: RMConfig, device: torch.device) -> RMObjective:
         """Load the model with a scalar head (fresh, drawn from the seeded RNG, or the checkpoint's) and the pairs."""
         path = model_dir(cfg.model)
+        what = f"batch_size = {cfg.batch_size} pairs × max_length = {cfg.max_length}:"
+        check_training_fits(path, 2 * cfg.batch_size, cfg.max_length, device, what, LOWER, vocabulary=False)
         tokenizer = load_tokenizer(path)
         model = load_scalar_model(path, head=cfg.head, dtype="float32", device=str(device)).train()
         check_positions(model, cfg.max_length, str(path))

@@ -94,7 +94,7 @@ def test_a_batch_that_cannot_fit_is_refused_at_start_with_the_figure(
     (the memory available fixed at 8 GiB here, so that the test reads the same on any machine)."""
     import glassrl.rl.memory as memory
 
-    monkeypatch.setattr(memory, "available_bytes", lambda device: 8 * memory.GIB)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 8 * 2**30)
     monkeypatch.setattr(memory, "uses_critic", lambda algo: False)
     run = tiny_run_overrides(tiny_model_dir, prompt_files, tmp_path / "run")
     big = ["batch.prompts_per_step=100000", "batch.mini_batch_prompts=100000", "batch.micro_batch_responses=8"]

@@ -123,8 +123,11 @@ def test_non_utf8_data_files_name_the_file_and_line(capsys, tmp_path, tiny_model
     assert not (tmp_path / "sft").exists() and not (tmp_path / "rm").exists()
 
 
-def test_sft_max_length_beyond_the_models_positions(capsys, tmp_path, tiny_model_dir):
-    argv = ["sft", "sft", f"model={tiny_model_dir}", "max_length=1000", f"output_dir={tmp_path / 'sft'}"]
+@pytest.mark.parametrize("command", [["sft", "sft"], ["rm", "rm"], ["dpo", "dpo"]], ids=["sft", "rm", "dpo"])
+def test_sft_max_length_beyond_the_models_positions(command, capsys, tmp_path, tiny_model_dir):
+    """One line, and only it: ``rm`` loaded the model first, and transformers printed its load report
+    (the fresh scalar head) before the line (issue 37, low); the positions are read from config.json first."""
+    argv = [*command, f"model={tiny_model_dir}", "max_length=1000", f"output_dir={tmp_path / 'out'}"]
     assert_one_error_line(capsys, argv, r"max_length = 1000: more than the 64 positions of the model")
 
 

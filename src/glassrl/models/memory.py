@@ -59,14 +59,17 @@ def activation_bytes(model: dict, sequences: int, length: int) -> int:
 def check_training_fits(
     model_dir: Path, sequences: int, length: int, device: torch.device, what: str, lower: str, *, vocabulary: bool
 ) -> None:
-    """A supervised trainer's batch (``sequences`` of up to ``length`` tokens, in one forward and backward)
-    fits: the logits over the vocabulary when the model has its language-model head (``vocabulary``; not
+    """A supervised trainer's ``length`` (``max_length``) fits the model's positions, and its batch
+    (``sequences`` of up to ``length`` tokens, in one forward and backward) fits the memory: the logits over the vocabulary when the model has its language-model head (``vocabulary``; not
     a reward model's scalar head), the hidden states kept for the backward, the weights 4 times
     (GlassrlError before the model loads; nothing when its config.json is not there yet: the loader
     says so)."""
     if not (Path(model_dir) / "config.json").is_file():
         return
     model = text_config(model_dir)
+    positions = model.get("max_position_embeddings")
+    if positions is not None and length > positions:  # first: loading would print transformers' report before it
+        raise GlassrlError(f"max_length = {length}: more than the {positions} positions of the model ({model_dir})")
     terms = {"logits": logits_bytes(model, sequences, length)} if vocabulary else {}
     terms |= {"hidden states": activation_bytes(model, sequences, length), "weights": 4 * weight_bytes(model_dir)}
     refuse_if_over(terms, available_bytes(device), device, what, lower)

@@ -267,7 +267,7 @@ def check_restored(path: Path, parts: dict[str, Any], components: list[Stateful]
         data = getattr(component, "data_parts", ())
         for name in names:
             conform(parts[name], template[name][1], str(path / f"{name}.json"), data=name in data)
-    step = parts["counters"]["step"]
+    step = parts["counters"].get("step")  # a dict: conform checked it
     if step != manifest["step"]:
         raise GlassrlError(
             f"{path / 'counters.json'}: step = {step}, but the checkpoint is step {manifest['step']} "

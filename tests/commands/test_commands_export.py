@@ -127,3 +127,29 @@ def test_an_export_whose_checkpoint_vanishes_leaves_nothing(tiny_model_dir, tmp_
     assert main(["export", str(checkpoint), "--out", str(tmp_path / "out")]) == 2
     assert "step_00000002 was removed or changed while it was exported" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_an_export_retries_when_the_checkpoint_is_pruned_while_it_is_verified(tiny_model_dir, tmp_path, monkeypatch):
+    """`glassrl export` during training still failed 4 times in 269 (issue 37, item 11): the run pruned the
+    checkpoint between the listing (``latest``) and the verification of its files, before the export's
+    retry loop began. Injected here at the first file verified: the export goes to the new latest."""
+    import glassrl.run.checkpoint as checkpoint_module
+
+    model = load_causal_lm(tiny_model_dir, dtype="float32", device="cpu")
+    policy = HfPolicy(model, AutoTokenizer.from_pretrained(tiny_model_dir))
+    manager = CheckpointManager(tmp_path / "run" / "checkpoints", keep=1)
+    manager.save(2, {"actor": Part("hf", policy)})
+    real, verified = checkpoint_module._verify_file, []
+
+    def verify_while_the_run_prunes(checkpoint, entry):
+        verified.append(checkpoint.name)
+        if len(verified) == 1:  # listed step 2; the run saves step 3 and prunes step 2 before it is verified
+            manager.save(3, {"actor": Part("hf", policy)})
+        return real(checkpoint, entry)
+
+    monkeypatch.setattr(checkpoint_module, "_verify_file", verify_while_the_run_prunes)
+    out = tmp_path / "exported"
+    assert main(["export", str(tmp_path / "run"), "--out", str(out)]) == 0
+    assert verified[0] == "step_00000002" and set(verified[1:]) == {"step_00000003"}
+    assert (out / "model.safetensors").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exported", "run"]

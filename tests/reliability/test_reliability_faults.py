@@ -123,9 +123,21 @@ def test_non_utf8_data_files_name_the_file_and_line(capsys, tmp_path, tiny_model
     assert not (tmp_path / "sft").exists() and not (tmp_path / "rm").exists()
 
 
-def test_sft_max_length_beyond_the_models_positions(capsys, tmp_path, tiny_model_dir):
-    argv = ["sft", "sft", f"model={tiny_model_dir}", "max_length=1000", f"output_dir={tmp_path / 'sft'}"]
-    assert_one_error_line(capsys, argv, r"max_length = 1000: more than the 64 positions of the model")
+@pytest.mark.parametrize("command", [["sft", "sft"], ["rm", "rm"], ["dpo", "dpo"]], ids=["sft", "rm", "dpo"])
+def test_sft_max_length_beyond_the_models_positions(command, tmp_path, tiny_model_dir):
+    """One line, and only it: ``rm`` loaded the model first, and transformers printed its load report
+    (the fresh scalar head) before the line (issue 37, low); the positions are read from config.json first.
+    In a process of its own: transformers' logging is configured once per process, as a user's is."""
+    import subprocess
+    import sys
+
+    argv = [*command, f"model={tiny_model_dir}", "max_length=1000", f"output_dir={tmp_path / 'out'}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "glassrl.cli", *argv], capture_output=True, text=True, timeout=300, check=False
+    )
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1, lines
+    assert "max_length = 1000: more than the 64 positions of the model" in lines[0]
 
 
 # ---------------------------------------------------------------- NaN never reaches a checkpoint

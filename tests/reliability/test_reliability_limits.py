@@ -94,7 +94,7 @@ def test_a_batch_that_cannot_fit_is_refused_at_start_with_the_figure(
     (the memory available fixed at 8 GiB here, so that the test reads the same on any machine)."""
     import glassrl.rl.memory as memory
 
-    monkeypatch.setattr(memory, "available_bytes", lambda device: 8 * memory.GIB)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 8 * 2**30)
     run = tiny_run_overrides(tiny_model_dir, prompt_files, tmp_path / "run")
     big = ["batch.prompts_per_step=100000", "batch.mini_batch_prompts=100000", "batch.micro_batch_responses=8"]
     assert_one_error_line(
@@ -162,3 +162,88 @@ def test_prompt_lengths_are_measured_a_chunk_at_a_time(monkeypatch, tmp_path, ti
         Source(str(tmp_path / "p.jsonl")), "train", load_tokenizer(tiny_model_dir), chat=False, limit=48, cfg=cfg
     )
     assert len(loaded.records) == n and sizes == [prompts.LENGTH_CHUNK, prompts.LENGTH_CHUNK, 3]
+
+
+# -------------------- one memory estimate for every command (issue 37 item 9, issue 45 item 4)
+
+
+@pytest.fixture
+def eight_gib(monkeypatch):
+    """The memory available fixed at 8 GiB, for every command's estimate (glassrl.models.memory, glassrl.rl.memory)."""
+    import glassrl.models.memory as shared
+    import glassrl.rl.memory as step
+
+    for module in (shared, step):
+        monkeypatch.setattr(module, "available_bytes", lambda device: 8 * shared.GIB)
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [["trainer.backend=ray"], ["rollout.engine=vllm"]],
+    ids=["ray-on-this-machine", "vllm"],
+)
+def test_trains_guard_also_counts_ray_and_vllm(backend, eight_gib, tiny_model_dir, prompt_files, tmp_path):
+    """The step's estimate returned early for trainer.backend=ray and rollout.engine=vllm. A Ray cluster
+    this process starts on CPU shares this machine: every term counts; vLLM sizes its own key-value cache."""
+    import glassrl.rl.memory as memory
+    from glassrl.errors import GlassrlError
+
+    run = tiny_run_overrides(tiny_model_dir, prompt_files, tmp_path / "run")
+    big = ["batch.prompts_per_step=1000000", "batch.mini_batch_prompts=1000000", "batch.micro_batch_responses=8"]
+    cfg, resolved = _resolved([*run, *big, *backend])
+    with pytest.raises(GlassrlError, match=r"one step needs about \d+\.\d GiB") as caught:
+        memory.check_step_fits(cfg, resolved, tiny_model_dir, 48)
+    assert ("key-value cache" in str(caught.value)) == (backend == ["trainer.backend=ray"])
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["generate-n", "generate-positions", "generate-surrogate", "explain-surrogate", "eval", "dpo", "kto", "sft", "rm"],
+)
+def test_every_command_refuses_what_cannot_fit_before_loading(case, eight_gib, capsys, tmp_path, tiny_model_dir):
+    """``generate --n 100000000`` and ``dpo batch_size=1000000`` had no estimate (a traceback or a hang);
+    ``generate rollout.max_new_tokens=1000000000`` on the 64-position model ran until memory ran out;
+    ``generate MODEL $'hi\\xff'`` was a traceback. Each is one line now, before the model loads."""
+    model, out = str(tiny_model_dir), f"output_dir={tmp_path / 'out'}"
+    argv, match = {
+        "generate-n": (
+            ["generate", model, "1+1=", "--n", "100000000"],
+            r"--n 100000000 × 1 prompts: needs about \d+\.\d GiB \(key-value cache \d+\.\d, per-token tensors "
+            r"\d+\.\d, weights 0\.0\), more than the 8\.0 GiB available on cpu; lower --n",
+        ),
+        "generate-positions": (
+            ["generate", model, "1+1=", "rollout.max_new_tokens=1000000000"],
+            r"rollout\.max_new_tokens = 1000000000: the longest prompt \(\d+ tokens\) \+ 1000000000 is more than "
+            r"the model's 64 positions",
+        ),
+        "generate-surrogate": (
+            ["generate", model, "hi\udcff"],
+            r"command line: field 'PROMPT 1': \\udcff at character 2 is a lone surrogate",
+        ),
+        "explain-surrogate": (
+            ["explain", "--model", model, "--prompt", "1+1=", "--response", "x\udcff"],
+            r"command line: field '--response': \\udcff at character 1 is a lone surrogate",
+        ),
+        "eval": (
+            [
+                "eval",
+                model,
+                "task:arith-verify/test",
+                "batch.prompts_per_step=10000000",
+                "batch.mini_batch_prompts=10000000",
+            ],
+            r"batch\.prompts_per_step = 10000000 × rollout\.n = \d+: needs about .*key-value cache",
+        ),
+        "dpo": (
+            ["dpo", "dpo", f"model={model}", "batch_size=1000000", out],
+            r"batch_size = 1000000 × max_length = 64: needs about \d+\.\d GiB \(logits \d+\.\d, hidden states",
+        ),
+        "kto": (["dpo", "kto", f"model={model}", "batch_size=10000000", out], r"batch_size = 10000000 .*logits"),
+        "sft": (["sft", "sft", f"model={model}", "batch_size=10000000", out], r"batch_size = 10000000 .*logits"),
+        "rm": (
+            ["rm", "rm", f"model={model}", "batch_size=100000000", out],
+            r"batch_size = 100000000 pairs × max_length = 64: needs about \d+\.\d GiB \(hidden states",
+        ),
+    }[case]
+    assert_one_error_line(capsys, argv, match)
+    assert not (tmp_path / "out").exists()

@@ -168,3 +168,32 @@ def test_a_resume_removes_the_ledgers_of_steps_after_its_checkpoint(capsys, tmp_
     assert rc == 0, err
     assert sorted(p.name for p in ledgers.iterdir()) == ["step_000001.jsonl", "step_000002.jsonl"]
     assert [row["step"] for row in strict_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0, 1, 2]
+
+
+def test_the_research_judge_log_is_never_appended_through_a_link(tmp_path):
+    """The research rubric's judge log was appended through a symbolic link (issue 37, low): a link there
+    when the reward is built, or put there while it runs, is refused; the file it points to is untouched."""
+    from glassrl.data.records import PromptRecord
+    from glassrl.errors import GlassrlError
+    from glassrl.rewards import RewardRequest, RewardResult
+    from glassrl.rewards.research import CriterionJudge
+    from helpers import FixedResults
+
+    request = RewardRequest(prompt="p", response="r", record=PromptRecord("p"))
+
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("mine\n")
+    log = tmp_path / "judge.jsonl"
+    log.symlink_to(elsewhere)
+    source = FixedResults({"r": RewardResult.ok(1.0, details={"judge_text": "yes"})})
+    with pytest.raises(GlassrlError, match=r"judge\.jsonl"):
+        CriterionJudge("temporal", source, log)
+    log.unlink()
+    judge = CriterionJudge("temporal", source, log)
+    judge.score([request])
+    assert len(log.read_text().splitlines()) == 1
+    log.unlink()
+    log.symlink_to(elsewhere)
+    with pytest.raises(GlassrlError, match=r"judge\.jsonl"):
+        judge.score([request])
+    assert elsewhere.read_text() == "mine\n"

@@ -205,7 +205,9 @@ def test_a_mixture_resumes_exactly_through_a_checkpoint(tmp_path):
     first = fresh()
     head = [r.source for r in first.take(6)]
     manager = CheckpointManager(tmp_path / "ckpt", keep=1)
-    state.save(manager, 1, [first, state.Counters()])
+    counters = state.Counters()
+    counters.step = 1  # a checkpoint's counters say its own step (glassrl.run.state.check_restored)
+    state.save(manager, 1, [first, counters])
     resumed = fresh()
     state.restore(manager, [resumed, state.Counters()])
     assert head + [r.source for r in resumed.take(11)] == expected

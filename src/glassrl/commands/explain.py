@@ -126,6 +126,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from glassrl.jsonl import check_plain
+
+    for flag in ("prompt", "response", "tokens", "chosen", "rejected", "answer"):
+        # a shell's undecodable bytes arrive as lone surrogates ($'hi\xff'), which no tokenizer encodes
+        check_plain(getattr(args, flag), "command line", f"--{flag}")
     explain_input.check_model_flags(args)  # explain_model (it loads torch and transformers) only for --model
     for flag, value in (("--out", args.out), ("--html", args.html)):
         if value is not None:

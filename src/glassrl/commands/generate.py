@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
     from glassrl.commands.common import is_override
     from glassrl.errors import GlassrlError
+    from glassrl.jsonl import check_plain
     from glassrl.rl.eval_only import eval_config, generate
 
     prompts = [a for a in args.overrides if not is_override(a)]
@@ -32,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
         raise GlassrlError("give at least one PROMPT")
     if args.n < 1:
         raise GlassrlError(f"--n {args.n}: must be >= 1")
+    for i, prompt in enumerate(prompts, 1):  # a shell's undecodable bytes arrive as lone surrogates ($'hi\xff')
+        check_plain(prompt, "command line", f"PROMPT {i}")
     cfg, policy = eval_config(args.target, overrides=[a for a in args.overrides if is_override(a)])
     console = Console()
     answers = generate(cfg, prompts, args.n, greedy=args.greedy, policy_dir=policy, console=console)

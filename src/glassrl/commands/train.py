@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
     import math
 
     from rich.console import Console
@@ -43,6 +44,14 @@ def run(args: argparse.Namespace) -> int:
     hf_logging.disable_progress_bar()  # per-shard bars on every checkpoint would drown the progress bar
     cfg = load_config(TrainConfig, presets.config_file(args.config), args.overrides)
     console = Console()
+    if args.resume and not any(o.partition("=")[0].strip() == "output_dir" for o in args.overrides):
+        from glassrl.run.open import resumed_run_directory
+
+        # a copied run's config.yaml names the original's output_dir: the copy is the run resumed
+        out, note = resumed_run_directory(presets.config_file(args.config), cfg.output_dir)
+        if note is not None:
+            console.print(f"glassrl: {note}", markup=False, soft_wrap=True)
+            cfg = dataclasses.replace(cfg, output_dir=str(out))
     print_resolved(resolve(cfg), console)
     trainer = Trainer(cfg, resume=args.resume, console=console)
     profiler = None

@@ -51,5 +51,10 @@ class PromptStream:
                 f"checkpoint {self.part} position is for {state['records']} records, but {self.key} now has "
                 f"{len(self.records)}: resume with the same data"
             )
+        if not (0 <= state["index"] <= len(self.records) and 0 <= state["epoch"] < 2**32):
+            raise GlassrlError(
+                f"checkpoint {self.part} position: epoch {state['epoch']}, index {state['index']}: not a position "
+                f"in {len(self.records)} records (an index in [0, {len(self.records)}], an epoch in [0, 2^32))"
+            )
         self.epoch, self.index = int(state["epoch"]), int(state["index"])
         self._order = self._permutation(self.epoch)

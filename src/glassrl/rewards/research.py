@@ -26,6 +26,7 @@ from pathlib import Path
 
 from glassrl.data.tasks import research
 from glassrl.errors import GlassrlError
+from glassrl.files import open_append
 from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rewards.judge import JudgeSource
 from glassrl.rewards.rubric import Criterion, RubricSource
@@ -63,6 +64,8 @@ class CriterionJudge:
     def __init__(self, criterion: str, source: RewardSource, log: Path | None = None) -> None:
         self.criterion, self.source, self.log = criterion, source, log
         self.lock = threading.Lock()
+        if log is not None:  # a link at the log is refused when the reward is built (glassrl.files), not mid-run
+            open_append(log).close()
 
     def score(self, requests: Sequence[RewardRequest]) -> list[RewardResult]:
         results = [self._verdict(r) for r in self.source.score(requests)]
@@ -78,7 +81,7 @@ class CriterionJudge:
                 }
                 for request, result in zip(requests, results)
             ]
-            with self.lock, self.log.open("a", encoding="utf-8") as out:
+            with self.lock, open_append(self.log) as out:  # never through a link put there since
                 out.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
         return results
 

@@ -44,6 +44,7 @@ from glassrl.rl.build import (
 )
 from glassrl.rl.config import TrainConfig
 from glassrl.rl.evaluation import evaluate
+from glassrl.rl.memory import check_sampling_fits
 from glassrl.rl.prompts import applies_template, build_prompts, prompt_ids, render
 from glassrl.rl.resolve import resolve, with_precision
 from glassrl.run.open import open_checkpoint
@@ -94,6 +95,16 @@ def load_policy(cfg: TrainConfig, policy_dir: Path | None, console: Console) -> 
     return Policy(load_lm(policy_dir), load_tokenizer(policy_dir), policy_dir)
 
 
+def _architecture(cfg: TrainConfig, policy_dir: Path | None, console: Console) -> tuple[Path, Any]:
+    """(the directory of the policy's config.json, its tokenizer): what is read before the model loads."""
+    from glassrl.models import load_tokenizer
+
+    if policy_dir is None:
+        path = actor_path(cfg, console)
+        return path, load_tokenizer(path)
+    return (base_path(policy_dir) if is_adapter_dir(policy_dir) else policy_dir), load_tokenizer(policy_dir)
+
+
 def _rollout(cfg: TrainConfig, policy: Policy) -> LocalRollout:
     policy.model.eval()
     device = next(policy.model.parameters()).device
@@ -112,8 +123,12 @@ def evaluate_policy(
         raise GlassrlError("no prompts to evaluate: give DATA (a prompt file or task:NAME/test) or data.test")
     # The training prompts are not read: the test set stands in for them (each is read alike).
     cfg = with_precision(replace(cfg, data=replace(cfg.data, train=spec, test=spec)))
+    architecture, tokenizer = _architecture(cfg, policy_dir, console)
+    prompts = build_prompts(cfg, tokenizer, architecture, prompt_format(cfg, tokenizer))
+    chunk = resolve(cfg).responses_per_step  # as the run's evaluation generates
+    what = f"batch.prompts_per_step = {cfg.batch.prompts_per_step} × rollout.n = {cfg.rollout.n}:"
+    check_sampling_fits(cfg, architecture, chunk, prompts.limit, what, "lower batch.prompts_per_step")
     policy = load_policy(cfg, policy_dir, console)
-    prompts = build_prompts(cfg, policy.tokenizer, policy.path, prompt_format(cfg, policy.tokenizer))
     for line in prompts.summary()[1:]:
         console.print(line, markup=False, soft_wrap=True)
     r, k = cfg.rollout, cfg.logging.eval_k
@@ -128,7 +143,7 @@ def evaluate_policy(
             k=k,
             threshold=cfg.logging.eval_threshold,
             group_by=cfg.logging.eval_group_by,
-            chunk=resolve(cfg).responses_per_step,  # as the run's evaluation generates
+            chunk=chunk,
             samples=samples,
         )
 
@@ -145,12 +160,17 @@ def generate(
     renders it (chat template, system prompt) and sampled with ``rollout.*`` (argmax when ``greedy``)."""
     console = console or Console()
     cfg = with_precision(cfg)
-    policy = load_policy(cfg, policy_dir, console)
+    # the prompts' lengths first, from the tokenizer alone: what sampling needs is checked before the model loads
+    architecture, tokenizer = _architecture(cfg, policy_dir, console)
     d, r = cfg.data, cfg.rollout
     records = [PromptRecord(text, source=f"prompt {i + 1}") for i, text in enumerate(prompts)]
-    chat = applies_template(policy.tokenizer, d.chat_template)
-    records = render(records, chat, d.system_prompt, policy.tokenizer, d.chat_template, "PROMPT")
-    ids = prompt_ids(policy.tokenizer, records, prompt_format(cfg, policy.tokenizer))
+    chat = applies_template(tokenizer, d.chat_template)
+    records = render(records, chat, d.system_prompt, tokenizer, d.chat_template, "PROMPT")
+    ids = prompt_ids(tokenizer, records, prompt_format(cfg, tokenizer))
+    sequences = n * len(ids)
+    what = f"--n {n} × {len(ids)} prompts:"
+    check_sampling_fits(cfg, architecture, sequences, max(map(len, ids)), what, "lower --n or rollout.max_new_tokens")
+    policy = load_policy(cfg, policy_dir, console)
     params = r.sampling(greedy)
     with torch.no_grad():
         out = _rollout(cfg, policy).generate(ids, n=n, params=params, records=records)

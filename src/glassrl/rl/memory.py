@@ -16,86 +16,86 @@ P + T = the longest prompt the data may hold plus ``rollout.max_new_tokens``):
 
 It is an upper bound of those terms (a response that stops early holds less; measured on the
 default model, 32,000 responses held about half of it) and leaves out activations, which the
-micro-batches bound. Checked for the in-process backend with the Hugging Face rollout; vLLM and Ray
-workers manage their own memory.
+micro-batches bound. Checked for every backend and engine (:func:`check_step_fits` says what each
+counts); the terms are glassrl.models.memory's, which every other command checks too.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from glassrl.errors import GlassrlError
 from glassrl.models.loading import resolve_device
+from glassrl.models.memory import (
+    DTYPE_BYTES,
+    available_bytes,
+    kv_cache_bytes,
+    refuse_if_over,
+    text_config,
+    weight_bytes,
+)
 from glassrl.rl.config import TrainConfig
 from glassrl.rl.resolve import Resolved
 
-GIB = 2**30
-_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 _PER_TOKEN_BYTES = 64  # ~16 (B, P + T) tensors of 4 bytes
 
 
 def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit: int) -> dict[str, int]:
     """Bytes of each term of the module docstring: {"key-value cache", "per-token tensors", "weights"}."""
-    model = _text_config(actor)
-    layers = int(model["num_hidden_layers"])
-    heads = int(model.get("num_attention_heads") or 1)
-    kv_heads = int(model.get("num_key_value_heads") or heads)
-    head_dim = int(model.get("head_dim") or int(model["hidden_size"]) // heads)
-    dtype = _BYTES.get(cfg.model.compute_dtype if cfg.model.compute_dtype != "auto" else cfg.model.dtype, 4)
+    dtype = DTYPE_BYTES.get(cfg.model.compute_dtype if cfg.model.compute_dtype != "auto" else cfg.model.dtype, 4)
     B, length = resolved.responses_per_step, prompt_limit + cfg.rollout.max_new_tokens
     models = 4 + 1 + (4 if resolved.uses_critic else 0)  # the actor trains; a reference; a critic trains
     return {
-        "key-value cache": B * layers * 2 * kv_heads * head_dim * length * dtype,
+        "key-value cache": kv_cache_bytes(text_config(actor), B, length, dtype),
         "per-token tensors": B * length * _PER_TOKEN_BYTES,
-        "weights": models * _weight_bytes(actor),
+        "weights": models * weight_bytes(actor),
     }
 
 
 def check_step_fits(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit: int) -> None:
-    """GlassrlError when the step's estimated memory (:func:`step_memory`) exceeds what is available."""
-    if cfg.trainer.backend != "local" or cfg.rollout.engine != "hf":
-        return
+    """GlassrlError when the step's estimated memory (:func:`step_memory`) exceeds what is available.
+
+    Every backend and engine (issue 37, item 9: Ray and vLLM were not checked): vLLM sizes its own
+    key-value cache within ``rollout.vllm.gpu_memory_utilization``, so that term is left to it; on Ray
+    with GPUs or a cluster elsewhere the ranks hold the models and the cache on their own devices, and
+    this process the step's per-token tensors, checked against this machine's memory. A Ray cluster
+    this process starts on CPU (``ray.address`` null) shares this machine: every term counts."""
     device = resolve_device(cfg.model.device)
-    available = available_bytes(device)
-    if available is None:
-        return
     terms = step_memory(cfg, resolved, actor, prompt_limit)
-    need = sum(terms.values())
-    if need <= available:
-        return
-    parts = ", ".join(f"{name} {size / GIB:.1f}" for name, size in terms.items())
-    raise GlassrlError(
-        f"batch.prompts_per_step = {cfg.batch.prompts_per_step} × rollout.n = {cfg.rollout.n}: one step needs "
-        f"about {need / GIB:.1f} GiB ({parts}; responses of up to {prompt_limit} + {cfg.rollout.max_new_tokens} "
-        f"tokens), more than the {available / GIB:.1f} GiB available on {device}; lower batch.prompts_per_step "
-        "(or rollout.n, rollout.max_new_tokens)"
+    if cfg.rollout.engine == "vllm":
+        terms.pop("key-value cache")
+    if cfg.trainer.backend == "ray" and (device.type != "cpu" or cfg.ray.address is not None):
+        terms, device = {"per-token tensors": terms["per-token tensors"]}, torch.device("cpu")
+    refuse_if_over(
+        terms,
+        available_bytes(device),
+        device,
+        f"batch.prompts_per_step = {cfg.batch.prompts_per_step} × rollout.n = {cfg.rollout.n}: one step",
+        "lower batch.prompts_per_step (or rollout.n, rollout.max_new_tokens)",
+        f"; responses of up to {prompt_limit} + {cfg.rollout.max_new_tokens} tokens",
     )
 
 
-def available_bytes(device: torch.device) -> int | None:
-    """Memory free for the run on ``device``: the GPU's free memory, or the machine's MemAvailable
-    (Linux); None where it cannot be read."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def _text_config(path: Path) -> dict:
-    """The model's config.json (the text model's part of a multimodal one)."""
-    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    return config.get("text_config") or config
-
-
-def _weight_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.glob("*.safetensors")) or sum(
-        f.stat().st_size for f in path.glob("*.bin")
-    )
+def check_sampling_fits(cfg: TrainConfig, model_dir: Path, sequences: int, longest: int, what: str, lower: str) -> None:
+    """``glassrl generate`` and ``eval``: the longest prompt (``longest`` tokens) plus ``rollout.max_new_tokens``
+    fits the model's positions, and sampling ``sequences`` responses as one batch fits the memory (the
+    key-value cache, the per-token tensors, the weights once); else GlassrlError, before the model loads
+    (issue 45, item 4: ``rollout.max_new_tokens=1000000000`` on a 64-position model ran until memory ran out)."""
+    model, new = text_config(model_dir), cfg.rollout.max_new_tokens
+    positions = model.get("max_position_embeddings")
+    if positions is not None and longest + new > positions:
+        raise GlassrlError(
+            f"rollout.max_new_tokens = {new}: the longest prompt ({longest} tokens) + {new} is more than the "
+            f"model's {positions} positions ({model_dir}); use rollout.max_new_tokens <= {max(positions - longest, 0)}"
+        )
+    dtype = DTYPE_BYTES.get(cfg.model.compute_dtype if cfg.model.compute_dtype != "auto" else cfg.model.dtype, 4)
+    length = longest + new
+    terms = {
+        "key-value cache": kv_cache_bytes(model, sequences, length, dtype),
+        "per-token tensors": sequences * length * _PER_TOKEN_BYTES,
+        "weights": weight_bytes(model_dir),
+    }
+    device = resolve_device(cfg.model.device)
+    refuse_if_over(terms, available_bytes(device), device, what, lower)

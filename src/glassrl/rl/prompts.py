@@ -132,13 +132,19 @@ class MixtureStream:
         streams = [s.state_dict()[s.part][1] for s in self.streams]
         return {"data": ("torch", {"draws": self.generator.get_state(), "streams": streams})}
 
-    def load_state_dict(self, parts: dict[str, Any]) -> None:
-        state = parts["data"]
-        if len(state["streams"]) != len(self.streams):
+    def check_state(self, parts: dict[str, Any]) -> None:
+        """The checkpoint's mixture has as many sources as data.train now (before its shapes are checked:
+        glassrl.run.state.check_restored)."""
+        streams = parts["data"].get("streams") if isinstance(parts.get("data"), dict) else None
+        if isinstance(streams, list) and len(streams) != len(self.streams):
             raise GlassrlError(
-                f"checkpoint data is for a mixture of {len(state['streams'])} sources, but data.train now has "
+                f"checkpoint data is for a mixture of {len(streams)} sources, but data.train now has "
                 f"{len(self.streams)}: resume with the same data"
             )
+
+    def load_state_dict(self, parts: dict[str, Any]) -> None:
+        state = parts["data"]
+        self.check_state(parts)
         for stream, position in zip(self.streams, state["streams"]):
             stream.load_state_dict({stream.part: position})
         self.generator.set_state(state["draws"])

@@ -86,6 +86,7 @@ class DynamicSampler:
     groups, at most ``max_rounds`` rounds per step."""
 
     part_names = ("sample_buffer",)
+    data_parts = part_names  # prompts' metadata and reward details: data, which may hold NaN (glassrl.run.validate)
 
     def __init__(self, need: int, max_rounds: int, pad_id: int) -> None:
         self.need, self.max_rounds, self.pad_id = need, max_rounds, pad_id
@@ -204,6 +205,7 @@ class AsyncRounds:
         self.rollout, self.max_staleness, self.pad_id = rollout, max_staleness, pad_id
         self.ahead = hasattr(rollout, "submit")  # an AsyncRolloutWorker (submit / result / publish / version)
         self.part_names = ("rollout_buffer",) if self.ahead and max_staleness else ()
+        self.data_parts = self.part_names  # sampled rounds: data, NaN allowed (glassrl.run.validate)
         self.rounds: deque[Round] = deque()
 
     @property

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 import glassrl
@@ -416,10 +416,20 @@ def _finite(value: object) -> bool:
 
 
 def _read_part(path: Path, name: str, entry: dict) -> object:
+    """Part ``name`` decoded; GlassrlError naming its file when it is not what glassrl writes: it passed
+    its sha256, so it was written so by a bug, or by hand with the manifest resealed (issue 37)."""
     try:
+        _check_weights(path, name, entry["kind"])
         return _READERS[entry["kind"]](path, name)
-    except (ValueError, KeyError, TypeError, SafetensorError) as err:  # passed sha256: written so by a bug
-        raise GlassrlError(f"checkpoint {path.name}: part {name!r} cannot be decoded ({err})") from None
+    except (ValueError, KeyError, TypeError, OverflowError, SafetensorError) as err:
+        file = path / _part_path(entry["kind"], name)
+        if isinstance(err, SafetensorError) and entry["kind"] == "torch":  # the part's tensors
+            file = path / f"{name}.safetensors"
+        raise GlassrlError(f"{file}: cannot be decoded ({_one_line(err)})") from None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:300]
 
 
 def _read_json(path: Path, name: str) -> object:
@@ -437,6 +447,27 @@ def _read_safetensors(path: Path, name: str) -> object:
 
 def _read_hf(path: Path, name: str) -> object:
     return path / _part_path("hf", name)
+
+
+def _check_weights(path: Path, name: str, kind: str) -> None:
+    """Every floating tensor of a safetensors or hf part is finite (GlassrlError naming the file and
+    the tensor): read one tensor at a time, each file's header checked against the file's size by
+    safetensors before a tensor is read. Not at save, where a non-finite checkpoint is recorded as
+    such (the manifest's "finite"): a resume never loads one."""
+    if kind not in ("safetensors", "hf"):
+        return
+    target = path / _part_path(kind, name)
+    for file in sorted(target.rglob("*.safetensors")) if kind == "hf" else [target]:
+        try:
+            with safe_open(str(file), framework="pt", device="cpu") as weights:
+                for key in weights.keys():  # noqa: SIM118 - a safe_open handle is not a dict
+                    tensor = weights.get_tensor(key)
+                    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                        raise GlassrlError(
+                            f"{file}: tensor {key} holds non-finite values; a checkpoint never loads them"
+                        )
+        except SafetensorError as err:
+            raise GlassrlError(f"{file}: not a valid safetensors file ({_one_line(err)})") from None
 
 
 _WRITERS: dict[str, Callable[[Path, str, object], list[Path]]] = {

@@ -48,8 +48,15 @@ def encode(value: Any, *, allow_tensors: bool = True) -> tuple[str, dict[str, to
 
 
 def decode(text: str, tensors: dict[str, torch.Tensor] | None = None) -> Any:
-    """The value :func:`encode` wrote; ValueError for a malformed tree or a missing tensor."""
-    return _decode(json.loads(text), tensors or {})
+    """The value :func:`encode` wrote; ValueError for anything else: malformed JSON, nesting deeper than
+    the interpreter's recursion limit allows, a malformed or out-of-range tagged value (a timedelta
+    of 10¹² days), a missing tensor."""
+    try:
+        return _decode(json.loads(text), tensors or {})
+    except RecursionError:
+        raise ValueError("nested too deep to be a checkpoint's state") from None
+    except (KeyError, TypeError, IndexError, AttributeError, OverflowError) as err:
+        raise ValueError(f"a malformed encoded value ({type(err).__name__}: {err})") from None
 
 
 def same(a: Any, b: Any) -> bool:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from glassrl.errors import GlassrlError
 from glassrl.run.atomic import StagedDir
-from glassrl.run.checkpoint import MANIFEST, read_manifest, verify
+from glassrl.run.checkpoint import LATEST, MANIFEST, read_manifest, verify
+from glassrl.run.open import CHECKPOINTS
 
 TRIES = 3
 
@@ -38,7 +39,17 @@ def export_policy(
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise GlassrlError(f"--out {out}: exists and is not empty")
     for attempt in range(1, tries + 1):
-        policy = locate(source)  # a checkpoint's policy: its files verified as they are read (glassrl.run.open)
+        try:
+            policy = locate(source)  # a checkpoint's policy: its files verified as they are read (glassrl.run.open)
+        except (GlassrlError, OSError) as err:
+            # The run pruned the checkpoint it named between the listing and the verification (issue 37,
+            # item 11: 4 exports in 269): locate again, which finds the new latest. A source that is no
+            # run, or a run whose checkpoint stays unreadable, is the error it is.
+            if attempt == tries or not _is_run(source):
+                if isinstance(err, GlassrlError):
+                    raise
+                raise GlassrlError(f"{source}: {err.strerror or err}: {err.filename}") from None
+            continue
         checkpoint = policy.parent if (policy.parent / MANIFEST).is_file() else None
         try:
             with StagedDir(out) as stage:
@@ -71,3 +82,8 @@ def _intact(checkpoint: Path, part: str) -> bool:
     except (GlassrlError, OSError):
         return False
     return True
+
+
+def _is_run(source: Path) -> bool:
+    """``source`` names a run directory (or its ``checkpoints/latest``), whose latest checkpoint moves on."""
+    return (source / CHECKPOINTS).is_dir() or (source.name == LATEST and source.parent.name == CHECKPOINTS)

@@ -123,3 +123,21 @@ def model_in_run(name: str | Path, key: str, part: str = ACTOR) -> tuple[Path, s
         )
     step = checkpoint.manifest.get("step")
     return directory.resolve(), f"{key}: {directory} (the {role} at step {step} of the run {checkpoint.run})"
+
+
+def resumed_run_directory(config_file: str | Path, output_dir: str) -> tuple[Path, str | None]:
+    """The run a ``--resume`` continues when its config is ``config_file`` (issue 37, item 8): a run's
+    own ``config.yaml`` (``checkpoints/`` beside it) means that run, the directory it lies in, even
+    when the ``output_dir`` inside names another (a copied run: its ``output_dir`` still names the
+    original, which it must never append to); with the line that says so. Any other config: its
+    ``output_dir``."""
+    file = Path(config_file)
+    if file.name != CONFIG or not (file.parent / CHECKPOINTS).is_dir():
+        return Path(output_dir), None
+    here = file.parent
+    if Path(output_dir).resolve() == here.resolve():
+        return Path(output_dir), None
+    return here, (
+        f"--resume: {file} lies in the run directory {here}, whose output_dir names {output_dir}; "
+        f"resuming {here} (give output_dir={output_dir} to resume that one)"
+    )

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
+from safetensors import SafetensorError
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint._nested_dict import set_element
 from torch.distributed.checkpoint.api import CheckpointException
@@ -46,6 +47,7 @@ from torch.distributed.tensor import DTensor
 from glassrl.errors import GlassrlError
 from glassrl.run import codec
 from glassrl.run.atomic import write_text
+from glassrl.run.validate import conform
 
 PLAIN = "state.json"
 _TENSOR = "__dcp__"
@@ -89,13 +91,19 @@ def load(template: dict[str, Any], path: str | Path) -> dict[str, Any]:
         return _load_old_format(template, path)
     try:
         saved = codec.decode((path / PLAIN).read_text(encoding="utf-8"))
-    except (ValueError, KeyError, TypeError) as err:  # passed its sha256: written so by a bug
+    except ValueError as err:  # passed its sha256: written so by a bug, or by hand and resealed
         raise GlassrlError(f"{path / PLAIN}: cannot be decoded ({err})") from None
-    _, tensors = _split(template)
+    plain, tensors = _split(template)
+    conform(saved, plain, str(path / PLAIN))  # the plain values this group holds now: their shapes, finite
     try:
         dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(path)))
     except CheckpointException as err:
         raise GlassrlError(f"{path}: cannot be loaded ({_first_failure(err)})") from None
+    except (ValueError, KeyError, TypeError, IndexError, OverflowError, RuntimeError, SafetensorError) as err:
+        # DCP reads the safetensors' own metadata (each shard's offsets) outside its error handling
+        raise GlassrlError(f"{path}: cannot be loaded ({type(err).__name__}: {_one_line(err)[:300]})") from None
+    # the tensors' finiteness: checked by the driver on every file of the part before the ranks load
+    # it (glassrl.run.checkpoint), not here, where one rank alone refusing would leave the others waiting
     return _join(saved, tensors, path)
 
 

@@ -33,10 +33,12 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import torch
+from transformers.utils import logging as hf_logging
 
 from glassrl.config import flatten
 from glassrl.errors import GlassrlError
-from glassrl.run.checkpoint import CheckpointManager, Part
+from glassrl.run.checkpoint import CheckpointManager, Part, read_manifest
+from glassrl.run.validate import conform
 
 
 @runtime_checkable
@@ -133,7 +135,12 @@ def recorded_threads(manager: CheckpointManager) -> Recorded:
     """The thread count recorded in the checkpoint :func:`restore` will load (part "threads")."""
     path, _ = manager.find_latest()
     part = manager.load_part(path, "threads") if path is not None else None
-    return Recorded(path, int(part["count"]) if part is not None else None)
+    if part is None:
+        return Recorded(path, None)
+    conform(part, {"count": 1}, str(path / "threads.json"))
+    if part["count"] < 1:
+        raise GlassrlError(f"{path / 'threads.json'}: count = {part['count']}: a thread count is at least 1")
+    return Recorded(path, part["count"])
 
 
 class RunConfig:
@@ -220,14 +227,58 @@ class Restored(NamedTuple):
 def restore(manager: CheckpointManager, components: list[Stateful]) -> Restored:
     """Load the latest checkpoint into ``components`` in their order (GlobalRNG last).
 
-    GlassrlError when there is no checkpoint or a part is missing.
+    GlassrlError when there is no checkpoint, a part is missing, or a restored value is not one this
+    run could have saved (:func:`check_restored`); a load that fails all the same (a model's weights
+    of another shape) is one line naming the checkpoint and the part, never a traceback.
     """
     path, note = manager.find_latest()
     if path is None:
         raise GlassrlError(f"--resume: no checkpoint in {manager.root}")
     required = {name for component in components for name in component.part_names}
     parts = manager.load(path, required=required)
+    check_restored(path, parts, components)
     ordered = sorted(components, key=lambda c: isinstance(c, GlobalRNG))
     for component in ordered:
-        component.load_state_dict({name: parts[name] for name in component.part_names})
+        names = component.part_names
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # transformers' load report would print lines before the one line
+        try:
+            component.load_state_dict({name: parts[name] for name in names})
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RuntimeError) as err:
+            if isinstance(err, GlassrlError):
+                raise
+            text = " ".join(str(err).split())[:300]
+            if "ignore_mismatched_sizes" in text:  # transformers: a saved weight's shape is not the model's
+                text = "the saved weights' shapes are not this model's"
+            raise GlassrlError(
+                f"--resume: checkpoint {path}: part {', '.join(names)} does not fit this run "
+                f"({type(err).__name__}: {text})"
+            ) from None
+        finally:
+            hf_logging.set_verbosity(verbosity)
     return Restored(int(parts["counters"]["step"]), path, note)
+
+
+def check_restored(path: Path, parts: dict[str, Any], components: list[Stateful]) -> None:
+    """Every part of plain state (JSON, or JSON + safetensors) has the shape the component holds now
+    and finite numbers (glassrl.run.validate.conform; a component's ``data_parts`` hold data, which may
+    be NaN); the step counted equals the checkpoint's (its directory and manifest). GlassrlError
+    naming the file and the field. A component may say first, in its own words, why a checkpoint is
+    not for it (``check_state(parts)``: a mixture of another number of sources)."""
+    manifest = read_manifest(path)
+    for component in components:
+        names = [n for n in component.part_names if manifest["parts"][n]["kind"] in ("json", "torch")]
+        if not names or isinstance(component, RunConfig):  # the config: compared key by key (RunConfig)
+            continue
+        if hasattr(component, "check_state"):
+            component.check_state(parts)
+        template = component.state_dict()
+        data = getattr(component, "data_parts", ())
+        for name in names:
+            conform(parts[name], template[name][1], str(path / f"{name}.json"), data=name in data)
+    step = parts["counters"].get("step")  # a dict: conform checked it
+    if step != manifest["step"]:
+        raise GlassrlError(
+            f"{path / 'counters.json'}: step = {step}, but the checkpoint is step {manifest['step']} "
+            "(its directory and manifest); a resumed run continues from the step it saved"
+        )

@@ -107,6 +107,7 @@ class Logged:
     skipped: int = 0
 
     part_names = ("progress",)
+    data_parts = part_names  # metric rows: data, null or NaN where a value was not finite (glassrl.run.validate)
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
         window = [[t.weight, t.sums, t.weights] for t in self.window]
@@ -320,6 +321,9 @@ def model_dir(model: str) -> Path:
     if not (path / MARKER).is_file():
         raise GlassrlError(f"model: default: the default model is not built yet in {path}; run glassrl init-model")
     return path
+
+
+LOWER = "lower batch_size (or max_length)"  # what a supervised batch too large for memory says (check_training_fits)
 
 
 def warn(line: str | None, console: Console | None = None) -> None:

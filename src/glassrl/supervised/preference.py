@@ -86,11 +86,21 @@ from glassrl.ledger.implicit_rewards import SideNumbers, pair_ledger
 from glassrl.ledger.preference import PreferenceLedger
 from glassrl.models import load_causal_lm, load_tokenizer, pad_id, resolve_device, response_logprobs
 from glassrl.models.lora import apply_lora
+from glassrl.models.memory import check_training_fits
 from glassrl.models.precision import compute_dtype, compute_precision
 from glassrl.report.html import write_run_report
 from glassrl.run.atomic import write_text
 from glassrl.supervised.checkpoints import Checkpointing, RunningMean
-from glassrl.supervised.loop import Tally, check_positions, epoch_steps, model_dir, train_supervised, warn, window_means
+from glassrl.supervised.loop import (
+    LOWER,
+    Tally,
+    check_positions,
+    epoch_steps,
+    model_dir,
+    train_supervised,
+    warn,
+    window_means,
+)
 from glassrl.supervised.preference_config import RESUME_MAY_CHANGE, PreferenceConfig, eval_spec
 from glassrl.supervised.preference_data import Labelled, cut_line, encode_labelled, fit_pairs
 from glassrl.supervised.reference import ReferenceLogprobs, cached_reference, sequence_logprobs
@@ -168,6 +178,9 @@ class PreferenceObjective:
     ) -> PreferenceObjective:
         """Load the policy (with adapters), encode the data, and compute or read π_ref's log-probs."""
         path = model_dir(cfg.model)
+        sequences = cfg.batch_size * (1 if cfg.loss == "kto" else 2)  # a pair: chosen and rejected
+        what = f"batch_size = {cfg.batch_size} × max_length = {cfg.max_length}:"
+        check_training_fits(path, sequences, cfg.max_length, device, what, LOWER, vocabulary=True)
         tokenizer = load_tokenizer(path)
         model = load_causal_lm(path, dtype="float32", device=str(device))
         check_positions(model, cfg.max_length, str(path))

@@ -51,10 +51,11 @@ from glassrl.data.records import PreferencePair
 from glassrl.data.tasks import held_out_split
 from glassrl.errors import GlassrlError
 from glassrl.models import has_scalar_head, load_scalar_model, load_tokenizer, sequence_scores
+from glassrl.models.memory import check_training_fits
 from glassrl.optim import OptimConfig
 from glassrl.run.atomic import write_text
 from glassrl.supervised.foreign_names import REWARD_NAMES
-from glassrl.supervised.loop import Tally, check_positions, model_dir, train_supervised, warn
+from glassrl.supervised.loop import LOWER, Tally, check_positions, model_dir, train_supervised, warn
 from glassrl.supervised.rendering import render_records, rendering_row
 
 
@@ -222,6 +223,8 @@ class RMObjective:
         """Load the model with a scalar head (fresh, drawn from the seeded RNG, or the checkpoint's) and the
         pairs; a fresh head is said in one line (transformers' notice of its MISSING weights is silenced)."""
         path = model_dir(cfg.model)
+        what = f"batch_size = {cfg.batch_size} pairs × max_length = {cfg.max_length}:"
+        check_training_fits(path, 2 * cfg.batch_size, cfg.max_length, device, what, LOWER, vocabulary=False)
         if not has_scalar_head(path):
             (console or Console()).print(
                 f"rm: a new scalar head ({cfg.head}: Linear(hidden, 1)) on {path}'s backbone, drawn from "

@@ -36,9 +36,10 @@ from glassrl.data.tasks import TASKS, held_out_split, load_task, parse_task
 from glassrl.errors import GlassrlError
 from glassrl.jsonl import jsonl_objects
 from glassrl.models.loading import pad_id, resolve_model_path
+from glassrl.models.memory import check_training_fits
 from glassrl.optim import OptimConfig
 from glassrl.supervised.foreign_names import SFT_NAMES
-from glassrl.supervised.loop import Tally, check_positions, epoch_steps, model_dir, train_supervised
+from glassrl.supervised.loop import LOWER, Tally, check_positions, epoch_steps, model_dir, train_supervised
 from glassrl.supervised.rendering import render_prompts, rendering_row
 
 
@@ -239,6 +240,10 @@ class SFTObjective:
     def build(cls, cfg: SFTConfig, device: torch.device, model=None, tokenizer=None) -> SFTObjective:
         """Load the model (unless given), tokenise the data and the held-out pairs."""
         if model is None:
+            what = f"batch_size = {cfg.batch_size} × max_length = {cfg.max_length}:"
+            check_training_fits(
+                model_dir(cfg.model), cfg.batch_size, cfg.max_length, device, what, LOWER, vocabulary=True
+            )
             model, tokenizer = _load(cfg, tokenizer)
         elif tokenizer is None:
             raise GlassrlError("train_sft: a model given in memory needs its tokenizer too")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import tiny_run_overrides
+from helpers import TINY_SPEC, tiny_run_overrides
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -34,19 +34,6 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if item.get_closest_marker("vllm") is not None:
             item.add_marker(skip)
-
-
-TINY_SPEC = dict(
-    hidden_size=32,
-    num_layers=2,
-    num_heads=2,
-    intermediate_size=64,
-    max_position_embeddings=64,
-    sft_steps=150,
-    batch_size=32,
-    lr=1e-2,
-    warmup_steps=10,
-)
 
 
 def _build_key(build_module: str) -> str:

@@ -17,6 +17,20 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
+# The tiny default-format model of the tiny_model_dir fixture (tests/conftest.py)
+TINY_SPEC = dict(
+    hidden_size=32,
+    num_layers=2,
+    num_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    sft_steps=150,
+    batch_size=32,
+    lr=1e-2,
+    warmup_steps=10,
+)
+
+
 def flat_ledger_rows(text: str) -> list[dict]:
     """The token rows of a ledger file's text, each with its response's row merged in: the flat
     rows (``Ledger.rows``) of the file that holds each response's fields once."""

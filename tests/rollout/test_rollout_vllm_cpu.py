@@ -19,7 +19,7 @@ from glassrl.rollout import vllm as vllm_engine
 from glassrl.rollout.base import SamplingParams
 from glassrl.rollout.vllm import VLLMRolloutEngine
 from glassrl.rollout.vllm_sync import actor_probe_logprobs, engine_probe_logprobs, reload_on_worker
-from helpers import TINY_SPEC, preset_trainer, tiny_run_overrides
+from helpers import TINY_SPEC, preset_trainer, tiny_qwen2_dir, tiny_run_overrides
 
 pytestmark = pytest.mark.vllm
 
@@ -125,3 +125,26 @@ def test_training_with_the_vllm_engine_writes_rewards_and_the_ledger(preset, vll
     # step 2 sampled from the weights step 1 trained: the engine's log-probs are the actor's (π_old)
     assert [m["rollout/logprob_diff_max"] < 1e-3 for m in metrics if "rollout/logprob_diff_max" in m] == [True, True]
     assert any(out.glob("ledger*"))
+
+
+def test_a_qwen2_model_samples_and_syncs(tmp_path):
+    """Qwen2: grouped key/value heads and attention biases, fused by vLLM into one qkv_proj with a bias."""
+    texts = ["hello world 1+1=2 what is two plus two"] * 10
+    config = {"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>"}
+    path = tiny_qwen2_dir(tmp_path / "qwen2", texts, config, positions=64, hidden_size=64)  # heads of 32
+    model, tokenizer = load_causal_lm(path, dtype="float32", device="cpu"), load_tokenizer(path)
+    engine = VLLMRolloutEngine.colocated(model, tokenizer, gpu_memory_utilization=0.4, sleep=True, seed=0)
+    prompts = [tokenizer.encode(t) for t in ["hello world", "what is two"]]
+    params = SamplingParams(max_new_tokens=8, temperature=1.0)
+    batch = engine.generate(prompts, n=2, params=params, generator=torch.Generator().manual_seed(0))
+    T = batch.response_ids.shape[1]
+    with torch.no_grad():
+        expected, _ = response_logprobs(model, batch.input_ids, batch.attention_mask, T, temperature=1.0)
+    mask = batch.response_mask
+    assert mask.sum() > 0 and (batch.rollout_logprobs[mask] - expected[mask]).abs().max() < 1e-3
+    before = engine_probe_logprobs(engine.llm, engine.probe)
+    torch.manual_seed(1)
+    _perturb(model, 0.2)
+    check = engine.sync_weights()
+    assert check.max_diff <= 1e-3 and check.moved > 0.01
+    assert (engine_probe_logprobs(engine.llm, engine.probe) - before).abs().max() > 0.01

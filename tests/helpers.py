@@ -17,6 +17,20 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
+# The tiny default-format model of the tiny_model_dir fixture (tests/conftest.py)
+TINY_SPEC = dict(
+    hidden_size=32,
+    num_layers=2,
+    num_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    sft_steps=150,
+    batch_size=32,
+    lr=1e-2,
+    warmup_steps=10,
+)
+
+
 def flat_ledger_rows(text: str) -> list[dict]:
     """The token rows of a ledger file's text, each with its response's row merged in: the flat
     rows (``Ledger.rows``) of the file that holds each response's fields once."""
@@ -216,11 +230,14 @@ def chatml_tokenizer(texts: Sequence[str], vocab_size: int = 400):
     )
 
 
-def tiny_qwen2_dir(directory: Path, texts: Sequence[str], tokenizer_config: dict, positions: int = 256) -> Path:
+def tiny_qwen2_dir(
+    directory: Path, texts: Sequence[str], tokenizer_config: dict, positions: int = 256, hidden_size: int = 16
+) -> Path:
     """A Qwen2 model with random weights and a byte-level BPE with <|im_start|>/<|im_end|> trained
     on ``texts``, saved as a Hugging Face directory (nothing downloaded): the tokenizer's files are
     ``tokenizer.json`` and ``tokenizer_config.json`` = ``tokenizer_config`` (its class, its special
-    tokens), the model's vocab_size the BPE's own, so a token transformers adds lies outside it."""
+    tokens), the model's vocab_size the BPE's own, so a token transformers adds lies outside it.
+    2 query heads, 1 key/value head (grouped), attention biases: heads of ``hidden_size`` / 2."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -231,8 +248,8 @@ def tiny_qwen2_dir(directory: Path, texts: Sequence[str], tokenizer_config: dict
     torch.manual_seed(0)
     config = Qwen2Config(
         vocab_size=tok.get_vocab_size(),
-        hidden_size=16,
-        intermediate_size=32,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         num_hidden_layers=1,
         num_attention_heads=2,
         num_key_value_heads=1,

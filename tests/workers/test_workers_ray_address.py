@@ -23,3 +23,25 @@ def test_no_address_starts_a_cluster_of_its_own_even_where_another_runs(monkeypa
     # What "local" means to Ray: start a new instance, whatever the environment names.
     assert canonicalize_bootstrap_address("local") is None
     assert canonicalize_bootstrap_address(None).endswith(":6379")  # without it: join that one
+
+
+@pytest.mark.parametrize("given", [None, "disabled"])
+def test_a_local_cluster_chooses_token_auth_without_ray_s_warning(monkeypatch, given):
+    """Ray warns at every new local cluster whose RAY_AUTH_MODE is unset ("Token authentication is enabled
+    for this Ray cluster…", issue 44); glassrl sets the mode Ray would pick, token, before ray.init, so the
+    warning goes and the cluster stays authenticated; a mode the user set is kept."""
+    ray = pytest.importorskip("ray")
+    from ray._private.authentication import authentication_token_setup as auth
+
+    seen = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append(auth.os.environ.get("RAY_AUTH_MODE")))
+    if given is None:
+        monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    else:
+        monkeypatch.setenv("RAY_AUTH_MODE", given)
+    warned = []
+    monkeypatch.setattr(auth, "_warn_token_auth_enabled", lambda: warned.append(True))
+    connect(None, num_cpus=1)
+    assert seen == [given or "token"]
+    assert auth.enable_token_auth_by_default() is (seen[0] == "token") and not warned  # what ray.init then decides

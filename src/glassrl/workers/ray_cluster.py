@@ -52,12 +52,17 @@ def connect(address: str | None = None, **init_kwargs: Any) -> None:
     Nothing happens when this process is already connected. ``ray.init()`` without an address would
     join a cluster it finds (``RAY_ADDRESS``, or the last one ``ray start`` left on this machine);
     ``address="local"`` starts a new one whatever the environment says.
+
+    A local cluster keeps Ray's token authentication on (Ray's default for a new local cluster since
+    2.5x), chosen here explicitly (``RAY_AUTH_MODE=token`` unless the user set it) so that Ray does
+    not warn about a default at every start (issue 44); a user's ``RAY_AUTH_MODE`` is respected.
     """
     ray = import_ray()
     if ray.is_initialized():
         return
     try:
         if address is None:
+            os.environ.setdefault("RAY_AUTH_MODE", "token")
             ray.init(**{"address": "local", "include_dashboard": False, **init_kwargs})
         else:
             ray.init(address=address)

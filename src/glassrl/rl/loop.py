@@ -49,22 +49,20 @@ from glassrl.config import to_dict
 from glassrl.diagnose.training_watch import TrainingWatch, proxy_only_rows
 from glassrl.files import DISK_FULL, disk_errors, replaced
 from glassrl.ledger.compute import from_experience
-from glassrl.models.allocator import keep_freed_memory, memory_path
-from glassrl.models.loading import load_tokenizer, pad_id, resolve_device
+from glassrl.models.loading import pad_id
 from glassrl.models.threads import set_threads, startup_line
 from glassrl.optim import NonFiniteError, seed_everything
 from glassrl.report.html import write_run_report
 from glassrl.report.sinks import (
     sample_rows,
 )
-from glassrl.rl import phases
+from glassrl.rl import phases, startup
 from glassrl.rl.build import (
     actor_path,
     build_gold,
     build_local_workers,
     build_ptx,
     kl_controller,
-    prompt_format,
     step_sampler,
     teacher,
 )
@@ -75,17 +73,13 @@ from glassrl.rl.experience import Experience
 from glassrl.rl.memory import check_step_fits
 from glassrl.rl.metrics import PhaseTimer, accuracy, gold_metrics, response_metrics, reward_metrics, tensor_metrics
 from glassrl.rl.phases import Sampled
-from glassrl.rl.prompts import build_prompts
-from glassrl.rl.resolve import layout_path, resolve, resolve_layout, saved_in_todays_terms
+from glassrl.rl.resolve import resolve, resolve_layout, saved_in_todays_terms
 from glassrl.rl.run_dir import open_sinks, record_resume, write_run_files
 from glassrl.rl.sampling import AsyncRounds
 from glassrl.rl.update import actor_batch, critic_batch, minibatch_plan
 from glassrl.rollout.base import SamplingParams
-from glassrl.rollout.stops import describe as describe_stops
-from glassrl.rollout.stops import saved_generation_config
 from glassrl.run import state, stop
 from glassrl.run.session import RunCheckpoints, stop_requested, take_lock
-from glassrl.workers.base import OnPolicyActor
 
 # Config keys a resumed run may change (dotted prefixes): how long it runs, where it lives, what
 # it logs, and an explicit thread count (under auto it keeps the one it recorded: glassrl.run.session).
@@ -128,19 +122,19 @@ class Trainer:
         recorded = self.run.recorded_threads()  # before any torch work: a resumed run's count
         self.threads = self.run.threads_part(*set_threads(cfg.threads, recorded.threads))
         self.console.print(startup_line(self.threads.count, self.threads.why), markup=False, soft_wrap=True)
-        memory = self._keep_freed_memory()
+        memory = startup.freed_memory_path(cfg)
         seed_everything(cfg.seed)
         path = actor_path(cfg, self.console)
         # model.shared_prefix "auto" made concrete (a resumed run goes on as it began)
         self.resolved = resolve_layout(self.resolved, path, self.out / "config.yaml" if resume else None)
         cfg = self.cfg = self.resolved.cfg
-        self.tokenizer, self.data = self._build_prompts(path)
+        self.tokenizer, self.data = startup.load_prompts(cfg, path, self.console)
         self.prompts, self.test_records = self.data.train, self.data.test  # a PromptStream or MixtureStream
         self.ptx = build_ptx(cfg, self.resolved, self.tokenizer, self.data.limit + cfg.rollout.max_new_tokens)
         check_step_fits(cfg, self.resolved, path, self.data.limit)  # before any model is loaded
         build_workers = build_ray_workers if cfg.trainer.backend == "ray" else build_local_workers
         self.workers = build_workers(cfg, self.resolved, path, self.tokenizer, self.ptx)
-        self.paths = self._say_paths(self.resolved.layout, memory)
+        self.paths = startup.say_paths(cfg, self.workers, self.resolved.layout, memory, self.console)
         self.gold = build_gold(cfg)  # reward.gold: scored for reward/gold, never trained on
         self.teacher = teacher(self.workers, self.tokenizer)  # on-policy distillation: (teacher, w) or None
         self.kl = kl_controller(cfg.algo.kl)
@@ -150,7 +144,7 @@ class Trainer:
         # the rounds, requested up to rollout.max_staleness ahead (glassrl.rl.sampling.AsyncRounds)
         self.rounds = AsyncRounds(self.workers.rollout, self.resolved.max_staleness, pad_id(self.tokenizer))
         self.round_seconds: dict[str, float] = {}  # the step's waits for them (perf/…)
-        self.old_logprobs_from_update = self._old_logprobs_from_update()
+        self.old_logprobs_from_update = startup.old_logprobs_from_update(cfg, self.resolved, self.workers, self.teacher)
         self.shuffle = torch.Generator().manual_seed(cfg.seed + 2)  # mini-batch order
         self.run_config = state.RunConfig(
             to_dict(self.cfg), RESUME_MAY_CHANGE, to_dict(type(cfg)()), upgrade=saved_in_todays_terms(self.cfg)
@@ -430,45 +424,7 @@ class Trainer:
             chunk=self.resolved.responses_per_step,
         )
 
-    # ------------------------------------------------------------------ the builds of __init__
-
-    def _keep_freed_memory(self) -> str:
-        """glibc keeps freed memory for the next step on CPU (glassrl.models.allocator); the start-up
-        line's account of it."""
-        if resolve_device(self.cfg.model.device).type != "cpu":
-            return "malloc left as it is: the policy is not on the CPU"
-        return memory_path(keep_freed_memory())
-
-    def _build_prompts(self, path: Path):
-        """The tokenizer and the run's prompts (prompt sets, chat template, length rule; an agentic run's
-        prompts with their tools described), and the start-up lines that say what was read and where
-        responses stop."""
-        tokenizer = load_tokenizer(path)
-        data = build_prompts(self.cfg, tokenizer, path, prompt_format(self.cfg, tokenizer))
-        stops = describe_stops(tokenizer, saved_generation_config(path), self.cfg.rollout.stop)
-        for line in [*data.summary(), stops]:
-            self.console.print(line, markup=False, soft_wrap=True)
-        return tokenizer, data
-
-    def _say_paths(self, layout: str, memory: str) -> dict[str, str]:
-        """Which faster paths run, and why not where one cannot: no faster path turns off silently."""
-        paths = {**self.workers.paths, "forward passes": layout_path(self.cfg.model, layout), "memory": memory}
-        for what in ("rollout", "forward passes", "optimiser", "memory"):
-            self.console.print(f"{what}: {paths[what]}", markup=False, soft_wrap=True)
-        return paths
-
-    def _old_logprobs_from_update(self) -> bool:
-        """π_old = π_θ when the batch makes exactly one optimiser step and nothing before the update
-        reads log π_old (a KL in the reward does, and an off-policy correction's weights): then the
-        update's forward gives it (phase 3). A stale batch without a correction still gets it there:
-        its clip anchors at the log μ it brings (glassrl.rl.update.actor_batch)."""
-        return (
-            self.resolved.optimizer_steps_per_step == 1
-            and self.cfg.algo.kl.placement != "reward"
-            and self.correction is None
-            and self.teacher is None  # the teacher's reward reads log π_old in phase 4
-            and isinstance(self.workers.actor, OnPolicyActor)
-        )
+    # ------------------------------------------------------------------ what a checkpoint holds
 
     def _components(self) -> list:
         """Everything a checkpoint holds (glassrl.run.state), the run's config first (it is checked first)."""

@@ -257,3 +257,22 @@ def tiny_qwen2_dir(
     )
     Qwen2ForCausalLM(config).save_pretrained(directory)
     return directory
+
+
+def adam_weights_close(a: dict, b: dict, *, tight: float, lr: float) -> str | None:
+    """Why two float32 weight sets after a few AdamW steps are not "the same update summed in another order",
+    or None. Adam's g/√v turns the rounding of a near-zero gradient (another summation order: ranks, packed
+    rows, another CPU's kernels) into up to ±lr per step on that element, so a few elements may part by more
+    than rounding: every element must agree within 2.5 % of one step (``lr``; a step taken or skipped wrongly
+    moves weights by ~lr), and all but 0.1 % of them within ``tight``."""
+    worst, beyond, total = 0.0, 0, 0
+    for key, w in a.items():
+        d = (w.detach().cpu().float() - b[key].detach().cpu().float()).abs()
+        worst = max(worst, d.max().item())
+        beyond += int((d > tight).sum())
+        total += d.numel()
+    if worst > 0.025 * lr:
+        return f"max |Δw| = {worst:.3g} > 2.5 % of one step ({0.025 * lr:.3g})"
+    if beyond > 1e-3 * total:
+        return f"{beyond} of {total} weights differ by more than {tight:g}"
+    return None

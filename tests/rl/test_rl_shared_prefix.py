@@ -10,8 +10,8 @@ import pytest
 
 import glassrl.models.shared_prefix as shared_prefix_module
 from glassrl.errors import GlassrlError
-from helpers import preset_trainer
-from run_helpers import assert_ledgers_close, largest_weight_difference, logged_metrics
+from helpers import adam_weights_close, preset_trainer
+from run_helpers import assert_ledgers_close, logged_metrics
 
 TOL = 1e-5
 ENV = Path(__file__).resolve().parent / "agentic_env.py"
@@ -82,8 +82,9 @@ def test_shared_prefix_run_equals_padded_run(extra, fast, tmp_path, monkeypatch)
     for role in ("actor", "critic"):
         if getattr(trainers["padded"].workers, role) is None:
             continue
-        models = (getattr(trainers[n].workers, role).model for n in ("padded", "shared"))
-        assert largest_weight_difference(*models) <= TOL, role
+        padded_w, shared_w = (getattr(trainers[n].workers, role).model.state_dict() for n in ("padded", "shared"))
+        lr = getattr(trainers["padded"].cfg, f"{role}_optim").lr
+        assert adam_weights_close(padded_w, shared_w, tight=TOL, lr=lr) is None, role
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,11 @@ PPO-ptx, whitening through the ``reduce`` hook, and a DCP save/load round trip o
 sharded state.
 
 Tolerance against one process: float32 weights after 4 AdamW steps at lr 1e-3
-(each weight moves by up to 4e-3) agree to atol 2e-6, 0.2 % of one step; measured
-max |Δw| = 3.8e-7 for DDP and for FSDP2 (the gradients are summed in another order;
-Adam's g/√v amplifies that where |g| is tiny). Loss terms and the gradient norm
+(each weight moves by up to 4e-3) agree to atol 2e-6, 0.2 % of one step, but for at most 0.1 % of
+them, which must agree to 2.5 % of one step (tests/helpers.adam_weights_close): the gradients are
+summed in another order, and Adam's g/√v amplifies that where |g| is tiny; measured max |Δw| =
+3.8e-7 for DDP and FSDP2 on one CPU, 3.4e-6 on one element on an AVX-512 Xeon (2026-11-28). Loss terms and the
+gradient norm
 agree to rtol 1e-5. FSDP2 with bf16 compute (MixedPrecisionPolicy) keeps float32
 master weights; its update is compared by direction (cosine > 0.9), bf16 rounding
 being far above the float tolerance.
@@ -39,6 +41,7 @@ from glassrl.algos.masked import masked_whiten
 from glassrl.models.loading import load_causal_lm
 from glassrl.rl.update import run_updates
 from glassrl.workers.sharding import balanced_partitions, shard_plan, shard_rows
+from helpers import adam_weights_close
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
@@ -142,8 +145,7 @@ def test_two_ranks_update_like_one_process(tiny_model_dir, two_ranks, one_proces
     initial = load_causal_lm(tiny_model_dir, dtype="float32", device="cpu").state_dict()
     assert max((weights[k] - v).abs().max().item() for k, v in initial.items()) > 1e-3  # the update moved them
     for rank in ranks:
-        diff = max((rank["weights"][k].cpu() - w).abs().max().item() for k, w in weights.items())
-        assert diff < 2e-6, diff
+        assert adam_weights_close(rank["weights"], weights, tight=2e-6, lr=1e-3) is None
         # Term values and the gradient norm are global sums: equal to one process's.
         for key in ("actor/policy_loss", "actor/kl_loss", "actor/entropy_loss", "actor/grad_norm", "actor/lr"):
             assert rank["metrics"][key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), key
@@ -164,8 +166,7 @@ def test_on_policy_update_with_ptx_on_two_ranks_like_one_process(two_ranks, one_
     ranks = [rank["on_policy"] for rank in two_ranks[1]]
     assert sorted(torch.cat([rows for _, _, rows, _ in ranks]).tolist()) == list(range(8))
     for rank_metrics, rank_weights, rows, rank_outputs in ranks:
-        diff = max((rank_weights[k].cpu() - w).abs().max().item() for k, w in weights.items())
-        assert diff < 2e-6, diff
+        assert adam_weights_close(rank_weights, weights, tight=2e-6, lr=1e-3) is None
         assert set(rank_metrics) == set(metrics)
         for key in ("actor/policy_loss", "actor/kl_loss", "actor/ptx_loss", "actor/grad_norm", "actor/lr"):
             assert rank_metrics[key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), key

@@ -13,9 +13,11 @@ steps (of 4) whose mini-batch holds that row, the NaN is on one rank only. Two p
   the gradients, the gradient NaN on every rank.
 
 Under ``skip`` both ranks must drop the same 2 steps and end with bit-equal weights, equal to one
-process that skips the same steps within atol 1e-5: measured max |Δw| = 2.9e-6 on one element of
-23k (a near-zero gradient, where Adam's g/√v amplifies the other order of summation), 1.2e-7 on
-every other; a step taken or skipped wrongly moves the weights by ~2e-3 (lr 1e-3, two steps).
+process that skips the same steps within atol 1e-5, but for at most 0.1 % of the weights, which
+must agree to 2.5 % of one step (tests/helpers.adam_weights_close): measured max |Δw| = 2.9e-6 on
+one element of 23k (a near-zero gradient, where Adam's g/√v amplifies the other order of
+summation; 2.4e-5 on an AVX-512 Xeon, 2026-11-28), 1.2e-7 on every other; a step taken or skipped wrongly moves the
+weights by ~2e-3 (lr 1e-3, two steps).
 Under ``stop`` both ranks raise the same NonFiniteError, naming the rank that holds the NaN,
 before any weight changes.
 """
@@ -34,6 +36,7 @@ from glassrl.models.loading import load_causal_lm
 from glassrl.rl.loss import Term
 from glassrl.rl.update import run_updates
 from glassrl.workers.sharding import shard_plan
+from helpers import adam_weights_close
 
 POISONS = ("loss", "advantage")
 POLICIES = ("skip", "stop")
@@ -140,7 +143,7 @@ def test_a_nan_on_one_rank_skips_the_same_steps_on_every_rank(poison, tiny_model
     assert metrics["actor/skipped_steps"] == 2
     initial = load_causal_lm(tiny_model_dir, dtype="float32", device="cpu").state_dict()
     assert _max_diff(weights, initial) > 1e-3  # the 2 steps taken moved the weights
-    assert _max_diff(w0, weights) < 1e-5
+    assert adam_weights_close(w0, weights, tight=1e-5, lr=1e-3) is None
     assert set(m0) == set(metrics)
     for key in ("actor/policy_loss", "actor/kl_loss", "actor/entropy_loss", "actor/grad_norm", "actor/lr"):
         assert m0[key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), key

@@ -24,6 +24,7 @@ Ray is an optional extra (``pip install glassrl[ray]``), imported here only.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -53,21 +54,39 @@ def connect(address: str | None = None, **init_kwargs: Any) -> None:
     join a cluster it finds (``RAY_ADDRESS``, or the last one ``ray start`` left on this machine);
     ``address="local"`` starts a new one whatever the environment says.
 
-    A local cluster keeps Ray's token authentication on (Ray's default for a new local cluster since
-    2.5x), chosen here explicitly (``RAY_AUTH_MODE=token`` unless the user set it) so that Ray does
-    not warn about a default at every start (issue 44); a user's ``RAY_AUTH_MODE`` is respected.
+    A local cluster keeps Ray's default, token authentication, without Ray's warning about that
+    default at every start (issue 44): the one record is filtered from Ray's logger
+    (:class:`_DefaultAuthNotice`); a user's ``RAY_AUTH_MODE`` is Ray's to read, untouched.
     """
     ray = import_ray()
     if ray.is_initialized():
         return
     try:
         if address is None:
-            os.environ.setdefault("RAY_AUTH_MODE", "token")
+            _quiet_default_auth_notice()
             ray.init(**{"address": "local", "include_dashboard": False, **init_kwargs})
         else:
             ray.init(address=address)
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise GlassrlError(f"ray.address = {address!r}: cannot join the Ray cluster: {err}") from None
+
+
+class _DefaultAuthNotice(logging.Filter):
+    """Drops Ray's "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt
+    out…" (ray._private.authentication.authentication_token_setup), printed at every new local cluster whose
+    mode is unset: the default kept, not a problem to report. Every other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
+AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def _quiet_default_auth_notice() -> None:
+    logger = logging.getLogger(AUTH_LOGGER)
+    if not any(isinstance(f, _DefaultAuthNotice) for f in logger.filters):
+        logger.addFilter(_DefaultAuthNotice())
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,12 @@ always, then replaces each outcome score by
 What stays real: the held-out evaluation (eval/…, scored by reward.sources as in any run: the figure
 compared), the per-source metrics ``reward/<source>/mean``, ``task/accuracy`` (the sources' own
 verdicts), and reward.gold. ``reward/mean`` is what the policy was trained on; the real combined score
-is ``reward/control/real_mean``, and each ledger response keeps it in its details. Failed scores
-(timeout, error) stay failures: the control changes what is paid, not what ran. Process rewards are
-dropped (a coin has no steps).
+is ``reward/control/real_mean`` (a result keeps its own in ``details["control"]``; the ledger shows what was
+paid, and the run's config.yaml says it was a control). Failed scores (timeout, error) stay failures:
+the control changes what is paid, not what ran. Process rewards are dropped (a coin has no steps), and
+so are an environment's turn rewards (tool-add's valid_call: glassrl.rl.phases.without_turn_rewards);
+ReMax (a greedy baseline scored by the real reward) and a teacher source (real per-token rewards) are
+refused with a control.
 """
 
 from __future__ import annotations

@@ -20,11 +20,13 @@ EXTRAS := test,ray,lora,qwen,wandb,mlflow
 # pipeline instead: make demo PIPELINE=rlhf (SFT policy → reward model → PPO, examples/rlhf/), or its
 # offline branch, make demo PIPELINE=rlhf OFFLINE=1 (SFT policy → DPO on the same pairs, examples/dpo.yaml);
 # or an agentic task's demo: make demo TASK=tool-add (calculator calls, examples/tool_add.yaml), or
-# make demo TASK=research (the reference dialogue's research agent, PPO and GRPO side by side)
+# make demo TASK=research (the reference dialogue's research agent, PPO and GRPO side by side).
+# CONTROL=random (or shuffled): then the same run on a meaningless reward, its gain beside the real one
 ALGO   ?= grpo
 PIPELINE ?=
 OFFLINE ?=
 TASK   ?=
+CONTROL ?=
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-fast test-latest test-vllm lint format install lock lock-vllm bench clean
@@ -44,7 +46,7 @@ $(STAMP): pyproject.toml $(LOCK) Makefile
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/glassrl demo $(if $(PIPELINE),--pipeline $(PIPELINE)$(if $(OFFLINE), --offline),$(if $(TASK),--task $(TASK),--algo $(ALGO)))
+	$(BIN)/glassrl demo $(if $(PIPELINE),--pipeline $(PIPELINE)$(if $(OFFLINE), --offline),$(if $(TASK),--task $(TASK),--algo $(ALGO)))$(if $(CONTROL), --control $(CONTROL))
 
 # ruff's settings and the import contracts (layers, no cycles) are in pyproject.toml.
 lint: $(STAMP)

@@ -64,6 +64,27 @@ def test_demo_prints_before_after_run_dir_and_ledger(tiny_model_dir, prompt_file
     assert table(again) == table(text)
 
 
+def test_demo_control_sets_a_random_reward_run_beside_the_real_one(tiny_model_dir, prompt_files, tmp_path, capsys):
+    out = tmp_path / "demo-grpo"
+    argv = ["demo", "--steps", "2", "--out", str(out), "--control", "random", *tiny(tiny_model_dir, prompt_files)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    control = tmp_path / "demo-grpo-control-random"
+    real_rows, control_rows = figures(out), figures(control)
+    assert control_rows[0]["eval/accuracy"] == real_rows[0]["eval/accuracy"]  # the same model before training
+    assert "reward/control/real_mean" in control_rows[1] and "reward/control/real_mean" not in real_rows[1]
+    before, after, control_after = (
+        real_rows[0]["eval/accuracy"],
+        real_rows[-1]["eval/accuracy"],
+        control_rows[-1]["eval/accuracy"],
+    )
+    cells = [f"{100 * before:.1f}%", f"{100 * after:.1f}%", f"{100 * control_after:.1f}%"]
+    assert re.search(r"\s+│\s+".join(map(re.escape, cells)), text.split("3b. the control")[1])
+    assert "reward: control random (reward.control)" in text and ", control " in text.split("demo finished in")[1]
+    assert main(["demo", "--task", "research", "--control", "random"]) == 2
+    assert "--control: only with --algo or --task tool-add" in capsys.readouterr().err
+
+
 def test_accuracies_reads_the_first_and_last_evaluation(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text(

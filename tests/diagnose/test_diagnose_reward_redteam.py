@@ -136,8 +136,9 @@ def test_the_bundled_verifiers_pass(task, source):
 def test_the_table_names_sources_and_criteria_and_the_mutations(samples):
     reward = build_combined([{"name": "arith_verify"}])
     table = red_team(reward, TaskGold(), samples).table()
-    assert table[0].split()[:5] == ["mutation", "expects", "n", "reward", "arith_verify"]
-    assert [line.split()[0] for line in table[1:-1]] == ["original", *MUTATIONS]
+    assert table[0] == "mutations of the reference answers:"
+    assert table[1].split()[:5] == ["mutation", "expects", "n", "reward", "arith_verify"]
+    assert [line.split()[0] for line in table[2:-1]] == ["original", *MUTATIONS]
     assert table[-1] == "no mutation earned what it should not"
 
 
@@ -160,3 +161,36 @@ def test_glassrl_audit_reward_exits_1_naming_what_pays(bugs, tmp_path):
         timeout=300,
     )
     assert fine.returncode == 0 and "no mutation earned what it should not" in fine.stdout, fine.stdout + fine.stderr
+
+
+def test_the_policys_own_best_paid_responses_are_judged_by_the_gold(bugs, fast, tmp_path):
+    """--run: the responses a run's policy sampled (its ledgers), best-paid first, judged themselves — a reward
+    paying length pays the tiny model's long wrong answers; the task's own rule pays none of them."""
+    from tests.helpers import EXAMPLES, preset_trainer
+
+    from glassrl.config import load_config
+    from glassrl.rl.audit import red_team_config
+    from glassrl.rl.config import TrainConfig
+
+    run = tmp_path / "run"
+    task = ["data.train=task:arith-verify", "data.test=task:arith-verify/test"]
+    preset_trainer("grpo", [*fast, f"output_dir={run}", *task]).train()
+
+    def reports(name):
+        source = f"reward.sources=[{{name: user_function, spec: '{bugs}:{name}'}}]"
+        if name == "arith_verify":
+            source = "reward.sources=[{name: arith_verify}]"
+        cfg = load_config(TrainConfig, EXAMPLES / "grpo.yaml", [*fast, *task, source])
+        return red_team_config(cfg, samples=12, run=run, top=8)
+
+    paid = reports("length_pays")[1]
+    assert not paid.ok and paid.rows[0].failed, "\n".join(paid.table())
+    assert paid.rows[0].n == 8 and paid.rows[0].gold_correct < 1.0
+    assert paid.found and all(line.startswith("reward ") for line in paid.found)
+    assert "paid, wrong by the gold: reward" in "\n".join(paid.table())
+    # the hand-written `correct` rule forgets the language: the policy's Chinese answer to an English question
+    # is paid, and the gold (the task's verifier: "in the question's language") calls it wrong — found
+    found = reports("correct")[1].found
+    assert found and all("'Is " in line and "等于" in line for line in found), found
+    fine = reports("arith_verify")[1]
+    assert fine.ok, "\n".join(fine.table())

@@ -1,8 +1,9 @@
 """`glassrl audit CONFIG [key=value ...] [--episodes N] [--script FILE] [--chat-template FILE]`: check a
 multi-turn environment, its call format and chat template against the token convention (glassrl.rl.audit).
 
-`glassrl audit --reward CONFIG [key=value ...] [--samples N]`: red-team the run's reward: what it pays for
-responses that do not do the task (glassrl.diagnose.reward_redteam); exit 1 when one earns."""
+`glassrl audit --reward CONFIG [key=value ...] [--samples N] [--run DIR [--top N]]`: red-team the run's reward:
+what it pays for responses that do not do the task (glassrl.diagnose.reward_redteam), mutations of reference
+answers and, with --run, of the policy's own best-paid responses; exit 1 when one earns."""
 
 from __future__ import annotations
 
@@ -40,6 +41,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--samples", type=int, default=32, metavar="N", help="with --reward: prompts of data.train mutated (default 32)"
     )
+    parser.add_argument(
+        "--run",
+        metavar="DIR",
+        help="with --reward: also the policy's own best-paid responses, from that run's ledgers, judged by the "
+        "gold and mutated",
+    )
+    parser.add_argument(
+        "--top", type=int, default=32, metavar="N", help="with --run: the best-paid responses taken (default 32)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,9 +85,14 @@ def run(args: argparse.Namespace) -> int:
 
         from glassrl.rl.audit import red_team_config
 
-        report = red_team_config(cfg, samples=args.samples, console=Console(stderr=True))
-        print("\n".join(report.table()))
-        return 0 if report.ok else 1
+        run = None
+        if args.run is not None:
+            run = Path(args.run)
+            if not run.is_dir():
+                raise GlassrlError(f"--run: no run directory {args.run}")
+        reports = red_team_config(cfg, samples=args.samples, console=Console(stderr=True), run=run, top=args.top)
+        print("\n\n".join("\n".join(report.table()) for report in reports))
+        return 0 if all(report.ok for report in reports) else 1
     source = f"--chat-template {args.chat_template}"
     audits = audit_run(cfg, episodes=args.episodes, script=script, chat_template=template, template_source=source)
     print("\n".join(table(audits)))

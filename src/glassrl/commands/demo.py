@@ -33,6 +33,11 @@ with PPO and with GRPO side by side (glassrl.commands.demo_research).
 4. the ledger of sampled responses to the first held-out prompt: every turn, the observation
    tokens marked ``obs``.
 
+``--control random`` (or ``shuffled``; ``make demo CONTROL=random``) trains the same run a second time
+on a reward that means nothing (``reward.control``, glassrl.rewards.control) and sets its held-out
+accuracy beside the real one: a gain means little until it is shown beside what a meaningless reward
+gives (Shao et al. 2025, arXiv:2506.10947).
+
 The token convention on given numbers, without a model (λ = 0.95, 0 and 1, a GRPO group), is
 docs/token-convention.md: each of its tables is a ``glassrl explain --input`` command.
 
@@ -81,6 +86,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --pipeline rlhf: the offline branch instead, SFT → DPO on the same pairs "
         "(no reward model, no sampling)",
     )
+    p.add_argument(
+        "--control",
+        choices=["random", "shuffled"],
+        help="then train the same run on a meaningless reward (reward.control: random coins, or the real scores "
+        "shuffled) and set its held-out accuracy beside the real one (Shao et al. 2025, arXiv:2506.10947)",
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="more config overrides, e.g. actor_optim.lr=1e-3")
 
 
@@ -92,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
         return pipeline.run(args)
     if args.offline:
         raise GlassrlError("--offline: only with --pipeline rlhf (its offline branch, DPO)")
+    if args.control is not None and (args.pipeline is not None or args.task == "research"):
+        raise GlassrlError("--control: only with --algo or --task tool-add (one run and its held-out accuracy)")
     if args.task == "research":  # glassrl.commands.demo_research: PPO and GRPO side by side
         from glassrl.commands import demo_research
 
@@ -144,6 +157,18 @@ def run(args: argparse.Namespace) -> int:
             f"report: {Path(out) / 'report.html'} (learning curves and token view; open in a browser)", markup=False
         )
 
+    control_s = 0.0
+    if args.control is not None:  # the same run on a meaningless reward (glassrl.rewards.control)
+        control_out = out.with_name(f"{out.name}-control-{args.control}")
+        console.print(Rule(f"3b. the control: the same run, trained on a {args.control} reward → {control_out}"))
+        if not args.resume:
+            fresh_run_dir(control_out)
+        control_overrides = [*overrides, f"output_dir={control_out}", f"reward.control={args.control}"]
+        control_cfg = load_config(TrainConfig, presets.path(preset), control_overrides)
+        Trainer(control_cfg, resume=args.resume, console=console).train()
+        control_s = time.perf_counter() - start - model_s - train_s
+        console.print(control_table(out / "metrics.jsonl", control_out / "metrics.jsonl", args.control))
+
     from glassrl.algos.advantages import GROUP_ESTIMATORS
 
     if args.task is None:
@@ -161,9 +186,10 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     code = run_explain(command[1:])
     total = time.perf_counter() - start
+    control = f", control {clock(control_s)}" if args.control is not None else ""
     console.print(
-        f"demo finished in {clock(total)} (model {clock(model_s)}, training {clock(train_s)}, "
-        f"explain {clock(total - model_s - train_s)})"
+        f"demo finished in {clock(total)} (model {clock(model_s)}, training {clock(train_s)}{control}, "
+        f"explain {clock(total - model_s - train_s - control_s)})"
     )
     return code
 
@@ -242,6 +268,25 @@ def summary_table(metrics_file: Path, cfg):
         label = "all" if group == "all" else f"{cfg.logging.eval_group_by} = {group}"
         table.add_row(label, _percent(before), _percent(after), _change(before, after))
     return Group(what, table)
+
+
+def control_table(real_metrics: Path, control_metrics: Path, kind: str):
+    """--control: held-out accuracy before, after the real reward, after the control's, and the two gains."""
+    from rich.table import Table
+
+    before, after = accuracies(real_metrics)["all"]
+    control_before, control_after = accuracies(control_metrics)["all"]
+    table = Table(title=f"held-out accuracy: the real reward beside a {kind} one (same model, data, seeds)")
+    for name in ("before training", "after, real reward", f"after, {kind} reward", "gain", "gain of the control"):
+        table.add_column(name, justify="right")
+    table.add_row(
+        _percent(before),
+        _percent(after),
+        _percent(control_after),
+        _change(before, after),
+        _change(control_before, control_after),
+    )
+    return table
 
 
 # --task: the held-out figures of the table (eval/ metrics, docs/metrics.md) and their row labels

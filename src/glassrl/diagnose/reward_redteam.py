@@ -134,6 +134,9 @@ class Row:
 class RedTeamReport:
     rows: list[Row]
     columns: list[str]  # "reward" (combined) first, then each source and criterion
+    title: str = "mutations of the reference answers"
+    found: list[str] = field(default_factory=list)  # originals judged: the worst paid-but-wrong ones, a line each
+    paid_right: float = math.nan  # the mean reward of the originals the gold calls right
 
     @property
     def ok(self) -> bool:
@@ -142,12 +145,13 @@ class RedTeamReport:
     def table(self) -> list[str]:
         """The report as text: a row per mutation, a column per source and criterion."""
         head = f"{'mutation':<13} {'expects':<9} {'n':>4}  " + "  ".join(f"{c[:14]:>14}" for c in self.columns)
-        lines = [head + "  gold-correct  verdict"]
+        lines = [f"{self.title}:", head + "  gold-correct  verdict"]
         for row in self.rows:
             cells = "  ".join(f"{_cell(row.means.get(c)):>14}" for c in self.columns)
             gold = "—" if row.gold_correct is None else f"{row.gold_correct:.0%}"
             verdict = "FAIL: " + row.why if row.failed else ("ok" if row.expect in ("nothing", "no_more") else "")
             lines.append(f"{row.name:<13} {row.expect:<9} {row.n:>4}  {cells}  {gold:>12}  {verdict}")
+        lines += [f"  paid, wrong by the gold: {line}" for line in self.found]
         failed = [row.name for row in self.rows if row.failed]
         lines.append(
             f"reward pays for nothing: {', '.join(failed)}" if failed else "no mutation earned what it should not"
@@ -179,8 +183,14 @@ def red_team(
     samples: Sequence[Sample],
     tol: float = 1e-6,
     mutations: dict[str, Mutation] = MUTATIONS,
+    judge_originals: bool = False,
+    title: str = "mutations of the reference answers",
+    right_level: float = math.nan,
 ) -> RedTeamReport:
-    """Score ``samples`` and every mutation of them with ``reward`` (and ``gold``); see the module's docstring."""
+    """Score ``samples`` and every mutation of them with ``reward`` (and ``gold``); see the module's docstring.
+    ``judge_originals``: the samples are the policy's own top-proxy responses, judged like a ``nothing``
+    mutation — those the gold calls wrong fail when paid like a right answer (the policy found the gap);
+    ``right_level``: what a right answer is paid when none of the samples is right (the reference answers')."""
     if not samples:
         raise ValueError("red_team: no samples")
     made: list[tuple[str, int, str]] = [("original", i, s.response) for i, s in enumerate(samples)]
@@ -204,6 +214,20 @@ def red_team(
     right = [k for k in originals if gold is None or correct[k]]
     paid_right = _mean([scored[k]["reward"] for k in right]) if right else math.nan
     lowest = min((s["reward"] for s in scored if not math.isnan(s["reward"])), default=math.nan)
+    found: list[str] = []
+    if judge_originals and gold is not None:
+        wrong = [k for k in originals if not correct[k]]
+        # the bar: paid above the midpoint between the lowest reward and what the gold-right originals earn
+        # (or, when the policy got none right, what the reference answers earn: right_level)
+        right_paid = right_level if math.isnan(paid_right) else paid_right
+        mid = lowest + 0.5 * (right_paid - lowest)
+        paid = [k for k in wrong if not math.isnan(mid) and scored[k]["reward"] > mid + tol and right_paid > lowest]
+        if paid:
+            rows[0].failed = True
+            rows[0].why = f"{len(paid)} of {len(originals)} wrong by the gold, paid above {mid:.3f}"
+            for k in sorted(paid, key=lambda k: -scored[k]["reward"])[:3]:
+                prompt, text = samples[made[k][1]].prompt, made[k][2]
+                found.append(f"reward {scored[k]['reward']:.3f}: {prompt[:60]!r} → {text[:80]!r}")
     for name, mutation in mutations.items():
         picks = [k for k, (m, _, _) in enumerate(made) if m == name]
         if not picks:
@@ -220,4 +244,4 @@ def red_team(
             if r.means["reward"] > before + tol:
                 r.failed, r.why = True, f"paid {r.means['reward']:.3f} > its originals' {before:.3f}"
         rows.append(r)
-    return RedTeamReport(rows, columns)
+    return RedTeamReport(rows, columns, title, found, paid_right)

@@ -15,7 +15,9 @@ the turn limit and token budget rollout.agent.max_turns and rollout.max_new_toke
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -24,10 +26,11 @@ from glassrl.data.chat_template import use_template
 from glassrl.data.datasets import load_prompts
 from glassrl.data.records import PromptRecord
 from glassrl.data.sources import Source, parse_sources
-from glassrl.data.tasks import load_task, parse_task
+from glassrl.data.tasks import load_task, parse_task, record_for_prompt
 from glassrl.diagnose.episode_audit import EpisodeAudit, Recorder, ScriptedTurns, audit_batch
 from glassrl.diagnose.reward_redteam import RedTeamReport, Sample, red_team
 from glassrl.errors import GlassrlError
+from glassrl.ledger.model import read_jsonl
 from glassrl.models.loading import load_causal_lm, load_tokenizer
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rewards.tasks import TASK_VERIFIERS
@@ -88,17 +91,17 @@ def audit_run(
     )
 
 
-def _records(cfg: TrainConfig, episodes: int) -> list[PromptRecord]:
-    """The first ``episodes`` prompts of data.train's first source."""
+def _records(cfg: TrainConfig, episodes: int | None) -> list[PromptRecord]:
+    """The first ``episodes`` prompts of data.train's first source (all of them: None)."""
     d = cfg.data
     keys = None if d.metadata_keys is None else tuple(d.metadata_keys)
     defaults = Source("", prompt_key=d.prompt_key, answer_key=d.answer_key, metadata_keys=keys)
     source = parse_sources(d.train, "data.train", defaults)[0]
     if (ref := parse_task(source.path)) is not None:
-        return load_task(ref.name, ref.split, size=episodes)
+        return load_task(ref.name, ref.split, size=episodes)  # None: the split's size, as the trainer reads it
     return load_prompts(
         source.path, prompt_key=source.prompt_key, answer_key=source.answer_key, metadata_keys=source.metadata_keys
-    )[:episodes]
+    )[slice(episodes)]
 
 
 class TaskGold:
@@ -110,10 +113,14 @@ class TaskGold:
         return [TASK_VERIFIERS[r.record.metadata["task"]].score([r])[0] for r in requests]
 
 
-def red_team_config(cfg: TrainConfig, *, samples: int, console=None) -> RedTeamReport:
+def red_team_config(
+    cfg: TrainConfig, *, samples: int, console=None, run: Path | None = None, top: int = 32
+) -> list[RedTeamReport]:
     """``glassrl audit --reward``: the first ``samples`` prompts of data.train with their reference answers
     as the real responses, mutated and scored by reward.sources; the gold is reward.gold, else the bundled
-    task's verifier, else none (every mutation that should earn nothing is then taken as wrong)."""
+    task's verifier, else none (every mutation that should earn nothing is then taken as wrong). With
+    ``run``, a second report: the ``top`` best-paid responses of that run's ledgers (:func:`policy_top_samples`),
+    judged by the gold themselves and mutated likewise."""
     if samples < 1:
         raise GlassrlError(f"--samples: expected a number >= 1, got {samples}")
     records = [r for r in _records(cfg, samples) if r.answer]
@@ -131,7 +138,51 @@ def red_team_config(cfg: TrainConfig, *, samples: int, console=None) -> RedTeamR
             soft_wrap=True,
         )
     pool = [Sample(_prompt_text(r), r.answer, r) for r in records]
-    return red_team(build_reward(cfg), gold, pool)
+    reward = build_reward(cfg)
+    reports = [red_team(reward, gold, pool)]
+    if run is not None:
+        own, line = policy_top_samples(cfg, run, top)
+        if console is not None:
+            console.print(line, markup=False, soft_wrap=True)
+        title = f"the policy's {len(own)} best-paid responses ({run}) and their mutations"
+        level = reports[0].paid_right  # what a right reference answer is paid
+        reports.append(red_team(reward, gold, own, judge_originals=True, title=title, right_level=level))
+    return reports
+
+
+def policy_top_samples(cfg: TrainConfig, run_dir: Path, top: int) -> tuple[list[Sample], str]:
+    """The ``top`` best-paid distinct responses of a run's ledgers (``ledgers/step_*.jsonl``: the policy's
+    own samples, as its reward scored them while training), each with its data.train record (matched by
+    the prompt's text; a bundled task's typed prompt by its form) — and a line saying what was read."""
+    if top < 1:
+        raise GlassrlError(f"--top: expected a number >= 1, got {top}")
+    files = sorted((run_dir / "ledgers").glob("step_*.jsonl"))
+    if not files:
+        raise GlassrlError(f"--run {run_dir}: no ledgers/step_*.jsonl (a run with logging.ledger_every > 0)")
+    seen: dict[tuple[str, str], float] = {}
+    for path in files:
+        for response in read_jsonl(path).responses:
+            if response.score is not None:
+                key = (response.prompt, response.response)
+                seen[key] = max(seen.get(key, -math.inf), response.score)
+    by_prompt = {_prompt_text(r): r for r in _records(cfg, None)}
+    best = sorted(seen.items(), key=lambda item: -item[1])
+    samples, unmatched = [], 0
+    for (prompt, response), _ in best:
+        record = by_prompt.get(prompt) or record_for_prompt(prompt)
+        if record is None:
+            unmatched += 1
+            continue
+        samples.append(Sample(prompt, response, record))
+        if len(samples) == top:
+            break
+    if not samples:
+        raise GlassrlError(f"--run {run_dir}: no ledger response's prompt is a prompt of data.train ({unmatched} read)")
+    line = (
+        f"the policy's own: the {len(samples)} best-paid of {len(seen)} distinct responses in {len(files)} ledgers "
+        f"of {run_dir}" + (f" ({unmatched} with a prompt not in data.train left out)" if unmatched else "")
+    )
+    return samples, line
 
 
 def _prompt_text(record: PromptRecord) -> str:

@@ -94,6 +94,18 @@ def _check_ranges(cfg) -> None:
             fail(f"algo.{key}", value, "must lie in [0, 1]")
     if not 0.0 <= cfg.reward.max_failure_rate <= 1.0:
         fail("reward.max_failure_rate", cfg.reward.max_failure_rate, "must lie in [0, 1]")
+    if not 0.0 <= cfg.reward.control_p <= 1.0:
+        fail("reward.control_p", cfg.reward.control_p, "must lie in [0, 1] (a probability)")
+    if cfg.reward.control != "none":
+        # what a control replaces is the outcome score (and the environment's turn rewards); these pay elsewhere
+        if cfg.algo.advantage == "remax":
+            fail(
+                "reward.control",
+                cfg.reward.control,
+                "not with algo.advantage remax: its greedy baseline is scored by the real reward",
+            )
+        if any(s.get("name") == "teacher" for s in cfg.reward.sources):
+            fail("reward.control", cfg.reward.control, "not with a teacher source: its per-token rewards are real")
     if not r.temperature > 0:
         fail("rollout.temperature", r.temperature, "must be > 0")
     if not 0.0 < r.top_p <= 1.0:

@@ -278,6 +278,15 @@ class RewardConfig:
     gold: dict[str, Any] | None = option(
         None, help="{name, ...}: scored on the same responses for reward/gold, never trained on"
     )
+    control: Literal["none", "random", "shuffled"] = option(
+        "none",
+        help=(
+            "train on a meaningless reward to see what it gives (glassrl.rewards.control; Shao et al. 2025, "
+            "arXiv:2506.10947): random = 1 with probability control_p, shuffled = the step's real scores "
+            "permuted; held-out eval/… stays scored by the sources"
+        ),
+    )
+    control_p: float = option(0.5, help="reward.control random: the probability of a reward of 1 (the paper's γ)")
     base_dir: str | None = option(
         None,
         help=(

@@ -56,6 +56,7 @@ from glassrl.report.html import write_run_report
 from glassrl.report.sinks import (
     sample_rows,
 )
+from glassrl.rewards.control import control_line, control_results, real_mean, real_results
 from glassrl.rl import phases, startup
 from glassrl.rl.build import (
     actor_path,
@@ -136,6 +137,8 @@ class Trainer:
         self.workers = build_workers(cfg, self.resolved, path, self.tokenizer, self.ptx)
         self.paths = startup.say_paths(cfg, self.workers, self.resolved.layout, memory, self.console)
         self.gold = build_gold(cfg)  # reward.gold: scored for reward/gold, never trained on
+        if cfg.reward.control != "none":
+            startup.say(self.console, control_line(cfg.reward.control, cfg.reward.control_p))
         self.teacher = teacher(self.workers, self.tokenizer)  # on-policy distillation: (teacher, w) or None
         self.kl = kl_controller(cfg.algo.kl)
         self.shapers = phases.score_shapers(cfg.algo)
@@ -336,6 +339,10 @@ class Trainer:
             records = [prompts[g] for g in rollout.group_index.tolist()]  # the record each response answers
             results = self.workers.reward.score(phases.reward_requests(rollout, records, self.tokenizer))
             phases.check_failure_rate(results, step, self.cfg.reward.max_failure_rate, self.out / REWARD_TRACEBACK)
+            rc = self.cfg.reward  # reward.control: what is paid, not what is evaluated (glassrl.rewards.control)
+            if rc.control != "none":
+                results = control_results(results, rc.control, rc.control_p, self.cfg.seed, step)
+                rollout = phases.without_turn_rewards(rollout)
         return Sampled(rollout, prompts, prompt_ids, results)
 
     def _next_prompts(self) -> tuple[list, list[list[int]]]:
@@ -347,8 +354,10 @@ class Trainer:
 
     def _metrics(self, exp: Experience, updated: dict[str, float], start: float) -> dict[str, float]:
         requests = phases.reward_requests(exp.rollout, exp.records, self.tokenizer)
-        flags = correct(requests, exp.results, self.cfg.logging.eval_threshold)  # eval/accuracy's rule
+        flags = correct(requests, real_results(exp.results), self.cfg.logging.eval_threshold)  # eval/accuracy's rule
         metrics = {**reward_metrics(exp.results), "task/accuracy": accuracy(flags), **response_metrics(exp)}
+        if self.cfg.reward.control != "none":
+            metrics["reward/control/real_mean"] = real_mean(exp.results)
         if self.gold is not None:
             metrics.update(gold_metrics(self.gold, requests, exp.results))
         metrics.update(tensor_metrics(exp))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -236,6 +236,15 @@ def answer_span(rollout: RolloutBatch, b: int) -> tuple[int, int]:
         return 0, int(rollout.response_mask[b].sum())
     last = rollout.turns[b][-1]
     return (last.start, last.end) if rollout.texts[b] else (last.start, last.start)
+
+
+def without_turn_rewards(rollout: RolloutBatch) -> RolloutBatch:
+    """``rollout`` with the environment's turn rewards taken away (reward.control: a control run pays the
+    control's score alone; a tool-add call that ran earns nothing there). The rollout is changed in place
+    (its ``turns`` replaced) and returned, so that the ledger, which re-places turn rewards, agrees."""
+    if rollout.turns is not None:
+        rollout.turns = [tuple(replace(t, reward_parts={}) for t in turns) for turns in rollout.turns]
+    return rollout
 
 
 def turn_rewards(rollout: RolloutBatch, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -80,6 +80,9 @@ def test_a_control_run_trains_on_the_control_and_evaluates_on_the_real_reward(fa
     else:  # a permutation keeps the mean
         assert control[1]["reward/mean"] == pytest.approx(real[1]["reward/mean"], abs=1e-12)
     assert "reward/control/real_mean" not in real[1]
+    from glassrl.report.metrics_doc import undocumented
+
+    assert undocumented(control[1]) == []  # docs/metrics.md has the new row
 
 
 def test_control_p_outside_zero_one_is_one_line(fast, tmp_path):

@@ -168,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
         Trainer(control_cfg, resume=args.resume, console=console).train()
         control_s = time.perf_counter() - start - model_s - train_s
         console.print(control_table(out / "metrics.jsonl", control_out / "metrics.jsonl", args.control))
+        console.print(f"both runs' curves overlaid: glassrl report {out} {control_out}", markup=False)
 
     from glassrl.algos.advantages import GROUP_ESTIMATORS
 

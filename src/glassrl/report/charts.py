@@ -36,7 +36,12 @@ from glassrl.report.run_dir import RunDir
 
 # (id, title, y-axis title, pattern) in page order; a key goes to the first full match.
 GROUPS: tuple[tuple[str, str, str, str], ...] = (
-    ("reward", "Reward per source", "score", r"reward/mean|reward/(?!failures/)[^/]+/mean|reward/env/[^/]+/mean"),
+    (
+        "reward",
+        "Reward per source",
+        "score",
+        r"reward/mean|reward/(?!failures/)[^/]+/mean|reward/env/[^/]+/mean|reward/control/real_mean",
+    ),
     ("eval-reward", "Held-out reward", "score / fraction", r"eval/reward/.+"),
     ("gold-proxy", "Gold and proxy reward against √KL (Gao et al. 2022)", "gold score", r"reward/(?:gold|proxy)"),
     ("accuracy", "Accuracy", "fraction", r"task/accuracy|eval/accuracy(?:/[^/]+)?|eval/pass_at_\w+"),

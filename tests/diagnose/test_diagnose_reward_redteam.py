@@ -194,3 +194,30 @@ def test_the_policys_own_best_paid_responses_are_judged_by_the_gold(bugs, fast, 
     assert found and all("'Is " in line and "等于" in line for line in found), found
     fine = reports("arith_verify")[1]
     assert fine.ok, "\n".join(fine.table())
+
+
+# What the red-team finds in each RL example's own reward (docs/debugging.md, "The bundled rewards"): the
+# research rubric pays a report with the wrong figure 1.5 of 2.5 — its temporal (1.0) and citation (0.5)
+# criteria still pass; only accuracy (1.0) reads the figure — more like a right report than a wrong one
+KNOWN_GAPS = {"research_grpo": {"wrong_answer", "hedge"}, "research_ppo": {"wrong_answer", "hedge"}}
+LABEL_FREE = {"ttrl"}  # majority vote: no reference answer to mutate (red-team its runs with --run instead)
+
+
+def _rl_examples():
+    from tests.helpers import EXAMPLES
+
+    supervised = {"bco", "cpo", "dpo", "kto", "orpo", "rm", "sft"}
+    return sorted(p.stem for p in EXAMPLES.glob("*.yaml") if p.stem not in supervised | LABEL_FREE)
+
+
+@pytest.mark.parametrize("example", _rl_examples())
+def test_each_rl_examples_reward_passes_or_its_gap_is_documented(example):
+    from glassrl.config import load_config
+    from glassrl.rl.audit import red_team_config
+    from glassrl.rl.config import TrainConfig
+    from tests.helpers import EXAMPLES
+
+    cfg = load_config(TrainConfig, EXAMPLES / f"{example}.yaml", [])
+    (report,) = red_team_config(cfg, samples=12)
+    failed = {row.name for row in report.rows if row.failed}
+    assert failed == KNOWN_GAPS.get(example, set()), "\n".join(report.table())

@@ -43,6 +43,7 @@ from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 Expect = Literal["nothing", "no_more", "shown"]
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _TAG = re.compile(r"<[^<>\n]{1,40}>")
+_LINK = re.compile(r"\\cite\{[^}]*\}|https?://\S+")  # a URL or a LaTeX citation: its digits are not the answer
 _FILLER = " Let me double-check this carefully once more." * 12
 _GARBAGE = "@@ ## %% 囗囗 ¿¿ ~~ || ^^"
 
@@ -57,14 +58,17 @@ class Sample:
 
 
 def _answer_number(sample: Sample) -> str | None:
-    """The number the reference answer ends on ("是的，等于7！" -> "7"), when the response states it."""
+    """The number the reference answer ends on ("是的，等于7！" -> "7"), when the response states it outside
+    its links ("营收为780亿美元 \\cite{https://…/2023-fy.pdf}" -> "780": a citation's year is not the answer)."""
     answer = sample.record.answer
-    numbers = _NUMBER.findall(answer) if answer else []
-    return numbers[-1] if numbers and numbers[-1] in sample.response else None
+    numbers = _NUMBER.findall(_LINK.sub(" ", answer)) if answer else []
+    return numbers[-1] if numbers and numbers[-1] in _LINK.sub(" ", sample.response) else None
 
 
 def _replace_last(text: str, old: str, new: str) -> str:
-    at = text.rfind(old)
+    """``text`` with its last ``old`` outside links replaced by ``new``."""
+    outside = _LINK.sub(lambda m: "\0" * len(m.group()), text)  # links blanked, positions kept
+    at = outside.rfind(old)
     return text[:at] + new + text[at + len(old) :]
 
 

@@ -212,10 +212,11 @@ def _rl_examples():
 
 @pytest.mark.parametrize("example", _rl_examples())
 def test_each_rl_examples_reward_passes_or_its_gap_is_documented(example):
+    from tests.helpers import EXAMPLES
+
     from glassrl.config import load_config
     from glassrl.rl.audit import red_team_config
     from glassrl.rl.config import TrainConfig
-    from tests.helpers import EXAMPLES
 
     cfg = load_config(TrainConfig, EXAMPLES / f"{example}.yaml", [])
     (report,) = red_team_config(cfg, samples=12)

@@ -78,10 +78,19 @@ class Recorder:
 
 class _Recording:
     def __init__(self, env: Environment) -> None:
-        self.env, self.tools, self.steps = env, env.tools, []
+        self.env, self.steps = env, []
+
+    @property
+    def tools(self):  # as of the last reset (an environment in a worker has none before)
+        return self.env.tools
 
     def reset(self, record: PromptRecord) -> None:
         self.env.reset(record)
+
+    def close(self) -> None:
+        closer = getattr(self.env, "close", None)
+        if callable(closer):
+            closer()
 
     def step(self, text: str, calls: Sequence[ToolCall]) -> StepResult:
         result = self.env.step(text, calls)

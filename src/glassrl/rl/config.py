@@ -165,6 +165,14 @@ class AgentConfig:
     )
     describe_tools: bool = option(True, help="tagged format: describe the tools and the call syntax before the prompt")
     tool_workers: int = option(8, help="environments stepped at once (threads)")
+    environment_timeout_s: float = option(
+        120.0, help="a user's environment: time limit of one reset or step (its worker is killed; the episode ends)"
+    )
+    environment_in_process: bool = option(
+        False,
+        help="run a user's environment in the trainer instead of a worker process per episode (trusted code: "
+        "faster, but its os._exit, crash or hang ends the run)",
+    )
 
 
 @dataclass

@@ -55,7 +55,7 @@ def test_a_user_tool_that_merges_with_the_next_turn_fails(tiny_model_dir, tmp_pa
     assert out[1].startswith("render        0/1   FAIL")
     assert out[-1] == (
         "episode 0 (2 turns, stop) render: re-rendered as 'Yes', context has position 64 ('Y') "
-        "in 'Result: ⟦Y⟧es<|eos|>': "
+        "in 'Result: ⟦Y⟧es⟪<|eos|>⟫': "
         "the texts of turn 0's observation and turn 1 (generated) merge where they meet when encoded in one piece"
     )
 

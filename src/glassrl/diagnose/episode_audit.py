@@ -28,6 +28,9 @@ Checks (:data:`CHECKS`), each per episode:
 - ``limits``: the response's finish reason is its last turn's; no more turns than ``max_turns``;
   a response that used every turn and still called a tool says ``turn_limit``; no more tokens
   than the budget, and a response at the budget says ``length``.
+- ``calls``: every call the format parsed from a turn, written back as its model family's template
+  writes it (``call_format.write``, glassrl.agents.tool_formats) and parsed again, is the same call
+  (name and arguments): the format reads what it writes, for the calls the episode made.
 
 In the context a failure shows, a special token is marked ``⟪<|im_end|>⟫``; the same characters
 unmarked are text (a tool's output or the data that wrote them, escaped into ordinary tokens), so
@@ -45,6 +48,7 @@ import torch
 from glassrl.agents.environment import Environment, StepResult
 from glassrl.agents.formats import CallFormat, HermesFormat
 from glassrl.agents.loop import SampledTurn
+from glassrl.agents.tool_formats import same_calls
 from glassrl.agents.tools import ToolCall, schema
 from glassrl.algos.advantages.gae import gae
 from glassrl.algos.aggregation import aggregate
@@ -53,6 +57,7 @@ from glassrl.algos.losses import POLICY_LOSSES, PolicyLossParams
 from glassrl.algos.token_rewards import assemble_token_rewards
 from glassrl.data.formatting import chat_ids, plain_ids
 from glassrl.data.records import PromptRecord
+from glassrl.errors import GlassrlError
 from glassrl.rollout.base import RolloutBatch
 
 CHECKS = {
@@ -64,6 +69,7 @@ CHECKS = {
     "carry": "V and A carry across observations",
     "stop": "the stop token trains",
     "limits": "turn limit and truncation recorded",
+    "calls": "each call written back by the format parses the same",
 }
 CONTEXT_TOKENS = 8  # tokens shown each side of an offending one
 
@@ -197,6 +203,7 @@ def audit_batch(
             _first_bad("carry", carry_ok[b], show, "advantage differs from GAE over the generated tokens alone at"),
             _stop(batch, b, turns, show),
             _limits(batch.finish_reasons[b], turns, max_turns, budget, length),
+            _calls(turns, call_format),
         )
         audits.append(EpisodeAudit(b, batch.finish_reasons[b], len(turns), results))
     return audits
@@ -418,6 +425,22 @@ def _stop(batch: RolloutBatch, b: int, turns: Sequence[Any], show: _Shower) -> C
     if bool(batch.response_mask[b, i]):
         return CheckResult("stop", True)
     return CheckResult("stop", False, f"the final turn's last token has mask False: {show(show.prompt_length + i)}")
+
+
+def _calls(turns: Sequence[Any], call_format: CallFormat) -> CheckResult:
+    for k, turn in enumerate(turns):
+        for call in (c for c in call_format.parse(turn.text) if c.error is None):
+            try:
+                written = call_format.write([call])
+            except GlassrlError as err:
+                return CheckResult("calls", False, f"turn {k}: {call.raw!r} cannot be written back: {err}")
+            again = call_format.parse(written)
+            if not same_calls([call], again):
+                parsed = [(c.name, c.arguments, c.error) for c in again]
+                return CheckResult(
+                    "calls", False, f"turn {k}: {call.raw!r} written back as {written!r} parses as {parsed}"
+                )
+    return CheckResult("calls", True)
 
 
 def _limits(finish: str, turns: Sequence[Any], max_turns: int, budget: int, length: int) -> CheckResult:

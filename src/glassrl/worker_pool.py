@@ -23,6 +23,7 @@ What the caller (the trainer) is kept safe from, and how:
 - **Memory.** Each worker runs under ``RLIMIT_AS`` = ``memory_limit_mb``, so an allocation past
   it is a ``MemoryError`` in the worker (an error result), not the machine swapping.
 - **Slow leaks.** A worker is replaced after ``recycle_after`` calls.
+- **State.** A :class:`Lease` holds one worker for a series of calls (an environment's episode).
 - **A flood of output.** The worker's stdout and stderr (and those of anything it starts) are pipes
   whose first ``MAX_OUTPUT_BYTES`` per call reach the trainer's streams; the rest is dropped, and
   a line says so (:class:`_CappedOutput`).
@@ -88,7 +89,6 @@ _NOT_USER_CODE = tuple(
 DEFAULT_MEMORY_LIMIT_MB = 16384
 DEFAULT_RECYCLE_AFTER = 1000
 _HEADER = struct.Struct(">Q")
-# The worker's first act: find glassrl where the caller found it, then serve.
 _BOOTSTRAP = (
     "import sys; sys.path[:0] = sys.argv[6:]; "
     "from glassrl.worker_pool import _worker_main; "
@@ -407,37 +407,23 @@ class WorkerPool:
         setup: Setup | None = None,
         setup_timeout_s: float = 60.0,
     ) -> CallOutcome:
-        """Run ``fn(*args)`` in a worker; give up after ``timeout_s`` seconds of its run time.
+        """Run ``fn(*args)`` in a worker; give up after ``timeout_s`` seconds of its run time. ``fn`` must
+        return plain data (JSON: dicts with string keys, lists, strings, finite numbers, booleans, None);
+        the outcome's value is that data as JSON decodes it. ``setup`` — ``(setup_fn, setup_args)`` — runs
+        first, once per worker, within ``setup_timeout_s``; if it fails, its failure is the outcome."""
+        with self.lease() as lease:
+            return lease.call(fn, args, timeout_s, setup=setup, setup_timeout_s=setup_timeout_s)
 
-        ``fn`` must return plain data (JSON: dicts with string keys, lists, strings, finite
-        numbers, booleans, None); the outcome's value is that data as JSON decodes it.
-        ``setup`` — ``(setup_fn, setup_args)`` — runs first, once per worker, within
-        ``setup_timeout_s``; if it fails, the call is not made and its failure is the outcome.
-        """
-        try:
-            call = pickle.dumps((fn, tuple(args)))
-            setup_bytes = None if setup is None else pickle.dumps((setup[0], tuple(setup[1])))
-        except Exception as err:  # noqa: BLE001 - an unpicklable function is this call's error
-            return CallOutcome("error", message=f"cannot send the call to a worker: {describe_error(err)}")
-        worker = self._idle.get()
-        try:
-            if worker is not None and not worker.alive():
-                self._discard(worker)
-                worker = None
-            if worker is None:
-                try:
-                    worker = _Worker.start(self.memory_limit_mb, self.role)
-                except OSError as err:
-                    return CallOutcome("error", message=str(err))
-                with self._lock:
-                    self._live.add(worker)
-            outcome, healthy = self._exchange(worker, setup_bytes, setup_timeout_s, call, timeout_s)
-            if not healthy or (self.recycle_after is not None and worker.calls >= self.recycle_after):
-                self._discard(worker)
-                worker = None
-            return outcome
-        finally:
-            self._idle.put(worker)
+    def lease(self) -> Lease:
+        """One worker held for a series of calls (:class:`Lease`); waits while every worker is held."""
+        return Lease(self, self._idle.get())
+
+    def grow(self, size: int) -> None:
+        """At least ``size`` workers (started on use): a caller holding a lease per episode needs one per episode."""
+        with self._lock:
+            for _ in range(size - self.size):
+                self.size += 1
+                self._idle.put(None)
 
     def _exchange(
         self, worker: _Worker, setup: bytes | None, setup_timeout_s: float, call: bytes, timeout_s: float
@@ -489,11 +475,8 @@ class WorkerPool:
             self._live.discard(worker)
 
     def close(self) -> None:
-        """Kill every worker's process group, idle or busy (a busy call then ends as an error).
-
-        Only idle workers are reaped and their pipes closed here; a busy worker's thread does
-        that itself when its call ends, so no descriptor is closed under a reader.
-        """
+        """Kill every worker's process group, idle or busy (a busy call then ends as an error). Only idle
+        workers are reaped and their pipes closed here; a busy worker's thread does that when its call ends."""
         with self._lock:
             workers, self._live = list(self._live), set()
         for worker in workers:
@@ -508,6 +491,67 @@ class WorkerPool:
             if worker is not None:
                 worker.kill()
             self._idle.put(None)
+
+
+class Lease:
+    """One worker held for a series of calls (``with pool.lease() as lease``): what its calls leave in the
+    worker's modules stays for the next. Once a call lost the worker (it died, hung, or sent what is not a
+    reply), every later call is an error saying so. ``release`` gives the worker back to the pool."""
+
+    def __init__(self, pool: WorkerPool, worker: _Worker | None) -> None:
+        self.pool, self.worker, self.lost, self.released, self.calls = pool, worker, "", False, 0
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.release()
+
+    def call(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        timeout_s: float,
+        *,
+        setup: Setup | None = None,
+        setup_timeout_s: float = 60.0,
+    ) -> CallOutcome:
+        """:meth:`WorkerPool.call` on this lease's worker."""
+        if self.lost:
+            return CallOutcome("error", message=self.lost)
+        pool, worker = self.pool, self.worker
+        try:
+            call = pickle.dumps((fn, tuple(args)))
+            setup_bytes = None if setup is None else pickle.dumps((setup[0], tuple(setup[1])))
+        except Exception as err:  # noqa: BLE001 - an unpicklable function is this call's error
+            return CallOutcome("error", message=f"cannot send the call to a worker: {describe_error(err)}")
+        self.calls += 1
+        if worker is not None and not worker.alive() and self.calls == 1:  # died while idle: replace it
+            pool._discard(worker)
+            worker = self.worker = None
+        if worker is None:
+            try:
+                worker = self.worker = _Worker.start(pool.memory_limit_mb, pool.role)
+            except OSError as err:
+                return CallOutcome("error", message=str(err))
+            with pool._lock:
+                pool._live.add(worker)
+        outcome, healthy = pool._exchange(worker, setup_bytes, setup_timeout_s, call, timeout_s)
+        if not healthy:
+            pool._discard(worker)
+            self.worker = None
+            self.lost = f"the {pool.role} worker was lost in an earlier call ({outcome.message})"
+        return outcome
+
+    def release(self) -> None:
+        if self.released:  # once
+            return
+        self.released = True
+        worker, pool = self.worker, self.pool
+        if worker is not None and pool.recycle_after is not None and worker.calls >= pool.recycle_after:
+            pool._discard(worker)
+            worker = None
+        pool._idle.put(worker)
 
 
 _POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()

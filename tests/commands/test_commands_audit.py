@@ -32,7 +32,8 @@ def test_a_bundled_task_passes(tiny_model_dir, tmp_path, capsys):
     assert main([*argv, "--script", script, "--episodes", "2"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1] == "render        2/2   ok   re-rendering the context reproduces the sampled and observation ids"
-    assert len(out) == 9
+    assert len(out) == 10  # the heading and one line per check (calls: the format's round trip)
+    assert out[9].startswith("calls         2/2   ok")
 
 
 def test_a_user_tool_that_merges_with_the_next_turn_fails(tiny_model_dir, tmp_path, capsys):
@@ -55,7 +56,7 @@ def test_a_user_tool_that_merges_with_the_next_turn_fails(tiny_model_dir, tmp_pa
     assert out[1].startswith("render        0/1   FAIL")
     assert out[-1] == (
         "episode 0 (2 turns, stop) render: re-rendered as 'Yes', context has position 64 ('Y') "
-        "in 'Result: ⟦Y⟧es<|eos|>': "
+        "in 'Result: ⟦Y⟧es⟪<|eos|>⟫': "
         "the texts of turn 0's observation and turn 1 (generated) merge where they meet when encoded in one piece"
     )
 

@@ -9,9 +9,10 @@ import dataclasses
 import torch
 
 from glassrl.agents import AgentRolloutEngine, FunctionTool, ToolEnvironment, task_environment
+from glassrl.data.formatting import plain_ids
 from glassrl.data.records import PromptRecord
 from glassrl.data.tasks import load_task
-from glassrl.diagnose.episode_audit import CHECKS, Recorder, ScriptedTurns, _Shower, audit_batch, table
+from glassrl.diagnose.episode_audit import CHECKS, Recorder, ScriptedTurns, _Shower, audit_batch, shown, table
 from glassrl.models.loading import load_tokenizer
 from glassrl.rollout.base import SamplingParams
 
@@ -75,7 +76,7 @@ def test_a_template_that_renders_a_tool_message_differently_is_caught(tiny_model
     (failure,) = _failed(audits, "render")
     # the observation " 7 " is re-rendered trimmed: the first token that differs is its leading space
     assert failure.detail.startswith("re-rendered as '7', context has position ")
-    assert "(' ') in 'Result: ⟦ ⟧7 ok<|eos|>'" in failure.detail
+    assert "(' ') in 'Result: ⟦ ⟧7 ok⟪<|eos|>⟫'" in failure.detail
     assert [r.check for a in audits for r in a.results if not r.ok] == ["render"]
 
 
@@ -88,7 +89,7 @@ def test_a_tool_whose_text_merges_with_the_next_turn_is_caught(tiny_model_dir):
     (failure,) = _failed(audits, "render")
     assert "re-rendered as 'Yes', context has position " in failure.detail
     assert failure.detail == (
-        "re-rendered as 'Yes', context has position 64 ('Y') in 'Result: ⟦Y⟧es<|eos|>': the texts of turn 0's "
+        "re-rendered as 'Yes', context has position 64 ('Y') in 'Result: ⟦Y⟧es⟪<|eos|>⟫': the texts of turn 0's "
         "observation and turn 1 (generated) merge where they meet when encoded in one piece"
     )
 
@@ -168,3 +169,19 @@ def test_an_observation_token_that_trains_is_caught(tiny_model_dir):
     assert failed["mask"].startswith(f"mask True on an observation token: {where}")
     assert failed["gradient"].startswith(f"gradient reaches observation token: {where}")
     assert failed["length"] == "length counted 27 tokens, the turns generated 26"
+
+
+def test_special_token_text_in_a_tool_output_passes_the_render_check_and_shows_apart_from_the_token(tiny_model_dir):
+    """Issue 37 (low): a tool's output holding "<|eos|>" is escaped into ordinary tokens; the tagged
+    re-rendering encoded the decoded context whole, made that text the special token and failed a right
+    context, and the detail showed the escaped text and the real token alike."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    records = [PromptRecord(prompt="go", answer=None)]
+    audits = _audit(tokenizer, _look_env("a<|eos|>b"), records, ["<call>look</call>", "done"], call_format="tagged")
+    assert not _failed(audits, "render") and all(a.ok for a in audits)
+    eos = tokenizer.eos_token_id
+    escaped = plain_ids(tokenizer, "a<|eos|>b")
+    assert eos not in escaped
+    assert shown(tokenizer, [*escaped, eos]) == "a<|eos|>b⟪<|eos|>⟫"
+    show = _Shower(tokenizer, [*escaped, eos], 0)
+    assert show(len(escaped)).endswith("<|eos|>b⟦⟪<|eos|>⟫⟧'")  # the text unmarked, the token marked

@@ -198,7 +198,18 @@ def test_trains_guard_also_counts_ray_and_vllm(backend, eight_gib, tiny_model_di
 
 @pytest.mark.parametrize(
     "case",
-    ["generate-n", "generate-positions", "generate-surrogate", "explain-surrogate", "eval", "dpo", "kto", "sft", "rm"],
+    [
+        "generate-n",
+        "generate-positions",
+        "generate-surrogate",
+        "explain-sample",
+        "explain-surrogate",
+        "eval",
+        "dpo",
+        "kto",
+        "sft",
+        "rm",
+    ],
 )
 def test_every_command_refuses_what_cannot_fit_before_loading(case, eight_gib, capsys, tmp_path, tiny_model_dir):
     """``generate --n 100000000`` and ``dpo batch_size=1000000`` had no estimate (a traceback or a hang);
@@ -219,6 +230,11 @@ def test_every_command_refuses_what_cannot_fit_before_loading(case, eight_gib, c
         "generate-surrogate": (
             ["generate", model, "hi\udcff"],
             r"command line: field 'PROMPT 1': \\udcff at character 2 is a lone surrogate",
+        ),
+        "explain-sample": (
+            ["explain", "--model", model, "--prompt", "1+1=", "--sample", "100000000"],
+            r"--sample 100000000 needs about \d+\.\d GiB \(key-value cache \d+\.\d, per-token tensors \d+\.\d, "
+            r"logits \d+\.\d, weights 0\.0\), more than the 8\.0 GiB available on cpu; lower --sample",
         ),
         "explain-surrogate": (
             ["explain", "--model", model, "--prompt", "1+1=", "--response", "x\udcff"],

@@ -10,7 +10,8 @@
   ``tools=``, or the tagged format);
 - :mod:`.loop`: :class:`AgentRolloutEngine`, the multi-turn loop;
 - :mod:`.sandbox`: the Python executor; :mod:`.calculator`, :mod:`.corpus`: the other built-ins;
-- :mod:`.tasks`: the environments of the bundled agentic tasks (tool-add, research).
+- :mod:`.tasks`: the environments of the bundled agentic tasks (tool-add, research);
+- :mod:`.isolated`: a user's environment in a worker process per episode.
 
 docs/agentic.md describes the whole.
 """
@@ -24,6 +25,7 @@ _EXPORTS = {
     "Environment": "environment",
     "StepResult": "environment",
     "ToolEnvironment": "environment",
+    "EnvironmentWorkers": "isolated",
     "HermesFormat": "formats",
     "TaggedFormat": "formats",
     "build_call_format": "formats",
@@ -59,6 +61,7 @@ __all__ = [
     "TASK_ENVIRONMENTS",
     "AgentRolloutEngine",
     "Environment",
+    "EnvironmentWorkers",
     "FunctionTool",
     "HFTurnSampler",
     "HermesFormat",

@@ -10,6 +10,7 @@ An environment is one episode's world. The rollout loop makes a fresh one per re
         # result.done:         the episode is over (the turn was the final answer)
         # result.reward_parts: named rewards for this turn, e.g. {"valid_call": 0.1}
         # result.tool_calls:   one record per call made, for the batch and the ledger
+        # result.error:        set by the loop's side only: the environment failed (ends the episode)
 
 ``env.tools`` are the tools offered to the model: the loop renders them into the prompt
 (chat template ``tools=``, or the tagged format's description). The calls arrive parsed by the
@@ -17,9 +18,12 @@ call format (:mod:`glassrl.agents.formats`), so an environment does not depend o
 a model writes a call; one that has no tools can read ``text`` alone (a game, a simulated user).
 
 ``step`` runs in a worker thread, concurrently with the other responses' environments; an
-environment must not share mutable state with another without a lock. An exception from
-``step`` is a bug in the environment and stops the rollout with an error naming the record;
-a bad tool call is not: it is an observation.
+environment must not share mutable state with another without a lock. An exception from an
+in-process ``step`` (a bundled task's) is a bug in the environment and stops the rollout with an
+error naming the record; a bad tool call is not: it is an observation. A user's environment
+(``rollout.agent.environment: file.py:make``) runs in a worker process of its own per episode
+(:mod:`glassrl.agents.isolated`): there an exception, ``sys.exit``, ``os._exit``, a crash or a hang
+ends the episode with finish reason "env_error" and ``error`` saying what happened, never the run.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class StepResult:
     done: bool = False
     reward_parts: dict[str, float] = field(default_factory=dict)
     tool_calls: tuple[dict[str, Any], ...] = ()
+    error: str = ""
 
 
 @runtime_checkable

@@ -61,6 +61,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from glassrl.agents.tool_formats import CALL_SYNTAXES, HermesCalls, call_syntax
 from glassrl.agents.tools import TOOL_NAME, Tool, ToolCall, schema
 from glassrl.data.chat_template import render_chat
 from glassrl.data.formatting import Prompt, chat_ids, format_prompt, plain_ids, special_text
@@ -79,6 +80,8 @@ class CallFormat(Protocol):
     def prompt_ids(self, prompt: Prompt, tools: Sequence[Tool]) -> list[int]: ...
 
     def parse(self, text: str) -> list[ToolCall]: ...
+
+    def write(self, calls: Sequence[ToolCall]) -> str: ...  # the calls as the format writes them
 
     def opens_call(self, text: str) -> bool: ...  # a call was started, complete or cut off
 
@@ -150,6 +153,13 @@ class TaggedFormat:
     def opens_call(self, text: str) -> bool:
         return "<call>" in text
 
+    def write(self, calls: Sequence[ToolCall]) -> str:
+        """The calls as the format writes them (the audit's round trip): the short form for bare text."""
+        return "".join(
+            f"<call>{c.name} {c.text if c.arguments is None else json.dumps(c.arguments, ensure_ascii=False)}</call>"
+            for c in calls
+        )
+
     def observation(self, results: Sequence[str]) -> tuple[str, list[int]]:
         # A space before and a newline after (module docstring: "Why the space and the newline").
         text = " " + "".join(f"<result>{r}</result>" for r in results) + "\n"
@@ -157,14 +167,15 @@ class TaggedFormat:
 
 
 class HermesFormat:
-    """``<tool_call>{"name", "arguments"}</tool_call>`` with the chat template (module docstring)."""
+    """The chat template renders the prompt (with the tools) and the results; a model family's calls
+    (``syntax``, glassrl.agents.tool_formats: hermes by default, qwen3_coder, llama3_json, mistral)
+    are parsed from its turns (module docstring)."""
 
-    name = "hermes"
-    stop_strings = ()
-    _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
-
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer, syntax=None) -> None:
         self.tokenizer = tokenizer
+        self.syntax = syntax if syntax is not None else HermesCalls()
+        self.name, self.stop_strings = self.syntax.name, tuple(self.syntax.stop_strings)
+        self.schemas: dict[str, dict] = {}  # tool name -> parameters, of the tools the prompts showed
         self._after_eos = self._text_after_end_of_turn()
 
     def _render(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
@@ -183,32 +194,18 @@ class HermesFormat:
 
     def prompt_ids(self, prompt: Prompt, tools: Sequence[Tool]) -> list[int]:
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+        self.schemas.update({t.name: t.parameters for t in tools})
         return chat_ids(self.tokenizer, messages, tools=[schema(t) for t in tools] or None)
 
     def parse(self, text: str) -> list[ToolCall]:
-        return [self._one(m.group(0), m.group(1)) for m in self._CALL.finditer(text)]
+        return self.syntax.parse(text, self.schemas)
 
-    def _one(self, raw: str, body: str) -> ToolCall:
-        try:
-            call = load_json(body)
-        except json.JSONDecodeError as err:
-            return ToolCall("", error=f"malformed JSON in <tool_call>: {err.msg} at character {err.pos}", raw=raw)
-        except TooDeep as err:
-            return ToolCall("", error=f"a <tool_call> {err}", raw=raw)
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            return ToolCall("", error='a tool call is {"name": ..., "arguments": {...}}', raw=raw)
-        arguments = call.get("arguments", {})
-        if isinstance(arguments, str):  # some models write the arguments as a JSON string
-            try:
-                arguments = load_json(arguments)
-            except json.JSONDecodeError as err:
-                return ToolCall(call["name"], error=_json_error(err), raw=raw)
-            except TooDeep as err:
-                return ToolCall(call["name"], error=f"arguments {err}", raw=raw)
-        return ToolCall(call["name"], arguments=arguments, raw=raw)
+    def write(self, calls: Sequence[ToolCall]) -> str:
+        """The text the family's template writes for these calls (the audit's round trip)."""
+        return self.syntax.write(calls)
 
     def opens_call(self, text: str) -> bool:
-        return "<tool_call>" in text
+        return self.syntax.opens_call(text)
 
     def observation(self, results: Sequence[str]) -> tuple[str, list[int]]:
         text = self._observation_text(results)
@@ -260,13 +257,17 @@ def supports_tools(tokenizer) -> bool:
     return _PROBE_TOOL in text
 
 
-CALL_FORMATS = ("auto", "tagged", "hermes")
+CALL_FORMATS = ("auto", "tagged", *CALL_SYNTAXES)
 
 
 def build_call_format(tokenizer, name: str = "auto", *, describe_tools: bool = True) -> CallFormat:
-    """The format ``name``; "auto" is hermes when the chat template takes ``tools=``, else tagged."""
+    """The format ``name``: tagged, or a model family's calls with the chat template (hermes,
+    qwen3_coder, llama3_json, mistral: glassrl.agents.tool_formats); "auto" is hermes when the chat
+    template takes ``tools=``, else tagged."""
     if name not in CALL_FORMATS:
         raise GlassrlError(f"call format {name!r}: valid formats are {', '.join(CALL_FORMATS)}")
-    if name == "hermes" or (name == "auto" and supports_tools(tokenizer)):
+    if name in CALL_SYNTAXES:
+        return HermesFormat(tokenizer, call_syntax(name))
+    if name == "auto" and supports_tools(tokenizer):
         return HermesFormat(tokenizer)
     return TaggedFormat(tokenizer, describe_tools=describe_tools)

@@ -253,17 +253,20 @@ class AgentRolloutEngine:
         episodes = []
         for prompt, record in zip(prompts, records):
             for _ in range(n):
-                env = self.make_environment()
-                env.reset(record)
-                episodes.append(_Episode(list(prompt), record, env))
+                episodes.append(_Episode(list(prompt), record, self.make_environment()))
         budget = params.max_new_tokens
-        with ThreadPoolExecutor(max_workers=self.tool_workers, thread_name_prefix="agent-env") as pool:
-            for turn_index in range(self.max_turns):
-                running = [e for e in episodes if not e.done]
-                if not running:
-                    break
-                last = turn_index == self.max_turns - 1
-                self._turn(running, budget, params, generator, pool, last)
+        try:
+            with ThreadPoolExecutor(max_workers=self.tool_workers, thread_name_prefix="agent-env") as pool:
+                list(pool.map(lambda e: e.env.reset(e.record), episodes))  # at once: a worker's start, a slow reset
+                for turn_index in range(self.max_turns):
+                    running = [e for e in episodes if not e.done]
+                    if not running:
+                        break
+                    last = turn_index == self.max_turns - 1
+                    self._turn(running, budget, params, generator, pool, last)
+        finally:
+            for e in episodes:
+                close(e.env)
         return self._batch(episodes, prompts, n)
 
     def _turn(
@@ -307,10 +310,21 @@ class AgentRolloutEngine:
             e.logprobs += [0.0] * len(obs_ids)
             e.versions += [-1] * len(obs_ids)
             e.turns.append(
-                Turn(start, end, len(e.tokens), reason, texts[i], observation, result.tool_calls, result.reward_parts)
+                Turn(
+                    start,
+                    end,
+                    len(e.tokens),
+                    reason,
+                    texts[i],
+                    observation,
+                    result.tool_calls,
+                    result.reward_parts,
+                    result.error,
+                )
             )
             if reason not in ("tool_call", "continue"):
                 e.done = True
+                close(e.env)
                 is_answer = reason in ("stop", "length") and not self.format.opens_call(texts[i])
                 answer = s.tokens[:-1] if s.ended == "eos" else s.tokens  # a stop token is no text, special or not
                 e.final_text = self.tokenizer.decode(answer, skip_special_tokens=True) if is_answer else ""
@@ -321,6 +335,8 @@ class AgentRolloutEngine:
         """(finish reason, observation text, observation ids) of a turn just sampled."""
         if s.ended == "length":
             return "length", "", []
+        if result.error:
+            return "env_error", "", []
         if result.done:
             return "stop", "", []
         if last:
@@ -375,9 +391,19 @@ def agent_prompt_ids(
     prompts = []
     for record in records:
         env = make_environment()
-        env.reset(record)
-        prompts.append(call_format.prompt_ids(record.prompt, env.tools))
+        try:
+            env.reset(record)
+            prompts.append(call_format.prompt_ids(record.prompt, env.tools))
+        finally:
+            close(env)
     return prompts
+
+
+def close(env: Environment) -> None:
+    """Let an environment go (one in a worker process gives its worker back); nothing for one without ``close``."""
+    closer = getattr(env, "close", None)
+    if callable(closer):
+        closer()
 
 
 def reward_parts(turns: Sequence[Turn]) -> dict[str, float]:

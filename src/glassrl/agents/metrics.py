@@ -29,6 +29,7 @@ def turn_metrics(rollout) -> dict[str, float]:
         "tool/calls/mean": len(statuses) / B,
         "tool/call_rate": sum(called for called, _ in used) / B,
         "tool/valid_call_rate": sum(valid for _, valid in used) / B,
+        "agent/env_error_rate": sum(bool(t) and t[-1].finish_reason == "env_error" for t in turns) / B,
     }
     for status in CALL_STATUSES:
         metrics[f"tool/calls/{status}"] = statuses.count(status) / len(statuses) if statuses else math.nan

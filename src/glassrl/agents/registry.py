@@ -123,12 +123,17 @@ _DIRECTORIES: list[str] = []  # of the tool files loaded: kept on sys.path, whic
 def _load(spec: str, base_dir: str) -> None:
     if (spec, base_dir) not in _LOADED:
         _LOADED[spec, base_dir] = _as_tool(spec, load_attribute(spec, base_dir))
-        where = spec.rpartition(":")[0]
-        if where.endswith(".py"):
-            _DIRECTORIES.append(str((Path(base_dir) / where).resolve().parent))
+        keep_on_path(spec, base_dir)
 
 
-def _on_path() -> None:
+def keep_on_path(spec: str, base_dir: str) -> None:
+    """A ``file.py:attribute`` spec's directory, put back on ``sys.path`` by :func:`on_path` at each call."""
+    where = spec.rpartition(":")[0]
+    if where.endswith(".py"):
+        _DIRECTORIES.append(str((Path(base_dir) / where).resolve().parent))
+
+
+def on_path() -> None:
     """A tool may import its file's neighbours when called, as when it was loaded."""
     for directory in _DIRECTORIES:
         if directory not in sys.path:
@@ -141,7 +146,7 @@ def _describe(spec: str, base_dir: str) -> dict[str, Any]:
 
 
 def _call(spec: str, base_dir: str, arguments: dict[str, Any]) -> str:
-    _on_path()
+    on_path()
     return as_text(str(_LOADED[spec, base_dir].call(arguments)))
 
 

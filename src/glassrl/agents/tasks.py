@@ -17,6 +17,7 @@ from typing import Any
 
 from glassrl.agents.corpus import Corpus, OpenPageTool, Page, RankedSearchTool
 from glassrl.agents.environment import Environment, ToolEnvironment
+from glassrl.agents.isolated import DEFAULT_TIMEOUT_S, EnvironmentWorkers, make_checked
 from glassrl.agents.registry import build_tools, load_attribute
 from glassrl.agents.tools import tool_map
 from glassrl.data.records import PromptRecord
@@ -67,24 +68,22 @@ def task_environment(name: str) -> Callable[[], Environment]:
     return TASK_ENVIRONMENTS[name]
 
 
-def environment_factory(spec: str, base_dir: str | Path = ".") -> Callable[[], Environment]:
+def environment_factory(
+    spec: str, base_dir: str | Path = ".", *, in_process: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Callable[[], Environment]:
     """A fresh environment per call, from ``spec``: a bundled task's name (tool-add, research) or
     ``module:attribute`` / ``file.py:attribute`` (:func:`~glassrl.agents.registry.load_attribute`)
     naming a class or a function that takes no argument and returns an environment. One
     environment is made here, so that a bad spec fails at once (GlassrlError naming it) rather
-    than in the middle of a rollout."""
+    than in the middle of a rollout. The user's environment runs in worker processes, one per
+    episode (:class:`~glassrl.agents.isolated.EnvironmentWorkers`, each ``reset``/``step`` within
+    ``timeout_s``), unless ``in_process`` (trusted code: faster, and its crash is the caller's)."""
     if ":" not in spec:
         return task_environment(spec)
+    if not in_process:
+        return EnvironmentWorkers(spec, base_dir, timeout_s=timeout_s)
     target: Any = load_attribute(spec, base_dir, "environment")
     if not callable(target):
         raise GlassrlError(f"environment {spec!r}: expected a class or a function, got {type(target).__name__}")
-    try:
-        made = target()
-    except Exception as err:  # noqa: BLE001 - the user's code
-        raise GlassrlError(f"environment {spec!r}: calling it raised {type(err).__name__}: {err}") from None
-    if not isinstance(made, Environment):
-        raise GlassrlError(
-            f"environment {spec!r}: made a {type(made).__name__}, not an environment "
-            "(tools, reset(record), step(text, calls))"
-        )
+    make_checked(spec, target)
     return target

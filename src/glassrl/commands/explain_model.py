@@ -124,8 +124,34 @@ def from_args(args: argparse.Namespace, console=None) -> tuple[Ledger, list[str]
     estimator = run.cfg.algo.advantage
     label = f"{run.config_label}algo.advantage" if run.config_label and args.estimator is None else "--estimator"
     _check_estimator(run, estimator, label, _responses(args))
+    if sample:
+        _check_fits(run, args.prompt, sample, _responses(args))
     ledger = model_ledger(run, args.prompt, args.response, sample, seed, prompt_record(args.prompt, args.answer))
     return ledger, _header(run, sample, seed)
+
+
+def _check_fits(run: ModelRun, prompt: str, sample: int, responses: int) -> None:
+    """``--sample N``: sampling the ``responses`` and the forward passes over them fit the memory, before a
+    model loads (glassrl.rl.memory.check_sampling_fits: the key-value cache, the per-token tensors, the
+    logits of a micro-batch, the weights of the actor, the reference and a critic); one line naming each
+    part's figure otherwise (issue 37: ``--sample 100000000`` had no estimate)."""
+    from glassrl.models import load_tokenizer
+    from glassrl.rl.memory import check_sampling_fits
+
+    if not (run.actor / "config.json").is_file():
+        return  # the loader says so
+    longest = len(load_tokenizer(run.actor)(prompt)["input_ids"])
+    others = [run.reference] + ([run.critic] if run.critic is not None else [])
+    check_sampling_fits(
+        run.cfg,
+        run.actor,
+        responses,
+        longest,
+        f"--sample {sample}",
+        "lower --sample (or rollout.max_new_tokens)",
+        also=others,  # each loaded again, the reference too when it is the actor's directory
+        forward=min(responses, run.cfg.batch.micro_batch_responses),
+    )
 
 
 def _header(run: ModelRun, sample: int, seed: int) -> list[str]:

@@ -11,7 +11,9 @@ Checks (:data:`CHECKS`), each per episode:
 - ``render``: re-rendering the conversation from its messages reproduces the context ids exactly,
   the sampled and the observation ones. hermes: the chat template renders [prompt, assistant turn,
   tool results, …] (the turn texts as sampled, the results as the tools returned them); tagged: the
-  context's text is encoded again. A template that renders a message differently inside the
+  context's text is encoded again, each run of text between two special tokens as plain text (the
+  rule of every tool output and data text: special-token text in it is text, glassrl.data.formatting.plain_ids),
+  each special token as itself. A template that renders a message differently inside the
   conversation than alone, or a tool's text that merges with the next turn's tokens when encoded
   together, makes the trained context one that the model never meets again (the field's
   "re-tokenised context ≠ sampled tokens").
@@ -26,6 +28,13 @@ Checks (:data:`CHECKS`), each per episode:
 - ``limits``: the response's finish reason is its last turn's; no more turns than ``max_turns``;
   a response that used every turn and still called a tool says ``turn_limit``; no more tokens
   than the budget, and a response at the budget says ``length``.
+- ``calls``: every call the format parsed from a turn, written back as its model family's template
+  writes it (``call_format.write``, glassrl.agents.tool_formats) and parsed again, is the same call
+  (name and arguments): the format reads what it writes, for the calls the episode made.
+
+In the context a failure shows, a special token is marked ``⟪<|im_end|>⟫``; the same characters
+unmarked are text (a tool's output or the data that wrote them, escaped into ordinary tokens), so
+the two cannot be mistaken for each other (issue 37).
 """
 
 from __future__ import annotations
@@ -39,14 +48,16 @@ import torch
 from glassrl.agents.environment import Environment, StepResult
 from glassrl.agents.formats import CallFormat, HermesFormat
 from glassrl.agents.loop import SampledTurn
+from glassrl.agents.tool_formats import same_calls
 from glassrl.agents.tools import ToolCall, schema
 from glassrl.algos.advantages.gae import gae
 from glassrl.algos.aggregation import aggregate
 from glassrl.algos.kl import kl_penalty
 from glassrl.algos.losses import POLICY_LOSSES, PolicyLossParams
 from glassrl.algos.token_rewards import assemble_token_rewards
-from glassrl.data.formatting import chat_ids
+from glassrl.data.formatting import chat_ids, plain_ids
 from glassrl.data.records import PromptRecord
+from glassrl.errors import GlassrlError
 from glassrl.rollout.base import RolloutBatch
 
 CHECKS = {
@@ -58,6 +69,7 @@ CHECKS = {
     "carry": "V and A carry across observations",
     "stop": "the stop token trains",
     "limits": "turn limit and truncation recorded",
+    "calls": "each call written back by the format parses the same",
 }
 CONTEXT_TOKENS = 8  # tokens shown each side of an offending one
 
@@ -78,10 +90,19 @@ class Recorder:
 
 class _Recording:
     def __init__(self, env: Environment) -> None:
-        self.env, self.tools, self.steps = env, env.tools, []
+        self.env, self.steps = env, []
+
+    @property
+    def tools(self):  # as of the last reset (an environment in a worker has none before)
+        return self.env.tools
 
     def reset(self, record: PromptRecord) -> None:
         self.env.reset(record)
+
+    def close(self) -> None:
+        closer = getattr(self.env, "close", None)
+        if callable(closer):
+            closer()
 
     def step(self, text: str, calls: Sequence[ToolCall]) -> StepResult:
         result = self.env.step(text, calls)
@@ -182,6 +203,7 @@ def audit_batch(
             _first_bad("carry", carry_ok[b], show, "advantage differs from GAE over the generated tokens alone at"),
             _stop(batch, b, turns, show),
             _limits(batch.finish_reasons[b], turns, max_turns, budget, length),
+            _calls(turns, call_format),
         )
         audits.append(EpisodeAudit(b, batch.finish_reasons[b], len(turns), results))
     return audits
@@ -222,12 +244,49 @@ class _Shower:
 
     def __call__(self, k: int) -> str:
         """``k``: index into prompt + response ids."""
-        piece = self.tokenizer.decode
+
+        def piece(ids: list[int]) -> str:
+            return shown(self.tokenizer, ids)
+
         before = piece(self.ids[max(0, k - CONTEXT_TOKENS) : k])
         after = piece(self.ids[k + 1 : k + 1 + CONTEXT_TOKENS])
         token = piece(self.ids[k : k + 1]) if k < len(self.ids) else "(end)"
         where = f"prompt position {k}" if k < self.prompt_length else f"position {k - self.prompt_length}"
         return f"{where} ({token!r}) in {before + '⟦' + token + '⟧' + after!r}"
+
+
+def special_ids(tokenizer) -> set[int]:
+    """Ids of the tokenizer's special tokens (EOS, <|im_start|>, …; added tokens marked special)."""
+    added = getattr(tokenizer, "added_tokens_decoder", {})
+    return set(tokenizer.all_special_ids) | {i for i, t in added.items() if t.special}
+
+
+def _runs(tokenizer, ids: Sequence[int]) -> list[tuple[bool, list[int]]]:
+    """``ids`` cut at the special tokens: (is a special token, ids) in order, each special token alone."""
+    specials, runs = special_ids(tokenizer), []
+    for i in ids:
+        if i in specials or not runs or runs[-1][0]:
+            runs.append((i in specials, [i]))
+        else:
+            runs[-1][1].append(i)
+    return runs
+
+
+def reencoded(tokenizer, ids: Sequence[int]) -> list[int]:
+    """The tagged format's re-rendering of a context (module docstring): each run of text between special
+    tokens encoded again as plain text, each special token kept (encoding the whole decoded text made a
+    tool's escaped ``<|eos|>`` the special token, and the check fail on a context that was right)."""
+    out: list[int] = []
+    for special, run in _runs(tokenizer, ids):
+        out += run if special else plain_ids(tokenizer, tokenizer.decode(run))
+    return out
+
+
+def shown(tokenizer, ids: Sequence[int]) -> str:
+    """``ids`` as text for a reader, each special token marked ``⟪<|eos|>⟫``: unmarked, the same characters
+    are text (a tool's output or data escaped into ordinary tokens)."""
+    pieces = [(special, tokenizer.decode(run)) for special, run in _runs(tokenizer, ids)]
+    return "".join(f"⟪{text}⟫" if special else text for special, text in pieces)
 
 
 def _role(generated: torch.Tensor, i: int) -> str:
@@ -254,13 +313,13 @@ def _render(
     if isinstance(call_format, HermesFormat):
         rendered = _render_messages(record, env, turns, tokenizer)
     else:
-        rendered = list(tokenizer.encode(tokenizer.decode(context), add_special_tokens=False))
+        rendered = reencoded(tokenizer, context)
     k = next((i for i, (x, y) in enumerate(zip(context, rendered)) if x != y), None)
     if k is None and len(rendered) < len(context):
         k = len(rendered)
     if k is None:
         return CheckResult("render", True)
-    again = tokenizer.decode(rendered[k : k + 1]) if k < len(rendered) else "(end)"
+    again = shown(tokenizer, rendered[k : k + 1]) if k < len(rendered) else "(end)"
     why = _why_rendered_differently(k, context, rendered, turns, call_format, tokenizer, show.prompt_length)
     return CheckResult("render", False, f"re-rendered as {again!r}, context has {show(k)}: {why}")
 
@@ -366,6 +425,22 @@ def _stop(batch: RolloutBatch, b: int, turns: Sequence[Any], show: _Shower) -> C
     if bool(batch.response_mask[b, i]):
         return CheckResult("stop", True)
     return CheckResult("stop", False, f"the final turn's last token has mask False: {show(show.prompt_length + i)}")
+
+
+def _calls(turns: Sequence[Any], call_format: CallFormat) -> CheckResult:
+    for k, turn in enumerate(turns):
+        for call in (c for c in call_format.parse(turn.text) if c.error is None):
+            try:
+                written = call_format.write([call])
+            except GlassrlError as err:
+                return CheckResult("calls", False, f"turn {k}: {call.raw!r} cannot be written back: {err}")
+            again = call_format.parse(written)
+            if not same_calls([call], again):
+                parsed = [(c.name, c.arguments, c.error) for c in again]
+                return CheckResult(
+                    "calls", False, f"turn {k}: {call.raw!r} written back as {written!r} parses as {parsed}"
+                )
+    return CheckResult("calls", True)
 
 
 def _limits(finish: str, turns: Sequence[Any], max_turns: int, budget: int, length: int) -> CheckResult:

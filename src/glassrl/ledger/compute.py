@@ -213,7 +213,15 @@ def from_given(
         None
         if r.turns is None
         else [
-            LedgerTurn(t.start, t.end, t.observation_end, t.finish_reason, tuple(t.tool_calls), dict(t.reward_parts))
+            LedgerTurn(
+                t.start,
+                t.end,
+                t.observation_end,
+                t.finish_reason,
+                tuple(t.tool_calls),
+                dict(t.reward_parts),
+                str(getattr(t, "error", "")),
+            )
             for t in r.turns
         ]
         for r in resps

@@ -276,7 +276,8 @@ def turn_legend(ledger: Ledger, b: int, lang: str = "en") -> list[str]:
         obs = ""
         if turn.observation_end > turn.end:
             obs = phrase("turn.obs", lang, first=turn.end, last=turn.observation_end - 1)
-        calls = ", ".join(f"{c.get('name')}: {c.get('status')}" for c in turn.tool_calls)
+        failed = [turn.error] if turn.error else []  # finish reason env_error: what became of the environment
+        calls = ", ".join([f"{c.get('name')}: {c.get('status')}" for c in turn.tool_calls] + failed)
         parts = ", ".join(f"{name} {num(value)}" for name, value in turn.reward_parts.items())
         lines.append(
             phrase(

@@ -81,9 +81,10 @@ class LedgerTurn:
     start: int
     end: int
     observation_end: int
-    finish_reason: str  # tool_call, continue, stop, length, turn_limit
+    finish_reason: str  # tool_call, continue, stop, length, turn_limit, env_error
     tool_calls: tuple[dict[str, Any], ...] = ()  # {"name", "arguments", "status", "seconds"} per call
     reward_parts: dict[str, float] = field(default_factory=dict)  # the environment's rewards for the turn
+    error: str = ""  # finish reason env_error: what became of the environment (it raised, exited, crashed, hung)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LedgerTurn:
@@ -522,8 +523,13 @@ def _response(head: dict[str, Any], rows: list[TokenRow], where: str, check_leng
 def _response_fields(b: int, resp: ResponseLedger) -> dict[str, Any]:
     """The response's own fields as a file row holds them (turns as plain dicts)."""
     head = {"response_index": b, **{name: getattr(resp, name) for name in RESPONSE_FIELDS[1:]}}
-    head["turns"] = None if resp.turns is None else [dataclasses.asdict(t) for t in resp.turns]
+    head["turns"] = None if resp.turns is None else [_turn_fields(t) for t in resp.turns]
     return head
+
+
+def _turn_fields(turn: LedgerTurn) -> dict[str, Any]:
+    """A turn as a file holds it: ``error`` only when the environment failed."""
+    return {k: v for k, v in dataclasses.asdict(turn).items() if k != "error" or v}
 
 
 def _token_fields(row: TokenRow) -> dict[str, Any]:
@@ -553,6 +559,7 @@ def _turn(turn: Any) -> LedgerTurn:
         finish_reason=str(turn.finish_reason),
         tool_calls=tuple(dict(c) for c in turn.tool_calls),
         reward_parts={k: float(v) for k, v in turn.reward_parts.items()},
+        error=str(getattr(turn, "error", "")),
     )
 
 

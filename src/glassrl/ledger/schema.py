@@ -113,7 +113,7 @@ def turns(value: Any, where: str) -> None:
         field = f"turns[{k}]"
         if not isinstance(turn, dict):
             raise GlassrlError(f"{where}: field {field!r}: expected an object, got {_shown(turn)}")
-        unknown = sorted(set(turn) - {*_TURN, "tool_calls", "reward_parts"})
+        unknown = sorted(set(turn) - {*_TURN, "tool_calls", "reward_parts", "error"})
         if unknown:
             raise GlassrlError(f"{where}: field {field!r}: unknown key {unknown[0]!r}")
         for key, kind in _TURN.items():
@@ -121,6 +121,8 @@ def turns(value: Any, where: str) -> None:
                 raise GlassrlError(f"{where}: field '{field}.{key}': expected {kind}, got {_shown(turn.get(key))}")
         if not 0 <= turn["start"] <= turn["end"] <= turn["observation_end"]:
             raise GlassrlError(f"{where}: field {field!r}: expected 0 <= start <= end <= observation_end")
+        if type(turn.get("error", "")) is not str:
+            raise GlassrlError(f"{where}: field '{field}.error': expected {TEXT}, got {_shown(turn['error'])}")
         calls = turn.get("tool_calls", [])
         if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
             raise GlassrlError(f"{where}: field '{field}.tool_calls': expected a list of objects")

@@ -160,7 +160,9 @@ def environment_maker(cfg: TrainConfig, agent: AgentConfig) -> Callable[[], Envi
 
     try:
         if agent.environment is not None:
-            return environment_factory(agent.environment)
+            return environment_factory(
+                agent.environment, in_process=agent.environment_in_process, timeout_s=agent.environment_timeout_s
+            )
         if agent.tools:
             # built once, every spec checked now; a user's tool runs in worker processes, one per
             # environment stepped at once and at most one per usable core (glassrl.cores)

@@ -160,11 +160,21 @@ class AgentConfig:
     max_calls: int = option(4, help="with tools: calls run per turn; further ones are answered with an error")
     max_result_chars: int = option(2000, help="with tools: a tool result longer than this is cut (and says so)")
     max_turns: int = option(4, help="generated turns per response, the final answer included")
-    call_format: Literal["auto", "tagged", "hermes"] = option(
-        "auto", help="how calls are written: auto = hermes when the chat template takes tools=, else tagged"
+    call_format: Literal["auto", "tagged", "hermes", "qwen3_coder", "llama3_json", "mistral"] = option(
+        "auto",
+        help="how calls are written: tagged, or a model family's (hermes = Qwen2.5/Qwen3, qwen3_coder, llama3_json, "
+        "mistral) with the chat template; auto = hermes when the chat template takes tools=, else tagged",
     )
     describe_tools: bool = option(True, help="tagged format: describe the tools and the call syntax before the prompt")
     tool_workers: int = option(8, help="environments stepped at once (threads)")
+    environment_timeout_s: float = option(
+        120.0, help="a user's environment: time limit of one reset or step (its worker is killed; the episode ends)"
+    )
+    environment_in_process: bool = option(
+        False,
+        help="run a user's environment in the trainer instead of a worker process per episode (trusted code: "
+        "faster, but its os._exit, crash or hang ends the run)",
+    )
 
 
 @dataclass

@@ -22,6 +22,7 @@ counts); the terms are glassrl.models.memory's, which every other command checks
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -32,6 +33,7 @@ from glassrl.models.memory import (
     DTYPE_BYTES,
     available_bytes,
     kv_cache_bytes,
+    logits_bytes,
     refuse_if_over,
     text_config,
     weight_bytes,
@@ -78,11 +80,23 @@ def check_step_fits(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_li
     )
 
 
-def check_sampling_fits(cfg: TrainConfig, model_dir: Path, sequences: int, longest: int, what: str, lower: str) -> None:
+def check_sampling_fits(
+    cfg: TrainConfig,
+    model_dir: Path,
+    sequences: int,
+    longest: int,
+    what: str,
+    lower: str,
+    *,
+    also: Sequence[Path] = (),
+    forward: int = 0,
+) -> None:
     """``glassrl generate`` and ``eval``: the longest prompt (``longest`` tokens) plus ``rollout.max_new_tokens``
     fits the model's positions, and sampling ``sequences`` responses as one batch fits the memory (the
     key-value cache, the per-token tensors, the weights once); else GlassrlError, before the model loads
-    (issue 45, item 4: ``rollout.max_new_tokens=1000000000`` on a 64-position model ran until memory ran out)."""
+    (issue 45, item 4: ``rollout.max_new_tokens=1000000000`` on a 64-position model ran until memory ran out).
+    ``glassrl explain --model --sample N`` (issue 37) adds the weights of the models it also loads
+    (``also``: reference, critic) and the logits of a forward pass over ``forward`` responses (its micro-batch)."""
     model, new = text_config(model_dir), cfg.rollout.max_new_tokens
     positions = model.get("max_position_embeddings")
     if positions is not None and longest + new > positions:
@@ -95,7 +109,9 @@ def check_sampling_fits(cfg: TrainConfig, model_dir: Path, sequences: int, longe
     terms = {
         "key-value cache": kv_cache_bytes(model, sequences, length, dtype),
         "per-token tensors": sequences * length * _PER_TOKEN_BYTES,
-        "weights": weight_bytes(model_dir),
     }
+    if forward:
+        terms["logits"] = logits_bytes(model, forward, length)
+    terms["weights"] = weight_bytes(model_dir) + sum(weight_bytes(path) for path in also)
     device = resolve_device(cfg.model.device)
     refuse_if_over(terms, available_bytes(device), device, what, lower)

@@ -64,11 +64,13 @@ class Turn:
         follows), "continue" (the environment went on without a call), "stop" (final
         answer: EOS, or the environment ended the episode), "length" (the response's
         token budget ran out, in the turn or before its observation fitted),
-        "turn_limit" (it called a tool in the last turn allowed; the call was not run).
+        "turn_limit" (it called a tool in the last turn allowed; the call was not run),
+        "env_error" (the environment failed: it raised, exited, crashed or hung; see ``error``).
     text: the generated text (special tokens kept, the turn's EOS left out).
     observation: the observation text as appended (format markup included).
     tool_calls: one record per call: {"name", "arguments", "status", "seconds"}.
     reward_parts: named rewards the environment gave for this turn.
+    error: what became of the environment, with finish reason "env_error"; "" otherwise.
     """
 
     start: int
@@ -79,6 +81,7 @@ class Turn:
     observation: str = ""
     tool_calls: tuple[dict[str, Any], ...] = ()
     reward_parts: dict[str, float] = field(default_factory=dict)
+    error: str = ""
 
 
 @dataclass

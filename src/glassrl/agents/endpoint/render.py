@@ -83,7 +83,10 @@ def message_key(message: dict) -> tuple:
 def openai_calls(calls: Sequence[ToolCall], tools: Sequence[RequestTool], prefix: str) -> list[dict]:
     """The parsed calls as OpenAI ``tool_calls``. ``arguments`` is a JSON string: the call's object;
     a tagged short form's bare text as the tool's one required string argument when it has one;
-    else the text as written (an unparsable call: not JSON, as OpenAI warns arguments may be)."""
+    else the text as written (an unparsable call: not JSON, as OpenAI warns arguments may be). A call
+    that could not be parsed also carries ``error``, the call format's reason (a glassrl field, which
+    OpenAI clients keep as an extra: ``call.model_extra["error"]``), so that an agent can answer it as
+    the native environment does."""
     by_name = {t.name: t for t in tools}
     out = []
     for k, call in enumerate(calls):
@@ -93,7 +96,8 @@ def openai_calls(calls: Sequence[ToolCall], tools: Sequence[RequestTool], prefix
             arguments = json.dumps({key: call.text}, ensure_ascii=False)
         else:
             arguments = call.text if call.text is not None else call.raw
-        out.append({"id": f"{prefix}_{k}", "type": "function", "function": {"name": call.name, "arguments": arguments}})
+        entry = {"id": f"{prefix}_{k}", "type": "function", "function": {"name": call.name, "arguments": arguments}}
+        out.append(entry if call.error is None else entry | {"error": call.error})
     return out
 
 

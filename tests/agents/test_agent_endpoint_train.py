@@ -1,0 +1,64 @@
+"""The tool-add agent as a plain OpenAI-client program (examples/agents/tool_add_agent.py) trains through
+the endpoint to the same rewards as the native loop on the same seeds, token for token.
+
+What differs, by construction: the agent returns the environment's valid_call reward for the episode,
+which the endpoint places on the episode's last turn, where the native environment places it on the
+turn that made the call. GRPO reads the sum of a response's rewards, so the advantages, the losses
+and the weights are the same; the per-token scores in the ledger sit one turn later.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from glassrl.config import load_config
+from glassrl.rl.config import TrainConfig
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SMALL = [
+    "steps=2",
+    "rollout.n=2",
+    "batch.prompts_per_step=4",
+    "batch.mini_batch_prompts=4",
+    "batch.micro_batch_responses=8",
+    "logging.eval_every=0",
+    "logging.ledger_every=1",
+    "logging.ledger_samples=8",
+    "logging.checkpoint_every=0",
+]
+
+
+def _train(config: Path, out: Path, *extra: str) -> list[dict]:
+    from glassrl.rl.loop import Trainer
+
+    Trainer(load_config(TrainConfig, config, [f"output_dir={out}", *SMALL, *extra]), progress=False).train()
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _ledger_tokens(run: Path) -> list[list[int]]:
+    rows = []
+    for path in sorted((run / "ledger").glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if "tokens" in row:
+                rows.append(row["tokens"])
+    return rows
+
+
+@pytest.mark.parametrize("backend", ["local"])
+def test_the_openai_client_agent_trains_like_the_native_loop(tmp_path, backend):
+    pytest.importorskip("openai")
+    native = _train(EXAMPLES / "tool_add.yaml", tmp_path / "native")
+    endpoint = _train(EXAMPLES / "agents" / "tool_add_endpoint.yaml", tmp_path / "endpoint")
+    assert [r["step"] for r in native] == [r["step"] for r in endpoint]
+    compared = 0
+    for a, b in zip(native, endpoint):
+        for key in sorted(set(a) & set(b)):
+            if key.startswith(("reward/", "actor/", "response/", "eval/", "tool/calls/mean")) and "time" not in key:
+                assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6, nan_ok=True), (a["step"], key)
+                compared += 1
+    assert compared > 20
+    assert _ledger_tokens(tmp_path / "native") == _ledger_tokens(tmp_path / "endpoint")

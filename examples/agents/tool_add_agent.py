@@ -43,13 +43,15 @@ def run_tool(call) -> tuple[str, bool]:
     words (run_call, and the parse error the endpoint sends with a call it could not parse)."""
     name, arguments = call.function.name, call.function.arguments
     error = (call.model_extra or {}).get("error")
-    if error is None:
+    if error is not None:
+        parsed = ToolCall(name, error=error)
+    elif name != CALCULATOR.name:
+        parsed = ToolCall(name, arguments={})  # an unknown tool is named as such, whatever its arguments
+    else:
         try:
             parsed = ToolCall(name, arguments=json.loads(arguments))
         except json.JSONDecodeError as err:
             parsed = ToolCall(name, error=f"malformed JSON arguments: {err.msg} at character {err.pos}")
-    else:
-        parsed = ToolCall(name, error=error)
     result = run_call({CALCULATOR.name: CALCULATOR}, parsed, timeout_s=30.0)
     text = result.text
     if len(text) > MAX_RESULT_CHARS:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from glassrl.config import load_config
+from glassrl.ledger import read_jsonl
 from glassrl.rl.config import TrainConfig
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -25,6 +26,7 @@ SMALL = [
     "batch.mini_batch_prompts=4",
     "batch.micro_batch_responses=8",
     "logging.eval_every=0",
+    "data.eval_size=8",
     "logging.ledger_every=1",
     "logging.ledger_samples=8",
     "logging.checkpoint_every=0",
@@ -38,18 +40,19 @@ def _train(config: Path, out: Path, *extra: str) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def _ledger_tokens(run: Path) -> list[list[int]]:
+def ledger_rows(run: Path) -> list[tuple]:
+    """Per response of every step's ledger: its text, score, token ids, masks and advantages."""
     rows = []
-    for path in sorted((run / "ledger").glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            if "tokens" in row:
-                rows.append(row["tokens"])
+    paths = sorted((run / "ledgers").glob("step_*.jsonl"))
+    assert paths, run
+    for path in paths:
+        for r in read_jsonl(path).responses:
+            tokens = [(t.token_id, t.response_mask, round(t.advantages or 0.0, 6)) for t in r.tokens]
+            rows.append((r.response, r.score, tokens))
     return rows
 
 
-@pytest.mark.parametrize("backend", ["local"])
-def test_the_openai_client_agent_trains_like_the_native_loop(tmp_path, backend):
+def test_the_openai_client_agent_trains_like_the_native_loop(tmp_path):
     pytest.importorskip("openai")
     native = _train(EXAMPLES / "tool_add.yaml", tmp_path / "native")
     endpoint = _train(EXAMPLES / "agents" / "tool_add_endpoint.yaml", tmp_path / "endpoint")
@@ -61,4 +64,4 @@ def test_the_openai_client_agent_trains_like_the_native_loop(tmp_path, backend):
                 assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6, nan_ok=True), (a["step"], key)
                 compared += 1
     assert compared > 20
-    assert _ledger_tokens(tmp_path / "native") == _ledger_tokens(tmp_path / "endpoint")
+    assert ledger_rows(tmp_path / "native") == ledger_rows(tmp_path / "endpoint")

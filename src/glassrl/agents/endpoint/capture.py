@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from glassrl.agents.endpoint.render import BadRequest
+from glassrl.agents.endpoint.render import BadRequest, content_text
 from glassrl.agents.loop import SampledTurn
 from glassrl.agents.tools import ToolCall
 from glassrl.rollout.base import ROLE_GENERATED, ROLE_OBSERVATION, Turn
@@ -56,6 +56,7 @@ class Call:
     parent: tuple[int, int] | None
     root: int
     choices: list[Choice] = field(default_factory=list)
+    tools: tuple = ()  # the request's tools (glassrl.agents.endpoint.render.RequestTool)
 
     def full(self, k: int) -> list[int]:
         return self.prompt + self.choices[k].turn.tokens
@@ -72,6 +73,9 @@ class Sample:
     versions: list[int]
     turns: list[Turn]
     final_text: str
+    steps: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)  # (turn text, the tool results after it)
+    tools: tuple = ()  # the tools its first call offered
+    messages: list[dict] = field(default_factory=list)  # its first call's messages
 
 
 class Capture:
@@ -85,7 +89,7 @@ class Capture:
         self.calls: list[Call] = []
         self.lock = threading.Lock()
 
-    def place(self, prompt: list[int], messages: list[dict]) -> tuple[Call, int]:
+    def place(self, prompt: list[int], messages: list[dict], tools: tuple = ()) -> tuple[Call, int]:
         """The call a request with ``prompt`` ids becomes (not yet sampled) and its token budget; 0 when
         it extends a sample that has no room left for one more token (it ends that sample: "length")."""
         with self.lock:
@@ -93,7 +97,7 @@ class Capture:
             if parent is None and self.calls:
                 self._rewrite(prompt)
             root = self.calls[parent[0]].root if parent is not None else len(self.calls)
-            call = Call(prompt, messages, parent, root)
+            call = Call(prompt, messages, parent, root, tools=tuple(tools))
             used = len(prompt) - len(self.calls[root].prompt if parent is not None else prompt)
             left = self.budget - used
             if parent is not None and left <= 0:  # not recorded: the native loop drops an observation that does not fit
@@ -151,7 +155,8 @@ class Capture:
             chain.append(parent)
         chain.reverse()
         prompt = self.calls[chain[0][0]].prompt
-        s = Sample(list(prompt), [], [], [], [], [], "")
+        s = Sample(list(prompt), [], [], [], [], [], "", tools=self.calls[chain[0][0]].tools)
+        s.messages = self.calls[chain[0][0]].messages
         for n, (ci, ck) in enumerate(chain):
             call, choice = self.calls[ci], self.calls[ci].choices[ck]
             observation = call.prompt[len(prompt) + len(s.tokens) :]
@@ -165,6 +170,9 @@ class Capture:
                     last.start, last.end, len(s.tokens), last.finish_reason, last.text,
                     self.decode(observation), last.tool_calls, last.reward_parts,
                 )  # fmt: skip
+                previous = self.calls[chain[n - 1][0]]
+                results = call.messages[len(previous.messages) + 1 :]
+                s.steps[-1] = (last.text, tuple(content_text(m) for m in results if m.get("role") == "tool"))
             start, t = len(s.tokens), choice.turn
             s.tokens += t.tokens
             s.roles += [ROLE_GENERATED] * len(t.tokens)
@@ -172,6 +180,7 @@ class Capture:
             s.versions += t.versions if t.versions is not None else [-1] * len(t.tokens)
             end = len(s.tokens)
             s.turns.append(Turn(start, end, end, _reason(choice), choice.text, "", _records(choice)))
+            s.steps.append((choice.text, ()))
         last_choice = self.calls[i].choices[k]
         s.final_text = final(last_choice) if is_answer(last_choice) else ""
         return s

@@ -96,6 +96,7 @@ class EndpointRolloutEngine:
         self.sampling_logprobs = sampling_logprobs
         self.pad_id = pad_id(tokenizer)
         self.server: EndpointServer | None = None
+        self.samples: list[Sample] = []  # the last batch's rows, as captured (glassrl audit reads them)
         self.rollouts = itertools.count()
         kind = "command" if not callable(agent) else "function"
         self.path = (
@@ -212,6 +213,7 @@ class EndpointRolloutEngine:
                     s.turns[-1] = replace(last, reward_parts=reward_parts)
                 rows.append(s)
                 groups.append(i // n)
+        self.samples = rows
         device = self.sampler.device
         prompt_ids, prompt_mask = left_pad([s.prompt for s in rows], self.pad_id)
         T = max(1, max(len(s.tokens) for s in rows))

@@ -86,7 +86,7 @@ class Session:
             raise BadRequest("top_logprobs needs logprobs: true")
 
         ids = self._ids(state.capture, messages, tools)
-        call, left = state.capture.place(ids, messages)
+        call, left = state.capture.place(ids, messages, tools)
         self.count += 1
         number = self.count
         head = {"id": f"chatcmpl-{episode}-{number}", "object": "chat.completion", "created": int(time.time())}

@@ -110,3 +110,17 @@ def test_audit_checks_the_agent_s_captured_samples():
     checks, failures = summary(audits)
     assert failures == [] and [a.turns for a in audits] == [2, 2]
     assert all(passed == run == 2 for _, passed, run, _ in checks)
+
+
+def test_endpoint_config_errors_name_the_key(tmp_path):
+    from glassrl.errors import GlassrlError
+    from glassrl.rl.build import endpoint_engine
+
+    config = EXAMPLES / "agents" / "tool_add_endpoint.yaml"
+    with pytest.raises(GlassrlError, match=r"rollout\.agent\.endpoint\.agent.*exactly one"):
+        load_config(TrainConfig, config, ["rollout.agent.endpoint.agent=null"]).validate()
+    with pytest.raises(GlassrlError, match=r"rollout\.agent\.endpoint\.on_rewrite"):
+        load_config(TrainConfig, config, ["rollout.agent.endpoint.on_rewrite=drop"])
+    cfg = load_config(TrainConfig, config, [f"rollout.agent.endpoint.agent={tmp_path}/none.py:agent"])
+    with pytest.raises(GlassrlError, match=r"rollout\.agent\.endpoint\.agent: agent .*none\.py:agent.*no file"):
+        endpoint_engine(cfg, cfg.rollout.agent, None, None, False)

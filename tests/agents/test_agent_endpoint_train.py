@@ -124,3 +124,42 @@ def test_endpoint_config_errors_name_the_key(tmp_path):
     cfg = load_config(TrainConfig, config, [f"rollout.agent.endpoint.agent={tmp_path}/none.py:agent"])
     with pytest.raises(GlassrlError, match=r"rollout\.agent\.endpoint\.agent: agent .*none\.py:agent.*no file"):
         endpoint_engine(cfg, cfg.rollout.agent, None, None, False)
+
+
+def test_top_logprobs_are_the_model_s_and_hold_the_sampled_token():
+    pytest.importorskip("openai")
+    import openai
+    import torch
+
+    from glassrl.agents import HFTurnSampler
+    from glassrl.agents.endpoint import EndpointRolloutEngine
+    from glassrl.builtin.agent_model import ensure_agent_model
+    from glassrl.data.tasks import load_task
+    from glassrl.models.loading import load_causal_lm, load_tokenizer
+    from glassrl.rollout.base import SamplingParams
+
+    path = ensure_agent_model()
+    tokenizer, model = load_tokenizer(path), load_causal_lm(path, device="cpu")
+    seen = {}
+
+    def agent(base_url, task):
+        client = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0)
+        messages = [{"role": "user", "content": task["prompt"]}]
+        seen["reply"] = client.chat.completions.create(model="policy", messages=messages, logprobs=True, top_logprobs=3)
+
+    engine = EndpointRolloutEngine(HFTurnSampler(model, tokenizer), tokenizer, agent, call_format="tagged")
+    records = load_task("tool-add", "train", size=1)
+    try:
+        engine.generate(
+            [[]], n=1, params=SamplingParams(max_new_tokens=8), generator=torch.Generator(), records=records
+        )
+    finally:
+        engine.close()
+    for entry in seen["reply"].choices[0].logprobs.content:
+        tops = [t.logprob for t in entry.top_logprobs]
+        assert len(tops) == 3 and tops == sorted(tops, reverse=True)
+        assert entry.logprob <= tops[0] + 1e-5
+        if entry.token in [t.token for t in entry.top_logprobs]:
+            assert entry.logprob == pytest.approx(
+                dict((t.token, t.logprob) for t in entry.top_logprobs)[entry.token], abs=1e-4
+            )

@@ -130,8 +130,9 @@ class EndpointRolloutEngine:
             )
             for i, (name, task) in enumerate(zip(session.names(), tasks))
         ]
-        self.server.handler = session
         top = model_top_logprobs(self.sampler, params)
+        session.top_logprobs = top is not None
+        self.server.handler = session
         try:
             for thread in threads:
                 thread.start()

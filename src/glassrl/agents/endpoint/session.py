@@ -55,6 +55,7 @@ class Session:
         key = secrets.token_hex(8)  # in every episode's URL: no one else's call reaches an episode
         self.episodes = {f"{tag}-{i}-{key}": EpisodeState(i, c) for i, c in enumerate(captures)}
         self.count = 0
+        self.top_logprobs = True  # the engine can compute top_logprobs (its sampler exposes a model)
 
     def names(self) -> list[str]:
         return list(self.episodes)
@@ -84,6 +85,8 @@ class Session:
         with_logprobs = bool(body.get("logprobs"))
         if top and not with_logprobs:
             raise BadRequest("top_logprobs needs logprobs: true")
+        if top and not self.top_logprobs:
+            raise BadRequest("top_logprobs: this engine's sampler does not expose its model's logits")
 
         ids = self._ids(state.capture, messages, tools)
         call, left = state.capture.place(ids, messages, tools)

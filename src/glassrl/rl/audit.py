@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from dataclasses import replace
+from types import SimpleNamespace
 
 import torch
 
@@ -34,7 +36,7 @@ from glassrl.ledger.model import read_jsonl
 from glassrl.models.loading import load_causal_lm, load_tokenizer
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rewards.tasks import TASK_VERIFIERS
-from glassrl.rl.build import actor_path, build_gold, build_reward, environment_maker
+from glassrl.rl.build import actor_path, build_gold, build_reward, endpoint_engine, environment_maker
 from glassrl.rl.config import TrainConfig, agent_config
 from glassrl.rollout.base import SamplingParams
 
@@ -66,6 +68,8 @@ def audit_run(
         sampler = ScriptedTurns(tokenizer, script)
     else:
         sampler = HFTurnSampler(load_causal_lm(path, device=cfg.model.device), tokenizer)
+    if agent.endpoint is not None:
+        return _audit_endpoint(cfg, agent, sampler, tokenizer, episodes)
     recorder = Recorder(environment_maker(cfg, agent))
     engine = AgentRolloutEngine(
         sampler,
@@ -88,6 +92,29 @@ def audit_run(
     )
     return audit_batch(
         batch, records, recorder, engine.format, tokenizer, max_turns=agent.max_turns, budget=r.max_new_tokens
+    )
+
+
+def _audit_endpoint(cfg: TrainConfig, agent, sampler, tokenizer, episodes: int) -> list[EpisodeAudit]:
+    """The user's agent over the endpoint (rollout.agent.endpoint), each captured sample checked as a native
+    episode is: its masks, and the conversation the agent sent (its first call's messages, each turn as the
+    assistant's message, the tool messages it sent after) re-rendered against the captured ids."""
+    engine = endpoint_engine(cfg, agent, sampler, tokenizer, False)
+    records = _records(cfg, episodes)
+    r = cfg.rollout
+    params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k)
+    try:
+        batch = engine.generate(
+            [[]] * len(records), n=1, params=params, generator=torch.Generator().manual_seed(cfg.seed), records=records
+        )
+    finally:
+        engine.close()
+    rows = [
+        replace(records[g], prompt=s.messages) for g, s in zip(batch.group_index.tolist(), engine.samples)
+    ]  # each sample's own opening messages
+    captured = SimpleNamespace(made=[SimpleNamespace(steps=s.steps, tools=s.tools) for s in engine.samples])
+    return audit_batch(
+        batch, rows, captured, engine.format, tokenizer, max_turns=agent.max_turns, budget=r.max_new_tokens
     )
 
 

@@ -215,6 +215,8 @@ def rollout_engine(cfg: TrainConfig, model, tokenizer, versions=None):
     sampler = (
         HFTurnSampler(model, tokenizer, stops) if versions is None else HFTurnSampler(model, tokenizer, stops, versions)
     )
+    if agent.endpoint is not None:
+        return endpoint_engine(cfg, agent, sampler, tokenizer, keep)
     return AgentRolloutEngine(
         sampler,
         tokenizer,
@@ -227,6 +229,37 @@ def rollout_engine(cfg: TrainConfig, model, tokenizer, versions=None):
     )
 
 
+def endpoint_engine(cfg: TrainConfig, agent: AgentConfig, sampler, tokenizer, keep: bool):
+    """The user's agent program over the OpenAI-compatible endpoint (rollout.agent.endpoint), served by
+    ``sampler``; the agent function is loaded here, so that a bad spec fails at once, naming its key."""
+    from glassrl.agents.endpoint import EndpointRolloutEngine
+    from glassrl.agents.registry import load_attribute
+    from glassrl.models.chat_rendering import applies_template
+
+    e = agent.endpoint
+    program = e.command
+    if e.agent is not None:
+        try:
+            program = load_attribute(e.agent, ".", "agent")
+        except GlassrlError as err:
+            raise GlassrlError(f"rollout.agent.endpoint.agent: {err}") from None
+        if not callable(program):
+            raise GlassrlError(
+                f"rollout.agent.endpoint.agent: {e.agent!r} is a {type(program).__name__}, not a function"
+            )
+    return EndpointRolloutEngine(
+        sampler,
+        tokenizer,
+        program,
+        call_format=agent.call_format,
+        describe_tools=agent.describe_tools,
+        chat=applies_template(tokenizer, cfg.data.chat_template),
+        on_rewrite=e.on_rewrite,
+        timeout_s=e.timeout_s,
+        sampling_logprobs=keep,
+    )
+
+
 def prompt_format(cfg: TrainConfig, tokenizer) -> Callable[[Sequence[PromptRecord]], list[list[int]]] | None:
     """How the run's prompts become token ids when the run is agentic: with the environment's tools
     rendered in, as the call format writes them (glassrl.agents.agent_prompt_ids); None for
@@ -234,8 +267,8 @@ def prompt_format(cfg: TrainConfig, tokenizer) -> Callable[[Sequence[PromptRecor
     from glassrl.agents import agent_prompt_ids, build_call_format
 
     agent = agent_config(cfg)
-    if agent is None:
-        return None
+    if agent is None or agent.endpoint is not None and agent.environment is None and not cfg.agentic_tasks():
+        return None  # single-turn, or the agent brings its tools: the prompt alone
     call_format = build_call_format(tokenizer, agent.call_format, describe_tools=agent.describe_tools)
     return partial(agent_prompt_ids, call_format, environment_maker(cfg, agent))
 

@@ -314,7 +314,9 @@ def _check_agent(cfg, written: Set[str] | None) -> None:
         fail("rollout.agent.call_timeout_s", agent.call_timeout_s, "must be > 0")
     if agent.environment is not None and agent.tools:
         fail("rollout.agent.tools", agent.tools, "rollout.agent.environment is set too: it brings its own tools")
-    if agent.environment is None and not agent.tools and not tasks:
+    if agent.endpoint is not None:
+        _check_endpoint(agent.endpoint)
+    if agent.environment is None and not agent.tools and not tasks and agent.endpoint is None:
         raise GlassrlError(
             "rollout.agent: no environment for the episodes: set rollout.agent.environment or "
             "rollout.agent.tools, or train on an agentic task (data.train = task:tool-add, task:research)"
@@ -331,6 +333,14 @@ def _check_agent(cfg, written: Set[str] | None) -> None:
             default = getattr(type(agent)(), knob)
             if written is not None and key in written or written is None and getattr(agent, knob) != default:
                 fail(f"rollout.agent.{knob}", getattr(agent, knob), "ignored: it sets up rollout.agent.tools, empty")
+
+
+def _check_endpoint(endpoint) -> None:
+    """rollout.agent.endpoint: exactly one of its agent and its command."""
+    if (endpoint.agent is None) == (not endpoint.command):
+        fail("rollout.agent.endpoint.agent", endpoint.agent, "set exactly one of it and rollout.agent.endpoint.command")
+    if not endpoint.timeout_s > 0:
+        fail("rollout.agent.endpoint.timeout_s", endpoint.timeout_s, "must be > 0")
 
 
 def _check_scale_out(cfg, written: Set[str] | None) -> None:

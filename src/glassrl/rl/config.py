@@ -134,6 +134,25 @@ class DataConfig:
 
 
 @dataclass
+class EndpointConfig:
+    """The user's agent program, served the policy over an OpenAI-compatible endpoint (glassrl.agents.endpoint,
+    docs/agentic.md "Bring your agent"); it brings its own tools and loop."""
+
+    agent: str | None = option(
+        None, help='"file.py:function" or "module:function": agent(base_url, task) -> None | reward | {part: reward}'
+    )
+    command: list[str] = option(
+        factory=list,
+        help="or a command run per episode with OPENAI_BASE_URL, GLASSRL_TASK and GLASSRL_REWARD_FILE set",
+    )
+    on_rewrite: Literal["split", "refuse"] = option(
+        "split",
+        help="a call whose context does not extend the previous call's: a new sample (split), or HTTP 400 (refuse)",
+    )
+    timeout_s: float = option(600.0, help="longest wait for the running agents' next calls (and for a command)")
+
+
+@dataclass
 class AgentConfig:
     """Multi-turn rollouts with tools (glassrl.agents, docs/agentic.md): the model writes a turn,
     the environment answers with an observation that stays in the context (mask False), until a final
@@ -174,6 +193,9 @@ class AgentConfig:
         False,
         help="run a user's environment in the trainer instead of a worker process per episode (trusted code: "
         "faster, but its os._exit, crash or hang ends the run)",
+    )
+    endpoint: EndpointConfig | None = option(
+        None, help="run the user's agent program against an OpenAI-compatible endpoint instead of the native loop"
     )
 
 
@@ -514,6 +536,8 @@ class TrainConfig:
             agent.tools = [config_paths.file_spec(t, config_dir) for t in agent.tools]
         if agent is not None and from_file("rollout.agent.environment"):
             agent.environment = config_paths.file_spec(agent.environment, config_dir)
+        if agent is not None and agent.endpoint is not None and from_file("rollout.agent.endpoint.agent"):
+            agent.endpoint.agent = config_paths.file_spec(agent.endpoint.agent, config_dir)
         if config_paths.given("reward.sources", command_line):  # base_dir is the file's: these are the shell's
             self.reward.sources = [
                 {**s, "spec": config_paths.file_spec(s["spec"], cwd)} if isinstance(s, dict) and "spec" in s else s

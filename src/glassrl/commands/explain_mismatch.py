@@ -2,6 +2,7 @@
 trainer's log-probs of a step comes from (glassrl.diagnose.mismatch, which defines the split).
 
     glassrl explain --mismatch runs/grpo --step 4
+    glassrl explain --mismatch runs/grpo --format jsonl     # every number as one JSON object
 
 It reads the step's ledger (RUN/ledgers/step_N.jsonl: log μ as ``rollout_logprobs``, kept when
 ``rollout.sampling_logprobs`` is true, by vLLM, asynchronous training or an off-policy
@@ -26,6 +27,7 @@ the sampling batch held more, which the "decode" layout cannot bring back.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from glassrl.errors import GlassrlError
@@ -42,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from glassrl.rl.config import TrainConfig
     from glassrl.run.checkpoint import step_dir_name
 
+    if args.format not in ("table", "jsonl"):
+        raise GlassrlError(f"--format {args.format}: --mismatch prints a table or one JSON object (jsonl)")
     torch.manual_seed(0)
     root = Path(args.mismatch)
     if not (root / "config.yaml").is_file():
@@ -73,7 +77,11 @@ def run(args: argparse.Namespace) -> int:
     samples = _samples(ledger, tokenizer, ledgers[step])
     versions = {v for s in samples for v in (s.versions or ())}
     overlap = cfg.trainer.backend == "local" and (cfg.rollout.overlap or cfg.rollout.max_staleness >= 1)
-    dtype = "float32" if cfg.model.compute_dtype == "auto" else cfg.model.compute_dtype
+    # the run's arithmetic on CPU (glassrl.rl.resolve: auto is float32 there), both sides: the HF engine
+    # samples with the actor's own model under the same autocast as the trainer's passes
+    dtype = {"auto": "float32", "float32": "float32"}.get(
+        cfg.model.compute_dtype, f"autocast-{cfg.model.compute_dtype}"
+    )
     layout = "shared_prefix" if cfg.model.shared_prefix is True else "packed" if cfg.model.padding_free else "padded"
     trainer = Side(dtype=dtype, layout=layout, version=None if overlap and versions else step - 1)
     sampler = Side(dtype=dtype, layout="decode", version=None if versions else step - 1, engine=cfg.rollout.engine)
@@ -99,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
     )
     result = attribute(samples, sampler, trainer, recompute, absent=absent, what_if=True, top=args.top or 5)
+    if args.format == "jsonl":
+        print(json.dumps({"step": step, "ledger": str(ledgers[step]), **result.to_dict()}, ensure_ascii=False))
+        return 0
     tokens = [[row.token for row in r.tokens] for r in ledger.responses]
     lines = [f"{ledgers[step]}: step {step}, {len(samples)} responses", *render_attribution(result, tokens)]
     print("\n".join(lines))

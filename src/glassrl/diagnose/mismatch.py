@@ -7,7 +7,9 @@ again before the update (the ledger's ``logprobs``). Their gap Δ_i = log μ −
 *factor* set as the sampler had it or as the trainer has it, and splits the measured gap among
 the factors:
 
-    precision  the dtype of the weights in the forward pass (float32 / bfloat16 / float16)
+    precision  the forward pass's arithmetic: the weights cast to float32 / bfloat16 / float16, or
+               autocast-bfloat16 / autocast-float16 over float32 weights (``model.compute_dtype``,
+               glassrl.models.precision: how a glassrl run computes in bfloat16)
     batch      how the sequence is laid out: the sampling batch decoded a token at a time with a
                KV cache ("decode"), or one forward pass over the trainer's micro-batches, padded,
                packed or with shared prompts, or each sequence alone
@@ -53,6 +55,7 @@ from glassrl.rollout.decoding import cache_argument
 FACTORS = ("precision", "batch", "staleness", "rerender", "engine")
 LAYOUTS = ("decode", "padded", "packed", "shared_prefix", "alone")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+PRECISIONS = (*DTYPES, "autocast-bfloat16", "autocast-float16")
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,8 @@ class Recompute:
         key = (version, dtype)
         if key not in self._models:
             base = self.weights(version)
-            self._models[key] = base if dtype == "float32" else _copy_as(base, DTYPES[dtype])
+            cast = dtype in DTYPES and dtype != "float32"
+            self._models[key] = _copy_as(base, DTYPES[dtype]) if cast else base
         return self._models[key]
 
 
@@ -155,6 +159,21 @@ class Attribution:
     @property
     def explained(self) -> float:
         return sum(p.share for p in self.parts if p.share is not None)
+
+    def to_dict(self) -> dict:
+        """Every number of the table as plain JSON values (``explain --mismatch --format jsonl``)."""
+        import dataclasses
+
+        return {
+            "gap": self.gap,
+            "tokens": self.tokens,
+            "parts": [dataclasses.asdict(p) for p in self.parts],
+            "not_reproduced": self.not_reproduced,
+            "trainer_not_reproduced": self.trainer_drift,
+            "explained": self.explained,
+            "top": [dataclasses.asdict(t) | {"delta": t.delta} for t in self.top],
+            "what_if": self.what_if,
+        }
 
     def ranked(self) -> list[str]:
         """The attributed factors, largest part first."""
@@ -219,7 +238,7 @@ def attribute(
     phi = shapley(active, value) if active else {}
     parts = []
     for f in FACTORS:
-        s_text, t_text = str(getattr(sampler, _FIELD[f])), str(getattr(trainer, _FIELD[f]))
+        s_text, t_text = (_setting(side, f, samples) for side in (sampler, trainer))
         if f in phi:
             parts.append(Part(f, float(phi[f].mean()), float(value(frozenset({f})).mean()), s_text, t_text))
         else:
@@ -232,12 +251,23 @@ def attribute(
     return Attribution(gap, int(mask.sum()), tuple(parts), full, gap - float(base.mean()), shares, extra)
 
 
+def _setting(side: Side, factor: str, samples: Sequence[Sample]) -> str:
+    """A side's setting of ``factor`` as the table shows it (a per-token version: the versions met)."""
+    value = getattr(side, _FIELD[factor])
+    if factor == "staleness":
+        if value is not None:
+            return f"v{value}"
+        met = sorted({v for s in samples for v, m in zip(s.versions or (), s.mask) if m})
+        return "v" + ",".join(map(str, met)) + " (own)"
+    return str(value)
+
+
 _FIELD = {"precision": "dtype", "batch": "layout", "staleness": "version", "rerender": "rerender", "engine": "engine"}
 
 
 def _what_if(trainer: Side, logprobs: Callable[[Side], torch.Tensor], mu: torch.Tensor) -> dict[str, float]:
     out = {}
-    for dtype in DTYPES:
+    for dtype in PRECISIONS:
         out[f"precision={dtype}"] = float((logprobs(replace(trainer, dtype=dtype)) - mu).abs().mean())
     for layout in LAYOUTS:
         out[f"batch={layout}"] = float((logprobs(replace(trainer, layout=layout)) - mu).abs().mean())
@@ -276,7 +306,16 @@ def recompute_logprobs(samples: Sequence[Sample], side: Side, rc: Recompute) -> 
 
 
 def _with_weights(samples, side: Side, rc: Recompute) -> torch.Tensor:
+    if side.dtype not in PRECISIONS:
+        raise ValueError(f"attribute: unknown precision {side.dtype!r}; valid: {', '.join(PRECISIONS)}")
     model = rc.model(side.version, side.dtype)
+    if side.dtype.startswith("autocast-"):  # matrix products in half precision, as glassrl.models.precision
+        with torch.autocast(device_type="cpu", dtype=DTYPES[side.dtype.removeprefix("autocast-")]):
+            return _scored(samples, model, side, rc)
+    return _scored(samples, model, side, rc)
+
+
+def _scored(samples, model, side: Side, rc: Recompute) -> torch.Tensor:
     if side.rerender:
         if rc.render is None or rc.token_bytes is None:
             raise ValueError("attribute: rerender needs Recompute.render and Recompute.token_bytes")
@@ -449,25 +488,25 @@ def render_attribution(result: Attribution, tokens: Sequence[Sequence[str]] | No
     pct = lambda x: f"{100 * x / G:6.1f} %" if G > 0 else "      —"  # noqa: E731
     lines = [
         f"measured gap G = mean |log μ − log π_old| = {G:.6g} nats/token over {result.tokens} tokens",
-        f"{'factor':<24}{'sampler':<14}{'trainer':<14}{'part φ':>12}{'share':>10}{'alone':>12}  note",
+        f"{'factor':<24}{'sampler':<19}{'trainer':<19}{'part φ':>13}{'share':>10}{'alone':>13}  note",
     ]
     for p in result.parts:
         share = "absent" if p.share is None else f"{p.share:.6g}"
         alone = "" if p.alone is None else f"{p.alone:.6g}"
         pc = "" if p.share is None else pct(p.share)
-        lines.append(f"{p.factor:<24}{p.sampler:<14}{p.trainer:<14}{share:>12}{pc:>10}{alone:>12}  {p.note}")
+        lines.append(f"{p.factor:<24}{p.sampler:<19}{p.trainer:<19}{share:>13}{pc:>10}{alone:>13}  {p.note}")
     closing = (
         ("not reproduced", result.not_reproduced, "every factor on the sampler's side still differs from log μ"),
         ("trainer not reproduced", result.trainer_drift, "the trainer's settings recomputed vs the ledger's log π_old"),
     )
     for name, value, note in closing:
-        lines.append(f"{name:<24}{'':<28}{value:>12.6g}{pct(value):>10}{'':>12}  {note}")
+        lines.append(f"{name:<24}{'':<38}{value:>13.6g}{pct(value):>10}{'':>13}  {note}")
     total = result.explained + result.not_reproduced + result.trainer_drift
-    lines.append(f"{'sum = G':<24}{'':<28}{total:>12.6g}{pct(total):>10}")
+    lines.append(f"{'sum = G':<24}{'':<38}{total:>13.6g}{pct(total):>10}")
     lines.append(f"factors explain {pct(result.explained).strip()} of G (Shapley values over the factors that differ)")
     if result.what_if:
         lines.append("one factor changed at a time from the trainer's settings: mean |recomputed − log μ|")
-        lines += [f"  {name:<22}{value:.6g}" for name, value in result.what_if.items()]
+        lines += [f"  {name:<30}{value:.6g}" for name, value in result.what_if.items()]
     if result.top:
         lines.append("tokens carrying most of the gap (Δ = log μ − log π_old; the factor with the largest part)")
         for t in result.top:

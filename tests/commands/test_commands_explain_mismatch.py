@@ -149,3 +149,19 @@ def test_errors_name_the_flag(run, tmp_path, capsys):
     shutil.rmtree(cut / "checkpoints" / "step_00000002")
     message = error(capsys, "--mismatch", str(cut), "--step", "3")
     assert "the policy after step 2" in message and "checkpoints: 0, 1, 3" in message
+
+
+def test_explain_ledger_stays_free_of_torch(run):
+    """--mismatch imports torch when asked; --ledger, beside it in the same command, never does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import contextlib, io, sys\n"
+        "from glassrl import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    assert cli.main(['explain', '--ledger', {str(run / 'ledgers' / 'step_000003.jsonl')!r}]) == 0\n"
+        "print('torch' in sys.modules, 'glassrl.diagnose.mismatch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]

@@ -116,7 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "batch layout, weights version, re-rendering, engine) as the sampler or the trainer had it (docs/debugging.md)",
     )
     params.add_argument("--step", metavar="N", help="with --mismatch: the step (default: the latest it can explain)")
-    params.add_argument("--top", metavar="K", type=int, help="with --mismatch: tokens listed (default 5)")
+    params.add_argument("--top", metavar="K", help="with --mismatch: tokens listed (default 5)")
     params.add_argument("--tokenizer", metavar="PATH", help="local Hugging Face tokenizer directory")
     params.add_argument("--gamma", metavar="γ", help="discount γ in [0, 1] (default 1)")
     params.add_argument("--lam", metavar="λ", help="GAE λ in [0, 1] (default 1)")
@@ -144,19 +144,19 @@ def run(args: argparse.Namespace) -> int:
     for flag in ("prompt", "response", "tokens", "chosen", "rejected", "answer"):
         # a shell's undecodable bytes arrive as lone surrogates ($'hi\xff'), which no tokenizer encodes
         check_plain(getattr(args, flag), "command line", f"--{flag}")
-    if args.mismatch is not None:
-        given = [flag for flag in ("model", "input", "prompt", "tokens", "response", "ledger") if getattr(args, flag)]
-        if given:
-            raise GlassrlError(f"--mismatch explains a run's step; --{given[0]} does something else: choose one")
-        from glassrl.commands import explain_mismatch  # torch and transformers: only for --mismatch
-
-        return explain_mismatch.run(args)
-    if args.step is not None or args.top is not None:
-        raise GlassrlError(f"--{'step' if args.step is not None else 'top'}: only with --mismatch RUN_DIR")
     explain_input.check_model_flags(args)  # explain_model (it loads torch and transformers) only for --model
     for flag, value in (("--out", args.out), ("--html", args.html)):
         if value is not None:
             _check_output(flag, value)
+    if args.mismatch is not None:
+        given = [f for f in ("model", "input", "prompt", "tokens", "response", "ledger", "html") if getattr(args, f)]
+        if given:
+            raise GlassrlError(f"--mismatch explains a run's step; --{given[0]} does something else: choose one")
+        from glassrl.commands import explain_mismatch  # torch and transformers: only for --mismatch
+
+        return _emit(explain_mismatch.run(args), args.out)
+    if args.step is not None or args.top is not None:
+        raise GlassrlError(f"--{'step' if args.step is not None else 'top'}: only with --mismatch RUN_DIR")
     if args.ledger is not None:
         given = [flag for flag in ("model", "input", "prompt", "tokens", "response") if getattr(args, flag) is not None]
         if given:

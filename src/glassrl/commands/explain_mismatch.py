@@ -33,7 +33,8 @@ from pathlib import Path
 from glassrl.errors import GlassrlError
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> str:
+    """The table (or one JSON line with ``--format jsonl``) of ``--mismatch RUN [--step N]``."""
     import torch
 
     from glassrl.config import load_saved_config
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     ledgers = ledger_paths(root)
     can = [s for s in ledgers if s - 1 in held]
     if args.step is not None:
-        step = _integer(args.step)
+        step = _integer(args.step, "--step", "a step number", least=1)
         if step not in ledgers:
             raise GlassrlError(f"--step {step}: {root} has no ledger of that step (ledgers: {_list(ledgers)})")
         if step - 1 not in held:
@@ -87,8 +88,12 @@ def run(args: argparse.Namespace) -> int:
     sampler = Side(dtype=dtype, layout="decode", version=None if versions else step - 1, engine=cfg.rollout.engine)
     absent = {}
     if missing := sorted(v for v in versions if v not in held):
+        if trainer.version is None:  # the trainer's own π_old is of those versions
+            raise GlassrlError(
+                f"--step {step}: its tokens were sampled (and scored) by versions {_list(missing)}, of which {root} "
+                f"holds no checkpoint (checkpoints: {_list(held)}); set logging.checkpoint_every=1"
+            )
         absent["staleness"] = f"no checkpoint of version {_list(missing)} (held: {_list(held)})"
-        sampler = Side(dtype=dtype, layout="decode", version=step - 1, engine=cfg.rollout.engine)
     if cfg.rollout.engine != "hf":
         absent["engine"] = f"not recomputed in {cfg.rollout.engine} here; its part stays in 'not reproduced'"
     loaded: dict[int, torch.nn.Module] = {}
@@ -106,14 +111,13 @@ def run(args: argparse.Namespace) -> int:
         token_bytes=byte_lengths(tokenizer),
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
     )
-    result = attribute(samples, sampler, trainer, recompute, absent=absent, what_if=True, top=args.top or 5)
+    top = 5 if args.top is None else _integer(args.top, "--top", "a number of tokens", least=0)
+    result = attribute(samples, sampler, trainer, recompute, absent=absent, what_if=True, top=top)
     if args.format == "jsonl":
-        print(json.dumps({"step": step, "ledger": str(ledgers[step]), **result.to_dict()}, ensure_ascii=False))
-        return 0
+        return json.dumps({"step": step, "ledger": str(ledgers[step]), **result.to_dict()}, ensure_ascii=False) + "\n"
     tokens = [[row.token for row in r.tokens] for r in ledger.responses]
     lines = [f"{ledgers[step]}: step {step}, {len(samples)} responses", *render_attribution(result, tokens)]
-    print("\n".join(lines))
-    return 0
+    return "".join(f"{line}\n" for line in lines)
 
 
 def _actor(held: dict[int, Path], version: int) -> Path:
@@ -167,13 +171,13 @@ def _samples(ledger, tokenizer, path: Path) -> list:
     return samples
 
 
-def _integer(text: str) -> int:
+def _integer(text: str, flag: str, what: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise GlassrlError(f"--step: expected a step number, got {text!r}") from None
-    if value < 1:
-        raise GlassrlError(f"--step: expected a step number >= 1, got {value}")
+        raise GlassrlError(f"{flag}: expected {what}, got {text!r}") from None
+    if value < least:
+        raise GlassrlError(f"{flag}: expected {what} >= {least}, got {value}")
     return value
 
 

@@ -177,3 +177,27 @@ def test_explain_ledger_stays_free_of_torch(run):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_report_shows_the_gap_per_ledger_step(run, tmp_path):
+    """The report's "Sampler/trainer gap" section: a row per ledger step with log μ, its max |Δ| the
+    ledger's own (a run without log μ has no such section)."""
+    from glassrl.ledger import read_jsonl
+    from glassrl.report.html import write_run_report
+
+    page = write_run_report([run], tmp_path / "report.html").read_text(encoding="utf-8")
+    section = page[page.index('<section id="mismatch">') : page.index("</section>", page.index('id="mismatch"'))]
+    for step in (1, 2, 3):
+        ledger = read_jsonl(run / "ledgers" / f"step_{step:06d}.jsonl")
+        gaps = [abs(t.rollout_logprobs - t.logprobs) for r in ledger.responses for t in r.tokens if t.response_mask]
+        assert f"<td>{step}</td><td>{len(gaps)}</td>" in section
+        assert f"<td>{max(gaps):.3g}</td></tr>" in section
+    import shutil
+
+    plain = tmp_path / "plain"  # the same run, its ledgers without log μ
+    shutil.copytree(run, plain, ignore=shutil.ignore_patterns("checkpoints"))
+    for path in (plain / "ledgers").iterdir():
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        rows = [{k: v for k, v in r.items() if k != "rollout_logprobs"} for r in rows]
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    assert 'id="mismatch"' not in write_run_report([plain], tmp_path / "plain.html").read_text(encoding="utf-8")

@@ -23,6 +23,7 @@ from glassrl.diagnose.mismatch import (
     Recompute,
     Sample,
     Side,
+    align_retokenised,
     attribute,
     byte_lengths,
     recompute_logprobs,
@@ -40,6 +41,15 @@ def test_shapley_hand_table():
     table = {frozenset(): 0.0, frozenset("a"): 1.0, frozenset("b"): 2.0, frozenset("ab"): 5.0}
     phi = shapley(["a", "b"], lambda s: torch.tensor(table[s]))
     assert float(phi["a"]) == 2.0 and float(phi["b"]) == 3.0
+
+
+def test_retokenised_spans_hand_table():
+    """Sampled tokens of 1, 2, 1 bytes; re-rendered of 3, 1. The first span (3 bytes) is two sampled
+    tokens and one re-rendered: its log-prob −1.0 against −0.2 − 0.3 = −0.5, the −0.5 shared evenly;
+    the last token is tokenised alike and keeps the re-rendered number. The sum is the re-rendered one."""
+    out = align_retokenised([1, 2, 1], [3, 1], [-1.0, -0.5], [-0.2, -0.3, -0.4])
+    assert out == pytest.approx([-0.45, -0.55, -0.5])
+    assert sum(out) == pytest.approx(-1.5)
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +148,7 @@ def planted(tiny, cause: str, seed: int):
     return filled, sampler_side, trainer_side, rc
 
 
+@pytest.mark.slow  # 10 seeds × sampling and up to 16 recomputations each: minutes on 2 loaded cores
 @pytest.mark.parametrize("cause", CAUSES)
 def test_planted_cause_ranks_first(tiny, cause):
     firsts, sums = 0, []

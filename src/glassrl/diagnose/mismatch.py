@@ -322,7 +322,7 @@ def _scored(samples, model, side: Side, rc: Recompute) -> torch.Tensor:
         rendered = [rc.render(s) for s in samples]
         scored = _layout(model, [(list(p), list(r)) for p, r in rendered], side.layout, rc)
         rows = [
-            _align(rc.token_bytes(list(s.response_ids)), rc.token_bytes(list(r)), row, own)
+            align_retokenised(rc.token_bytes(list(s.response_ids)), rc.token_bytes(list(r)), row, own)
             for s, (_, r), row, own in zip(samples, rendered, scored, _layout_own(samples, model, side, rc))
         ]
     else:
@@ -335,7 +335,9 @@ def _layout_own(samples, model, side: Side, rc: Recompute) -> list[list[float]]:
     return _layout(model, [(list(s.prompt_ids), list(s.response_ids)) for s in samples], side.layout, rc)
 
 
-def _align(own_bytes: list[int], new_bytes: list[int], new_lp: list[float], own_lp: list[float]) -> list[float]:
+def align_retokenised(
+    own_bytes: list[int], new_bytes: list[int], new_lp: list[float], own_lp: list[float]
+) -> list[float]:
     """The re-rendered ids' log-probs ``new_lp`` on the sampled tokens: the responses are cut into
     the shortest spans whose ends are token boundaries in both tokenisations; a span's log-prob
     (the sum of its tokens') is the probability of the same text, so each sampled token of a span

@@ -23,6 +23,11 @@ implicit reward, whose sums are the loss's rewards (glassrl.commands.explain_pre
 
     glassrl explain --model runs/dpo-arith --prompt "37+45=82？" --chosen "是的，等于82。" --rejected "不，等于83。"
 
+With ``--mismatch RUN_DIR [--step N]`` it splits a step's gap between the sampler's log μ and the
+trainer's log π_old among its causes (glassrl.commands.explain_mismatch):
+
+    glassrl explain --mismatch runs/grpo --step 4
+
 With ``--ledger FILE`` it shows a ledger a run wrote as it is (an asynchronous run's per-token
 version, staleness, log μ and off-policy weight among its columns and in the legend):
 
@@ -104,6 +109,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a ledger file a run wrote (RUN_DIR/ledgers/step_N.jsonl), shown as it is: asynchronous "
         "training's version, staleness, log μ and off-policy weight per token included",
     )
+    params.add_argument(
+        "--mismatch",
+        metavar="RUN_DIR",
+        help="where a step's gap log μ − log π_old comes from: its tokens recomputed with each factor (precision, "
+        "batch layout, weights version, re-rendering, engine) as the sampler or the trainer had it (docs/debugging.md)",
+    )
+    params.add_argument("--step", metavar="N", help="with --mismatch: the step (default: the latest it can explain)")
+    params.add_argument("--top", metavar="K", help="with --mismatch: tokens listed (default 5)")
     params.add_argument("--tokenizer", metavar="PATH", help="local Hugging Face tokenizer directory")
     params.add_argument("--gamma", metavar="γ", help="discount γ in [0, 1] (default 1)")
     params.add_argument("--lam", metavar="λ", help="GAE λ in [0, 1] (default 1)")
@@ -135,6 +148,15 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("--out", args.out), ("--html", args.html)):
         if value is not None:
             _check_output(flag, value)
+    if args.mismatch is not None:
+        given = [f for f in ("model", "input", "prompt", "tokens", "response", "ledger", "html") if getattr(args, f)]
+        if given:
+            raise GlassrlError(f"--mismatch explains a run's step; --{given[0]} does something else: choose one")
+        from glassrl.commands import explain_mismatch  # torch and transformers: only for --mismatch
+
+        return _emit(explain_mismatch.run(args), args.out)
+    if args.step is not None or args.top is not None:
+        raise GlassrlError(f"--{'step' if args.step is not None else 'top'}: only with --mismatch RUN_DIR")
     if args.ledger is not None:
         given = [flag for flag in ("model", "input", "prompt", "tokens", "response") if getattr(args, flag) is not None]
         if given:

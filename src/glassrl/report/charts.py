@@ -76,9 +76,9 @@ GROUPS: tuple[tuple[str, str, str, str], ...] = (
     ("seconds", "Seconds per phase", "seconds", r"perf/[^/]+_s"),
     (
         "rollout-mismatch",
-        "Train/rollout log-prob mismatch",
+        "Train/rollout log-prob mismatch |Δ| per step: mean, p99, max (glassrl explain --mismatch: its causes)",
         "|log π_train − log π_rollout|",
-        r"rollout/(?:logprob_diff_mean|logprob_diff_max)|actor/rollout_is_clip_frac",
+        r"rollout/(?:logprob_diff_mean|logprob_diff_p99|logprob_diff_max)|actor/rollout_is_clip_frac",
     ),
     (
         "off-policy",

@@ -92,11 +92,13 @@ def write_run_report(
     preference = [run for run in runs if run.preference_ledgers]
     watched = [run for run in runs if run.alerts]
     compared = _divergence(divergence) if divergence is not None else ""
+    gaps = _mismatch(runs)
     body = "\n".join(
         [
             '<nav><a href="#curves">learning curves</a> · '
             + ('<a href="#watch">reward watch</a> · ' if watched else "")
             + ('<a href="#divergence">first divergence</a> · ' if compared else "")
+            + ('<a href="#mismatch">sampler/trainer gap</a> · ' if gaps else "")
             + '<a href="#tokens">token view</a> · '
             + ('<a href="#preference">preference ledger</a> · ' if preference else "")
             + '<a href="#config">config and environment</a></nav>',
@@ -105,6 +107,7 @@ def write_run_report(
             "</section>",
             *([_watch(watched)] if watched else []),
             compared,
+            gaps,
             '<section id="tokens"><h2>Token view</h2>',
             _template("token_view.html"),
             "</section>",
@@ -285,6 +288,42 @@ def _watch(runs: list[RunDir]) -> str:
         "dotted lines on the curves; the responses each one points at earned proxy reward the gold did not "
         "give (highlighted in the token view).</p><table><tr><th>run</th><th>step</th><th>level</th><th>rule</th>"
         "<th>what</th><th>ledger rows</th></tr>" + "".join(rows) + "</table></section>"
+    )
+
+
+def _mismatch(runs: list[RunDir]) -> str:
+    """Per ledger step with log μ kept, the distribution of Δ_i = log μ − log π_old over its generated
+    tokens (the ledger sample's; the metrics' rollout/logprob_diff_* are over the whole step): count,
+    mean Δ, and of |Δ| the mean, median, p99 (nearest rank) and max; "" when no ledger kept log μ."""
+    rows = []
+    for run in runs:
+        for step in run.ledger_paths:
+            deltas = [
+                t.rollout_logprobs - t.logprobs
+                for r in run.ledger(step).responses
+                for t in r.tokens
+                if t.response_mask and t.rollout_logprobs is not None and t.logprobs is not None
+            ]
+            if not deltas:
+                continue
+            size = sorted(abs(d) for d in deltas)
+            median, p99 = (size[min(len(size) - 1, math.ceil(q * len(size)) - 1)] for q in (0.5, 0.99))
+            cells = (len(deltas), sum(deltas) / len(deltas), sum(size) / len(size), median, p99, size[-1])
+            rows.append(
+                f"<tr><td>{html.escape(run.name)}</td><td>{step}</td><td>{cells[0]}</td>"
+                + "".join(f"<td>{x:.3g}</td>" for x in cells[1:])
+                + "</tr>"
+            )
+    if not rows:
+        return ""
+    return (
+        '<section id="mismatch"><h2>Sampler/trainer gap</h2><p>Δ = log μ − log π_old on the generated tokens '
+        "of each ledger sample: what the sampler computed while it sampled against what the trainer "
+        "computed again (docs/debugging.md). <code>glassrl explain --mismatch RUN --step N</code> splits a "
+        "step's gap among its causes.</p><table><tr><th>run</th><th>step</th><th>tokens</th><th>mean Δ</th>"
+        "<th>mean |Δ|</th><th>median |Δ|</th><th>p99 |Δ|</th><th>max |Δ|</th></tr>"
+        + "".join(rows)
+        + "</table></section>"
     )
 
 

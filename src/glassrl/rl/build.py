@@ -209,7 +209,7 @@ def rollout_engine(cfg: TrainConfig, model, tokenizer, versions=None):
             stops=stops,
         )
     # the engine's log-probs log μ: rollout/logprob_diff_*, the corrections, a stale batch's π_old
-    keep = off_policy_correction(cfg.algo) is not None or versions is not None
+    keep = off_policy_correction(cfg.algo) is not None or versions is not None or cfg.rollout.sampling_logprobs
     if agent is None:
         return HFRolloutEngine(model, tokenizer, sampling_logprobs=keep, stops=stops, versions=versions)
     sampler = (

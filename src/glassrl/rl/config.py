@@ -273,6 +273,14 @@ class RolloutConfig:
             "the weights of the version it was requested at, so a run and its resume are bit-identical"
         ),
     )
+    sampling_logprobs: bool = option(
+        False,
+        help=(
+            "keep log μ, the sampler's log-prob of each token as it sampled it, even when no off-policy correction "
+            "reads it: the ledger's rollout_logprobs, rollout/logprob_diff_* and `glassrl explain --mismatch` "
+            "(docs/debugging.md); always kept by vLLM, asynchronous training and algo.off_policy"
+        ),
+    )
     overlap: bool = option(
         False,
         help=(

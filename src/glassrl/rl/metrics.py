@@ -265,6 +265,9 @@ def tensor_metrics(exp: Experience) -> dict[str, float]:
     if exp.rollout.rollout_logprobs is not None:  # the train/rollout mismatch (glassrl.algos.off_policy)
         mean, biggest = logprob_mismatch(exp.logprobs, exp.rollout.rollout_logprobs, mask)
         metrics["rollout/logprob_diff_mean"], metrics["rollout/logprob_diff_max"] = mean.item(), biggest.item()
+        if bool(mask.any()):  # the tail the mean hides: 1 % of the tokens lie further out (docs/debugging.md)
+            diff = (exp.logprobs - exp.rollout.rollout_logprobs.to(exp.logprobs.device))[mask].abs()  # (N,)
+            metrics["rollout/logprob_diff_p99"] = torch.quantile(diff.double(), 0.99).item()
     return {**metrics, **off_policy_metrics(exp)}
 
 

@@ -44,7 +44,10 @@ def test_reasoning_gym_records_are_seeded_and_scored_by_score_answer(tmp_path):
 
     train = rg.records("chain_sum", seed=1, size=50, config=CHAIN_SUM)
     assert [r.prompt for r in train] == [r.prompt for r in rg.records("chain_sum", seed=1, size=50, config=CHAIN_SUM)]
-    held_out = rg.records("chain_sum", seed=2, size=50, config=CHAIN_SUM)
+    # upstream draws entry i of seed s from Random(s + i): seed 2 is seed 1 shifted by one entry
+    shifted = rg.records("chain_sum", seed=2, size=50, config=CHAIN_SUM)
+    assert [r.prompt for r in shifted[:49]] == [r.prompt for r in train[1:]]
+    held_out = rg.records("chain_sum", seed=1_000_000, size=50, config=CHAIN_SUM)
     assert [r.prompt for r in train] != [r.prompt for r in held_out]
     record = train[0]
     assert record.prompt == "State the final answer to the following arithmetic problem: 4 - 1 ="
@@ -72,6 +75,25 @@ def test_reasoning_gym_export_writes_what_data_train_reads(tmp_path, capsys):
     assert export_main(["chain_sum", "--seed", "1", "--size", "5", "--out", str(out), "--config", config]) == 0
     read = load_prompts(str(out))
     assert len(read) == 5 and read[0].answer == "3" and "reasoning_gym" in read[0].metadata
+    assert capsys.readouterr().out == f"wrote 5 chain_sum entries (seed 1) to {out}\n"
+    held_out = tmp_path / "held_out.jsonl"
+    argv = [
+        "chain_sum",
+        "--seed",
+        "2",
+        "--size",
+        "5",
+        "--out",
+        str(held_out),
+        "--config",
+        config,
+        "--exclude",
+        str(out),
+    ]
+    assert export_main(argv) == 0  # seed 2's first four entries are seed 1's last four
+    assert capsys.readouterr().out == f"wrote 1 chain_sum entries (seed 2, 4 left out (in {out})) to {held_out}\n"
+    (kept,) = load_prompts(str(held_out))
+    assert kept.prompt not in {r.prompt for r in read}
     assert export_main(["chain_sum", "--seed", "1", "--size", "5", "--out", str(out), "--config", "[1]"]) == 2
     assert export_main(["nope", "--seed", "1", "--size", "5", "--out", str(out)]) == 2
     assert capsys.readouterr().err.splitlines()[-1].startswith("error: reasoning-gym dataset 'nope'")
@@ -81,7 +103,7 @@ def test_reasoning_gym_passes_the_audit_and_its_reward_the_red_team(tiny_model_d
     pytest.importorskip("reasoning_gym", reason="the reasoning-gym extra: pip install -e '.[reasoning-gym]'")
     from glassrl.agents.hubs.reasoning_gym import export
 
-    data = str(export("chain_sum", tmp_path / "rg.jsonl", seed=1, size=40, config=CHAIN_SUM))
+    data = str(export("chain_sum", tmp_path / "rg.jsonl", seed=1, size=40, config=CHAIN_SUM)[0])
     env = "glassrl.agents.hubs.reasoning_gym:ReasoningGymEnvironment"
     assert main(_audit(tiny_model_dir, tmp_path, data, env, ["3"])) == 0
     out = capsys.readouterr().out.splitlines()

@@ -3,8 +3,10 @@
 A reasoning-gym dataset is seeded: ``reasoning_gym.create_dataset(name, seed=, size=, **config)``
 (reasoning_gym/factory.py:51) yields entries ``{"question", "answer", "metadata"}``, and the
 dataset's ``score_answer(answer, entry)`` (reasoning_gym/dataset.py:63; ChainSum's at
-reasoning_gym/arithmetic/chain_sum.py:119) scores an extracted answer in [0, 1]. Different seeds
-give different entries, so a training seed and an evaluation seed make a held-out split.
+reasoning_gym/arithmetic/chain_sum.py:119) scores an extracted answer in [0, 1]. Entry ``i`` of seed ``s`` is drawn from
+``random.Random(s + i)`` (chain_sum.py:54; 97 of the 0.1.25 generators do so), so seeds 1 and 2 share
+all but one entry: a held-out set takes a seed at least the training size away, and ``--exclude``
+leaves out the questions the training file asks (a small task repeats questions across seeds).
 
 Here (docs/agentic.md, "Bring your environment"):
 
@@ -28,7 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +73,33 @@ def records(name: str, *, seed: int, size: int, config: Mapping[str, Any] | None
     return made
 
 
-def export(name: str, out: str | Path, *, seed: int, size: int, config: Mapping[str, Any] | None = None) -> Path:
-    """Write the dataset as JSON lines to ``out`` (replaced atomically); returns the path."""
-    lines = [json.dumps(row(name, e), ensure_ascii=False) for e in entries(name, seed=seed, size=size, config=config)]
+def export(
+    name: str,
+    out: str | Path,
+    *,
+    seed: int,
+    size: int,
+    config: Mapping[str, Any] | None = None,
+    exclude: Set[str] = frozenset(),
+) -> tuple[Path, int]:
+    """Write the dataset as JSON lines to ``out`` (replaced atomically), leaving out the entries whose
+    question is in ``exclude`` (a training set's prompts: a held-out set of questions never trained
+    on); returns the path and the rows written."""
+    made = entries(name, seed=seed, size=size, config=config)
+    lines = [json.dumps(row(name, e), ensure_ascii=False) for e in made if e["question"] not in exclude]
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     with replaced(path) as f:
-        f.write("\n".join(lines) + "\n")
-    return path
+        f.write("".join(line + "\n" for line in lines))
+    return path, len(lines)
+
+
+def prompts_of(path: str | Path) -> frozenset[str]:
+    """The ``prompt`` of every row of a JSON-lines file (an export's questions); GlassrlError for a bad file."""
+    try:
+        return frozenset(json.loads(line)["prompt"] for line in Path(path).read_text(encoding="utf-8").splitlines())
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise GlassrlError(f"--exclude {path}: not a JSON-lines file of rows with a prompt ({err})") from None
 
 
 def extracted(response: str) -> str:
@@ -125,19 +146,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="the JSON-lines file to write")
     example = '{"max_terms": 2}'
     parser.add_argument("--config", default="{}", help=f"the dataset's config fields as JSON, e.g. '{example}'")
+    parser.add_argument(
+        "--exclude", metavar="FILE", help="leave out the questions of this JSON-lines file (the train set)"
+    )
     args = parser.parse_args(argv)
     try:
         config = json.loads(args.config)
         if not isinstance(config, dict):
             raise GlassrlError(f"--config {args.config!r}: expected a JSON object")
-        path = export(args.dataset, args.out, seed=args.seed, size=args.size, config=config)
+        exclude = prompts_of(args.exclude) if args.exclude else frozenset()
+        path, written = export(args.dataset, args.out, seed=args.seed, size=args.size, config=config, exclude=exclude)
     except json.JSONDecodeError as err:
         print(f"error: --config {args.config!r}: not JSON: {err.msg}", file=sys.stderr)
         return 2
     except GlassrlError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"wrote {args.size} {args.dataset} entries (seed {args.seed}) to {path}")
+    left_out = f", {args.size - written} left out (in {args.exclude})" if args.exclude else ""
+    print(f"wrote {written} {args.dataset} entries (seed {args.seed}{left_out}) to {path}")
     return 0
 
 

@@ -15,7 +15,7 @@ BIN    := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 # Every other dependency, exact and with hashes (uv pip compile; `make lock` writes it).
 LOCK   := requirements-lock.txt
-EXTRAS := test,ray,lora,qwen,wandb,mlflow,agent-endpoint
+EXTRAS := test,ray,lora,qwen,wandb,mlflow,agent-endpoint,reasoning-gym,skyrl-gym,openenv
 # The preset `make demo` trains: examples/$(ALGO).yaml, e.g. make demo ALGO=ppo; or a whole
 # pipeline instead: make demo PIPELINE=rlhf (SFT policy → reward model → PPO, examples/rlhf/), or its
 # offline branch, make demo PIPELINE=rlhf OFFLINE=1 (SFT policy → DPO on the same pairs, examples/dpo.yaml);

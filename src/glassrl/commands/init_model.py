@@ -1,9 +1,10 @@
-"""`glassrl init-model [--agent [tool-add | research]] [--out DIR] [--seed N] [--force]`: install the
-embedded default model, or a tool-using variant: ``--agent`` (or ``--agent tool-add``) the
+"""`glassrl init-model [--agent [tool-add | research | reasoning-gym]] [--out DIR] [--seed N] [--force]`: install
+the embedded default model, or a variant: ``--agent`` (or ``--agent tool-add``) the
 calculator agent (glassrl.builtin.agent_model), ``--agent research`` the research agent of the
-reference dialogue (glassrl.builtin.research_model). Seed 0 installs the package's shipped weights
-(glassrl.builtin.shipped); ``--force`` (or another seed) builds the model here, and ``--force``
-prints its figures beside the shipped build's.
+reference dialogue (glassrl.builtin.research_model), ``--agent reasoning-gym`` the model made for
+reasoning-gym's chain_sum (glassrl.builtin.reasoning_gym_model; a build needs that extra). Seed 0
+installs the package's shipped weights (glassrl.builtin.shipped); ``--force`` (or another seed) builds
+the model here, and ``--force`` prints its figures beside the shipped build's.
 
 `glassrl init-model --arch qwen2.5-0.5b | qwen3-0.6b [--layers N] [--dtype D] [--out DIR]`: a real-size
 architecture with random weights and Qwen's real tokenizer and chat template (glassrl.builtin.qwen), to
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-AGENTS = ("tool-add", "research")
+AGENTS = ("tool-add", "research", "reasoning-gym")
 ARCHS = ("qwen2.5-0.5b", "qwen3-0.6b")  # glassrl.builtin.qwen.ARCHITECTURES (not imported: start-up time)
 HELP = (
     "install the default model (tokenizer + small Llama trained on the bundled tasks: the shipped weights, "
@@ -28,12 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         const="tool-add",
         choices=AGENTS,
         help="a tool-using agent model: tool-add (the default; default-agent-v1, model.actor: default-agent) or "
-        "research (default-research-v1, model.actor: default-research)",
+        "research (default-research-v1, model.actor: default-research) or reasoning-gym (default-rg-v1, model.actor: "
+        "default-rg)",
     )
     parser.add_argument(
         "--out",
         metavar="DIR",
-        help="where to write it (default: $GLASSRL_HOME/models/default-v2, default-agent-v1 or default-research-v1)",
+        help="where to write it (default: $GLASSRL_HOME/models/default-v2, default-agent-v1, default-research-v1 "
+        "or default-rg-v1)",
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the weights' initialisation and the SFT data order (default 0)"
@@ -64,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     from glassrl.builtin.agent_model import ensure_agent_model
     from glassrl.builtin.default_model import ensure_default_model
+    from glassrl.builtin.reasoning_gym_model import RG_VERSION, ensure_reasoning_gym_model
     from glassrl.builtin.research_model import ensure_research_model
     from glassrl.builtin.shipped import compare
     from glassrl.errors import GlassrlError
@@ -80,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         None: (VERSION, ensure_default_model),
         "tool-add": (AGENT_VERSION, ensure_agent_model),
         "research": (RESEARCH_VERSION, ensure_research_model),
+        "reasoning-gym": (RG_VERSION, ensure_reasoning_gym_model),
     }[args.agent]
     out = Path(args.out) if args.out is not None else default_model_dir(version)
     if out.exists() and not out.is_dir():
@@ -90,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     info = json.loads((path / MARKER).read_text(encoding="utf-8"))
     if args.agent == "research":
         _research_summary(path, info, console)
+    elif args.agent == "reasoning-gym":
+        _reasoning_gym_summary(path, info, console)
     elif args.agent:
         _agent_summary(path, info, console)
     else:
@@ -161,6 +168,18 @@ def _agent_summary(path, info: dict, console) -> None:
             f"correct {rates['correct']:.1%}",
             soft_wrap=True,
         )
+
+
+def _reasoning_gym_summary(path, info: dict, console) -> None:
+    """What ``--agent reasoning-gym`` built: its size, SFT and held-out chain_sum accuracy (greedy)."""
+    _built("reasoning-gym model", path, info, console)
+    held_out, train = info["heldout_reasoning_gym"], info["train_reasoning_gym"]
+    console.print(
+        f"  chain_sum, evaluation seed ({held_out['n']} entries, greedy): {held_out['accuracy']:.1%} "
+        f"({held_out['accuracy_unseen']:.1%} on the {held_out['unseen']:.0%} whose question no SFT example asks); "
+        f"training seed ({train['n']}): {train['accuracy']:.1%}",
+        soft_wrap=True,
+    )
 
 
 def _research_summary(path, info: dict, console) -> None:

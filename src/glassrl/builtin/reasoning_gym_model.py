@@ -1,0 +1,130 @@
+"""The reasoning-gym model's build recipe: a small model made for one task nobody here wrote.
+
+reasoning-gym's ``chain_sum`` (reasoning_gym/arithmetic/chain_sum.py): "State the final answer to
+the following arithmetic problem: 7 - 8 + 5 =" → "4", entries drawn from a seed. glassrl's bundled
+models know only glassrl's own tasks, so ``ensure_reasoning_gym_model()`` builds (or installs the
+shipped weights of, glassrl.builtin.shipped) a model for it, as the agent model is built
+(:func:`glassrl.builtin.agent_model.train_on_transcripts`, same cache rules, ``model.actor:
+default-rg``):
+
+1. ``spec.sft_examples`` entries of the spec's dataset and config from the **training seed**
+   (``train_seed``), answered with the reference answer (``sft_data.jsonl``);
+2. a byte-level BPE tokenizer trained on that text (:mod:`glassrl.models.default_tokenizer`, one
+   piece per digit), so every character reasoning-gym writes here is covered;
+3. a 2-layer ``LlamaForCausalLM``, SFT for ``spec.sft_steps``: stopped early, on purpose, so the
+   arithmetic is only partly right and GRPO has groups whose answers differ;
+4. greedy held-out accuracy on ``spec.eval_size`` entries of the **evaluation seed** (``eval_seed``),
+   scored by the dataset's own ``score_answer`` (glassrl.agents.hubs.reasoning_gym.score);
+5. ``glassrl.json`` written last; the directory renamed into place.
+
+It needs the reasoning-gym extra (``pip install 'glassrl[reasoning-gym]'``) only to be built; the
+shipped weights install without it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import transformers
+from rich.console import Console
+
+from glassrl.agents.hubs import reasoning_gym as rg
+from glassrl.builtin.agent_model import Episode, train_on_transcripts
+from glassrl.builtin.default_model import ensure_built, greedy_answers, one_thread
+from glassrl.data.records import PromptRecord
+from glassrl.models.default_model import MARKER, default_model_dir
+from glassrl.models.default_tokenizer import build_tokenizer
+from glassrl.optim import seed_everything
+
+RG_MODEL = "default-rg"  # its name for model.actor
+RG_VERSION = "default-rg-v1"
+
+
+@dataclass(frozen=True)
+class ReasoningGymModelSpec:
+    """Build parameters of the reasoning-gym model (all recorded in glassrl.json; module docstring)."""
+
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 512
+    max_position_embeddings: int = 64  # the question ~20 tokens, the answer ≤ 4
+    vocab_size: int = 384  # upper bound
+    dataset: str = "chain_sum"
+    min_terms: int = 2
+    max_terms: int = 3
+    min_digits: int = 1
+    max_digits: int = 1  # one-digit terms, 2 or 3 of them: 4,200 questions, some never in the SFT data
+    train_seed: int = 1  # entries SFT and training see
+    eval_seed: int = 1_000_000  # entry i of seed s is entry i+1 of seed s-1 (Random(seed + idx)): seeds far apart
+    sft_examples: int = 4000
+    sft_steps: int = 800
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 30
+    weight_decay: float = 0.1
+    eval_size: int = 200
+
+    def config(self) -> dict:
+        """The dataset's config fields (reasoning-gym's ChainSumConfig)."""
+        keys = ("min_terms", "max_terms", "min_digits", "max_digits")
+        return {k: getattr(self, k) for k in keys}
+
+
+RG_SPEC = ReasoningGymModelSpec()
+
+
+def ensure_reasoning_gym_model(
+    *, out_dir: str | Path | None = None, seed: int = 0, rebuild: bool = False, console: Console | None = None
+) -> Path:
+    """The model's directory (``default_model_dir(RG_VERSION)`` unless ``out_dir``), built if missing."""
+    console = console or Console()
+    out = Path(out_dir) if out_dir is not None else default_model_dir(RG_VERSION)
+    build = lambda tmp: build_reasoning_gym_model(tmp, seed=seed, console=console)  # noqa: E731
+    return ensure_built(out, seed, RG_SPEC, RG_VERSION, build, rebuild, console)
+
+
+def build_reasoning_gym_model(
+    out_dir: str | Path, *, seed: int = 0, spec: ReasoningGymModelSpec = RG_SPEC, console: Console | None = None
+) -> dict:
+    """Build, train, evaluate and save the model into ``out_dir``; returns glassrl.json's content."""
+    return one_thread(lambda: _build(Path(out_dir), seed, spec, console or Console()))
+
+
+def _build(out_dir: Path, seed: int, spec: ReasoningGymModelSpec, console: Console) -> dict:
+    start = time.perf_counter()
+    seed_everything(seed)
+    train = rg.records(spec.dataset, seed=spec.train_seed, size=spec.sft_examples, config=spec.config())
+    episodes = [Episode(r, "answer", (str(r.answer),), ()) for r in train]
+    texts = [str(r.prompt) for r in train] + [str(r.answer) for r in train]
+    tokenizer = build_tokenizer(texts, vocab_size=spec.vocab_size, model_max_length=spec.max_position_embeddings)
+    model, info = train_on_transcripts(
+        out_dir, seed, spec, RG_VERSION, "reasoning-gym model", episodes, ("answer",), tokenizer, console
+    )
+    held_out = rg.records(spec.dataset, seed=spec.eval_seed, size=spec.eval_size, config=spec.config())
+    unseen = [r for r in held_out if r.prompt not in {t.prompt for t in train}]
+    info = {
+        **info,
+        "heldout_reasoning_gym": {
+            "n": len(held_out),
+            "accuracy": accuracy(model, tokenizer, held_out),
+            "unseen": len(unseen) / len(held_out),  # the questions no SFT example asked
+            "accuracy_unseen": accuracy(model, tokenizer, unseen),
+        },
+        "train_reasoning_gym": {"n": spec.eval_size, "accuracy": accuracy(model, tokenizer, train[: spec.eval_size])},
+        "build_time_s": round(time.perf_counter() - start, 1),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+    (out_dir / MARKER).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return info
+
+
+def accuracy(model, tokenizer, records: list[PromptRecord]) -> float:
+    """Mean of the dataset's ``score_answer`` over greedy answers to ``records``."""
+    answers = greedy_answers(model, tokenizer, [r.prompt for r in records], max_new_tokens=8)
+    return sum(rg.score("", text, r.answer, r.metadata) for (text, _), r in zip(answers, records)) / len(records)

@@ -31,9 +31,8 @@ from glassrl.workers.sync_truth import (
     exact_mismatch,
     fingerprints,
     layer_of,
-    mixed,
 )
-from glassrl.workers.weight_sync import ModuleSink, WeightReceiver, WeightSender
+from glassrl.workers.weight_sync import ModuleSink, WeightReceiver, WeightSender, lerp_into
 
 UP = "model.layers.0.mlp.up_proj.weight"  # a tensor in a layer of the tiny model
 Q = "model.layers.1.self_attn.q_proj.weight"  # square: hidden × hidden
@@ -219,14 +218,30 @@ def test_fingerprints_are_exact_and_see_order():
     assert exact_mismatch(["h"], fingerprints([("h", half)]), fingerprints([("h", half.clone())])) is None
 
 
-def test_the_mixed_reference_is_checked_through_the_linear_sums():
-    theta, ref = torch.randn(50, 8), torch.randn(50, 8)
-    alpha = 0.6
-    sent, before = fingerprints([("w", theta)]), fingerprints([("w", ref)])
-    after = ref.clone().lerp_(theta, alpha)
-    assert mixed(["w"], sent, before, fingerprints([("w", after)]), alpha) is None
-    name, how = mixed(["w"], sent, before, fingerprints([("w", ref)]), alpha)  # the mix never happened
-    assert name == "w" and "α·θ + (1 − α)·θ_ref" in how
+def test_the_mixed_reference_is_checked_exactly():
+    """Checker.observe before the sink, verdict after: a mix done right passes; one skipped, or done with
+    another α, or fed a tensor other than the trainer's, is named."""
+    theta = {"w": torch.randn(50, 8), "b": torch.randn(8)}
+    sent = fingerprints(theta.items())
+    names = list(theta)
+
+    def check(mix, alpha=0.6, feed=theta):
+        ref = torch.nn.ParameterDict({n: torch.nn.Parameter(torch.randn_like(t)) for n, t in theta.items()})
+        checker = Checker(ref, "reference", alpha=0.6)
+        checker.ahead()
+        checker.observe(feed.items())
+        mix(ref, feed, alpha)
+        return checker.verdict(1, names, sent, None, 0.0)
+
+    def lerp(ref, feed, alpha, skip=None):
+        lerp_into(dict(ref.named_parameters()), [(n, t) for n, t in feed.items() if n != skip], alpha)
+
+    assert check(lerp).breach is None
+    skipped = check(lambda r, f, a: lerp(r, f, a, skip="w"))
+    assert skipped.tensor == "w" and "not mixed in as α·θ + (1 − α)·θ_ref (α = 0.6)" in skipped.breach
+    assert check(lerp, alpha=0.5).tensor == "w"  # every tensor off: the first in order named
+    stale = check(lerp, feed={"w": theta["w"] + 1e-3, "b": theta["b"]})
+    assert stale.tensor == "w" and "arrived other than the trainer sent it" in stale.breach
 
 
 def test_layer_names_and_adapters_state(tiny_model_dir):

@@ -266,7 +266,8 @@ class LocalReference:
         start = time.perf_counter()
         names = [name for name, _ in self.actor.named_parameters()]
         sent = fingerprints(self.actor.named_parameters())
-        self.checker.ahead(names)
+        self.checker.ahead()
+        self.checker.observe(self.actor.named_parameters())  # what the mix must make of each tensor
         self.mix_in(self.actor, self.alpha)
         self.log.add([self.checker.verdict(self.syncs, names, sent, None, start)])
 

@@ -13,9 +13,13 @@ here is followed by two checks (``check.*``, glassrl.rl.config_check), on by def
   the thread count that sums them cannot change the answer). A copy that landed matches both bit for
   bit; a dropped tensor, a stale bucket, zeroed weights or a permuted layout changes them (a
   permutation keeps a plain sum; the positional one moves). Columns 2–4 are float64 sums (Σx, Σ|x|,
-  Σ w_i·x_i) viewed as int64 for the trip: a reference that *mixes* the actor in (θ_ref ← α·θ +
-  (1 − α)·θ_ref, TR-DPO) is checked through them, since Σ and Σw· are linear (:func:`mixed`).
-  One tensor of N × 5 travels per sync, after the weights.
+  Σ w_i·x_i) viewed as int64 for the trip, which the messages quote. One tensor of N × 5 travels per
+  sync, after the weights.
+- **A reference that mixes the actor in** (θ_ref ← α·θ + (1 − α)·θ_ref, TR-DPO) holds neither side's
+  weights, so it is checked exactly in two halves (:meth:`Checker.observe`): each tensor that reaches
+  its ``load_weights`` must be the trainer's bit for bit, and the parameter after the sync must be
+  ``torch.lerp`` of the one before and that tensor, bit for bit (the expected result is computed one
+  tensor at a time before the sink runs; ``lerp`` is elementwise, so it is the same bits).
 - **The probe, every ``check.sync_probe_every`` syncs**: a fixed batch of token sequences
   (:func:`probe_rows`) re-scored by both sides; the first token whose log-prob differs by more than
   the tolerance is named (:func:`first_moved`). It sees what checksums cannot: adapters loaded but
@@ -101,21 +105,6 @@ def exact_mismatch(names: list[str], sent: torch.Tensor, got: torch.Tensor) -> t
     return None
 
 
-def mixed(
-    names: list[str], sent: torch.Tensor, before: torch.Tensor, after: torch.Tensor, alpha: float, rtol: float = 1e-5
-) -> tuple[str, str] | None:
-    """The first tensor for which θ_ref ← α·θ + (1 − α)·θ_ref did not happen: Σ and Σw· of ``after`` must
-    equal α·(the sent) + (1 − α)·(``before``) within ``rtol`` of Σ|x| (float32 rounding of each element)."""
-    s, b, a = floats(sent), floats(before), floats(after)
-    want = alpha * s + (1 - alpha) * b
-    scale = torch.maximum(s[:, 1], b[:, 1]).clamp_min(1e-30)
-    for col, label in ((0, "Σx"), (2, "positional Σ")):
-        off = (a[:, col] - want[:, col]).abs() > rtol * scale * (PERIOD if col == 2 else 1)
-        for i in torch.nonzero(off).flatten().tolist():
-            return names[i], f"{label} = {a[i, col]:.6g}, α·θ + (1 − α)·θ_ref gives {want[i, col]:.6g}"
-    return None
-
-
 def probe_rows(vocab_size: int) -> list[list[int]]:
     """The fixed probe batch: PROBE_ROWS sequences spread over the vocabulary (no tokenizer needed)."""
     first = probe_ids(vocab_size, 64)
@@ -192,7 +181,8 @@ class Checker:
         self.params = dict(model.named_parameters())
         dtype = next(model.parameters()).dtype
         self.tol = tolerance(dtype) if tol is None else tol
-        self.before: torch.Tensor | None = None  # a mixing reference: its fingerprints before the sync
+        self.received: dict[str, torch.Tensor] = {}  # a mixing receiver: fingerprints of what reached the sink
+        self.expected: dict[str, torch.Tensor] = {}  # … and of lerp(θ_ref, θ, α) computed before the sink ran
 
     def mine(self, names: list[str]) -> tuple[torch.Tensor, str | None]:
         missing = [n for n in names if n not in self.params]
@@ -200,23 +190,38 @@ class Checker:
             return fingerprints([]), missing[0]
         return fingerprints((n, self.params[n]) for n in names), None
 
-    def ahead(self, names: list[str]) -> None:
-        """Before a mixing sync: the reference's own fingerprints (what α·θ + (1 − α)·θ_ref starts from)."""
-        if self.alpha is not None:
-            self.before = self.mine(names)[0]
+    def ahead(self) -> None:
+        """A sync begins: what the last one observed is forgotten."""
+        self.received, self.expected = {}, {}
+
+    @torch.no_grad()
+    def observe(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """A mixing receiver, before its sink takes ``weights``: each tensor's fingerprint, and that of the
+        parameter the mix must produce (``torch.lerp``, as glassrl.workers.weight_sync.lerp_into runs it)."""
+        if self.alpha is None:
+            return
+        for name, tensor in weights:
+            target = self.params.get(name)
+            if target is not None:
+                self.received[name] = fingerprint(tensor)
+                self.expected[name] = fingerprint(torch.lerp(target.detach(), tensor.to(target.dtype), self.alpha))
 
     def verdict(
-        self, version: int, names: list[str], sent: torch.Tensor, probe: torch.Tensor | None, start: float
+        self,
+        version: int,
+        names: list[str],
+        sent: torch.Tensor,
+        probe: torch.Tensor | None,
+        start: float,
+        payload: list[str] | None = None,
     ) -> Verdict:
-        """Compare after loading (module docstring); ``probe``: the trainer's probe log-probs, or None."""
+        """Compare after loading (module docstring); ``probe``: the trainer's probe log-probs, or None;
+        ``payload``: the names the sync carried (a mixing receiver checks those)."""
         got, missing = self.mine(names)
         n = len(names)
         if missing is not None:
             return self._breach(version, n, missing, "the sampler's model has no such tensor", None, start)
-        if self.alpha is None:
-            found = exact_mismatch(names, sent, got)
-        else:
-            found = mixed(names, sent, self.before, got, self.alpha)
+        found = exact_mismatch(names, sent, got) if self.alpha is None else self._mix(names, sent, got, payload)
         if found is not None:
             return self._breach(version, n, *found, None, start)
         bad = adapters_not_applied(self.model)
@@ -230,6 +235,22 @@ class Checker:
         if token is not None:
             return self._breach(version, n, "the probe batch", token, worst, start)
         return Verdict(self.where, version, n, probe_diff=worst, seconds=time.perf_counter() - start)
+
+    def _mix(self, names, sent, got, payload) -> tuple[str, str] | None:
+        """The first tensor of the payload that did not reach the sink, reached it other than the trainer
+        sent it, or was not mixed in as lerp(θ_ref, θ, α)."""
+        row = {name: i for i, name in enumerate(names)}
+        for name in payload if payload is not None else names:
+            if name not in self.received:
+                return name, "sent, but never reached the reference's load_weights"
+            i = row[name]
+            if not torch.equal(self.received[name][:2], sent[i, :2]):
+                found = exact_mismatch([name], sent[i : i + 1], self.received[name][None])
+                return name, f"arrived other than the trainer sent it: {found[1]}"
+            if not torch.equal(self.expected[name][:2], got[i, :2]):
+                found = exact_mismatch([name], self.expected[name][None], got[i : i + 1])
+                return name, f"not mixed in as α·θ + (1 − α)·θ_ref (α = {self.alpha:g}): {found[1]}"
+        return None
 
     def _breach(self, version, n, tensor, how, probe_diff, start) -> Verdict:
         text = f"{self.where}, weights of version {version}: {tensor} ({layer_of(tensor + '.')}): {how}"

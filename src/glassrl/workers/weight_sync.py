@@ -266,12 +266,15 @@ class WeightReceiver:
         header = torch.zeros(2, dtype=torch.long, device=self.group.device)  # version, probe follows
         self.group.broadcast(header)
         if self.checker is not None:
-            self.checker.ahead(self.check.get("names", []))  # a mixing reference: its weights before
+            self.checker.ahead()
         for bucket in self.buckets:
             flat = _buffer(self.buffers, self.buckets, bucket, self.group.device)
             self.group.broadcast(flat)
+            weights = [(s.name, flat[s.offset : s.offset + s.numel].view(s.shape)) for s in bucket.slots]
+            if self.checker is not None:
+                self.checker.observe(weights)  # a mixing reference: what its sink must make of them
             # load_weights copies out before the buffer is written again (the next bucket)
-            self.load_weights([(s.name, flat[s.offset : s.offset + s.numel].view(s.shape)) for s in bucket.slots])
+            self.load_weights(weights)
         if self.check:
             names = self.check["names"]
             prints = torch.zeros(len(names), 5, dtype=torch.long, device=self.group.device)
@@ -290,7 +293,8 @@ class WeightReceiver:
         version = self.receive()
         if self.checker is None or self.sent is None:
             return None
-        return self.checker.verdict(version, *self.sent, start)
+        payload = [s.name for b in self.buckets for s in b.slots]
+        return self.checker.verdict(version, *self.sent, start, payload)
 
 
 class ModuleSink:

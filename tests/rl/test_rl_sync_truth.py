@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 import glassrl.workers.local as local_workers
+from glassrl import presets
 from glassrl.diagnose.sync_check import SyncBreach
 from glassrl.report.html import write_run_report
 from helpers import preset_trainer
@@ -77,3 +78,32 @@ def test_warn_goes_on_and_off_sees_nothing(fast, tmp_path, monkeypatch):
     off = _run(fast, tmp_path / "off", "check.sync=false")
     off.train()
     assert not any(k.startswith("sync/") for r in logged_metrics(off.out) for k in r)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", presets.rl_names())
+def test_no_false_alarm_on_any_preset(preset, fast, prompt_files, tmp_path):
+    """Every RL preset, two steps, with everything the local backend moves switched on: the sampling copy
+    (rollout.max_staleness: 1) and, where there is a reference, its sync every step. Each step's syncs are
+    checked and none is a breach (the check stops the run at the first)."""
+    from test_rl_presets import EXTRA, PARTIAL_CREDIT, _config, _unlabelled
+
+    extra = [*EXTRA.get(preset, []), "rollout.max_staleness=1"]
+    if preset == "ttrl":
+        extra.append(f"data.train={_unlabelled(prompt_files[0], tmp_path / 'unlabelled.jsonl')}")
+    else:
+        extra.append(f"reward.sources={PARTIAL_CREDIT}")
+    uses_reference = _config(preset).algo.kl.placement != "none"
+    if uses_reference:
+        extra.append("algo.kl.ref_sync_every=1")
+    trainer = preset_trainer(preset, [*fast, *extra])
+    trainer.train()
+    rows = [r for r in logged_metrics(trainer.out) if r["step"] > 0]
+    assert [r["step"] for r in rows] == [1, 2]
+    synced = [{k: v for k, v in r.items() if k.startswith("sync/")} for r in rows]
+    # each step: the copy that sampled its round(s) (dynamic sampling may take more), and the reference's mix
+    assert all(r.get("sync/breaches") == 0 for r in synced), synced
+    assert all(r["sync/checks"] >= 1 + uses_reference for r in synced), synced
+    if preset != "dapo":
+        assert all(r["sync/checks"] == 1 + uses_reference for r in synced), synced
+    assert not (trainer.out / "watch.jsonl").exists()

@@ -252,3 +252,30 @@ def test_layer_names_and_adapters_state(tiny_model_dir):
     assert adapters_not_applied(model) == []
     model.base_model.disable_adapter_layers()
     assert adapters_not_applied(model) and all("proj" in n for n in adapters_not_applied(model))
+
+
+def test_the_sync_log_sums_a_step_and_counts_a_vllm_engines_own_checks():
+    from types import SimpleNamespace
+
+    from glassrl.rollout.vllm_sync import SyncCheck
+    from glassrl.workers.sync_truth import SyncLog, Verdict
+
+    log = SyncLog()
+    engine = SimpleNamespace(syncs=0, last_sync=None)  # glassrl.rollout.vllm.VLLMRolloutEngine's two fields
+    log.follow(engine)
+    assert log.drain() == ({}, [])
+    log.add([Verdict("rollout rank 0", 3, 40, probe_diff=2e-6, seconds=0.5), None])
+    log.add(
+        [Verdict("rollout rank 1", 3, 40, "rollout rank 1, weights of version 3: x (no layer): …", "x", seconds=0.7)]
+    )
+    engine.syncs, engine.last_sync = 2, SyncCheck(max_diff=4e-6, tolerance=1e-3, moved=0.1)
+    metrics, breaches = log.drain()
+    assert metrics == {
+        "sync/checks": 3.0,
+        "sync/tensors": 80.0,
+        "sync/breaches": 1.0,
+        "perf/sync_check_s": 0.7,
+        "sync/probe_max_diff": 4e-6,
+    }
+    assert breaches == ["rollout rank 1, weights of version 3: x (no layer): …"]
+    assert log.drain() == ({}, [])  # drained; the engine's syncs already counted

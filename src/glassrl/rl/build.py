@@ -387,6 +387,8 @@ def build_local_workers(
     paths = {"rollout": engine.path, "optimiser": optimizer_path(optimizer)}
     stop = None
     log = SyncLog() if cfg.check.sync else None  # the sync truth check: what moves here is checked
+    if log is not None and hasattr(engine, "last_sync"):  # vLLM: the engine's own verified syncs, counted
+        log.follow(engine)
     if resolved.max_staleness == 1:  # a copy of the policy samples rounds ahead in a thread (glassrl.workers.overlap)
         own = partial(rollout_engine, cfg, tokenizer=copy.deepcopy(tokenizer))  # its own tokenizer: no sharing
         rollout = OverlapRollout(rollout, actor, own, passes, log=log)

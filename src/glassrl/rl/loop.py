@@ -165,7 +165,9 @@ class Trainer:
             else None
         )
         log = self.workers.sync_log  # the sync truth check, where weights move (glassrl.diagnose.sync_check)
-        self.sync_truth = SyncTruth(log, cfg.check.on_sync_breach, self.out, self.console) if log else None
+        self.sync_truth = None if log is None else SyncTruth(log, cfg.check.on_sync_breach, self.out, self.console)
+        if self.sync_truth is not None:  # the syncs of the start (and of a resume's load): judged now, not in step 1
+            self.sync_truth.stop(self.sync_truth.update(step, {}))
 
     # ------------------------------------------------------------------ the step
 

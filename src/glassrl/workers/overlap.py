@@ -43,7 +43,7 @@ from glassrl.data.records import PromptRecord
 from glassrl.models.precision import compute_precision
 from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
 from glassrl.workers.local import FrozenActor, LocalActor, LocalRollout, Passes
-from glassrl.workers.sync_truth import Checker, SyncLog, fingerprints
+from glassrl.workers.sync_truth import Checker, SyncLog, Verdict, fingerprints
 
 
 class OverlapRollout:
@@ -101,12 +101,14 @@ class OverlapRollout:
     def result(self, pending: Future) -> tuple[RolloutBatch, dict[str, float]]:
         """The round of ``pending`` (waiting for it): its ``behaviour_logprobs`` and ``behaviour_entropy``
         computed by the policy that sampled it, its ``policy_versions`` the version it was requested at."""
-        batch = pending.result()
+        batch, verdict = pending.result()
         self.pending.remove(pending)
+        if verdict is not None:  # counted in the step that takes the round, whenever the thread ran it
+            self.log.add([verdict])
         return batch, {}
 
-    def _sample(self, weights, version, prompts, n, params, records) -> RolloutBatch:
-        start = time.perf_counter()
+    def _sample(self, weights, version, prompts, n, params, records) -> tuple[RolloutBatch, Verdict | None]:
+        start, verdict = time.perf_counter(), None
         with torch.no_grad():
             for mine, theirs in zip(self.copy.state_dict().values(), weights, strict=True):
                 mine.copy_(theirs)
@@ -114,7 +116,7 @@ class OverlapRollout:
             given = dict(zip(self.copy.state_dict(), weights))
             names = list(self.checker.params)
             sent = fingerprints((name, given[name]) for name in names)
-            self.log.add([self.checker.verdict(version, names, sent, None, start)])
+            verdict = self.checker.verdict(version, names, sent, None, start)
         del weights
         # Grad mode and autocast are per thread: set here, in the sampling thread.
         with torch.no_grad(), compute_precision(self.live.generator.device, self.live.compute):
@@ -126,7 +128,7 @@ class OverlapRollout:
         }
         batch.behaviour_logprobs, batch.behaviour_entropy = self.scorer.compute_logprobs(inputs)
         batch.policy_versions = torch.where(batch.response_mask, version, -1)  # (B, T): these weights sampled
-        return batch
+        return batch, verdict
 
     def close(self) -> None:
         """Wait for a round still being sampled, and stop the thread (idempotent)."""

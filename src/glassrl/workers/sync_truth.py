@@ -262,13 +262,30 @@ class SyncLog:
     """The driver's: every verdict of the step, drained once a step by the loop (:meth:`drain`)."""
 
     verdicts: list[Verdict] = field(default_factory=list)
+    engines: list[list] = field(default_factory=list)  # [engine, its syncs already counted]: vLLM's own checks
 
     def add(self, verdicts: Iterable[Verdict | None]) -> None:
         self.verdicts.extend(v for v in verdicts if v is not None)
 
+    def follow(self, engine) -> None:
+        """A vLLM engine (glassrl.rollout.vllm) verifies each of its syncs itself (glassrl.rollout.vllm_sync:
+        every parameter loaded, the unrepacked ones equal, its probe log-probs within tolerance), raising
+        on a failure; each sync it made since the last drain is counted here as a check, its probe's
+        largest |Δ| as ``probe_diff``."""
+        self.engines.append([engine, engine.syncs])
+
+    def _engine_verdicts(self) -> None:
+        for entry in self.engines:
+            engine, seen = entry
+            if engine.syncs > seen and engine.last_sync is not None:
+                diff = engine.last_sync.max_diff
+                self.verdicts.append(Verdict("vLLM engine", engine.syncs, 0, probe_diff=diff))
+                entry[1] = engine.syncs
+
     def drain(self) -> tuple[dict[str, float], list[str]]:
         """The step's metrics (``sync/checks``, ``sync/tensors``, ``sync/breaches``, ``sync/probe_max_diff``,
         ``perf/sync_check_s``) and its breach sentences; the log is empty after."""
+        self._engine_verdicts()
         verdicts, self.verdicts = self.verdicts, []
         if not verdicts:
             return {}, []

@@ -7,14 +7,14 @@ here is followed by two checks (``check.*``, glassrl.rl.config_check), on by def
 
 - **Checksums, every sync**: each side fingerprints every parameter of its model (the trainer the
   tensors it holds, not the buffers it sent; the sampler its parameters after loading):
-  :func:`fingerprints`, one row per tensor of five int64 numbers. Columns 0–1 are exact and
+  :func:`fingerprints`, one row per tensor of four int64 numbers. Columns 0–1 are exact and
   order-free: the sum of the tensor's raw bits read as integers and the same sum weighted by the
-  element's position (i mod 1021 + 1), in int64 arithmetic (wrapping: addition stays associative, so
-  the thread count that sums them cannot change the answer). A copy that landed matches both bit for
-  bit; a dropped tensor, a stale bucket, zeroed weights or a permuted layout changes them (a
-  permutation keeps a plain sum; the positional one moves). Columns 2–4 are float64 sums (Σx, Σ|x|,
-  Σ w_i·x_i) viewed as int64 for the trip, which the messages quote. One tensor of N × 5 travels per
-  sync, after the weights.
+  element's position (i mod 1021 + 1), products wrapping in the bits' width, sums in int64 (wrapping:
+  addition stays associative, so the thread count that sums them cannot change the answer). A copy
+  that landed matches both bit for bit; a dropped tensor, a stale bucket, zeroed weights or a permuted
+  layout changes them (a permutation keeps a plain sum; the positional one moves). Columns 2–3 are
+  float64 sums (Σx, Σ|x|) viewed as int64 for the trip, which the messages quote. One tensor of N × 4
+  travels per sync, after the weights.
 - **A reference that mixes the actor in** (θ_ref ← α·θ + (1 − α)·θ_ref, TR-DPO) holds neither side's
   weights, so it is checked exactly in two halves (:meth:`Checker.observe`): each tensor that reaches
   its ``load_weights`` must be the trainer's bit for bit, and the parameter after the sync must be
@@ -48,7 +48,7 @@ from torch.distributed.tensor import DTensor
 from glassrl.rollout.vllm_sync import actor_probe_logprobs, probe_ids, tolerance
 
 PERIOD = 1021  # positions are weighted i mod PERIOD + 1 (a prime: a row permutation of any width moves the sum)
-COLUMNS = ("bits", "bits_positional", "sum", "sum_abs", "sum_positional")
+COLUMNS = ("bits", "bits_positional", "sum", "sum_abs")
 PROBE_ROWS = 2
 _LAYER = re.compile(r"\.(?:layers|layer|h|blocks)\.(\d+)\.")
 _INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -59,29 +59,41 @@ def full(p: torch.Tensor) -> torch.Tensor:
     return p.full_tensor() if isinstance(p, DTensor) else p.detach()
 
 
+_WEIGHTS: dict[torch.device, torch.Tensor] = {}  # i mod PERIOD + 1, int32, kept per device (grown on demand)
+
+
+def _position_weights(n: int, device: torch.device) -> torch.Tensor:
+    kept = _WEIGHTS.get(device)
+    if kept is None or kept.numel() < n:
+        kept = _WEIGHTS[device] = torch.arange(n, dtype=torch.int32, device=device) % PERIOD + 1
+    return kept[:n]
+
+
 @torch.no_grad()
 def fingerprint(tensor: torch.Tensor) -> torch.Tensor:
-    """(5,) int64: the columns of :data:`COLUMNS` for one tensor (module docstring)."""
+    """(4,) int64: the columns of :data:`COLUMNS` for one tensor (module docstring). The products
+    bits × weight wrap in int32 and the sums in int64: both deterministic, so the columns are exact."""
     flat = tensor.detach().contiguous().reshape(-1)
-    if flat.dtype.is_floating_point or flat.dtype.is_complex:
-        bits = flat.view(_INT_VIEW[flat.element_size()]).long()
+    if flat.dtype.is_floating_point:
+        bits = flat.view(_INT_VIEW[flat.element_size()])
     else:
-        bits = flat.long()
-    weights = torch.arange(flat.numel(), device=flat.device) % PERIOD + 1
-    x = flat.double()
-    exact = torch.stack([bits.sum(), (bits * weights).sum()])
-    sums = torch.stack([x.sum(), x.abs().sum(), (x * weights).sum()])
+        bits = flat
+    if bits.dtype == torch.int8:
+        bits = bits.int()
+    weights = _position_weights(flat.numel(), flat.device).to(bits.dtype)
+    exact = torch.stack([bits.sum(dtype=torch.int64), (bits * weights).sum(dtype=torch.int64)])
+    sums = torch.stack([flat.sum(dtype=torch.float64), flat.abs().sum(dtype=torch.float64)])
     return torch.cat([exact, sums.view(torch.int64)]).cpu()
 
 
 def fingerprints(named: Iterable[tuple[str, torch.Tensor]]) -> torch.Tensor:
-    """(N, 5) int64: :func:`fingerprint` of each tensor, in order."""
+    """(N, 4) int64: :func:`fingerprint` of each tensor, in order."""
     rows = [fingerprint(t) for _, t in named]
     return torch.stack(rows) if rows else torch.zeros(0, len(COLUMNS), dtype=torch.int64)
 
 
 def floats(prints: torch.Tensor) -> torch.Tensor:
-    """(N, 3) float64: the float columns (Σx, Σ|x|, Σw·x) of fingerprints."""
+    """(N, 2) float64: the float columns (Σx, Σ|x|) of fingerprints."""
     return prints[:, 2:].contiguous().view(torch.float64)
 
 
@@ -98,7 +110,9 @@ def exact_mismatch(names: list[str], sent: torch.Tensor, got: torch.Tensor) -> t
         if have[1] == 0 and want[1] != 0:
             how = f"the sampler's copy is all zeros (trainer Σ|x| = {want[1]:.6g})"
         elif have[0] == want[0] and have[1] == want[1]:
-            how = f"the same values in another order (Σx = {want[0]:.6g}; positional Σ {want[2]:.6g} ≠ {have[2]:.6g})"
+            how = (
+                f"the same values in another order (Σx = {want[0]:.6g}, Σ|x| = {want[1]:.6g}; the positional sum moved)"
+            )
         else:
             how = f"trainer Σx = {want[0]:.6g}, Σ|x| = {want[1]:.6g}; sampler Σx = {have[0]:.6g}, Σ|x| = {have[1]:.6g}"
         return names[i], how

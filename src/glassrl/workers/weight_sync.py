@@ -61,7 +61,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from glassrl.workers.sync_truth import Checker, Verdict, fingerprint, full, probe_logprobs, probe_rows
+from glassrl.workers.sync_truth import COLUMNS, Checker, Verdict, fingerprint, full, probe_logprobs, probe_rows
 from glassrl.workers.sync_truth import vocab_size as model_vocab
 
 LoadWeights = Callable[[list[tuple[str, torch.Tensor]]], object]  # vLLM's model.load_weights signature
@@ -246,7 +246,7 @@ class WeightReceiver:
         self.buckets: list[Bucket] = []
         self.buffers: dict[torch.dtype, torch.Tensor] = {}
         self.check: dict = {}  # the sender's CHECK_KEY
-        # the last sync's check data from the sender: (names, fingerprints (N, 5), probe log-probs or None)
+        # the last sync's check data from the sender: (names, fingerprints (N, 4), probe log-probs or None)
         self.sent: tuple[list[str], torch.Tensor, torch.Tensor | None] | None = None
 
     def join(
@@ -277,7 +277,7 @@ class WeightReceiver:
             self.load_weights(weights)
         if self.check:
             names = self.check["names"]
-            prints = torch.zeros(len(names), 5, dtype=torch.long, device=self.group.device)
+            prints = torch.zeros(len(names), len(COLUMNS), dtype=torch.long, device=self.group.device)
             self.group.broadcast(prints)
             probe = None
             if header[1]:

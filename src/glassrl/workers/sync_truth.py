@@ -103,18 +103,25 @@ def layer_of(name: str) -> str:
     return f"layer {match.group(1)}" if match else "no layer"
 
 
-def exact_mismatch(names: list[str], sent: torch.Tensor, got: torch.Tensor) -> tuple[str, str] | None:
-    """The first tensor whose exact columns differ, and how; None when every tensor matches bit for bit."""
+def exact_mismatch(
+    names: list[str], sent: torch.Tensor, got: torch.Tensor, sides: tuple[str, str] = ("trainer", "sampler")
+) -> tuple[str, str] | None:
+    """The first tensor whose exact columns differ, and how (``sides``: what ``sent`` and ``got`` are, in
+    words); None when every tensor matches bit for bit."""
+    want_side, have_side = sides
     for i in torch.nonzero((sent[:, :2] != got[:, :2]).any(1)).flatten().tolist():
         want, have = floats(sent[i : i + 1])[0].tolist(), floats(got[i : i + 1])[0].tolist()
         if have[1] == 0 and want[1] != 0:
-            how = f"the sampler's copy is all zeros (trainer Σ|x| = {want[1]:.6g})"
+            how = f"the {have_side}'s copy is all zeros ({want_side} Σ|x| = {want[1]:.6g})"
         elif have[0] == want[0] and have[1] == want[1]:
             how = (
                 f"the same values in another order (Σx = {want[0]:.6g}, Σ|x| = {want[1]:.6g}; the positional sum moved)"
             )
         else:
-            how = f"trainer Σx = {want[0]:.6g}, Σ|x| = {want[1]:.6g}; sampler Σx = {have[0]:.6g}, Σ|x| = {have[1]:.6g}"
+            how = (
+                f"{want_side} Σx = {want[0]:.6g}, Σ|x| = {want[1]:.6g}; "
+                f"{have_side} Σx = {have[0]:.6g}, Σ|x| = {have[1]:.6g}"
+            )
         return names[i], how
     return None
 
@@ -259,10 +266,10 @@ class Checker:
                 return name, "sent, but never reached the reference's load_weights"
             i = row[name]
             if not torch.equal(self.received[name][:2], sent[i, :2]):
-                found = exact_mismatch([name], sent[i : i + 1], self.received[name][None])
+                found = exact_mismatch([name], sent[i : i + 1], self.received[name][None], ("trainer", "arrived"))
                 return name, f"arrived other than the trainer sent it: {found[1]}"
             if not torch.equal(self.expected[name][:2], got[i, :2]):
-                found = exact_mismatch([name], self.expected[name][None], got[i : i + 1])
+                found = exact_mismatch([name], self.expected[name][None], got[i : i + 1], ("expected", "reference"))
                 return name, f"not mixed in as α·θ + (1 − α)·θ_ref (α = {self.alpha:g}): {found[1]}"
         return None
 

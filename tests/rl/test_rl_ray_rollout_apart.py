@@ -35,7 +35,7 @@ from glassrl.config import load_config
 from glassrl.ledger import read_jsonl
 from glassrl.models import load_causal_lm
 from glassrl.rl.config import TrainConfig
-from run_helpers import KillAt, Killed, logged_metrics
+from run_helpers import KillAt, Killed, logged_metrics, metric_rows
 
 pytestmark = pytest.mark.slow
 
@@ -101,11 +101,9 @@ def test_apart_samples_and_trains_as_with_actor(local_ray, fast, tmp_path):
     apart.train()
 
     # every number but perf/ and the sync truth check's (the apart run alone syncs: each sync proven)
-    apart_rows = logged_metrics(runs["apart"])
+    apart_rows = metric_rows(runs["apart"])
     assert all(r["sync/checks"] == 1 and r["sync/breaches"] == 0 for r in apart_rows if r["step"] > 0)
-    assert logged_metrics(runs["with_actor"]) == [
-        {k: v for k, v in r.items() if not k.startswith("sync/")} for r in apart_rows
-    ]
+    assert logged_metrics(runs["with_actor"]) == logged_metrics(runs["apart"])
     for step in (1, 2):
         _assert_same_ledgers(runs["with_actor"], runs["apart"], step)
     _assert_same_weights(runs["with_actor"], runs["apart"], 2)
@@ -129,7 +127,7 @@ def test_a_rollout_rank_that_drops_the_weights_is_caught_at_the_first_update(loc
     trainer.workers.rollout.group.call_all("weights", "__setattr__", "load_weights", len)
     with pytest.raises(SyncBreach, match=r"^sync truth check at step 1: rollout rank 0, weights of version 1: "):
         trainer.train()
-    rows = logged_metrics(tmp_path / "run")
+    rows = metric_rows(tmp_path / "run")
     assert rows[-1]["step"] == 1 and rows[-1]["sync/breaches"] == 1
 
 

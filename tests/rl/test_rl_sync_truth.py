@@ -18,7 +18,7 @@ from glassrl import presets
 from glassrl.diagnose.sync_check import SyncBreach
 from glassrl.report.html import write_run_report
 from helpers import preset_trainer
-from run_helpers import logged_metrics
+from run_helpers import metric_rows
 
 DROPPED = "model.layers.1.mlp.down_proj.weight"
 
@@ -42,7 +42,7 @@ def _run(fast, tmp_path, *more, console=None):
 def test_a_clean_reference_sync_is_proven_every_step(fast, tmp_path):
     trainer = _run(fast, tmp_path)
     trainer.train()
-    rows = logged_metrics(trainer.out)
+    rows = metric_rows(trainer.out)
     synced = [r for r in rows if "sync/checks" in r]
     assert [r["step"] for r in synced] == [1, 2]
     assert all(r["sync/checks"] == 1 and r["sync/breaches"] == 0 and r["sync/tensors"] > 0 for r in synced)
@@ -59,7 +59,7 @@ def test_a_dropped_tensor_stops_the_run_naming_step_tensor_and_layer(fast, tmp_p
     assert line.startswith(f"sync truth check at step 1: reference, weights of version 1: {DROPPED} (layer 1): ")
     assert "check.on_sync_breach: stop" in line
     assert f"sync truth check at step 1: reference, weights of version 1: {DROPPED}" in out.getvalue()
-    rows = logged_metrics(trainer.out)  # step 0: the evaluation before the first step
+    rows = metric_rows(trainer.out)  # step 0: the evaluation before the first step
     assert rows[-1]["step"] == 1 and rows[-1]["sync/breaches"] == 1  # the step is logged before the run stops
     [alert] = [json.loads(x) for x in (trainer.out / "watch.jsonl").read_text().splitlines()]
     assert alert["kind"] == "sync truth" and alert["level"] == "alert" and DROPPED in alert["message"]
@@ -71,13 +71,13 @@ def test_warn_goes_on_and_off_sees_nothing(fast, tmp_path, monkeypatch):
     _drop_one(monkeypatch)
     warned = _run(fast, tmp_path / "warn", "check.on_sync_breach=warn")
     warned.train()
-    assert [r["sync/breaches"] for r in logged_metrics(warned.out) if r["step"]] == [1, 1]
+    assert [r["sync/breaches"] for r in metric_rows(warned.out) if r["step"]] == [1, 1]
     alerts = [json.loads(x) for x in (warned.out / "watch.jsonl").read_text().splitlines()]
     assert [(a["step"], a["level"]) for a in alerts] == [(1, "warning"), (2, "warning")]
 
     off = _run(fast, tmp_path / "off", "check.sync=false")
     off.train()
-    assert not any(k.startswith("sync/") for r in logged_metrics(off.out) for k in r)
+    assert not any(k.startswith("sync/") for r in metric_rows(off.out) for k in r)
 
 
 @pytest.mark.slow
@@ -100,7 +100,7 @@ def test_no_false_alarm_on_any_preset(preset, fast, prompt_files, tmp_path):
         extra.append("algo.kl.ref_sync_every=1")
     trainer = preset_trainer(preset, [*fast, *extra])
     trainer.train()
-    rows = [r for r in logged_metrics(trainer.out) if r["step"] > 0]
+    rows = [r for r in metric_rows(trainer.out) if r["step"] > 0]
     assert [r["step"] for r in rows] == [1, 2]
     synced = [{k: v for k, v in r.items() if k.startswith("sync/")} for r in rows]
     expected = sampling_copy + uses_reference  # ReMax: nothing moves (no reference, no copy): nothing to check

@@ -44,9 +44,10 @@ follows, then the buckets.
 
 The sync truth check (glassrl.workers.sync_truth, ``check.sync``): after the buckets, rank 0 sends the
 fingerprints of every parameter it holds (the trained tensors it sent, and the frozen ones: a merged
-LoRA leak changes the base) and, when asked, its log-probs of the probe batch; the names and shapes are
-in the store (``CHECK_KEY``). The receiver keeps them (:attr:`WeightReceiver.sent`) for its checker, which
-compares after loading (:meth:`WeightReceiver.receive_checked`, or at load time in asynchronous training).
+LoRA leak changes the base) and, when asked, its log-probs of the probe batch (not under FSDP2); the
+names and shapes are in the store (``CHECK_KEY``). The receiver keeps them (:attr:`WeightReceiver.sent`)
+for its checker, which compares after loading (:meth:`WeightReceiver.receive_checked`, or at load time in
+asynchronous training).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from glassrl.workers.sync_truth import COLUMNS, Checker, Verdict, fingerprint, full, probe_logprobs, probe_rows
 from glassrl.workers.sync_truth import vocab_size as model_vocab
@@ -186,6 +188,9 @@ class WeightSender:
         self.buffers: dict[torch.dtype, torch.Tensor] = {}
         self.names = [name for name, _ in model.named_parameters()]  # what the check fingerprints
         self.probe = probe_rows(model_vocab(model)) if check else []
+        # FSDP2 shards: the probe's forward outside the actor's own forward path mixes DTensor and tensor
+        # (aten.embedding refuses it); the checksums still run (on the gathered tensors), the probe not
+        self.sharded = any(isinstance(p, DTensor) for p in model.parameters())
 
     def join(self, address: str, port: int, world_size: int, device: str = "cpu") -> None:
         """Rank 0 of the sync group (rank 0 of the actor only; a no-op elsewhere); the layout into the store."""
@@ -200,7 +205,7 @@ class WeightSender:
     def send(self, version: int = 0, probe: bool = False) -> None:
         """Broadcast ``version``, then the current trained weights, bucket by bucket (every actor rank calls
         it); with the check, the fingerprints of every parameter and (``probe``) the probe's log-probs."""
-        probe = probe and self.check
+        probe = probe and self.check and not self.sharded
         if self.is_main:
             if self.group is None:
                 raise RuntimeError("WeightSender.send before join")
@@ -227,7 +232,8 @@ class WeightSender:
     def _send_check(self, params: dict[str, torch.Tensor], prints: dict[str, torch.Tensor], probe: bool) -> None:
         """The fingerprints of every parameter (the frozen ones gathered on every rank), then the probe's
         log-probs (a forward pass on every rank: under FSDP2 a collective)."""
-        frozen = {n: full(params[n]) for n in self.names if n not in prints}  # every rank: the same gathers
+        sent = {s.name for b in self.buckets for s in b.slots}
+        frozen = {n: full(params[n]) for n in self.names if n not in sent}  # every rank: the same gathers
         logprobs = probe_logprobs(self.model, self.probe) if probe else None
         if not self.is_main:
             return

@@ -85,7 +85,7 @@ from glassrl.run.session import RunCheckpoints, stop_requested, take_lock
 # Config keys a resumed run may change (dotted prefixes): how long it runs, where it lives, what
 # it logs, and an explicit thread count (under auto it keeps the one it recorded: glassrl.run.session).
 # Anything else would make it another run (state.RunConfig).
-RESUME_MAY_CHANGE = ("steps", "output_dir", "logging", "threads")
+RESUME_MAY_CHANGE = ("steps", "output_dir", "logging", "threads", "check")  # check: what is checked, not trained
 REWARD_TRACEBACK = "reward_traceback.txt"  # the first failure's traceback, when failed rewards stop the run
 
 

@@ -31,9 +31,15 @@ class KillAt:
 
 
 def logged_metrics(run: Path) -> list[dict]:
-    """metrics.jsonl of a run directory without the wall-clock keys (perf/…), which no two runs share."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in rows]
+    """metrics.jsonl of a run directory without the wall-clock keys (perf/…), which no two runs share, and
+    the sync truth check's counts (sync/…: the syncs this process made and checked; a resumed run takes
+    rounds sampled before the stop from its checkpoint, without syncing for them). :func:`metric_rows`: all."""
+    return [{k: v for k, v in row.items() if not k.startswith(("perf/", "sync/"))} for row in metric_rows(run)]
+
+
+def metric_rows(run: Path) -> list[dict]:
+    """Every row of a run directory's metrics.jsonl, as logged."""
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 def remove_checkpoint_part(checkpoint: Path, part: str) -> None:

@@ -31,7 +31,7 @@ from glassrl.config import load_config
 from glassrl.errors import GlassrlError
 from glassrl.ledger import read_jsonl
 from glassrl.rl.config import TrainConfig
-from run_helpers import KillAt, Killed, logged_metrics
+from run_helpers import KillAt, Killed, logged_metrics, metric_rows
 
 pytestmark = pytest.mark.slow
 
@@ -81,6 +81,10 @@ def test_deterministic_schedule_lags_exactly_k_and_resumes_bit_for_bit(local_ray
     _trainer([*common, f"output_dir={straight}"]).train()
 
     rows = logged_metrics(straight)
+    # the sync truth check (glassrl.workers.sync_truth): each version the rank loads is proven when it loads
+    # it, counted in the step that takes the batch (or the evaluation) it loaded for; none is a breach
+    synced = metric_rows(straight)
+    assert sum(r.get("sync/checks", 0) for r in synced) >= 2 and all(r.get("sync/breaches", 0) == 0 for r in synced)
     for row in rows[1:]:  # steps 1..4: the rounds were requested at versions 0, 0, 0, 1
         lag = min(2, row["step"] - 1)
         assert row["rollout/staleness"] == lag and row["rollout/staleness_max"] == lag
@@ -156,6 +160,8 @@ def test_ppo_with_partial_rollouts_keeps_the_bound(local_ray, fast, tmp_path):
     _trainer([*overrides, "ray.critic.resources={CPU: 0.25}"], preset="ppo").train()
     rows = logged_metrics(out)
     assert len(rows) == 5 and all("critic/values/mean" in row for row in rows[1:])
+    synced = metric_rows(out)  # new weights loaded between two tokens are proven too (sync truth check)
+    assert sum(r.get("sync/checks", 0) for r in synced) >= 1 and all(r.get("sync/breaches", 0) == 0 for r in synced)
     assert all(row["rollout/staleness_max"] <= 2 for row in rows[1:])
     for step, ledger in enumerate(_ledgers(out), start=1):
         for response in ledger.responses:

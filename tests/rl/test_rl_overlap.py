@@ -94,7 +94,11 @@ def test_overlap_equals_sync_when_the_weights_stand_still(fast, tmp_path):
             "grpo", [*fast, "steps=3", "actor_optim.lr=1e-30", f"rollout.overlap={overlap}", f"output_dir={out}"]
         )
         trainer.train()
-        runs[overlap] = [{k: v for k, v in r.items() if not k.startswith(("perf/", "rollout/"))} for r in _rows(out)]
+        rows = _rows(out)
+        # the sync truth check: only the sampling copy (overlap) has weights moved to it, every sync proven
+        assert all(r.get("sync/breaches", 0) == 0 for r in rows)
+        assert (overlap == "true") == any("sync/checks" in r for r in rows)
+        runs[overlap] = [{k: v for k, v in r.items() if not k.startswith(("perf/", "rollout/", "sync/"))} for r in rows]
         for step in (1, 2, 3):
             ledger = read_jsonl(out / "ledgers" / f"step_{step:06d}.jsonl")
             runs[overlap].append([(r.response, [t.logprobs for t in r.tokens]) for r in ledger.responses])

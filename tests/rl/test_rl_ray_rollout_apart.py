@@ -35,7 +35,7 @@ from glassrl.config import load_config
 from glassrl.ledger import read_jsonl
 from glassrl.models import load_causal_lm
 from glassrl.rl.config import TrainConfig
-from run_helpers import KillAt, Killed, logged_metrics
+from run_helpers import KillAt, Killed, logged_metrics, metric_rows
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +100,10 @@ def test_apart_samples_and_trains_as_with_actor(local_ray, fast, tmp_path):
     assert apart.workers.rollout.group.role == "rollout" and apart.workers.actor.weight_sync is not None
     apart.train()
 
-    assert logged_metrics(runs["with_actor"]) == logged_metrics(runs["apart"])  # every number but perf/
+    # every number but perf/ and the sync truth check's (the apart run alone syncs: each sync proven)
+    apart_rows = metric_rows(runs["apart"])
+    assert all(r["sync/checks"] == 1 and r["sync/breaches"] == 0 for r in apart_rows if r["step"] > 0)
+    assert logged_metrics(runs["with_actor"]) == logged_metrics(runs["apart"])
     for step in (1, 2):
         _assert_same_ledgers(runs["with_actor"], runs["apart"], step)
     _assert_same_weights(runs["with_actor"], runs["apart"], 2)
@@ -112,6 +115,20 @@ def test_apart_samples_and_trains_as_with_actor(local_ray, fast, tmp_path):
     unsynced.train()
     assert _responses(runs["unsynced"], 1) == _responses(runs["apart"], 1)
     assert _responses(runs["unsynced"], 2) != _responses(runs["apart"], 2)
+
+
+def test_a_rollout_rank_that_drops_the_weights_is_caught_at_the_first_update(local_ray, fast, tmp_path):
+    """A fault injected into the rollout rank (its load_weights replaced by ``len``: every bucket arrives and
+    none is loaded, as a sleep mode that dropped them): the sync after step 1's update is refused, naming
+    the rank, the version and the first tensor; the run stops there (exit 2 from the command line)."""
+    from glassrl.diagnose.sync_check import SyncBreach
+
+    trainer = _trainer([*_common(fast), *_apart(1), "steps=3", f"output_dir={tmp_path / 'run'}"])
+    trainer.workers.rollout.group.call_all("weights", "__setattr__", "load_weights", len)
+    with pytest.raises(SyncBreach, match=r"^sync truth check at step 1: rollout rank 0, weights of version 1: "):
+        trainer.train()
+    rows = metric_rows(tmp_path / "run")
+    assert rows[-1]["step"] == 1 and rows[-1]["sync/breaches"] == 1
 
 
 def test_resume_with_two_rollout_ranks_is_exact(local_ray, fast, tmp_path):

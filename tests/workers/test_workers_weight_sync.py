@@ -26,6 +26,7 @@ from spawned import spawn_ranks
 from torch import nn
 
 from glassrl.workers.data_parallel import free_port
+from glassrl.workers.sync_truth import Checker
 from glassrl.workers.weight_sync import (
     Bucket,
     ModuleSink,
@@ -134,11 +135,14 @@ def _rank(rank: int, case: str, ports: tuple[int, int], model_dir: str, out: str
             model = DataParallelModel(_tiny_lm(model_dir, False, actor_device), ctx, fsdp=True).module
         else:
             model = Toy() if case == "toy" else _tiny_lm(model_dir, case == "lora", actor_device)
-        sender = WeightSender(model, is_main=rank == 0, bucket_bytes=BUCKET_BYTES if case == "toy" else 4096)
+        check = case != "toy"  # the sync truth check rides along (glassrl.workers.sync_truth); the probe at sync 1
+        sender = WeightSender(
+            model, is_main=rank == 0, bucket_bytes=BUCKET_BYTES if case == "toy" else 4096, check=check
+        )
         sender.join("127.0.0.1", sync_port, world, sync_device)
         for seed in (1, 2):  # two syncs: the group is used again
             _perturb(model, seed)
-            sender.send()
+            sender.send(probe=seed == 1)
             result[f"sent{seed}"] = _state(model)
         result["buckets"] = len(sender.buckets)
         result["default_group"] = dist.is_initialized() and dist.get_world_size()
@@ -151,10 +155,12 @@ def _rank(rank: int, case: str, ports: tuple[int, int], model_dir: str, out: str
             dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{group_port}", rank=rank - 1, world_size=2)
         model = Toy() if case == "toy" else _tiny_lm(model_dir, case == "lora", rollout_device)
         result["before"] = _state(model)
-        receiver = WeightReceiver(ModuleSink(model))
+        checker = None if case == "toy" else Checker(model, f"rollout rank {rank - actors}")
+        receiver = WeightReceiver(ModuleSink(model), checker)
         receiver.join("127.0.0.1", sync_port, rank - actors + 1, world, sync_device)
         for seed in (1, 2):
-            receiver.receive()
+            verdict = receiver.receive_checked()
+            result[f"verdict{seed}"] = verdict
             result[f"received{seed}"] = _state(model)
         result["tied"] = case != "toy" or model.head.weight is model.embed.weight
         if case == "toy":
@@ -213,6 +219,11 @@ def test_rollout_ranks_hold_the_actors_weights_bitwise(case, tiny_model_dir, tmp
                 else:  # frozen: not sent, left as the rollout rank had it
                     assert torch.equal(received[name], rollout["before"][name]), name
         assert rollout["tied"]
+        if case != "toy":  # the sync truth check proves both syncs; the probe ran at the first
+            assert rollout["verdict1"].breach is None and rollout["verdict2"].breach is None
+            if not case.startswith("fsdp"):  # FSDP2: the checksums, no probe (glassrl.workers.weight_sync)
+                assert rollout["verdict1"].probe_diff is not None and rollout["verdict1"].probe_diff <= 1e-3
+            assert rollout["verdict2"].probe_diff is None and rollout["verdict1"].tensors == len(actor["sent1"])
     if case == "toy":  # the rollout ranks' default group: still theirs (world 2: ranks 1 + 2 summed)
         assert [r["default_group"] for r in rollouts] == [(2, 3.0), (2, 3.0)]
     if case == "lora":  # adapters on the same frozen base: the same policy

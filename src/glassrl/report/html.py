@@ -286,7 +286,9 @@ def _watch(runs: list[RunDir]) -> str:
     return (
         '<section id="watch"><h2>Reward watch</h2><p>Alerts of the reward-hacking watch (docs/debugging.md), '
         "dotted lines on the curves; the responses each one points at earned proxy reward the gold did not "
-        "give (highlighted in the token view).</p><table><tr><th>run</th><th>step</th><th>level</th><th>rule</th>"
+        "give (highlighted in the token view). Rows of rule <em>sync truth</em> are weight syncs the sync truth "
+        "check could not prove: the receiver, the version, the tensor and its layer, or the first probe token "
+        "whose log-prob moved.</p><table><tr><th>run</th><th>step</th><th>level</th><th>rule</th>"
         "<th>what</th><th>ledger rows</th></tr>" + "".join(rows) + "</table></section>"
     )
 

@@ -36,6 +36,7 @@ from glassrl.rl.resolve import Resolved, critic_path
 from glassrl.rl.sampling import DynamicSampler, OneRound
 from glassrl.rl.update import RoleUpdate
 from glassrl.workers.base import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, RolloutWorker
+from glassrl.workers.sync_truth import SyncLog
 
 if TYPE_CHECKING:
     from glassrl.agents import Environment
@@ -54,6 +55,8 @@ class Workers:
     stop: Callable[[], None] | None = None  # releases what the workers hold elsewhere (the Ray backend's processes)
     # the faster paths taken or refused, for the start-up lines ("rollout", "optimiser": an account of each)
     paths: dict[str, str] = field(default_factory=dict)
+    # the sync truth check's verdicts, where weights move to a sampler or the reference (glassrl.workers.sync_truth)
+    sync_log: SyncLog | None = None
 
     def close(self) -> None:
         """Release the workers' resources (idempotent); in-process workers hold none."""
@@ -418,9 +421,12 @@ def build_local_workers(
     rollout = LocalRollout(engine, generator, compute)
     paths = {"rollout": engine.path, "optimiser": optimizer_path(optimizer)}
     stop = None
+    log = SyncLog() if cfg.check.sync else None  # the sync truth check: what moves here is checked
+    if log is not None and hasattr(engine, "last_sync"):  # vLLM: the engine's own verified syncs, counted
+        log.follow(engine)
     if resolved.max_staleness == 1:  # a copy of the policy samples rounds ahead in a thread (glassrl.workers.overlap)
         own = partial(rollout_engine, cfg, tokenizer=copy.deepcopy(tokenizer))  # its own tokenizer: no sharing
-        rollout = OverlapRollout(rollout, actor, own, passes)
+        rollout = OverlapRollout(rollout, actor, own, passes, log=log)
         stop = rollout.close
     reference = None
     if resolved.uses_reference and lora is not None and m.reference is None:
@@ -431,7 +437,7 @@ def build_local_workers(
             check_layout(ref_model)
         kl = cfg.algo.kl  # ref_sync_every: π_ref follows the actor's model
         reference = LocalReference(
-            ref_model, passes, synced=kl.ref_sync_every > 0, actor=model, alpha=kl.ref_sync_alpha
+            ref_model, passes, synced=kl.ref_sync_every > 0, actor=model, alpha=kl.ref_sync_alpha, log=log
         )
     critic = None
     if resolved.uses_critic:
@@ -450,4 +456,4 @@ def build_local_workers(
             update=role_update(cfg, resolved, "critic"),
             load=load_critic_part,
         )
-    return Workers(actor, rollout, LocalReward(build_reward(cfg)), reference, critic, stop, paths)
+    return Workers(actor, rollout, LocalReward(build_reward(cfg)), reference, critic, stop, paths, log)

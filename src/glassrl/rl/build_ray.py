@@ -65,6 +65,7 @@ from glassrl.rl.loss import actor_forward, critic_forward
 from glassrl.rl.ptx import PtxLoss, PtxTerm
 from glassrl.rl.resolve import Resolved, critic_path
 from glassrl.run import stop
+from glassrl.workers.sync_truth import SyncLog
 
 REFERENCE_SYNC = "reference_weights"  # the objects of the reference's weight sync, on both sides
 
@@ -89,6 +90,8 @@ def build_ray_workers(
 
     ray, m = cfg.ray, cfg.model
     ref_sync = cfg.algo.kl.ref_sync_every > 0
+    log = SyncLog() if cfg.check.sync else None  # the sync truth check's verdicts (glassrl.workers.sync_truth)
+    every = cfg.check.sync_probe_every
     lora_reference = cfg.model.lora is not None and m.reference is None
     apart = ray.rollout.placement == "apart"
     # each rank adds its part of PPO-ptx's term; the driver draws the pairs (RayActor)
@@ -114,7 +117,9 @@ def build_ray_workers(
         elif resolved.uses_reference:  # algo.kl.ref_sync_every: it follows the actor over a weight sync of its own
             group = cluster["reference"]
             device = "cuda" if _device(ray.actor) == _device(ray.reference) == "cuda" else "cpu"
-            follows = RayWeightSync(actors, group, device, name=REFERENCE_SYNC, first=False) if ref_sync else None
+            follows = None
+            if ref_sync:
+                follows = RayWeightSync(actors, group, device, name=REFERENCE_SYNC, first=False, log=log)
             reference = RayReference(group, sync=follows)
         sync, rollout = None, RayRollout(actors, pad, ranks=ray.rollout_ranks)
         if apart:
@@ -122,10 +127,11 @@ def build_ray_workers(
             # NCCL when both sides hold a GPU, else gloo (a GPU actor's buckets staged through the CPU).
             device = "cuda" if _device(ray.actor) == _device(ray.rollout) == "cuda" else "cpu"
             if resolved.max_staleness:  # the ranks sample while the actor trains, and receive in the background
-                sync = RayWeightSync(actors, rollouts, device, background=True)
+                sync = RayWeightSync(actors, rollouts, device, background=True, log=log, probe_every=every)
                 rollout = RayAsyncRollout(rollouts, pad, sync)
             else:
-                sync, rollout = RayWeightSync(actors, rollouts, device), RayRollout(rollouts, pad)
+                sync = RayWeightSync(actors, rollouts, device, log=log, probe_every=every)
+                rollout = RayRollout(rollouts, pad)
         paths = _rank0(actors, "paths") | (_rank0(cluster["rollout"], "paths") if apart else {})
         return Workers(
             actor=RayActor(actors, weight_sync=sync, ptx=ptx),
@@ -135,6 +141,7 @@ def build_ray_workers(
             critic=RayCritic(cluster["critic"]) if resolved.uses_critic else None,
             stop=cluster.shutdown,
             paths=paths,
+            sync_log=log,
         )
     except BaseException:
         cluster.shutdown()
@@ -199,8 +206,9 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ptx: PtxTerm | N
     }
     objects["paths"] = {"optimiser": optimizer_path(optimizer)}  # read by the driver's start-up lines
     samplers = cfg.ray.rollout_ranks if cfg.ray.rollout_ranks is not None else ctx.world_size
+    bucket_bytes, check = int(cfg.ray.rollout.sync_bucket_mb * 2**20), cfg.check.sync
     if cfg.ray.rollout.placement == "apart":
-        objects["weights"] = WeightSender(dp.module, ctx.is_main, int(cfg.ray.rollout.sync_bucket_mb * 2**20))
+        objects["weights"] = WeightSender(dp.module, ctx.is_main, bucket_bytes, check)
     elif ctx.rank < samplers:
         generator = torch.Generator(ctx.device).manual_seed(cfg.seed + 1 + ctx.rank)
         engine = rollout_engine(cfg, dp.module, tokenizer)
@@ -209,7 +217,7 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ptx: PtxTerm | N
     if m.lora is not None and m.reference is None and a.kl.placement != "none":
         objects["reference"] = LoraReference(dp.module, forward_passes(cfg))
     if a.kl.ref_sync_every:  # the sending side of the reference's sync (it follows the actor)
-        objects[REFERENCE_SYNC] = WeightSender(dp.module, ctx.is_main, int(cfg.ray.rollout.sync_bucket_mb * 2**20))
+        objects[REFERENCE_SYNC] = WeightSender(dp.module, ctx.is_main, bucket_bytes, check)
     return objects
 
 
@@ -221,6 +229,7 @@ def rollout_rank(cfg: TrainConfig, path: str, ctx) -> dict:
     from glassrl.models.precision import compute_dtype
     from glassrl.workers.async_rollout import AsyncRolloutRank, BackgroundReceiver, StagedWeights
     from glassrl.workers.local import LocalRollout
+    from glassrl.workers.sync_truth import Checker
     from glassrl.workers.weight_sync import ModuleSink, WeightReceiver
 
     seed_everything(cfg.seed)
@@ -229,9 +238,11 @@ def rollout_rank(cfg: TrainConfig, path: str, ctx) -> dict:
     load_lm = partial(load_causal_lm, dtype=m.dtype, device=str(ctx.device))
     model, _ = with_lora(load_lm(Path(path)), lora_settings(cfg), Path(path), load_lm)
     generator = torch.Generator(ctx.device).manual_seed(cfg.seed + 1 + ctx.rank)
+    # the sync truth check of this rank's copy (glassrl.workers.sync_truth)
+    checker = Checker(model, f"rollout rank {ctx.rank}", tol=cfg.check.sync_probe_tolerance) if cfg.check.sync else None
     k = cfg.max_staleness()
     if k:
-        staged = StagedWeights(model, newest_only=cfg.rollout.partial_rollouts)
+        staged = StagedWeights(model, newest_only=cfg.rollout.partial_rollouts, checker=checker)
         engine = rollout_engine(cfg, model, tokenizer, versions=staged)
         rollout = AsyncRolloutRank(LocalRollout(engine, generator, compute_dtype(m.compute_dtype)), staged)
         schedule = "partial rollouts" if cfg.rollout.partial_rollouts else "each batch whole with its version"
@@ -241,7 +252,8 @@ def rollout_rank(cfg: TrainConfig, path: str, ctx) -> dict:
     # change (glassrl.rollout.vllm): the sync writes into this model in place.
     engine = rollout_engine(cfg, model, tokenizer)
     rollout = LocalRollout(engine, generator, compute_dtype(m.compute_dtype))
-    return {"rollout": rollout, "weights": WeightReceiver(ModuleSink(model)), "paths": {"rollout": engine.path}}
+    weights = WeightReceiver(ModuleSink(model), checker)
+    return {"rollout": rollout, "weights": weights, "paths": {"rollout": engine.path}}
 
 
 def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
@@ -276,6 +288,7 @@ def reference_rank(cfg: TrainConfig, path: str, ctx) -> dict:
     the actor: the receiving side of its sync mixes the actor's weights in (MixSink)."""
     from glassrl.models import load_causal_lm
     from glassrl.workers.local import LocalReference
+    from glassrl.workers.sync_truth import Checker
     from glassrl.workers.weight_sync import MixSink, WeightReceiver
 
     m, kl = cfg.model, cfg.algo.kl
@@ -283,7 +296,9 @@ def reference_rank(cfg: TrainConfig, path: str, ctx) -> dict:
     _check_layout(cfg, model)
     objects = {"reference": LocalReference(model, forward_passes(cfg), synced=kl.ref_sync_every > 0)}
     if kl.ref_sync_every:
-        objects[REFERENCE_SYNC] = WeightReceiver(MixSink(model, kl.ref_sync_alpha))
+        where = f"reference rank {ctx.rank}"
+        checker = Checker(model, where, alpha=kl.ref_sync_alpha) if cfg.check.sync else None
+        objects[REFERENCE_SYNC] = WeightReceiver(MixSink(model, kl.ref_sync_alpha), checker)
     return objects
 
 

@@ -82,8 +82,11 @@ def _check_ranges(cfg) -> None:
             "logging.checkpoint_every": cfg.logging.checkpoint_every,
             "logging.report_every": cfg.logging.report_every,
             "logging.watch_window": cfg.logging.watch_window,
+            "check.sync_probe_every": cfg.check.sync_probe_every,
         },
     )
+    if cfg.check.sync_probe_tolerance is not None and not cfg.check.sync_probe_tolerance > 0:
+        fail("check.sync_probe_tolerance", cfg.check.sync_probe_tolerance, "must be > 0 (or null: by dtype)")
     if 0 < cfg.logging.watch_window < 3:  # a slope and a jump need two earlier values
         fail("logging.watch_window", cfg.logging.watch_window, "must be 0 (off) or at least 3")
     if not cfg.logging.watch_threshold > 0:

@@ -35,6 +35,7 @@ from glassrl.data.tasks import AGENTIC_TASKS, parse_task
 from glassrl.models.lora import LoraConfig
 from glassrl.optim import OptimConfig
 from glassrl.rl.checks import check_train_config
+from glassrl.rl.config_check import CheckConfig
 from glassrl.rl.config_logging import LoggingConfig
 from glassrl.rl.config_ray import RayConfig, TrainerConfig
 from glassrl.rl.foreign_names import FOREIGN_NAMES
@@ -515,6 +516,7 @@ class TrainConfig:
     )
     trainer: TrainerConfig = option(factory=TrainerConfig, help="where the role workers run")
     ray: RayConfig = option(factory=RayConfig, help="the Ray backend's cluster and groups")
+    check: CheckConfig = option(factory=CheckConfig, help="the run's checks of itself: the sync truth check")
 
     FOREIGN_NAMES = FOREIGN_NAMES  # TRL's and verl's names -> the hint of an unknown-key error (glassrl.config)
 

@@ -46,6 +46,7 @@ from rich.console import Console
 
 from glassrl.algos.masked import masked_mean
 from glassrl.config import to_dict
+from glassrl.diagnose.sync_check import SyncTruth
 from glassrl.diagnose.training_watch import TrainingWatch, proxy_only_rows
 from glassrl.files import DISK_FULL, disk_errors, replaced
 from glassrl.ledger.compute import from_experience
@@ -85,7 +86,7 @@ from glassrl.run.session import RunCheckpoints, stop_requested, take_lock
 # Config keys a resumed run may change (dotted prefixes): how long it runs, where it lives, what
 # it logs, and an explicit thread count (under auto it keeps the one it recorded: glassrl.run.session).
 # Anything else would make it another run (state.RunConfig).
-RESUME_MAY_CHANGE = ("steps", "output_dir", "logging", "threads")
+RESUME_MAY_CHANGE = ("steps", "output_dir", "logging", "threads", "check")  # check: what is checked, not trained
 REWARD_TRACEBACK = "reward_traceback.txt"  # the first failure's traceback, when failed rewards stop the run
 
 
@@ -166,6 +167,10 @@ class Trainer:
             if lg.watch_window
             else None
         )
+        log = self.workers.sync_log  # the sync truth check, where weights move (glassrl.diagnose.sync_check)
+        self.sync_truth = None if log is None else SyncTruth(log, cfg.check.on_sync_breach, self.out, self.console)
+        if self.sync_truth is not None:  # the syncs of the start (and of a resume's load): judged now, not in step 1
+            self.sync_truth.stop(self.sync_truth.update(step, {}))
 
     # ------------------------------------------------------------------ the step
 
@@ -375,8 +380,11 @@ class Trainer:
         if self._evaluates(step):
             metrics.update(self.evaluate())
         alerts = self.watch.update(step, metrics) if self.watch is not None else []
-        if step % lg.log_every == 0 or step == self.cfg.steps:
+        breaches = self.sync_truth.update(step, metrics) if self.sync_truth is not None else []
+        if step % lg.log_every == 0 or step == self.cfg.steps or breaches:
             self.sinks.log(step, metrics)
+        if breaches:
+            self.sync_truth.stop(breaches)  # check.on_sync_breach: stop (the step is logged, not checkpointed)
         last = step == self.cfg.steps  # the last step's ledger: for the report; an alert's: the rows it points at
         if lg.ledger_every and (step % lg.ledger_every == 0 or last) or alerts:
             (self.out / "ledgers").mkdir(exist_ok=True)

@@ -21,6 +21,10 @@ actor updates the weights hold). So:
   in-flight weight updates, which keep the cache the older weights wrote). Which tokens get which
   version then depends on timing: such a run is not reproducible, and its resume is not the run.
 
+The sync truth check (``check.sync``, glassrl.workers.sync_truth): what the sender sent for it travels
+with each staged version, and the rank checks its model each time it loads one (:meth:`StagedWeights._load`):
+the weights it samples with, proven; the verdicts go back with the batch.
+
 Memory: the staged copies of the trained weights (under LoRA, the adapters) received and not yet
 used: at most ``max_staleness`` of them (a batch lags at most that many versions); with partial
 rollouts one, the newest (an older one is never used again).
@@ -40,6 +44,7 @@ from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.rollout.base import RolloutBatch, SamplingParams
 from glassrl.workers.local import LocalRollout
+from glassrl.workers.sync_truth import Checker, Verdict
 from glassrl.workers.weight_sync import WeightReceiver, copy_into, trained_parameters
 
 Slot = dict[str, torch.Tensor]  # a staging copy of the trained weights, by parameter name
@@ -51,8 +56,13 @@ class StagedWeights:
     :meth:`load_weights`, :meth:`publish`); the sampling thread loads (:meth:`use`,
     :meth:`refresh`). A PolicyVersions (glassrl.rollout.base) for the engine."""
 
-    def __init__(self, model: nn.Module, newest_only: bool, timeout_s: float = 600.0) -> None:
+    def __init__(
+        self, model: nn.Module, newest_only: bool, timeout_s: float = 600.0, checker: Checker | None = None
+    ) -> None:
         self.params = dict(trained_parameters(model))
+        self.checker = checker
+        self.sent: dict[int, tuple] = {}  # version -> what its sender sent for the check (WeightReceiver.sent)
+        self.verdicts: list[Verdict] = []  # the checks of the versions loaded, until taken
         self.newest_only, self.timeout_s = newest_only, timeout_s
         self.version = -1
         self.staged: dict[int, Slot] = {}
@@ -73,13 +83,17 @@ class StagedWeights:
         """A bucket of the sync arriving (glassrl.workers.weight_sync.LoadWeights): copied into the slot."""
         copy_into(self.receiving, weights)
 
-    def publish(self, version: int) -> None:
-        """The slot received holds ``version``; with ``newest_only`` an older staged one is dropped."""
+    def publish(self, version: int, sent: tuple | None = None) -> None:
+        """The slot received holds ``version`` (``sent``: its check's data); with ``newest_only`` an older
+        staged one is dropped."""
         with self.cond:
             if self.newest_only:
                 self.spare += self.staged.values()
                 self.staged.clear()
+                self.sent.clear()
             self.staged[version] = self.receiving
+            if sent is not None:
+                self.sent[version] = sent
             self.receiving = None
             self.cond.notify_all()
 
@@ -122,16 +136,28 @@ class StagedWeights:
             raise RuntimeError(f"StagedWeights.use({version}) after version {self.version}: requests go forward")
         return version == self.version or version in self.staged
 
+    def take_verdicts(self) -> list[Verdict]:
+        """The checks of the versions loaded since the last call."""
+        with self.cond:
+            verdicts, self.verdicts = self.verdicts, []
+        return verdicts
+
     @torch.no_grad()
     def _load(self, version: int) -> None:
-        """Copy the staged ``version`` into the model; it and every older staged slot become spare."""
+        """Copy the staged ``version`` into the model, and check it there; it and every older staged slot
+        become spare."""
         if version != self.version:
+            start = time.perf_counter()
             slot = self.staged[version]
             for name, p in self.params.items():
                 p.copy_(slot[name])
             self.version = version
+            sent = self.sent.get(version)
+            if self.checker is not None and sent is not None:
+                self.verdicts.append(self.checker.verdict(version, *sent, start))
         for old in [v for v in self.staged if v <= version]:
             self.spare.append(self.staged.pop(old))
+            self.sent.pop(old, None)
 
 
 class BackgroundReceiver:
@@ -154,7 +180,8 @@ class BackgroundReceiver:
         try:
             while True:
                 self.staged.begin()
-                self.staged.publish(self.receiver.receive())
+                version = self.receiver.receive()
+                self.staged.publish(version, self.receiver.sent)
         except BaseException as err:  # noqa: BLE001 - handed to the sampling thread, which raises it
             self.staged.fail(err)
 
@@ -178,9 +205,10 @@ class AsyncRolloutRank:
         params: SamplingParams,
         records: Sequence[PromptRecord] | None = None,
         version: int,
-    ) -> tuple[RolloutBatch, dict[str, float]]:
-        """len(prompts) × n responses sampled with version ``version`` (or newer: partial rollouts) and the
-        rank's seconds: idle before the batch (nothing queued), waiting for its weights, sampling it."""
+    ) -> tuple[RolloutBatch, dict[str, float], list[Verdict]]:
+        """len(prompts) × n responses sampled with version ``version`` (or newer: partial rollouts), the
+        rank's seconds (idle before the batch, nothing queued; waiting for its weights; sampling it) and
+        the sync checks of the weights it loaded (glassrl.workers.sync_truth)."""
         start = time.perf_counter()
         idle = 0.0 if self.finished is None else start - self.finished
         waited = self.staged.use(version)
@@ -192,7 +220,7 @@ class AsyncRolloutRank:
             "perf/weights_wait_s": waited,
             "perf/rollout_sample_s": self.finished - sampling,
         }
-        return batch, timings
+        return batch, timings, self.staged.take_verdicts()
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
         return self.rollout.state_dict()

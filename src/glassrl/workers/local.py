@@ -23,6 +23,7 @@ rows grouped by prompt, so a micro-batch holds whole groups where it can, and re
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ from glassrl.models.values import response_values
 from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
 from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
 from glassrl.workers.base import Batch
+from glassrl.workers.sync_truth import Checker, SyncLog, fingerprints
 from glassrl.workers.weight_sync import lerp_into
 
 # update(model, optimizer, scheduler, batch, plan, **more) -> metrics: the one update loop,
@@ -233,21 +235,41 @@ class LocalReference:
     """π_ref: frozen, so nothing to checkpoint (it is reloaded from its path), unless it follows
     the actor (``synced``: algo.kl.ref_sync_every), when its weights are checkpoint part "reference".
     ``actor``: the actor's model, which :meth:`follow_actor` mixes in with ``alpha`` (in one process;
-    on Ray the weight sync brings the actor's weights: glassrl.workers.weight_sync.MixSink)."""
+    on Ray the weight sync brings the actor's weights: glassrl.workers.weight_sync.MixSink). With ``log``
+    each mix is checked (the sync truth check: glassrl.workers.sync_truth.mixed), its verdict added there."""
 
     def __init__(
-        self, model: nn.Module, passes: Passes, *, synced: bool = False, actor: nn.Module | None = None, alpha=1.0
+        self,
+        model: nn.Module,
+        passes: Passes,
+        *,
+        synced: bool = False,
+        actor: nn.Module | None = None,
+        alpha=1.0,
+        log: SyncLog | None = None,
     ) -> None:
         self.model, self.passes = model.eval().requires_grad_(False), passes
         self.part_names: tuple[str, ...] = ("reference",) if synced else ()
-        self.actor, self.alpha = actor, alpha
+        self.actor, self.alpha, self.log = actor, alpha, log
+        self.checker = Checker(model, "reference", alpha=alpha) if log is not None and synced else None
+        self.syncs = 0
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         return micro_batched_logprobs(self.model, batch, self.passes, with_entropy=False)[0]
 
     def follow_actor(self) -> None:
         """glassrl.workers.base.SyncedReference: the actor's weights of now mixed in (α = ``alpha``)."""
+        self.syncs += 1
+        if self.checker is None:
+            self.mix_in(self.actor, self.alpha)
+            return
+        start = time.perf_counter()
+        names = [name for name, _ in self.actor.named_parameters()]
+        sent = fingerprints(self.actor.named_parameters())
+        self.checker.ahead()
+        self.checker.observe(self.actor.named_parameters())  # what the mix must make of each tensor
         self.mix_in(self.actor, self.alpha)
+        self.log.add([self.checker.verdict(self.syncs, names, sent, None, start)])
 
     def mix_in(self, actor: nn.Module, alpha: float) -> None:
         """θ_ref ← α·θ + (1 − α)·θ_ref, parameter by parameter (glassrl.workers.weight_sync.lerp_into)."""

@@ -21,6 +21,9 @@ that evaluates, checkpoints or ends the run (AsyncRounds.fill), and nothing else
 generator while the thread does. ``state_dict`` waits for the rounds in flight first, so that
 the generator it saves is the one after them (the buffer saves their samples).
 
+The copy is a sampler the weights move to: with ``log`` (the sync truth check, glassrl.workers.sync_truth)
+each round checks that the copy holds, bit for bit, the snapshot it was given.
+
 On a GPU both threads would queue their kernels on the device's default stream; the overlap
 there is not measured (BENCHMARKS.md, "rollout.overlap").
 """
@@ -28,6 +31,7 @@ there is not measured (BENCHMARKS.md, "rollout.overlap").
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -39,6 +43,7 @@ from glassrl.data.records import PromptRecord
 from glassrl.models.precision import compute_precision
 from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
 from glassrl.workers.local import FrozenActor, LocalActor, LocalRollout, Passes
+from glassrl.workers.sync_truth import Checker, SyncLog, Verdict, fingerprints
 
 
 class OverlapRollout:
@@ -58,11 +63,13 @@ class OverlapRollout:
         actor: LocalActor,
         make_engine: Callable[[nn.Module], RolloutEngine],
         passes: Passes,
+        log: SyncLog | None = None,
     ) -> None:
-        self.live, self.actor = live, actor
+        self.live, self.actor, self.log = live, actor, log
         self.copy = copy.deepcopy(actor.model).eval().requires_grad_(False)
         self.engine = make_engine(self.copy)
         self.scorer = FrozenActor(self.copy, passes)
+        self.checker = Checker(self.copy, "sampling copy") if log is not None else None
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="glassrl-sample-ahead")
         self.pending: list[Future] = []
 
@@ -94,14 +101,22 @@ class OverlapRollout:
     def result(self, pending: Future) -> tuple[RolloutBatch, dict[str, float]]:
         """The round of ``pending`` (waiting for it): its ``behaviour_logprobs`` and ``behaviour_entropy``
         computed by the policy that sampled it, its ``policy_versions`` the version it was requested at."""
-        batch = pending.result()
+        batch, verdict = pending.result()
         self.pending.remove(pending)
+        if verdict is not None:  # counted in the step that takes the round, whenever the thread ran it
+            self.log.add([verdict])
         return batch, {}
 
-    def _sample(self, weights, version, prompts, n, params, records) -> RolloutBatch:
+    def _sample(self, weights, version, prompts, n, params, records) -> tuple[RolloutBatch, Verdict | None]:
+        start, verdict = time.perf_counter(), None
         with torch.no_grad():
             for mine, theirs in zip(self.copy.state_dict().values(), weights, strict=True):
                 mine.copy_(theirs)
+        if self.checker is not None:  # the copy against the snapshot it was given
+            given = dict(zip(self.copy.state_dict(), weights))
+            names = list(self.checker.params)
+            sent = fingerprints((name, given[name]) for name in names)
+            verdict = self.checker.verdict(version, names, sent, None, start)
         del weights
         # Grad mode and autocast are per thread: set here, in the sampling thread.
         with torch.no_grad(), compute_precision(self.live.generator.device, self.live.compute):
@@ -113,7 +128,7 @@ class OverlapRollout:
         }
         batch.behaviour_logprobs, batch.behaviour_entropy = self.scorer.compute_logprobs(inputs)
         batch.policy_versions = torch.where(batch.response_mask, version, -1)  # (B, T): these weights sampled
-        return batch
+        return batch, verdict
 
     def close(self) -> None:
         """Wait for a round still being sampled, and stop the thread (idempotent)."""

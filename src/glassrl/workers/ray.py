@@ -28,6 +28,10 @@ of their own), and :class:`RayActor` runs it, so the training loop does not see 
 asynchronous training (``rollout.max_staleness`` ≥ 1) the rollout ranks receive in a thread of
 their own while they sample (glassrl.workers.async_rollout), and :class:`RayAsyncRollout` hands the
 trainer batches requested ahead: each sampled with the weights of the version it names.
+
+Every such sync is checked on its receiving ranks (``check.sync``: glassrl.workers.sync_truth): their
+verdicts come back to the driver with the sync (or, asynchronous, with the batch sampled) into the
+run's :class:`~glassrl.workers.sync_truth.SyncLog`, which the loop reads once a step.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from glassrl.rollout.base import RolloutBatch, SamplingParams, concat_rollouts
 from glassrl.workers.base import Batch
 from glassrl.workers.ray_cluster import RankGroup, import_ray, ray_errors
 from glassrl.workers.sharding import balanced_partitions, gather_rows, shard_plan, shard_rows
+from glassrl.workers.sync_truth import SyncLog
 
 
 def _select(batch: Batch, rows: torch.Tensor) -> Batch:
@@ -114,6 +119,10 @@ class RayWeightSync:
     in seconds. The group is formed, and a first sync run, on construction (LoRA adapters are drawn
     at random on each side); not with ``first`` False (a reference that follows the actor: its
     receiving side mixes in, and moves only when the trainer says).
+
+    With ``log`` (the sync truth check, built into both sides by the config) the receiving ranks'
+    verdicts are added to it; the probe runs on the syncs of the versions that are multiples of
+    ``probe_every`` (0: never), the first included.
     """
 
     def __init__(
@@ -124,8 +133,11 @@ class RayWeightSync:
         name: str = "weights",
         background: bool = False,
         first: bool = True,
+        log: SyncLog | None = None,
+        probe_every: int = 0,
     ) -> None:
         self.actors, self.rollouts, self.name, self.background = actors, rollouts, name, background
+        self.log, self.probe_every = log, probe_every
         self.version = 0
         address, port = actors.get([actors.hosts[0].rendezvous.remote()], ranks=[0])[0]
         world = 1 + rollouts.world_size
@@ -138,27 +150,33 @@ class RayWeightSync:
 
     def __call__(self) -> float:
         start = time.perf_counter()
-        receive = [] if self.background else [("receive",)] * self.rollouts.world_size
+        receive = [] if self.background else [("receive_checked",)] * self.rollouts.world_size
+        probe = self.log is not None and self.probe_every > 0 and self.version % self.probe_every == 0
         try:
-            self._run([("send", self.version)] * self.actors.world_size, receive)
+            answers = self._run([("send", self.version, probe)] * self.actors.world_size, receive)
         except ray_errors() as err:  # a send cut off: a rollout rank may have died under it
             self.rollouts.probe()
             raise err
+        if self.log is not None:
+            self.log.add(answers)
         return time.perf_counter() - start
 
-    def _run(self, actor_calls: list[tuple], rollout_calls: list[tuple]) -> None:
+    def _run(self, actor_calls: list[tuple], rollout_calls: list[tuple]) -> list[Any]:
         """Both groups' calls at once (a collective across them); a dead rank is named as soon as known,
-        whichever group it is in (the ranks of the other would wait for it)."""
+        whichever group it is in (the ranks of the other would wait for it). The rollout ranks' answers."""
         ray = import_ray()
         owner = {}
         for group, calls in ((self.actors, actor_calls), (self.rollouts, rollout_calls)):
             for rank, (method, *args) in enumerate(calls):
                 owner[group.hosts[rank].call.remote(self.name, method, *args)] = (group, rank)
-        pending = list(owner)
+        pending, answers = list(owner), {}
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             group, rank = owner[done[0]]
-            group.get(done, ranks=[rank])
+            answer = group.get(done, ranks=[rank])[0]
+            if group is self.rollouts:
+                answers[rank] = answer
+        return [answers[rank] for rank in sorted(answers)]
 
 
 class RayActor(_RayTrainee):
@@ -238,6 +256,7 @@ class RayReference:
         self.part_names: tuple[str, ...] = ("reference",) if sync is not None else ()
 
     def follow_actor(self) -> None:
+        self.sync.version += 1  # the syncs so far: the version the sync truth check names
         self.sync()
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
@@ -373,10 +392,12 @@ class RayAsyncRollout(RayRollout):
         """The batch of :meth:`submit` (waiting for it) and the ranks' seconds, the most of any rank."""
         answers = self._results(pending)
         timings: dict[str, float] = {}
-        for _, seconds in answers:
+        for _, seconds, verdicts in answers:
             for key, value in seconds.items():
                 timings[key] = max(timings.get(key, 0.0), value)
-        return self._gather(pending, [batch for batch, _ in answers]), timings
+            if self.sync.log is not None:
+                self.sync.log.add(verdicts)
+        return self._gather(pending, [batch for batch, _, _ in answers]), timings
 
     def generate(
         self, prompts: list[list[int]], *, n: int, params: SamplingParams, records: Sequence[PromptRecord] | None = None

@@ -39,12 +39,21 @@ moves each reference parameter towards the one sent (θ_ref ← α·θ + (1 − 
 the very operation the in-process reference runs: glassrl.workers.local.LocalReference).
 
 Versions: each sync starts with one broadcast of the weights' version (the actor updates they hold:
-asynchronous training stages them by version, glassrl.workers.async_rollout), then the buckets.
+asynchronous training stages them by version, glassrl.workers.async_rollout) and whether a probe
+follows, then the buckets.
+
+The sync truth check (glassrl.workers.sync_truth, ``check.sync``): after the buckets, rank 0 sends the
+fingerprints of every parameter it holds (the trained tensors it sent, and the frozen ones: a merged
+LoRA leak changes the base) and, when asked, its log-probs of the probe batch (not under FSDP2); the
+names and shapes are in the store (``CHECK_KEY``). The receiver keeps them (:attr:`WeightReceiver.sent`)
+for its checker, which compares after loading (:meth:`WeightReceiver.receive_checked`, or at load time in
+asynchronous training).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -54,9 +63,13 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from glassrl.workers.sync_truth import COLUMNS, Checker, Verdict, fingerprint, full, probe_logprobs, probe_rows
+from glassrl.workers.sync_truth import vocab_size as model_vocab
+
 LoadWeights = Callable[[list[tuple[str, torch.Tensor]]], object]  # vLLM's model.load_weights signature
 DEFAULT_BUCKET_BYTES = 256 * 2**20
 LAYOUT_KEY = "layout"
+CHECK_KEY = "check"  # {"names": [...], "probe": [R, L − 1]} when the sender checks, {} when not
 
 
 @dataclass(frozen=True)
@@ -166,11 +179,18 @@ def _buffer(buffers: dict[torch.dtype, torch.Tensor], buckets: list[Bucket], buc
 class WeightSender:
     """An actor rank's side: every rank gathers (FSDP2), rank 0 (``is_main``) packs and broadcasts."""
 
-    def __init__(self, model: nn.Module, is_main: bool, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
-        self.model, self.is_main = model, is_main
+    def __init__(
+        self, model: nn.Module, is_main: bool, bucket_bytes: int = DEFAULT_BUCKET_BYTES, check: bool = False
+    ) -> None:
+        self.model, self.is_main, self.check = model, is_main, check
         self.buckets = plan_buckets(trained_parameters(model), bucket_bytes)
         self.group: SyncGroup | None = None
         self.buffers: dict[torch.dtype, torch.Tensor] = {}
+        self.names = [name for name, _ in model.named_parameters()]  # what the check fingerprints
+        self.probe = probe_rows(model_vocab(model)) if check else []
+        # FSDP2 shards: the probe's forward outside the actor's own forward path mixes DTensor and tensor
+        # (aten.embedding refuses it); the checksums still run (on the gathered tensors), the probe not
+        self.sharded = any(isinstance(p, DTensor) for p in model.parameters())
 
     def join(self, address: str, port: int, world_size: int, device: str = "cpu") -> None:
         """Rank 0 of the sync group (rank 0 of the actor only; a no-op elsewhere); the layout into the store."""
@@ -178,41 +198,62 @@ class WeightSender:
             return
         self.group = SyncGroup(address, port, 0, world_size, device)
         self.group.store.set(LAYOUT_KEY, _dumps(self.buckets))
+        check = {"names": self.names, "probe": [len(self.probe), len(self.probe[0]) - 1]} if self.check else {}
+        self.group.store.set(CHECK_KEY, json.dumps(check))
 
     @torch.no_grad()
-    def send(self, version: int = 0) -> None:
-        """Broadcast ``version``, then the current trained weights, bucket by bucket (every actor rank calls it)."""
+    def send(self, version: int = 0, probe: bool = False) -> None:
+        """Broadcast ``version``, then the current trained weights, bucket by bucket (every actor rank calls
+        it); with the check, the fingerprints of every parameter and (``probe``) the probe's log-probs."""
+        probe = probe and self.check and not self.sharded
         if self.is_main:
             if self.group is None:
                 raise RuntimeError("WeightSender.send before join")
-            self.group.broadcast(torch.tensor([version], dtype=torch.long, device=self.group.device))
-        params = dict(trained_parameters(self.model))
+            self.group.broadcast(torch.tensor([version, int(probe)], dtype=torch.long, device=self.group.device))
+        params = dict(self.model.named_parameters())
+        prints: dict[str, torch.Tensor] = {}
         for bucket in self.buckets:
             # Gathered on every rank (a collective of the actor group under FSDP2), in the same order.
-            full = [_full(params[s.name]) for s in bucket.slots]
+            tensors = [full(params[s.name]) for s in bucket.slots]
             if not self.is_main:
                 continue
-            if len(full) == 1 and full[0].device == self.group.device and full[0].is_contiguous():
-                self.group.broadcast(full[0])  # the root only reads it
+            if self.check:  # the tensors the trainer holds, not the buffer sent: a packing fault shows
+                prints.update((s.name, fingerprint(t)) for s, t in zip(bucket.slots, tensors))
+            if len(tensors) == 1 and tensors[0].device == self.group.device and tensors[0].is_contiguous():
+                self.group.broadcast(tensors[0])  # the root only reads it
                 continue
             flat = _buffer(self.buffers, self.buckets, bucket, self.group.device)
-            for slot, tensor in zip(bucket.slots, full):
+            for slot, tensor in zip(bucket.slots, tensors):
                 flat[slot.offset : slot.offset + slot.numel].copy_(tensor.reshape(-1))
             self.group.broadcast(flat)
+        if self.check:
+            self._send_check(params, prints, probe)
 
-
-def _full(p: torch.Tensor) -> torch.Tensor:
-    return p.full_tensor() if isinstance(p, DTensor) else p.detach()
+    def _send_check(self, params: dict[str, torch.Tensor], prints: dict[str, torch.Tensor], probe: bool) -> None:
+        """The fingerprints of every parameter (the frozen ones gathered on every rank), then the probe's
+        log-probs (a forward pass on every rank: under FSDP2 a collective)."""
+        sent = {s.name for b in self.buckets for s in b.slots}
+        frozen = {n: full(params[n]) for n in self.names if n not in sent}  # every rank: the same gathers
+        logprobs = probe_logprobs(self.model, self.probe) if probe else None
+        if not self.is_main:
+            return
+        rows = torch.stack([prints[n] if n in prints else fingerprint(frozen[n]) for n in self.names])
+        self.group.broadcast(rows.to(self.group.device))
+        if logprobs is not None:
+            self.group.broadcast(logprobs.to(self.group.device))
 
 
 class WeightReceiver:
     """A rollout rank's side: rank ``rank`` (1 … W) of the sync group; each bucket to ``load_weights``."""
 
-    def __init__(self, load_weights: LoadWeights) -> None:
-        self.load_weights = load_weights
+    def __init__(self, load_weights: LoadWeights, checker: Checker | None = None) -> None:
+        self.load_weights, self.checker = load_weights, checker
         self.group: SyncGroup | None = None
         self.buckets: list[Bucket] = []
         self.buffers: dict[torch.dtype, torch.Tensor] = {}
+        self.check: dict = {}  # the sender's CHECK_KEY
+        # the last sync's check data from the sender: (names, fingerprints (N, 4), probe log-probs or None)
+        self.sent: tuple[list[str], torch.Tensor, torch.Tensor | None] | None = None
 
     def join(
         self, address: str, port: int, rank: int, world_size: int, device: str = "cpu", timeout_s: float = 600.0
@@ -220,20 +261,46 @@ class WeightReceiver:
         """Rank ``rank`` of the sync group; ``timeout_s``: the longest a receive may wait for rank 0."""
         self.group = SyncGroup(address, port, rank, world_size, device, timeout_s)
         self.buckets = _loads(self.group.store.get(LAYOUT_KEY).decode())  # waits for rank 0 to write it
+        self.check = json.loads(self.group.store.get(CHECK_KEY).decode())
 
     @torch.no_grad()
     def receive(self) -> int:
-        """The weights rank 0 sends now, loaded bucket by bucket; returns their version."""
+        """The weights rank 0 sends now, loaded bucket by bucket (and what the check needs: :attr:`sent`);
+        returns their version."""
         if self.group is None:
             raise RuntimeError("WeightReceiver.receive before join")
-        version = torch.zeros(1, dtype=torch.long, device=self.group.device)
-        self.group.broadcast(version)
+        header = torch.zeros(2, dtype=torch.long, device=self.group.device)  # version, probe follows
+        self.group.broadcast(header)
+        if self.checker is not None:
+            self.checker.ahead()
         for bucket in self.buckets:
             flat = _buffer(self.buffers, self.buckets, bucket, self.group.device)
             self.group.broadcast(flat)
+            weights = [(s.name, flat[s.offset : s.offset + s.numel].view(s.shape)) for s in bucket.slots]
+            if self.checker is not None:
+                self.checker.observe(weights)  # a mixing reference: what its sink must make of them
             # load_weights copies out before the buffer is written again (the next bucket)
-            self.load_weights([(s.name, flat[s.offset : s.offset + s.numel].view(s.shape)) for s in bucket.slots])
-        return int(version.item())
+            self.load_weights(weights)
+        if self.check:
+            names = self.check["names"]
+            prints = torch.zeros(len(names), len(COLUMNS), dtype=torch.long, device=self.group.device)
+            self.group.broadcast(prints)
+            probe = None
+            if header[1]:
+                probe = torch.zeros(*self.check["probe"], dtype=torch.float32, device=self.group.device)
+                self.group.broadcast(probe)
+                probe = probe.cpu()
+            self.sent = (names, prints.cpu(), probe)
+        return int(header[0].item())
+
+    def receive_checked(self) -> Verdict | None:
+        """:meth:`receive`, then the checker's verdict on the weights now loaded (None without a check)."""
+        start = time.perf_counter()
+        version = self.receive()
+        if self.checker is None or self.sent is None:
+            return None
+        payload = [s.name for b in self.buckets for s in b.slots]
+        return self.checker.verdict(version, *self.sent, start, payload)
 
 
 class ModuleSink:

@@ -157,6 +157,11 @@ def test_ranks_spread_over_nodes_train_like_one_process(nodes, straight, tmp_pat
     environment = json.loads((run / "environment.json").read_text())
     assert int(environment["paths"]["nodes"].split()[0]) >= 3  # the start-up line: how many nodes hold ranks
 
+    from glassrl.report.html import write_run_report
+
+    page = write_run_report([run], tmp_path / "report.html").read_text()  # the nodes table names them
+    assert '<a href="#nodes">' in page and all(node[:8] in page for node in placed.values())
+
     local_overrides = [o for o in common if not o.startswith(("trainer.", "ray."))]
     local = tmp_path / "local"
     _trainer([*local_overrides, f"output_dir={local}"]).train()

@@ -33,6 +33,7 @@ from typing import Any, TextIO
 
 from glassrl.errors import GlassrlError
 
+# What glassrl.report.nodes reads (report is below workers: it keeps its own copy of the names)
 NODES_DIR = "nodes"  # under the run directory
 PLACEMENT_FILE = "nodes.jsonl"  # the driver's record: one row per rank per start
 

@@ -41,7 +41,7 @@ from glassrl.errors import GlassrlError
 from glassrl.ledger import read_jsonl
 from glassrl.models import load_causal_lm
 from glassrl.rl.config import TrainConfig
-from helpers import adam_weights_close
+from helpers import adam_weights_close, tiny_run_overrides
 from run_helpers import assert_metrics_close, logged_metrics
 
 pytestmark = pytest.mark.slow
@@ -133,8 +133,6 @@ def _placement(run: Path) -> dict[tuple[str, int], str]:
 @pytest.fixture(scope="module")
 def straight(nodes, tiny_model_dir, prompt_files, tmp_path_factory):
     """The multi-node run that never stops: (its overrides without output_dir, its directory)."""
-    from helpers import tiny_run_overrides
-
     out = tmp_path_factory.mktemp("straight")
     common = _overrides(tiny_run_overrides(tiny_model_dir, prompt_files, out / "unused"), nodes.cluster.address)
     _trainer([*common, f"output_dir={out / 'run'}"]).train()
@@ -237,8 +235,6 @@ def test_an_actor_node_lost_mid_step_is_named_and_the_resume_is_exact(nodes, str
 
 
 def test_a_rollout_node_lost_loses_no_sample_under_max_staleness(nodes, tiny_model_dir, prompt_files, tmp_path):
-    from helpers import tiny_run_overrides
-
     more = ["rollout.max_staleness=1", "steps=4", "logging.checkpoint_every=2", "logging.ledger_samples=16"]
     common = _overrides(tiny_run_overrides(tiny_model_dir, prompt_files, tmp_path / "u"), nodes.cluster.address, *more)
     straight, out = tmp_path / "straight", tmp_path / "lost"

@@ -142,3 +142,56 @@ def test_a_dead_rank_is_named_with_its_node(monkeypatch):
     monkeypatch.setattr("glassrl.workers.ray_cluster.node_alive", lambda node_id: True)
     assert group._on_node(1) == " on node 3eb2b867 (10.0.0.7)"
     assert group._on_node(0) == ""  # died before it said where
+
+
+class FakeRay:
+    """Ray's calls that RankGroup.get makes, over futures that are done (an error each) or pending."""
+
+    class exceptions:  # noqa: N801 (Ray's name)
+        class RayError(Exception):
+            pass
+
+        class RayActorError(RayError):
+            pass
+
+        class RayTaskError(RayError):
+            def __init__(self, cause):
+                super().__init__(str(cause))
+                self.cause = cause
+
+    def __init__(self, errors: dict) -> None:
+        self.errors = errors  # future → its error (None: never done)
+
+    def wait(self, pending, num_returns=1, timeout=None):
+        done = [f for f in pending if self.errors[f] is not None][:num_returns]
+        return done, [f for f in pending if f not in done]
+
+    def get(self, future):
+        raise self.errors[future]
+
+
+def test_a_collective_cut_off_by_a_lost_node_names_the_dead_rank_not_the_peer(monkeypatch):
+    """Rank 0's allreduce fails first ("Connection reset by peer": rank 1's node is gone) while Ray
+    has not yet said rank 1 is dead: the error names rank 1 and its node, not rank 0's traceback."""
+    from glassrl.workers import ray_cluster
+
+    fake = FakeRay({"f0": None, "f1": None})
+    fake.errors["f0"] = fake.exceptions.RayTaskError(RuntimeError("gloo: Read error: Connection reset by peer"))
+    monkeypatch.setattr(ray_cluster, "import_ray", lambda: fake)
+    checks = []
+    monkeypatch.setattr(ray_cluster, "node_alive", lambda node_id: checks.append(node_id) or node_id[0] != "7")
+    group = object.__new__(ray_cluster.RankGroup)
+    group.role, group.world_size, group.hosts = "actor", 2, []
+    group.places = [PLACE, {**PLACE, "node_id": "77b52fb3" + "1" * 48, "ip": "10.0.0.8"}]
+    with pytest.raises(GlassrlError) as err:
+        group.get(["f0", "f1"])
+    assert str(err.value) == (
+        "actor worker rank 1 of 2 died on node 77b52fb3 (10.0.0.8), lost with it: "
+        "its node stopped answering Ray's health checks"
+    )
+
+    # A failure of the rank's own, no rank dead: Ray's error as it is (after the wait).
+    monkeypatch.setattr(ray_cluster, "node_alive", lambda node_id: True)
+    fake.errors["f1"] = fake.exceptions.RayTaskError(RuntimeError("its own"))
+    with pytest.raises(fake.exceptions.RayTaskError):
+        group.get(["f0", "f1"])

@@ -182,6 +182,7 @@ def _bundle(resource_sets: Sequence[dict[str, float]]) -> dict[str, float]:
     return {k: v for k, v in total.items() if v > 0}
 
 
+DEATH_WAIT_S = 30.0  # how long a failed collective waits to learn whether a rank died under it
 DEFAULT_RESOURCES = {"CPU": 1.0}  # a rank's resources unless the config says otherwise (RayRoleConfig)
 
 
@@ -255,16 +256,14 @@ class RankGroup:
             try:
                 ray.get(done[0])
             except ray.exceptions.RayActorError as err:
-                self.shutdown()  # the others would wait for it in their next collective
-                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                rank = rank_of[done[0]]
-                raise GlassrlError(
-                    f"{self.role} worker rank {rank} of {self.world_size} died{self._on_node(rank)}: {reason}"
-                ) from None
+                raise self._died(rank_of[done[0]], err) from None
             except ray.exceptions.RayTaskError as err:
                 # A rank's GlassrlError (a non-finite step, which every rank raises alike, naming the
                 # ranks) reaches the driver as itself: one line, without the worker's traceback.
                 if not isinstance(err.cause, GlassrlError):
+                    # A collective cut off ("Connection reset by peer") by a rank that died under it,
+                    # often before Ray says that rank is dead: that rank named instead, once known.
+                    self._named_death(pending, rank_of)
                     raise
                 # The other ranks' answers are taken too, else Ray prints them later as unhandled errors.
                 for other in ray.wait(pending, num_returns=len(pending), timeout=30)[0] if pending else []:
@@ -274,6 +273,35 @@ class RankGroup:
                         pass
                 raise err.cause from None
         return ray.get(futures)
+
+    def _died(self, rank: int, err: BaseException | None) -> GlassrlError:
+        """The error of a dead rank (the group's other processes stopped: they would wait for it in
+        their next collective)."""
+        self.shutdown()
+        text = str(err).strip() if err is not None else ""
+        reason = text.splitlines()[0] if text else "its node stopped answering Ray's health checks"
+        return GlassrlError(f"{self.role} worker rank {rank} of {self.world_size} died{self._on_node(rank)}: {reason}")
+
+    def _named_death(self, pending: list, rank_of: dict, wait_s: float = DEATH_WAIT_S) -> None:
+        """After a rank's call failed: a GlassrlError naming a rank of this group that died, should one
+        be known within ``wait_s`` (its call fails as a dead actor's, or Ray counts its node lost: after
+        its health checks fail, 5 × 3 s by default); else nothing (the failure is the rank's own)."""
+        ray = import_ray()
+        deadline = time.monotonic() + wait_s
+        while True:
+            for rank, place in enumerate(self.places):
+                if place and node_alive(place["node_id"]) is False:
+                    raise self._died(rank, None) from None
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5) if pending else ([], [])
+            for future in done:
+                try:
+                    ray.get(future)
+                except ray.exceptions.RayActorError as err:
+                    raise self._died(rank_of[future], err) from None
+                except ray.exceptions.RayError:
+                    pass
+            if not pending or time.monotonic() > deadline:
+                return
 
     def _on_node(self, rank: int) -> str:
         """ " on node 3eb2b867 (10.0.0.5), lost" for a rank whose node is known ("" before it is)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,6 +41,34 @@ def logged_metrics(run: Path) -> list[dict]:
 def metric_rows(run: Path) -> list[dict]:
     """Every row of a run directory's metrics.jsonl, as logged."""
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+# Means over micro-batches: a data-parallel rank's micro-batches hold other rows than one process's,
+# so these averages differ between the backends (tests/rl/test_rl_ray.py's docstring).
+DIAGNOSTIC_DEPENDENT = {
+    "actor/clip_frac_low",
+    "actor/clip_frac_high",
+    "actor/approx_kl",
+    "critic/vf_clip_frac",
+}
+
+
+def close_enough(a: float, b: float) -> bool:
+    """Two logged numbers of a Ray run and a one-process run: relative or absolute 1e-5 (NaN equals NaN)."""
+    if isinstance(a, float) and math.isnan(a):
+        return isinstance(b, float) and math.isnan(b)
+    return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-5)
+
+
+def assert_metrics_close(local: Path, remote: Path) -> None:
+    """Every step's logged numbers (but perf/… and DIAGNOSTIC_DEPENDENT) :func:`close_enough`."""
+    one, two = logged_metrics(local), logged_metrics(remote)
+    assert [r["step"] for r in one] == [r["step"] for r in two]
+    for a, b in zip(one, two):
+        keys = set(a) - DIAGNOSTIC_DEPENDENT
+        assert keys == set(b) - DIAGNOSTIC_DEPENDENT, f"step {a['step']}: keys differ"
+        different = {k: (a[k], b[k]) for k in keys if not close_enough(a[k], b[k])}
+        assert not different, f"step {a['step']}: {different}"
 
 
 def remove_checkpoint_part(checkpoint: Path, part: str) -> None:

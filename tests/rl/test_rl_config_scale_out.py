@@ -14,6 +14,11 @@ RAY = ["trainer.backend=ray"]
 CASES = [
     (["ray.actor.world_size=2"], r"^ray: ignored: trainer\.backend = local"),
     ([*RAY, "ray.actor.world_size=0"], r"^ray\.actor\.world_size = 0: must be >= 1"),
+    (  # one placement group under colocate: the actor's strategy places every role (issue 43)
+        [*RAY, "ray.reference.nodes=spread"],
+        r"^ray\.reference\.nodes = 'spread': ignored: ray\.placement = colocate places every role by ray\.actor\.nodes",
+    ),
+    ([*RAY, "ray.actor.nodes=strict"], r"ray\.actor\.nodes"),
     (
         [*RAY, "ray.actor.resources={CPU: 0}"],
         r"^ray\.actor\.resources = \{'CPU': 0\}: needs amounts >= 0, one of them > 0",

@@ -30,7 +30,6 @@ Trainer starts its worker processes (tens of seconds on 2 shared cores).
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -42,20 +41,13 @@ from glassrl.ledger import read_jsonl
 from glassrl.models import load_causal_lm, load_scalar_model
 from glassrl.rl.config import TrainConfig
 from glassrl.run.checkpoint import CheckpointManager
-from run_helpers import logged_metrics
+from run_helpers import assert_metrics_close, close_enough, logged_metrics
 
 pytestmark = pytest.mark.slow
 
 ray = pytest.importorskip("ray")
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-# Means over micro-batches: their rows differ between the backends (module docstring).
-DIAGNOSTIC_DEPENDENT = {
-    "actor/clip_frac_low",
-    "actor/clip_frac_high",
-    "actor/approx_kl",
-    "critic/vf_clip_frac",
-}
 SHARED_PREFIX_WEIGHTS = 1e-5  # saved weights with model.shared_prefix (module docstring)
 VARIED_REWARD = "reward.sources=[{name: arith_verify, weight: 1.0, partial_credit: true}]"
 
@@ -77,22 +69,6 @@ def _ray(actor: int, critic: int = 1, cpus: float = 0.25) -> list[str]:
     ]
 
 
-def _close(a: float, b: float) -> bool:
-    if isinstance(a, float) and math.isnan(a):
-        return isinstance(b, float) and math.isnan(b)
-    return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-5)
-
-
-def _assert_same_metrics(local: Path, remote: Path) -> None:
-    one, two = logged_metrics(local), logged_metrics(remote)
-    assert [r["step"] for r in one] == [r["step"] for r in two]
-    for a, b in zip(one, two):
-        keys = set(a) - DIAGNOSTIC_DEPENDENT
-        assert keys == set(b) - DIAGNOSTIC_DEPENDENT, f"step {a['step']}: keys differ"
-        different = {k: (a[k], b[k]) for k in keys if not _close(a[k], b[k])}
-        assert not different, f"step {a['step']}: {different}"
-
-
 def _assert_same_ledgers(local: Path, remote: Path, step: int) -> None:
     one, two = (read_jsonl(run / "ledgers" / f"step_{step:06d}.jsonl") for run in (local, remote))
     assert [r.response for r in one.responses] == [r.response for r in two.responses]  # the same samples
@@ -101,7 +77,7 @@ def _assert_same_ledgers(local: Path, remote: Path, step: int) -> None:
         for t1, t2 in zip(r1.tokens, r2.tokens):
             for name in fields:
                 v1, v2 = getattr(t1, name), getattr(t2, name)
-                assert (v1 is None) == (v2 is None) and (v1 is None or _close(v1, v2)), (name, v1, v2)
+                assert (v1 is None) == (v2 is None) and (v1 is None or close_enough(v1, v2)), (name, v1, v2)
 
 
 def _assert_same_weights(local: Path, remote: Path, part: str, load, tol: float = 1e-6) -> None:
@@ -169,7 +145,7 @@ def test_two_ranks_train_like_one_process(case, local_ray, fast, tmp_path):
     remote.train()  # the workers stop at the end
 
     local, ray_run = tmp_path / "local", tmp_path / "ray"
-    _assert_same_metrics(local, ray_run)
+    assert_metrics_close(local, ray_run)
     for step in (1, 2):
         _assert_same_ledgers(local, ray_run, step)
     tol = SHARED_PREFIX_WEIGHTS if shared else 1e-6

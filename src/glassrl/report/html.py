@@ -22,6 +22,8 @@ A multi-turn response (its ``turns``) is drawn turn by turn: a ``turn K`` tag (`
 with the turn's finish reason and tool calls) before each turn's generated tokens, its
 observation tokens hatched (class ``obs``), and under the tokens the per-turn credit lines of
 glassrl.ledger.legend.turn_legend (``turns-B``).
+
+A Ray run's report adds its nodes (glassrl.report.nodes): which node ran which rank, and its calls.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from glassrl.files import disk_errors, replaced
 from glassrl.ledger import OFF_POLICY_FIELDS, RESPONSE_FIELDS, RUN_FIELDS, SYMBOLS, TOKEN_FIELDS, Ledger, TokenRow
 from glassrl.ledger.legend import baseline_legend, token_legend, turn_legend
 from glassrl.ledger.phrases import labels, phrase
+from glassrl.report.nodes import nodes_section
 from glassrl.report.run_dir import RunDir, read_runs
 
 # The quantities a token can be coloured by, in menu order: (ledger field, label).
@@ -93,6 +96,7 @@ def write_run_report(
     watched = [run for run in runs if run.alerts]
     compared = _divergence(divergence) if divergence is not None else ""
     gaps = _mismatch(runs)
+    nodes = nodes_section([(run.name, run.path) for run in runs])  # the Ray backend's ranks, node by node
     body = "\n".join(
         [
             '<nav><a href="#curves">learning curves</a> · '
@@ -101,6 +105,7 @@ def write_run_report(
             + ('<a href="#mismatch">sampler/trainer gap</a> · ' if gaps else "")
             + '<a href="#tokens">token view</a> · '
             + ('<a href="#preference">preference ledger</a> · ' if preference else "")
+            + ('<a href="#nodes">nodes</a> · ' if nodes else "")
             + '<a href="#config">config and environment</a></nav>',
             '<section id="curves"><h2>Learning curves</h2>',
             _curves(charts),
@@ -112,6 +117,7 @@ def write_run_report(
             _template("token_view.html"),
             "</section>",
             *([_preference(preference, lang)] if preference else []),
+            nodes,
             '<section id="config"><h2>Config and environment</h2>',
             *(_config(run) for run in runs),
             "</section>",

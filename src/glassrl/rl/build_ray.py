@@ -87,6 +87,7 @@ def build_ray_workers(
         RayWeightSync,
     )
     from glassrl.workers.ray_cluster import RayCluster, connect
+    from glassrl.workers.ray_nodes import attach_ranks, placement_line
 
     ray, m = cfg.ray, cfg.model
     ref_sync = cfg.algo.kl.ref_sync_every > 0
@@ -109,6 +110,8 @@ def build_ray_workers(
         connect(ray.address)
     cluster = RayCluster(specs, ray.placement, local=ray.address is None)
     try:
+        # every rank sees the run directory (checkpoint shards), and says where it runs (docs/scale-out.md)
+        placed = attach_ranks(cluster.groups, Path(cfg.output_dir))
         actors = cluster["actor"]
         pad = pad_id(tokenizer)
         reference = None
@@ -133,6 +136,7 @@ def build_ray_workers(
                 sync = RayWeightSync(actors, rollouts, device, log=log, probe_every=every)
                 rollout = RayRollout(rollouts, pad)
         paths = _rank0(actors, "paths") | (_rank0(cluster["rollout"], "paths") if apart else {})
+        paths["nodes"] = placement_line(placed)
         return Workers(
             actor=RayActor(actors, weight_sync=sync, ptx=ptx),
             rollout=rollout,
@@ -161,7 +165,7 @@ def _spec(role: str, group: RayRoleConfig | RayRolloutConfig, build):
     from glassrl.workers.ray_cluster import RoleSpec
 
     resources = {key: float(value) for key, value in group.resources.items()}
-    return RoleSpec(role, group.world_size, build, resources=resources, device=_device(group))
+    return RoleSpec(role, group.world_size, build, resources=resources, device=_device(group), nodes=group.nodes)
 
 
 # ---------------------------------------------------------------- what each rank builds (in its process)

@@ -482,6 +482,9 @@ def _check_ref_sync(cfg) -> None:
         )
 
 
+_COLOCATED_NODES = "ignored: ray.placement = colocate places every role by ray.actor.nodes; set ray.placement: separate"
+
+
 def _check_ray(cfg, written: Set[str] | None) -> None:
     """What trainer.backend = ray needs: groups that can be placed, a mini-batch per rank, wired features."""
     ray, a = cfg.ray, cfg.algo
@@ -516,6 +519,10 @@ def _check_ray(cfg, written: Set[str] | None) -> None:
         values = role.resources.values()
         if not all(isinstance(v, (int, float)) and v >= 0 for v in values) or not any(v > 0 for v in values):
             fail(f"ray.{name}.resources", role.resources, "needs amounts >= 0, one of them > 0 (e.g. {CPU: 1})")
+    placed = sorted(name for name, role in roles.items() if name != "actor" and role is not None)
+    for name in placed if ray.placement == "colocate" else ():
+        if knob_set(cfg, f"ray.{name}.nodes", written):  # one placement group: the actor's strategy places it
+            fail(f"ray.{name}.nodes", get_dotted(cfg, f"ray.{name}.nodes"), _COLOCATED_NODES)
     if ray.rollout_ranks is not None and not 1 <= ray.rollout_ranks <= ray.actor.world_size:
         fail("ray.rollout_ranks", ray.rollout_ranks, f"must lie in [1, ray.actor.world_size = {ray.actor.world_size}]")
     mini = cfg.batch.mini_batch_prompts * cfg.rollout.n

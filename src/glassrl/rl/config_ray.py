@@ -27,6 +27,14 @@ class RayRoleConfig:
     resources: dict[str, float] = option(
         factory=lambda: {"CPU": 1.0}, help="per rank, Ray resources: {CPU: 1}, {GPU: 1, CPU: 4}, ..."
     )
+    nodes: Literal["pack", "spread"] = option(
+        "pack",
+        help=(
+            "over the cluster's nodes (Ray's placement group strategy): pack = as few nodes as hold the ranks; "
+            "spread = each rank on another node where there are enough (the gloo/NCCL group then spans them); "
+            "under ray.placement = colocate one placement group holds every role: ray.actor.nodes places it"
+        ),
+    )
 
 
 @dataclass
@@ -55,6 +63,14 @@ class RayRolloutConfig:
         help=(
             "apart: per rank, Ray resources; NCCL for the weight sync when actor and rollout ranks hold a GPU each, "
             "else gloo"
+        ),
+    )
+    nodes: Literal["pack", "spread"] = option(
+        "pack",
+        help=(
+            "over the cluster's nodes (Ray's placement group strategy): pack = as few nodes as hold the ranks; "
+            "spread = each rank on another node where there are enough (the gloo/NCCL group then spans them); "
+            "with ray.placement = separate (under colocate, ray.actor.nodes places every role)"
         ),
     )
     sync_bucket_mb: float = option(

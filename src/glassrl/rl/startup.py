@@ -47,8 +47,9 @@ def load_prompts(cfg: TrainConfig, path: Path, console: Console):
 def say_paths(cfg: TrainConfig, workers: Workers, layout: str, memory: str, console: Console) -> dict[str, str]:
     """Which faster paths run (the rollout, the forward passes' layout, the optimiser, memory)."""
     paths = {**workers.paths, "forward passes": layout_path(cfg.model, layout), "memory": memory}
-    for what in ("rollout", "forward passes", "optimiser", "memory"):
-        say(console, f"{what}: {paths[what]}")
+    for what in ("rollout", "forward passes", "optimiser", "memory", "nodes"):
+        if what in paths:  # "nodes": the Ray backend's (glassrl.workers.ray_nodes.placement_line)
+            say(console, f"{what}: {paths[what]}")
     return paths
 
 

@@ -13,11 +13,14 @@ of one group (the bundle holds their summed resources); "separate" gives each ro
 its own group. ``resources`` per rank, e.g. {"CPU": 1, "GPU": 1}. On a local cluster
 (started here: its size is all there is) the ranks left at the default {"CPU": 1} share the
 CPUs the others leave when there are fewer than ranks, and a demand that cannot be met
-is an error at once, naming the keys to set (:func:`fit_local`).
+is an error at once, naming the keys to set (:func:`fit_local`). Over the nodes of a cluster
+each placement group packs its bundles or spreads them (``RoleSpec.nodes``: Ray's PACK or SPREAD;
+a spread group's torch.distributed group then spans nodes, rank 0's node address its rendezvous).
 
 A worker that dies (killed, out of memory, its node lost) ends the call with a
-GlassrlError naming the role and the rank; the group's other processes are then
-stopped (they would wait in a collective for the dead one).
+GlassrlError naming the role, the rank and its node (and whether Ray counts the node lost); the
+group's other processes are then stopped (they would wait in a collective for the dead one).
+Where each rank runs, and the run directory each must share: glassrl.workers.ray_nodes.
 
 Ray is an optional extra (``pip install glassrl[ray]``), imported here only.
 """
@@ -27,14 +30,17 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from glassrl.errors import GlassrlError
 from glassrl.workers.data_parallel import DistContext, free_port, init_group
+from glassrl.workers.ray_nodes import RankFiles, node_alive, node_name, where
 
 PLACEMENTS = ("colocate", "separate")
+STRATEGIES = {"pack": "PACK", "spread": "SPREAD"}  # ray.<role>.nodes → Ray's placement group strategy
 
 
 def import_ray():
@@ -98,6 +104,7 @@ class RoleSpec:
     build: Callable[[DistContext], dict[str, Any]]
     resources: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
     device: str = "cpu"  # "cuda" when the ranks hold a GPU each (NCCL)
+    nodes: str = "pack"  # over the nodes: "pack" or "spread" (STRATEGIES)
 
     def __post_init__(self) -> None:
         if self.world_size < 1:
@@ -112,6 +119,7 @@ class RankHost:
     def __init__(self, role: str, rank: int, world_size: int) -> None:
         self.role, self.rank, self.world_size = role, rank, world_size
         self.objects: dict[str, Any] = {}
+        self.files: RankFiles | None = None  # its files in the run directory, once attached
 
     def rendezvous(self) -> tuple[str, int]:
         """This node's address and a free port (asked of rank 0)."""
@@ -119,12 +127,26 @@ class RankHost:
 
         return ray.util.get_node_ip_address(), free_port()
 
+    def where(self) -> dict[str, Any]:
+        """This rank's node (glassrl.workers.ray_nodes.where)."""
+        return where()
+
+    def attach(self, run_dir: str, token: str) -> tuple[str, dict[str, Any]]:
+        """The run directory's check (glassrl.workers.ray_nodes.attach_ranks): "" when this rank reads
+        ``token`` there and writes its files, else what failed; and this rank's node."""
+        self.files, place, problem = RankFiles.open(run_dir, token, self.role, self.rank)
+        return problem, place
+
     def setup(self, build: Callable[[DistContext], dict[str, Any]], address: str, port: int, device: str) -> None:
         ctx = init_group(self.role, self.rank, self.world_size, address, port, device)
         self.objects = build(ctx)
 
     def call(self, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.objects[name], method)(*args, **kwargs)
+        start = time.perf_counter()
+        answer = getattr(self.objects[name], method)(*args, **kwargs)
+        if self.files is not None:
+            self.files.record(f"{name}.{method}", time.perf_counter() - start)
+        return answer
 
     def ping(self) -> bool:
         return True
@@ -160,6 +182,7 @@ def _bundle(resource_sets: Sequence[dict[str, float]]) -> dict[str, float]:
     return {k: v for k, v in total.items() if v > 0}
 
 
+DEATH_WAIT_S = 30.0  # how long a failed collective waits to learn whether a rank died under it
 DEFAULT_RESOURCES = {"CPU": 1.0}  # a rank's resources unless the config says otherwise (RayRoleConfig)
 
 
@@ -208,6 +231,8 @@ class RankGroup:
             ).remote(spec.role, rank, spec.world_size)
             for rank, b in enumerate(bundles)
         ]
+        self.places: list[dict[str, Any]] = [{} for _ in self.hosts]  # each rank's node, asked next
+        self.places = self.get([h.where.remote() for h in self.hosts])
         address, port = self.get([self.hosts[0].rendezvous.remote()], ranks=[0])[0]
         # Every rank at once: init_process_group returns when all have joined.
         self.get([h.setup.remote(spec.build, address, port, spec.device) for h in self.hosts])
@@ -231,15 +256,14 @@ class RankGroup:
             try:
                 ray.get(done[0])
             except ray.exceptions.RayActorError as err:
-                self.shutdown()  # the others would wait for it in their next collective
-                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                raise GlassrlError(
-                    f"{self.role} worker rank {rank_of[done[0]]} of {self.world_size} died: {reason}"
-                ) from None
+                raise self._died(rank_of[done[0]], err) from None
             except ray.exceptions.RayTaskError as err:
                 # A rank's GlassrlError (a non-finite step, which every rank raises alike, naming the
                 # ranks) reaches the driver as itself: one line, without the worker's traceback.
                 if not isinstance(err.cause, GlassrlError):
+                    # A collective cut off ("Connection reset by peer") by a rank that died under it,
+                    # often before Ray says that rank is dead: that rank named instead, once known.
+                    self._named_death(pending, rank_of)
                     raise
                 # The other ranks' answers are taken too, else Ray prints them later as unhandled errors.
                 for other in ray.wait(pending, num_returns=len(pending), timeout=30)[0] if pending else []:
@@ -249,6 +273,42 @@ class RankGroup:
                         pass
                 raise err.cause from None
         return ray.get(futures)
+
+    def _died(self, rank: int, err: BaseException | None) -> GlassrlError:
+        """The error of a dead rank (the group's other processes stopped: they would wait for it in
+        their next collective)."""
+        self.shutdown()
+        text = str(err).strip() if err is not None else ""
+        reason = text.splitlines()[0] if text else "its node stopped answering Ray's health checks"
+        return GlassrlError(f"{self.role} worker rank {rank} of {self.world_size} died{self._on_node(rank)}: {reason}")
+
+    def _named_death(self, pending: list, rank_of: dict, wait_s: float = DEATH_WAIT_S) -> None:
+        """After a rank's call failed: a GlassrlError naming a rank of this group that died, should one
+        be known within ``wait_s`` (its call fails as a dead actor's, or Ray counts its node lost: after
+        its health checks fail, 5 × 3 s by default); else nothing (the failure is the rank's own)."""
+        ray = import_ray()
+        deadline = time.monotonic() + wait_s
+        while True:
+            for rank, place in enumerate(self.places):
+                if place and node_alive(place["node_id"]) is False:
+                    raise self._died(rank, None) from None
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5) if pending else ([], [])
+            for future in done:
+                try:
+                    ray.get(future)
+                except ray.exceptions.RayActorError as err:
+                    raise self._died(rank_of[future], err) from None
+                except ray.exceptions.RayError:
+                    pass
+            if not pending or time.monotonic() > deadline:
+                return
+
+    def _on_node(self, rank: int) -> str:
+        """ " on node 3eb2b867 (10.0.0.5), lost" for a rank whose node is known ("" before it is)."""
+        place = self.places[rank]
+        if not place:
+            return ""
+        return f" on {node_name(place)}" + (", lost with it" if node_alive(place["node_id"]) is False else "")
 
     def probe(self, timeout_s: float = 10.0) -> None:
         """A GlassrlError naming the first rank found dead (within ``timeout_s``); nothing when none is
@@ -292,7 +352,7 @@ class RayCluster:
         if placement == "colocate":
             width = max(s.world_size for s in specs)
             bundles = [_bundle([s.resources for s in specs if s.world_size > r]) for r in range(width)]
-            pg = placement_group(bundles, strategy="PACK")
+            pg = placement_group(bundles, strategy=STRATEGIES[specs[0].nodes])  # the actor's (specs[0])
             self.placement_groups.append(pg)
             self._ready(pg, bundles)
             for s in specs:
@@ -300,7 +360,7 @@ class RayCluster:
         else:
             for s in specs:
                 bundles = [_bundle([s.resources])] * s.world_size
-                pg = placement_group(bundles, strategy="PACK")
+                pg = placement_group(bundles, strategy=STRATEGIES[s.nodes])
                 self.placement_groups.append(pg)
                 self._ready(pg, bundles)
                 self.groups[s.role] = RankGroup(s, pg, range(s.world_size))

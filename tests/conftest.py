@@ -21,6 +21,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from helpers import TINY_SPEC, tiny_run_overrides
 
@@ -65,12 +66,13 @@ def tiny_model_dir(request) -> Path:
     from glassrl.models.default_model import MARKER, DefaultModelSpec
 
     out = Path(request.config.cache.mkdir("glassrl-tiny-default-model")) / _build_key(build_default_model.__module__)
-    if not (out / MARKER).is_file():
-        tmp = out.parent / f".{out.name}.building-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        build_default_model(tmp, seed=0, spec=DefaultModelSpec(**TINY_SPEC))
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(tmp, out)
+    with FileLock(str(out.parent / f".{out.name}.lock")):  # parallel test workers: one builds, the others wait
+        if not (out / MARKER).is_file():
+            tmp = out.parent / f".{out.name}.building-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            build_default_model(tmp, seed=0, spec=DefaultModelSpec(**TINY_SPEC))
+            shutil.rmtree(out, ignore_errors=True)
+            os.replace(tmp, out)
     return out
 
 

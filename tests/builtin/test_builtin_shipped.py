@@ -103,3 +103,38 @@ def test_init_model_says_shipped_and_force_compares(monkeypatch, tmp_path, capsy
     assert "built in" in out and "the shipped weights, built" not in out
     assert "the shipped weights: other bytes than this build (the float sums of SFT differ by CPU)" in out
     assert "heldout_arith_verify (shipped → this build): exact 0.332 → 0.25, verdict 0.37 → 0.37" in out
+
+
+def test_two_processes_that_start_at_once_build_once_and_read_the_same_model(tmp_path):
+    """ensure_built takes a lock beside the model: the second caller waits and finds the first's model,
+    instead of moving it away while it is read (two first runs on a fresh machine, or parallel tests)."""
+    import json
+    import threading
+    import time
+
+    from rich.console import Console
+
+    from glassrl.builtin.default_model import ensure_built
+    from glassrl.models.default_model import DEFAULT_SPEC, MARKER, spec_json
+
+    builds: list[int] = []
+
+    def build(tmp):
+        builds.append(1)
+        tmp.mkdir(parents=True)
+        time.sleep(0.5)  # long enough for the other caller to arrive while this one builds
+        (tmp / MARKER).write_text(json.dumps({"seed": 7, "spec": spec_json(DEFAULT_SPEC)}), encoding="utf-8")
+        return {}
+
+    out, got = tmp_path / "model", []
+
+    def call():
+        got.append(ensure_built(out, 7, DEFAULT_SPEC, "none", build, rebuild=False, console=Console(quiet=True)))
+
+    callers = [threading.Thread(target=call) for _ in range(2)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join()
+    assert got == [out, out] and len(builds) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.lock", "model"]  # no copy left behind

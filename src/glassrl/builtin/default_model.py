@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from filelock import FileLock
 from rich.console import Console
 from transformers import LlamaForCausalLM
 
@@ -101,9 +102,28 @@ def ensure_built(
     (and not ``rebuild``); without ``rebuild``, the package's shipped weights are copied instead
     when they are that model (:mod:`glassrl.builtin.shipped`: seed 0, the current spec, every file's
     sha256 checked). The build or copy goes to a temporary sibling directory renamed into place. A
-    directory that is neither empty nor a glassrl embedded model is never replaced."""
+    directory that is neither empty nor a glassrl embedded model is never replaced. Two processes
+    that start at once (two first runs, or parallel tests) take turns on a lock file beside ``out``:
+    the second finds the first one's model instead of moving it away while it is read."""
     if not rebuild and is_built(out, seed, spec):
         return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out.parent / f".{out.name}.lock")):
+        if not rebuild and is_built(out, seed, spec):  # built by the process that held the lock before us
+            return out
+        return _build_into(out, seed, spec, version, build, rebuild, console)
+
+
+def _build_into(
+    out: Path,
+    seed: int,
+    spec: DefaultModelSpec | AgentModelSpec | ResearchModelSpec,
+    version: str,
+    build: Callable[[Path], dict],
+    rebuild: bool,
+    console: Console,
+) -> Path:
+    """:func:`ensure_built`'s build or copy, under its lock."""
     if out.exists() and not (out / MARKER).is_file() and any(out.iterdir()):
         raise GlassrlError(f"{out} exists and is not a glassrl default model; refusing to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,8 @@ the tokens that end such a turn. ``rollout.agent.call_format`` names the family:
 - ``qwen3_coder`` (Qwen3-Coder): ``<tool_call>\\n<function=N>\\n<parameter=P>\\nVALUE\\n</parameter>\\n…
   </function>\\n</tool_call>``; a value is written as text (a string as it is, an object or a list as
   JSON, a number or a boolean as its JSON text) and read back by the tool's declared type (the schema
-  the prompt showed), as Qwen's own parser does (vLLM ``qwen3coder_tool_parser.py``).
+  the prompt showed), as vLLM's qwen3_coder parser does: a parameter with no declared type is read as
+  a string, so only strings round-trip there.
 - ``llama3_json`` (Llama 3.1 / 3.2 JSON tool calling): the whole turn is ``{"name": N, "parameters":
   {…}}`` (optionally after ``<|python_tag|>``; several calls separated by ``;``, or back to back as
   Meta's llama-models writes them), ending at
@@ -180,9 +181,15 @@ class Qwen3CoderCalls:
 
 
 def _typed(text: str, spec: Mapping[str, Any]) -> Any:
-    """A qwen3_coder value read by its declared type: a string as written; anything else as JSON when it
-    parses (an undeclared parameter too), else the text."""
-    if spec.get("type") == "string":
+    """A qwen3_coder value read by its declared type, as vLLM's qwen3_coder parser reads it (vllm
+    tool_parsers/utils.py ``coerce_to_schema_type``): ``null`` as None where the type allows null; a
+    parameter with no declared type, or one the schema does not name, or a string, as written;
+    anything else as JSON when it parses, else the text."""
+    kinds = spec.get("type")
+    kinds = {kinds} if isinstance(kinds, str) else set(kinds or ())
+    if "null" in kinds and text.lower() == "null":
+        return None
+    if kinds - {"null"} <= {"string"}:
         return text
     try:
         return load_json(text)

@@ -15,7 +15,7 @@ BIN    := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 # Every other dependency, exact and with hashes (uv pip compile; `make lock` writes it).
 LOCK   := requirements-lock.txt
-EXTRAS := test,ray,lora,qwen,wandb,mlflow,agent-endpoint,reasoning-gym,skyrl-gym,openenv
+EXTRAS := test,ray,lora,qwen,wandb,mlflow,agent-endpoint,reasoning-gym,skyrl-gym,openenv,formats
 # The preset `make demo` trains: examples/$(ALGO).yaml, e.g. make demo ALGO=ppo; or a whole
 # pipeline instead: make demo PIPELINE=rlhf (SFT policy → reward model → PPO, examples/rlhf/), or its
 # offline branch, make demo PIPELINE=rlhf OFFLINE=1 (SFT policy → DPO on the same pairs, examples/dpo.yaml);
@@ -32,7 +32,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: demo test test-fast test-latest test-vllm lint format install lock lock-vllm bench clean
 
 # The [test] extra brings pytest, hypothesis, playwright, ruff and import-linter; ray, lora (peft), qwen (its tokenizer),
-# wandb and mlflow are installed too so that their tests run rather than skip. The environment is
+# wandb, mlflow and formats (mistral-common, llama-models: the tool-call formats' references) are installed too so that their tests run rather than skip. The environment is
 # made anew from the lock whenever the lock changes: exactly what CI tested, nothing left over.
 # --no-deps: the lock is the whole set; pip check then proves it consistent with torch.
 $(STAMP): pyproject.toml $(LOCK) Makefile

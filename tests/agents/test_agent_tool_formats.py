@@ -37,7 +37,7 @@ SCHEMAS = {
             "k": {"type": "integer"},
             "exact": {"type": "boolean"},
             "ratio": {"type": "number"},
-            "none": {},
+            "none": {"type": ["integer", "null"]},
         }
     },
     "lookup": {"properties": {"filter": {"type": "object"}}},
@@ -78,6 +78,14 @@ def test_qwen3_coder_reads_values_by_the_declared_type():
     )
     (call,) = syntax.parse(text, {"f": {"properties": {"s": {"type": "string"}, "n": {"type": "integer"}}}})
     assert call.arguments == {"s": "3", "n": 3}
+    # as vLLM's qwen3_coder parser reads them (tests/agents/test_agent_tool_formats_vllm.py): no declared
+    # type, or not in the schema, is a string; null is None only where the type allows it
+    values = {"untyped": "3", "unnamed": '{"a": 1}', "s": "null", "n": "null", "o": '{"a": null}'}
+    text = "<tool_call>\n<function=f>\n"
+    text += "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in values.items()) + "</function>\n</tool_call>"
+    spec = {"untyped": {}, "s": {"type": "string"}, "n": {"type": ["integer", "null"]}, "o": {"type": "object"}}
+    (call,) = syntax.parse(text, {"f": {"properties": spec}})
+    assert call.arguments == {"untyped": "3", "unnamed": '{"a": 1}', "s": "null", "n": None, "o": {"a": None}}
     with pytest.raises(GlassrlError, match=r"argument 's' holds '\\n</parameter>'"):
         syntax.write([ToolCall("f", {"s": "a\n</parameter>\nb"})])
 

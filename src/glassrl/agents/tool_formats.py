@@ -9,12 +9,15 @@ the tokens that end such a turn. ``rollout.agent.call_format`` names the family:
 - ``qwen3_coder`` (Qwen3-Coder): ``<tool_call>\\n<function=N>\\n<parameter=P>\\nVALUE\\n</parameter>\\n…
   </function>\\n</tool_call>``; a value is written as text (a string as it is, an object or a list as
   JSON, a number or a boolean as its JSON text) and read back by the tool's declared type (the schema
-  the prompt showed), as Qwen's own parser does (vLLM ``qwen3coder_tool_parser.py``).
+  the prompt showed), as vLLM's qwen3_coder parser does: a parameter with no declared type is read as
+  a string, so only strings round-trip there.
 - ``llama3_json`` (Llama 3.1 / 3.2 JSON tool calling): the whole turn is ``{"name": N, "parameters":
-  {…}}`` (optionally after ``<|python_tag|>``; several calls separated by ``;``), ending at
+  {…}}`` (optionally after ``<|python_tag|>``; several calls separated by ``;``, or back to back as
+  Meta's llama-models writes them), ending at
   ``<|eom_id|>`` or ``<|eot_id|>``; ``"arguments"`` is read as ``"parameters"``.
 - ``mistral`` (Mistral v3 tokenizers): ``[TOOL_CALLS] [{"name": N, "arguments": {…}}, …]`` ending at
-  ``</s>``; the v11 form ``[TOOL_CALLS]N[ARGS]{…}`` is read too.
+  ``</s>``; the v11 form ``[TOOL_CALLS]N[ARGS]{…}`` (``[TOOL_CALLS]N[CALL_ID]ID[ARGS]{…}`` with the
+  call's id, one ``[TOOL_CALLS]`` per call) is read too.
 
 Each family's :meth:`write` is what its template writes for an assistant message with ``tool_calls``,
 so ``parse(write(calls)) == calls`` (names and arguments) for any calls: nested JSON, several calls,
@@ -178,9 +181,15 @@ class Qwen3CoderCalls:
 
 
 def _typed(text: str, spec: Mapping[str, Any]) -> Any:
-    """A qwen3_coder value read by its declared type: a string as written; anything else as JSON when it
-    parses (an undeclared parameter too), else the text."""
-    if spec.get("type") == "string":
+    """A qwen3_coder value read by its declared type, as vLLM's qwen3_coder parser reads it (vllm
+    tool_parsers/utils.py ``coerce_to_schema_type``): ``null`` as None where the type allows null; a
+    parameter with no declared type, or one the schema does not name, or a string, as written;
+    anything else as JSON when it parses, else the text."""
+    kinds = spec.get("type")
+    kinds = {kinds} if isinstance(kinds, str) else set(kinds or ())
+    if "null" in kinds and text.lower() == "null":
+        return None
+    if kinds - {"null"} <= {"string"}:
         return text
     try:
         return load_json(text)
@@ -213,10 +222,12 @@ class Llama3JsonCalls:
             calls.append(_call(obj, body[at:end], "parameters", self.EXAMPLE))
             at = _SPACE.match(body, end).end()
             if at < len(body):
-                if body[at] != ";":
+                # llama-models' ChatFormat writes the calls back to back, vLLM's llama3_json writes "; "
+                if body[at] == ";":
+                    at = _SPACE.match(body, at + 1).end()
+                elif body[at] != "{":
                     calls.append(ToolCall("", error="calls are separated by ';'", raw=body[at:]))
                     break
-                at = _SPACE.match(body, at + 1).end()
         return calls
 
     def opens_call(self, text: str) -> bool:
@@ -231,7 +242,9 @@ class MistralCalls:
     stop_strings: tuple[str, ...] = ()
     TAG = "[TOOL_CALLS]"
     EXAMPLE = '[TOOL_CALLS] [{"name": ..., "arguments": {...}}]'
-    _V11 = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.-]*)\[ARGS\]")
+    # v11+: [TOOL_CALLS]name[ARGS]{…}, or with the call's id, [TOOL_CALLS]name[CALL_ID]id[ARGS]{…}
+    # (mistral-common, tokens/tokenizers/instruct.py InstructTokenizerV11._encode_tool_calls_in_assistant_message)
+    _V11 = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.-]*)(?:\[CALL_ID\][^\[]*)?\[ARGS\]")
 
     def write(self, calls: Sequence[ToolCall]) -> str:
         return self.TAG + " " + _dumps([{"name": c.name, "arguments": c.arguments} for c in calls])

@@ -8,6 +8,12 @@ log-prob mismatch between vLLM's sampled log-probs and the trainer's recomputati
     .venv-vllm/bin/python benchmarks/bench_vllm.py --batch 8 --repeats 1
     .venv-vllm/bin/python benchmarks/bench_vllm.py --model 10x --dtype bfloat16   # ~10× the parameters, bf16
     .venv-vllm/bin/python benchmarks/bench_vllm.py --model-dir DIR   # e.g. glassrl init-model --arch qwen2.5-0.5b
+    .venv-vllm/bin/python benchmarks/bench_vllm.py --curve 20        # GRPO's reward per step, each engine
+
+``--curve STEPS``: examples/grpo.yaml (the default model, arith-verify) for STEPS steps with
+``rollout.engine`` hf, then vllm, the same seed, everything else equal (no evaluation, no
+checkpoint, no report); prints reward/mean per step side by side. The samples differ (vLLM's
+sampler has its own RNG), so the curves agree only as two seeds of one run would.
 
 ``--model 10x``: a randomly initialised Llama of the default model's layout at about 10× its
 parameters (hidden 256, 10 layers, heads of 64, 10.6 M: bench_vs_trl's LARGE), over the default
@@ -39,6 +45,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
+import json  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import replace  # noqa: E402
@@ -86,6 +93,35 @@ def model_dir(which: str, out: Path) -> Path:
     return out
 
 
+def curve(steps: int) -> None:
+    """GRPO's reward per step with each engine, the same seed (module docstring)."""
+    from glassrl.config import load_config
+    from glassrl.rl.config import TrainConfig
+    from glassrl.rl.loop import Trainer
+
+    preset = Path(__file__).resolve().parents[1] / "examples" / "grpo.yaml"
+    rewards, seconds = {}, {}
+    for engine in ("hf", "vllm"):
+        out = Path(tempfile.mkdtemp(prefix=f"glassrl-curve-{engine}-"))
+        overrides = [f"steps={steps}", f"output_dir={out}", f"rollout.engine={engine}", "data.eval_size=20"]
+        overrides += ["logging.report=false", "logging.checkpoint_every=0"]
+        start = time.perf_counter()
+        Trainer(load_config(TrainConfig, preset, overrides), progress=False).train()
+        seconds[engine] = time.perf_counter() - start
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        rewards[engine] = {r["step"]: r["reward/mean"] for r in rows if "reward/mean" in r}
+    print(f"\nGRPO, examples/grpo.yaml, {steps} steps, seed 0: reward/mean per step")
+    print("| step | hf | vllm |")
+    print("|---:|---:|---:|")
+    for step in sorted(rewards["hf"]):
+        print(f"| {step} | {rewards['hf'][step]:.3f} | {rewards['vllm'].get(step, float('nan')):.3f} |")
+    means = {e: sum(r.values()) / len(r) for e, r in rewards.items()}
+    print(
+        f"mean over the steps: hf {means['hf']:.3f}, vllm {means['vllm']:.3f}; wall s: hf {seconds['hf']:.0f}, "
+        f"vllm {seconds['vllm']:.0f}; load average {os.getloadavg()}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch", type=int, nargs="+", default=[8, 16, 32])
@@ -94,7 +130,10 @@ def main() -> None:
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--curve", type=int, metavar="STEPS", help="instead: GRPO's learning curve with each engine")
     args = ap.parse_args()
+    if args.curve:
+        return curve(args.curve)
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     path = args.model_dir or model_dir(args.model, Path(tempfile.gettempdir()) / "glassrl-bench-vllm-10x")
     model = load_causal_lm(path, dtype=args.dtype, device="cpu")

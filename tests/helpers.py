@@ -30,6 +30,17 @@ TINY_SPEC = dict(
     warmup_steps=10,
 )
 
+# One actor rank and one rollout rank placed apart on the tests' 2-CPU Ray cluster (the vLLM tests).
+RAY_ROLLOUT_APART = [
+    "trainer.backend=ray",
+    "ray.actor.world_size=1",
+    "ray.actor.resources={CPU: 0.25}",
+    "ray.reference.resources={CPU: 0.25}",
+    "ray.rollout.placement=apart",
+    "ray.rollout.world_size=1",
+    "ray.rollout.resources={CPU: 0.25}",
+]
+
 
 def flat_ledger_rows(text: str) -> list[dict]:
     """The token rows of a ledger file's text, each with its response's row merged in: the flat

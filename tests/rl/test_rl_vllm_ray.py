@@ -17,7 +17,7 @@ import pytest
 
 from glassrl.builtin.default_model import build_default_model
 from glassrl.models.default_model import DefaultModelSpec
-from helpers import TINY_SPEC, preset_trainer, tiny_run_overrides
+from helpers import RAY_ROLLOUT_APART, TINY_SPEC, preset_trainer, tiny_run_overrides
 
 pytestmark = pytest.mark.vllm
 
@@ -36,13 +36,7 @@ def test_grpo_with_vllm_on_a_rollout_rank_apart(local_ray, prompt_files, tmp_pat
             "actor_optim.lr=0.01",  # one step moves the weights far enough to see a stale rollout
             "actor_optim.warmup_steps=0",
             "logging.report=false",
-            "trainer.backend=ray",
-            "ray.actor.world_size=1",
-            "ray.actor.resources={CPU: 0.25}",
-            "ray.reference.resources={CPU: 0.25}",
-            "ray.rollout.placement=apart",
-            "ray.rollout.world_size=1",
-            "ray.rollout.resources={CPU: 0.25}",
+            *RAY_ROLLOUT_APART,
         ],
     )
     assert trainer.workers.rollout.group.role == "rollout"

@@ -17,6 +17,7 @@ from glassrl.models import load_causal_lm, load_tokenizer, response_logprobs
 from glassrl.models.default_model import DefaultModelSpec
 from glassrl.rollout import vllm as vllm_engine
 from glassrl.rollout.base import SamplingParams
+from glassrl.rollout.stops import stop_set
 from glassrl.rollout.vllm import VLLMRolloutEngine
 from glassrl.rollout.vllm_sync import actor_probe_logprobs, engine_probe_logprobs, reload_on_worker
 from helpers import TINY_SPEC, preset_trainer, tiny_qwen2_dir, tiny_run_overrides
@@ -98,6 +99,17 @@ def test_a_sync_that_does_not_land_is_an_error_naming_the_tensor(setup, monkeypa
         engine.sync_weights()
     monkeypatch.undo()
     assert engine.sync_weights().max_diff <= 1e-3  # a right sync lands again
+
+
+def test_stop_strings_reach_vllm_with_its_detokenizer_on(vllm_model_dir):
+    """vLLM matches stop strings in the text it detokenizes; without it, it refuses them (rollout.stop, an
+    agent's call format: "stop strings are only supported when detokenize is True")."""
+    stops = stop_set(load_tokenizer(vllm_model_dir), None, ["</call>"])
+    params = vllm_engine.sampling_params(SamplingParams(max_new_tokens=4), 1, 0, stops)
+    assert params.stop == ["</call>"] and params.detokenize and params.include_stop_str_in_output
+    assert not vllm_engine.sampling_params(
+        SamplingParams(max_new_tokens=4), 1, 0, stop_set(load_tokenizer(vllm_model_dir))
+    ).detokenize
 
 
 def test_the_cpu_engine_refuses_a_head_size_its_attention_lacks(tiny_model_dir):

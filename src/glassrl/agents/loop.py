@@ -73,7 +73,7 @@ class SampledTurn:
 
 
 class TurnSampler(Protocol):
-    """Samples one turn for each context (token ids, unpadded); Hugging Face today, vLLM later."""
+    """Samples one turn for each context (token ids, unpadded): HFTurnSampler, or vLLM (glassrl.agents.vllm_turns)."""
 
     device: torch.device
     path: str  # how it samples, for the run's start-up lines

@@ -185,39 +185,60 @@ def environment_maker(cfg: TrainConfig, agent: AgentConfig) -> Callable[[], Envi
     return task_environment(cfg.agentic_tasks()[0])
 
 
-def rollout_engine(cfg: TrainConfig, model, tokenizer, versions=None):
+def rollout_engine(cfg: TrainConfig, model, tokenizer, versions=None, shared=None):
     """The RolloutEngine sampling with ``model``: multi-turn with tools when the run is agentic
     (:func:`glassrl.rl.config.agent_config`), else Hugging Face decoding, or vLLM with
     ``rollout.engine: vllm`` (its weights synchronised from ``model`` before each rollout).
     Responses stop at the tokenizer's, the model's and the chat template's stop tokens and at
     ``rollout.stop`` (glassrl.rollout.stops). It keeps its own log-probs (``rollout_logprobs``) when
     an off-policy correction reads them, or when it samples for asynchronous training: ``versions``
-    (glassrl.rollout.base.PolicyVersions), whose version it records on each token."""
+    (glassrl.rollout.base.PolicyVersions), whose version it records on each token. ``shared``: a
+    VLLMRolloutEngine whose vLLM engine samples for this one too, its weights following ``model``
+    (VLLMRolloutEngine.following: one KV cache) instead of a second one; the vLLM engine always keeps
+    its log-probs."""
     from glassrl.agents import AgentRolloutEngine, HFTurnSampler
     from glassrl.rollout.hf import HFRolloutEngine
     from glassrl.rollout.stops import stop_set
 
     agent = agent_config(cfg)
     stops = stop_set(tokenizer, getattr(model, "generation_config", None), cfg.rollout.stop)
-    if agent is None and cfg.rollout.engine == "vllm":
+    vllm = None
+    if cfg.rollout.engine == "vllm":
         from glassrl.rollout.vllm import VLLMRolloutEngine
 
         v = cfg.rollout.vllm
-        return VLLMRolloutEngine.colocated(
-            model,
-            tokenizer,
-            gpu_memory_utilization=v.gpu_memory_utilization,
-            sleep=v.sleep,
-            seed=cfg.seed,
-            stops=stops,
+        vllm = (
+            shared.following(model, versions)
+            if shared is not None
+            else VLLMRolloutEngine.colocated(
+                model,
+                tokenizer,
+                gpu_memory_utilization=v.gpu_memory_utilization,
+                sleep=v.sleep,
+                seed=cfg.seed,
+                stops=stops,
+                versions=versions,
+            )
         )
+        if agent is None:
+            return vllm
     # the engine's log-probs log μ: rollout/logprob_diff_*, the corrections, a stale batch's π_old
-    keep = off_policy_correction(cfg.algo) is not None or versions is not None or cfg.rollout.sampling_logprobs
+    keep = (
+        off_policy_correction(cfg.algo) is not None
+        or versions is not None
+        or vllm is not None
+        or cfg.rollout.sampling_logprobs
+    )
     if agent is None:
         return HFRolloutEngine(model, tokenizer, sampling_logprobs=keep, stops=stops, versions=versions)
-    sampler = (
-        HFTurnSampler(model, tokenizer, stops) if versions is None else HFTurnSampler(model, tokenizer, stops, versions)
-    )
+    if vllm is not None:  # multi-turn episodes, each turn sampled by vLLM (glassrl.agents.vllm_turns)
+        from glassrl.agents.vllm_turns import VLLMTurnSampler
+
+        sampler = VLLMTurnSampler(vllm)
+    elif versions is None:
+        sampler = HFTurnSampler(model, tokenizer, stops)
+    else:
+        sampler = HFTurnSampler(model, tokenizer, stops, versions)
     if agent.endpoint is not None:
         return endpoint_engine(cfg, agent, sampler, tokenizer, keep)
     return AgentRolloutEngine(
@@ -426,8 +447,11 @@ def build_local_workers(
         log.follow(engine)
     if resolved.max_staleness == 1:  # a copy of the policy samples rounds ahead in a thread (glassrl.workers.overlap)
         own = partial(rollout_engine, cfg, tokenizer=copy.deepcopy(tokenizer))  # its own tokenizer: no sharing
+        if cfg.rollout.engine == "vllm":  # the same vLLM engine, its weights following the copy (one KV cache)
+            own = partial(own, shared=getattr(getattr(engine, "sampler", None), "engine", engine))  # agents: the turns'
         rollout = OverlapRollout(rollout, actor, own, passes, log=log)
         stop = rollout.close
+        paths["rollout"] += "; asynchronous: 1 version behind, a copy of the policy sampling in a thread"
     reference = None
     if resolved.uses_reference and lora is not None and m.reference is None:
         reference = LoraReference(model, passes)

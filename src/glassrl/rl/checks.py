@@ -32,11 +32,6 @@ def check_train_config(cfg, written: Set[str] | None = None) -> None:
     _check_scale_out(cfg, written)
 
 
-def _agentic(cfg) -> bool:
-    """Whether the run's rollouts are multi-turn (glassrl.rl.config.agent_config is not None)."""
-    return cfg.rollout.agent is not None or bool(cfg.agentic_tasks())
-
-
 def _divides(part: int, part_key: str, whole: int, whole_key: str, unit: str) -> None:
     if whole % part:
         raise GlassrlError(
@@ -378,8 +373,6 @@ def _check_scale_out(cfg, written: Set[str] | None) -> None:
         fail("rollout.vllm.gpu_memory_utilization", r.vllm.gpu_memory_utilization, "must lie in (0, 1)")
     if r.engine == "vllm" and m.lora is not None:
         fail("rollout.engine", "vllm", "with model.lora: syncing LoRA adapters into vLLM is not built; use hf")
-    if r.engine == "vllm" and _agentic(cfg):
-        fail("rollout.engine", "vllm", "multi-turn rollouts (rollout.agent) sample with the Hugging Face engine")
     if r.engine != "vllm" and knob_set(cfg, "rollout.vllm", written):
         raise GlassrlError(f"rollout.vllm: ignored: rollout.engine = {r.engine}; remove it or set rollout.engine: vllm")
     _check_staleness(cfg, written)
@@ -424,8 +417,6 @@ def _check_staleness(cfg, written: Set[str] | None) -> None:
         return
     if "baseline_rewards" in ADVANTAGE_ESTIMATORS[a.advantage].inputs:
         fail(key, value, f"algo.advantage = {a.advantage} samples greedy baselines within a step; choose one")
-    if r.engine != "hf":
-        fail(key, value, f"rollout.engine = {r.engine} keeps its own weights; it samples with engine hf")
 
 
 def _check_overlap(cfg) -> None:

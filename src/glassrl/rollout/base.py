@@ -236,7 +236,7 @@ class PolicyVersions(Protocol):
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """Anything that samples responses: Hugging Face ``generate`` (hf.py), vLLM later.
+    """Anything that samples responses: Hugging Face ``generate`` (hf.py), vLLM (vllm.py).
 
     ``prompts`` are token ids (already formatted, e.g. by the chat template).
     Each prompt is sampled ``n`` times; the n responses of prompt j are rows

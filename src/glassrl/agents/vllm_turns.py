@@ -1,0 +1,59 @@
+"""Multi-turn tool episodes sampled by vLLM: the agent loop's TurnSampler (glassrl.agents.loop) backed by
+the run's vLLM engine (glassrl.rollout.vllm, ``rollout.engine: vllm``).
+
+Each turn is one ``LLM.generate`` call over the running episodes' whole contexts (prompt, earlier
+turns, observations: token ids, as the HF sampler takes them), one completion each, with vLLM's
+SamplingParams as the single-turn engine builds them (glassrl.rollout.vllm.sampling_params): the
+stop tokens, the run's and the call format's stop strings (``include_stop_str_in_output``), the
+turn's token budget as ``max_tokens``, one seed per context drawn from the run's generator. The
+tokens vLLM returns are cut as the HF sampler's are (glassrl.agents.loop.trim_turn: at the first
+stop token or the token completing a stop string, kept, or at the budget), so how a turn ended
+is decided by the same rule with either engine; the loop then masks the observation tokens out of
+every loss as with the HF sampler. The engine's weights are synced (and verified) before a turn
+whenever the actor changed, so every turn of an episode samples from the same weights within one
+rollout. vLLM's sampler has its own RNG: the same seed does not give the HF sampler's tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from glassrl.agents.loop import SampledTurn, trim_turn
+from glassrl.rollout.base import SamplingParams
+from glassrl.rollout.vllm import VLLMRolloutEngine, sampling_params
+
+
+class VLLMTurnSampler:
+    """One turn per context, sampled by ``engine``'s vLLM ``LLM`` (module docstring)."""
+
+    def __init__(self, engine: VLLMRolloutEngine) -> None:
+        self.engine = engine
+        self.device = next(engine.source.parameters()).device
+        self.path = engine.path
+
+    @torch.no_grad()
+    def sample(
+        self,
+        contexts: list[list[int]],
+        max_new_tokens: list[int],
+        params: SamplingParams,
+        generator: torch.Generator,
+        stop_strings: tuple[str, ...],
+        with_logprobs: bool,
+    ) -> list[SampledTurn]:
+        stops = self.engine.stops.with_strings(stop_strings)
+        seeds = torch.randint(0, 2**31 - 1, (len(contexts),), generator=generator, device=generator.device).tolist()
+        per_context = [
+            sampling_params(dataclasses.replace(params, max_new_tokens=max(1, budget)), 1, seed, stops)
+            for budget, seed in zip(max_new_tokens, seeds)
+        ]
+        completions, version = self.engine.sample(contexts, per_context)
+        turns = []
+        for [completion], budget in zip(completions, max_new_tokens):
+            tokens, ended = trim_turn(list(completion.token_ids), budget, stops, self.engine.tokenizer.decode)
+            logprobs = [step[t].logprob for step, t in zip(completion.logprobs, tokens)] if with_logprobs else None
+            versions = [version] * len(tokens) if self.engine.versions is not None else None
+            turns.append(SampledTurn(tokens, ended, logprobs, versions))
+        return turns

@@ -14,7 +14,8 @@ cross-entropy (Hsu et al. 2024, "Liger Kernel", §3.3), and of verl's
 
 A chunk holds as many positions as keep its float32 logits within :data:`CHUNK_LOGITS` values
 (128 positions at Qwen's V = 151,936; every position of a micro-batch at once for a vocabulary of a
-few hundred, as the default model's), unless ``chunk_size`` fixes the positions.
+few hundred, as the default model's), or :data:`GRAD_CHUNK_LOGITS` (32 positions) when gradients are on,
+unless ``chunk_size`` fixes the positions.
 
 Autograd: without care, each chunk's backward keeps its float32 logits
 (logsumexp saves its input) and, with entropy, the softmax as well — (B, T, V)
@@ -53,6 +54,11 @@ _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 # float32 logits per LM-head chunk (B · positions · V): 128 positions of a 151,936-token vocabulary.
 CHUNK_LOGITS = 128 * 151_936
+# With gradients, a checkpointed chunk's backward holds about five tensors of its logits' size at once
+# (the recomputed logits, the softmax, their gradient, the gather's scatter), beside the LM-head weight's
+# gradient: 32 positions of Qwen's vocabulary keep that near 100 MB, so that at 4 k response tokens the
+# forward+backward peak is ≥ 10× below the naive log-softmax's (issue 40; benchmarks/bench_logprobs.py).
+GRAD_CHUNK_LOGITS = 32 * 151_936
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -101,13 +107,14 @@ def logprobs_from_hidden(
     Returns log-probs (B, T) and entropy (B, T) (or None), both float32, of
     ``softmax(lm_head(hidden) / temperature)``, from the same logits of each chunk. Peak extra
     memory is a few chunks' float32 logits, in forward and in backward: ``chunk_size`` positions
-    each, or (None) as many as :data:`CHUNK_LOGITS` allows.
+    each, or (None) as many as :data:`CHUNK_LOGITS` (:data:`GRAD_CHUNK_LOGITS` with gradients) allows.
     ``entropy_grad=False``: the entropy is a detached metric (no gradient flows through it).
     """
     B, T = targets.shape
     vocab = getattr(lm_head, "out_features", None) or lm_head.weight.shape[0]
-    chunk = chunk_size or max(1, CHUNK_LOGITS // (max(B, 1) * vocab))
     grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in lm_head.parameters()))
+    budget = GRAD_CHUNK_LOGITS if grad else CHUNK_LOGITS
+    chunk = chunk_size or max(1, budget // (max(B, 1) * vocab))
     logprobs, entropies = [], []
     for start in range(0, max(T, 1), chunk):  # T = 0 (packed, no real token): empty outputs
         h = hidden[:, start : start + chunk]  # (B, C, H)

@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_logprobs.py            # B = 1
     .venv/bin/python benchmarks/bench_logprobs.py --batch 2
     .venv/bin/python benchmarks/bench_logprobs.py --backward   # + forward/backward (minutes on 2 cores)
-    .venv/bin/python benchmarks/bench_logprobs.py --backward --tokens 4096 --hidden 896 --entropy --skip-no-ckpt
+    .venv/bin/python benchmarks/bench_logprobs.py --backward --tokens 4096 --hidden 896 --chunk 0 --entropy \
+        --only chunked+bwd
         # issue 40: 4 k response tokens at Qwen2.5-0.5B's width, log-probs and entropy (≈ 12 GB for naive)
 
 Setting: V = 151,936 (a real large vocabulary), T = 1,024 response tokens,
@@ -71,9 +72,8 @@ def _rss_kb() -> int:
 
 def _chunked_no_checkpoint(hidden, head, targets):
     """The chunked loop with the checkpoint removed: each chunk's logits stay alive for backward."""
-    parts = [
-        _chunk(head, hidden[:, s : s + CHUNK], targets[:, s : s + CHUNK], 1.0, ENTROPY) for s in range(0, T, CHUNK)
-    ]
+    c = CHUNK or 128
+    parts = [_chunk(head, hidden[:, s : s + c], targets[:, s : s + c], 1.0, ENTROPY) for s in range(0, T, c)]
     entropy = torch.cat([e for _, e in parts], dim=1) if ENTROPY else None
     return torch.cat([lp for lp, _ in parts], dim=1), entropy
 
@@ -85,7 +85,7 @@ def _run(variant: str, hidden, head, targets) -> torch.Tensor:
     elif variant.startswith("chunked-no-ckpt"):
         out, entropy = _chunked_no_checkpoint(hidden, head, targets)
     else:
-        out, entropy = logprobs_from_hidden(hidden, head, targets, chunk_size=CHUNK, with_entropy=ENTROPY)
+        out, entropy = logprobs_from_hidden(hidden, head, targets, chunk_size=CHUNK or None, with_entropy=ENTROPY)
     if variant.endswith("+bwd"):
         (out.sum() + (entropy.sum() if ENTROPY else 0)).backward()
     return out
@@ -121,7 +121,7 @@ def gpu(variant: str, batch: int) -> float:
 
 
 def main() -> None:
-    global T, H, ENTROPY
+    global T, H, ENTROPY, CHUNK
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--backward", action="store_true", help="also measure forward+backward")
@@ -129,11 +129,13 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=H, help="hidden width (H): 896 is Qwen2.5-0.5B's")
     parser.add_argument("--entropy", action="store_true", help="entropy too (and its gradient with --backward)")
     parser.add_argument("--skip-no-ckpt", action="store_true", help="leave out the chunked path without checkpoint")
+    parser.add_argument("--chunk", type=int, default=CHUNK, help="positions per chunk; 0 = glassrl's own choice")
     parser.add_argument("--only", nargs="+", choices=FORWARD + BACKWARD, help="run these variants only")
     parser.add_argument("--child", choices=FORWARD + BACKWARD, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    T, H, ENTROPY = args.tokens, args.hidden, args.entropy
-    shape = ["--batch", str(args.batch), "--tokens", str(T), "--hidden", str(H)] + ["--entropy"] * ENTROPY
+    T, H, ENTROPY, CHUNK = args.tokens, args.hidden, args.entropy, args.chunk
+    shape = ["--batch", str(args.batch), "--tokens", str(T), "--hidden", str(H), "--chunk", str(CHUNK)]
+    shape += ["--entropy"] * ENTROPY
     if args.child:
         child(args.child, args.batch)
         return
@@ -144,7 +146,10 @@ def main() -> None:
         variants = args.only
 
     what = "log-probs and entropy" if ENTROPY else "log-probs"
-    print(f"per-token {what}, V={V:,} T={T} H={H} B={args.batch} float32, chunk_size={CHUNK}")
+    print(
+        f"per-token {what}, V={V:,} T={T} H={H} B={args.batch} float32, "
+        f"chunk_size={CHUNK or 'glassrl default (128 forward, 32 with gradients)'}"
+    )
     print("CPU peak = ru_maxrss after the call minus the RSS after allocating inputs, fresh process per variant")
     cpu = {}
     for variant in variants:

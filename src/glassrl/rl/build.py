@@ -295,6 +295,7 @@ def role_update(cfg: TrainConfig, resolved: Resolved, role: str, ptx: PtxTerm | 
         forward=under_autocast(cfg, forward, ranks),
         terms=terms,
         micro_batch=cfg.batch.micro_batch_responses,
+        max_tokens=cfg.batch.max_tokens_per_micro_batch,
         grad_clip=optim.grad_clip,
         on_nonfinite=cfg.on_nonfinite,
         shared_prefix=shared,
@@ -322,6 +323,7 @@ def forward_passes(cfg: TrainConfig):
     m = cfg.model
     return Passes(
         micro_batch=cfg.batch.micro_batch_responses,
+        max_tokens=cfg.batch.max_tokens_per_micro_batch,
         temperature=cfg.rollout.temperature,
         compute=compute_dtype(m.compute_dtype),
         packed=m.padding_free,

@@ -437,6 +437,14 @@ class BatchConfig:
     micro_batch_responses: int = option(
         8, help="responses per forward/backward pass (per worker); must divide a mini-batch's responses"
     )
+    max_tokens_per_micro_batch: int | None = option(
+        None,
+        help=(
+            "a token budget per forward pass instead of a count: rows (at most micro_batch_responses), longest "
+            "first, while their real tokens (prompt + response) stay within it; a longer row runs alone; the "
+            "gradient is the same; null = the count only"
+        ),
+    )
     epochs: int = option(1, help="passes over the step's responses (PPO epochs)")
 
 

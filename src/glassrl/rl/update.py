@@ -43,6 +43,7 @@ import torch
 
 from glassrl.algos.aggregation import aggregate
 from glassrl.algos.masked import masked_sum
+from glassrl.models.micro_batches import micro_batches, row_tokens
 from glassrl.models.shared_prefix import prompt_order
 from glassrl.optim import guarded_step
 from glassrl.rl.experience import Experience
@@ -134,8 +135,13 @@ def run_updates(
     shared_prefix: bool = False,
     ranks: Ranks | None = None,
     ptx_pairs: list[list[Example]] | None = None,
+    max_tokens: int | None = None,
 ) -> dict[str, float]:
     """One optimiser step per index tensor of ``plan``; returns metrics averaged over them.
+
+    Micro-batches: ``micro_batch`` rows each, or with ``max_tokens`` (batch.max_tokens_per_micro_batch)
+    as many rows (at most ``micro_batch``) as keep their real tokens within the budget, longest first
+    (glassrl.models.micro_batches); the gradient is the mini-batch's either way (the shares above).
 
     Metrics: each term's value (its mini-batch aggregate) averaged over optimiser
     steps; each diagnostic's masked mean per micro-batch, averaged over the
@@ -197,10 +203,11 @@ def run_updates(
         grouped = prompt_order(batch["input_ids"], batch["attention_mask"], batch["response_mask"].shape[1])  # (B,)
         place = torch.empty_like(grouped)
         place[grouped] = torch.arange(len(grouped), device=grouped.device)
+    tokens = row_tokens(batch["attention_mask"])  # (B,) real tokens per row, for the token budget
     for k, index in enumerate(plan):
         if shared_prefix:
             index = index[place[index.to(place.device)].argsort().to(index.device)]  # mini-batch rows in that order
-        parts = index.split(micro_batch)
+        parts = micro_batches(index, tokens, rows=micro_batch, max_tokens=max_tokens, keep_order=shared_prefix)
         micros = [select(batch, part) for part in parts]
         units = torch.stack([sum(_units(t.mask(m), t.mode) for m in micros) for t in terms])  # (terms,) this rank's
         totals = dict(zip([t.name for t in terms], ranks.sum(units).clamp(min=1)))  # of the whole mini-batch
@@ -300,6 +307,7 @@ class RoleUpdate:
     shared_prefix: bool = False
     ptx: PtxTerm | None = None
     ranks: Ranks | None = None
+    max_tokens: int | None = None  # batch.max_tokens_per_micro_batch
 
     def __call__(
         self,
@@ -328,5 +336,6 @@ class RoleUpdate:
             forward_outputs=forward_outputs,
             shared_prefix=self.shared_prefix,
             ranks=self.ranks,
+            max_tokens=self.max_tokens,
             ptx_pairs=ptx_pairs,
         )

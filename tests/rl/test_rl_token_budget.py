@@ -74,7 +74,7 @@ def test_a_token_budget_gives_the_full_batch_s_gradient_and_weights(tiny_model_d
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda("constant", 0, 1))
         passes = []
-        run_updates(
+        metrics = run_updates(
             model,
             optimizer,
             scheduler,
@@ -89,9 +89,13 @@ def test_a_token_budget_gives_the_full_batch_s_gradient_and_weights(tiny_model_d
         )
         grad = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
         weights = torch.cat([p.detach().flatten() for p in model.parameters()])
-        results.append((passes, grad, weights))
+        results.append((passes, grad, weights, metrics["actor/padding_share"]))
     assert [r[0] for r in results] == [[8], [1, 1, 1, 1, 1, 3], [1, 1, 1, 1, 1, 1, 1, 1]]
-    for _, grad, weights in results[1:]:
+    # padded positions / all positions: 59 real tokens in 8 rows × 11 columns; under the budget each
+    # micro-batch drops the prompt padding its rows share (not the responses' right padding: T stays 6):
+    # 12 tokens: 11 + 11 + 10 + 11 + 7 + 3 × 9 = 77 positions; 5 tokens: prompt + 6 per row, 74 positions
+    assert [r[3] for r in results] == pytest.approx([1 - 59 / 88, 1 - 59 / 77, 1 - 59 / 74])
+    for _, grad, weights, _ in results[1:]:
         torch.testing.assert_close(grad, results[0][1], rtol=1e-4, atol=1e-6)
         torch.testing.assert_close(weights, results[0][2], rtol=1e-5, atol=1e-6)
 

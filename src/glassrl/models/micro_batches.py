@@ -11,6 +11,7 @@ With ``max_tokens`` a micro-batch takes rows (at most ``rows`` of them) while th
 stay within the budget; the rows are first sorted longest first (stable), so a micro-batch holds rows of
 similar lengths and its padding is small on the padded path too — "sorted packing" as in verl's
 ``use_dynamic_bsz`` (verl/utils/seqlen_balancing.py) and NeMo-RL's dynamic batching, greedy here.
+Under the budget each micro-batch also drops the prompt padding its rows all share (:func:`trim_left`).
 A row longer than the budget alone gets a micro-batch of its own (and one line says so, once per
 process: the budget is then not an upper bound of that pass).
 
@@ -61,6 +62,19 @@ def micro_batches(
             )
     parts.append(index[start:])
     return parts
+
+
+def trim_left(micro: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``micro`` without the leading columns that are padding in every row (left-padded prompts):
+    ``input_ids`` and ``attention_mask`` (B, P+T) lose them, the response-wide tensors (B, T) keep their
+    width. Position ids come from the mask (glassrl.models.logprobs), so the forward is the same, on fewer
+    positions: under a token budget the rows are sorted by length, so a micro-batch's longest prompt is
+    often much shorter than the batch's."""
+    keep = micro["attention_mask"].any(0)  # (P+T,)
+    first = int(keep.long().argmax()) if bool(keep.any()) else 0
+    if first == 0:
+        return micro
+    return {key: value[:, first:] if key in ("input_ids", "attention_mask") else value for key, value in micro.items()}
 
 
 def _say_once(line: str) -> None:

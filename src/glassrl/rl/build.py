@@ -296,6 +296,7 @@ def role_update(cfg: TrainConfig, resolved: Resolved, role: str, ptx: PtxTerm | 
         terms=terms,
         micro_batch=cfg.batch.micro_batch_responses,
         max_tokens=cfg.batch.max_tokens_per_micro_batch,
+        packed=cfg.model.padding_free or shared,
         grad_clip=optim.grad_clip,
         on_nonfinite=cfg.on_nonfinite,
         shared_prefix=shared,

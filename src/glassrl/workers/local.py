@@ -33,7 +33,7 @@ from torch import nn
 
 from glassrl.data.records import PromptRecord
 from glassrl.models.logprobs import response_logprobs
-from glassrl.models.micro_batches import micro_batches, row_tokens
+from glassrl.models.micro_batches import micro_batches, row_tokens, trim_left
 from glassrl.models.precision import compute_precision
 from glassrl.models.shared_prefix import prompt_order
 from glassrl.models.values import response_values
@@ -98,6 +98,8 @@ def no_grad_passes(
         order, row_tokens(batch["attention_mask"]), rows=micro_batch, max_tokens=max_tokens, keep_order=group_prompts
     )
     micros = [{key: value[part] for key, value in batch.items()} for part in parts]
+    if max_tokens is not None:  # as the update cuts them (glassrl.rl.update.run_updates)
+        micros = [trim_left(micro) for micro in micros]
     outs = [forward(micros[min(j, len(micros) - 1)]) for j in range(passes(len(micros)))][: len(micros)]
     joined = {key: torch.cat([out[key] for out in outs]) for key in outs[0]}  # (B, ...) each, in parts' order
     if group_prompts or max_tokens is not None:  # back to the batch's row order

@@ -14,7 +14,7 @@ cross-entropy (Hsu et al. 2024, "Liger Kernel", §3.3), and of verl's
 
 A chunk holds as many positions as keep its float32 logits within :data:`CHUNK_LOGITS` values
 (128 positions at Qwen's V = 151,936; every position of a micro-batch at once for a vocabulary of a
-few hundred, as the default model's), or :data:`GRAD_CHUNK_LOGITS` (32 positions) when gradients are on,
+few hundred, as the default model's),,
 unless ``chunk_size`` fixes the positions.
 
 Autograd: without care, each chunk's backward keeps its float32 logits
@@ -26,6 +26,9 @@ Measured (``benchmarks/bench_logprobs.py --backward``, CPU, V = 151,936,
 T = 1,024, B = 1): forward+backward peak 536 MiB with the checkpoint, 976 MiB
 without, 1,807 MiB naive; forward alone 155 MiB vs 1,211 MiB naive. A single chunk is not
 checkpointed: its logits are within the budget anyway, and the recomputation would only cost.
+Smaller chunks with gradients were tried (32 positions of Qwen's vocabulary, 19 MB of logits each): below
+glibc's 32 MB mmap threshold freed chunks stay in the heap, and the resident peak of log-probs and entropy
+at 4,096 tokens, H = 896, rose from 1,587 MiB (128 positions) to 9,866 MiB (issue 40, BENCHMARKS.md).
 
 Padding-free (``packed=True``, ``model.padding_free``): the decoder runs on the batch's real
 tokens packed side by side in rows (glassrl.models.packing), and the LM head only on the positions that
@@ -54,11 +57,6 @@ _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 # float32 logits per LM-head chunk (B · positions · V): 128 positions of a 151,936-token vocabulary.
 CHUNK_LOGITS = 128 * 151_936
-# With gradients, a checkpointed chunk's backward holds about five tensors of its logits' size at once
-# (the recomputed logits, the softmax, their gradient, the gather's scatter), beside the LM-head weight's
-# gradient: 32 positions of Qwen's vocabulary keep that near 100 MB, so that at 4 k response tokens the
-# forward+backward peak is ≥ 10× below the naive log-softmax's (issue 40; benchmarks/bench_logprobs.py).
-GRAD_CHUNK_LOGITS = 32 * 151_936
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -107,14 +105,13 @@ def logprobs_from_hidden(
     Returns log-probs (B, T) and entropy (B, T) (or None), both float32, of
     ``softmax(lm_head(hidden) / temperature)``, from the same logits of each chunk. Peak extra
     memory is a few chunks' float32 logits, in forward and in backward: ``chunk_size`` positions
-    each, or (None) as many as :data:`CHUNK_LOGITS` (:data:`GRAD_CHUNK_LOGITS` with gradients) allows.
+    each, or (None) as many as :data:`CHUNK_LOGITS` allows.
     ``entropy_grad=False``: the entropy is a detached metric (no gradient flows through it).
     """
     B, T = targets.shape
     vocab = getattr(lm_head, "out_features", None) or lm_head.weight.shape[0]
     grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in lm_head.parameters()))
-    budget = GRAD_CHUNK_LOGITS if grad else CHUNK_LOGITS
-    chunk = chunk_size or max(1, budget // (max(B, 1) * vocab))
+    chunk = chunk_size or max(1, CHUNK_LOGITS // (max(B, 1) * vocab))
     logprobs, entropies = [], []
     for start in range(0, max(T, 1), chunk):  # T = 0 (packed, no real token): empty outputs
         h = hidden[:, start : start + chunk]  # (B, C, H)

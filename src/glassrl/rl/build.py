@@ -347,6 +347,7 @@ def build_local_workers(
     rounds requested ahead with a copy of the policy, in a thread (glassrl.workers.overlap).
     """
     from glassrl.models import load_causal_lm, load_scalar_model
+    from glassrl.models.memory import enable_gradient_checkpointing
     from glassrl.models.packing import check_packing
     from glassrl.models.precision import check_master_weights
     from glassrl.models.shared_prefix import check_shared_prefix
@@ -368,6 +369,8 @@ def build_local_workers(
     load_lm = partial(load_causal_lm, dtype=m.dtype, device=m.device)
     # prompt limit + rollout.max_new_tokens fit its positions: glassrl.rl.prompts
     model, load_actor = with_lora(load_lm(path), lora, path, load_lm)
+    if m.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     check_master_weights(model, compute)
     check_layout(model)
     optimizer, scheduler = make_optimizer(model, cfg.actor_optim, resolved.actor_optimizer_steps)
@@ -406,6 +409,8 @@ def build_local_workers(
         load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=m.device)
         base = critic_path(cfg, path)
         critic_model, load_critic_part = with_lora(load_critic(base), lora, base, load_critic)
+        if m.gradient_checkpointing:
+            enable_gradient_checkpointing(critic_model)
         check_master_weights(critic_model, compute)
         check_layout(critic_model)
         c_opt, c_sched = make_optimizer(critic_model, cfg.critic_optim, resolved.total_optimizer_steps)

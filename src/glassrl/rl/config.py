@@ -82,6 +82,14 @@ class ModelConfig:
         None,
         help="LoRA adapters on the actor and the critic (π_ref = the base, adapters off); null = train every weight",
     )
+    gradient_checkpointing: bool = option(
+        False,
+        help=(
+            "recompute the decoder layers' activations in backward instead of keeping them (transformers' "
+            "gradient_checkpointing_enable, non-reentrant): less memory in the update, about one more forward; "
+            "same gradients"
+        ),
+    )
     padding_free: bool = option(
         False,
         help=(

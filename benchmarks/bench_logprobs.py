@@ -148,7 +148,7 @@ def main() -> None:
     what = "log-probs and entropy" if ENTROPY else "log-probs"
     print(
         f"per-token {what}, V={V:,} T={T} H={H} B={args.batch} float32, "
-        f"chunk_size={CHUNK or 'glassrl default (128 forward, 32 with gradients)'}"
+        f"chunk_size={CHUNK or 'the default, 128 at this V'}"
     )
     print("CPU peak = ru_maxrss after the call minus the RSS after allocating inputs, fresh process per variant")
     cpu = {}

@@ -151,12 +151,19 @@ def test_padded_rows_equal_unpadded_rows(tiny_lm_path, make_batch):
             torch.testing.assert_close(batched[row, : len(r)], alone[0], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("chunk_size", [2, None])
-def test_gradients_match_naive(tiny_lm_path, make_batch, chunk_size, monkeypatch):
-    """The chunks give the same parameter gradients as the naive route: checkpointed (chunk_size 2),
-    and one chunk, not checkpointed (None: the tiny vocabulary's logits are within CHUNK_LOGITS)."""
-    checkpointed = []
+@pytest.mark.parametrize("chunk_size, path", [(2, "fused"), (2, "checkpoint"), (None, "one chunk")])
+def test_gradients_match_naive(tiny_lm_path, make_batch, chunk_size, path, monkeypatch):
+    """The chunks give the same parameter gradients as the naive route: the fused head backward
+    (_FusedHead: a plain nn.Linear head), checkpointed chunks (any other head: here the fused path is
+    switched off), and one chunk, not checkpointed (None: the tiny vocabulary's logits are within CHUNK_LOGITS)."""
+    checkpointed, fused = [], []
     monkeypatch.setattr(logprobs_module, "checkpoint", lambda *a, **k: checkpointed.append(1) or checkpoint(*a, **k))
+    apply = logprobs_module._FusedHead.apply
+    if path == "checkpoint":
+        monkeypatch.setattr(logprobs_module._FusedHead, "apply", None)
+        monkeypatch.setattr(logprobs_module, "_fused_head", lambda head: False)
+    else:
+        monkeypatch.setattr(logprobs_module._FusedHead, "apply", lambda *a: fused.append(1) or apply(*a))
     ids, mask, P, T = make_batch(PROMPTS, RESPONSES)
     resp_mask = mask[:, P:].bool()  # (B, T)
     grads = []
@@ -164,7 +171,8 @@ def test_gradients_match_naive(tiny_lm_path, make_batch, chunk_size, monkeypatch
         model = load_causal_lm(tiny_lm_path, device="cpu").train()
         if chunked:
             lp, ent = response_logprobs(model, ids, mask, T, temperature=0.8, chunk_size=chunk_size, with_entropy=True)
-            assert len(checkpointed) == (0 if chunk_size is None else -(-T // chunk_size))
+            assert len(checkpointed) == (-(-T // chunk_size) if path == "checkpoint" else 0)
+            assert len(fused) == (1 if path == "fused" else 0)
         else:
             lp, ent = _naive_from_model(model, ids, mask, P, 0.8)
         loss = torch.where(resp_mask, lp + 0.1 * ent, 0.0).sum()

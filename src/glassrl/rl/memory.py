@@ -19,9 +19,10 @@ P + T = the longest prompt the data may hold plus ``rollout.max_new_tokens``):
   at most ``batch.max_tokens_per_micro_batch``) × layers × the values a decoder layer keeps per token
   for backward, ``6 × hidden + 3 × intermediate`` (norms, q/k/v/o, the MLP's three products; a floor), or
   ``hidden`` (the layer's input) under ``model.gradient_checkpointing``, in the compute dtype;
-- the chunked log-probs' peak in backward (glassrl.models.logprobs): about 13 float32 tensors of one
-  chunk's logits (with the entropy's gradient; measured 1,587 MiB at 4,096 tokens, H = 896, V = 151,936:
-  benchmarks/bench_logprobs.py) and the LM head's gradient of one chunk (V × hidden × 4).
+- the chunked log-probs' peak in backward (glassrl.models.logprobs): the LM head's gradient (V × hidden × 4)
+  and about 3 float32 tensors of one chunk's logits with the fused head backward (measured 768 MiB at 4,096
+  tokens, H = 896, V = 151,936, entropy included: benchmarks/bench_logprobs.py), about 13 under
+  ``model.compute_dtype: bfloat16``, whose autocast takes the checkpointed chunks (measured 1,586 MiB).
 
 It is an upper bound of those terms (a response that stops early holds less; measured on the
 default model, 32,000 responses held about half of it) and leaves out activations, which the
@@ -50,7 +51,9 @@ from glassrl.rl.config import TrainConfig
 from glassrl.rl.resolve import Resolved
 
 _PER_TOKEN_BYTES = 64  # ~16 (B, P + T) tensors of 4 bytes
-_CHUNK_COPIES = 13  # chunk-sized float32 tensors alive at once in a chunk's backward, with the entropy (measured)
+# chunk-sized float32 tensors alive at once in a chunk's backward, with the entropy (measured): the fused head
+# backward; the checkpointed chunks (under autocast)
+_CHUNK_COPIES, _CHECKPOINTED_CHUNK_COPIES = 3, 13
 
 
 def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit: int) -> dict[str, int]:
@@ -74,7 +77,10 @@ def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit:
         "per-token tensors": B * length * _PER_TOKEN_BYTES,
         "weights": models * weight_bytes(actor),
         "update activations": micro_tokens * layers * per_layer * dtype,
-        "log-prob chunks": _CHUNK_COPIES * min(CHUNK_LOGITS, micro_tokens * vocab) * 4 + vocab * hidden * 4,
+        "log-prob chunks": (_CHECKPOINTED_CHUNK_COPIES if m.compute_dtype == "bfloat16" else _CHUNK_COPIES)
+        * min(CHUNK_LOGITS, micro_tokens * vocab)
+        * 4
+        + vocab * hidden * 4,
     }
 
 

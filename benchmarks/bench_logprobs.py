@@ -3,6 +3,9 @@
     .venv/bin/python benchmarks/bench_logprobs.py            # B = 1
     .venv/bin/python benchmarks/bench_logprobs.py --batch 2
     .venv/bin/python benchmarks/bench_logprobs.py --backward   # + forward/backward (minutes on 2 cores)
+    .venv/bin/python benchmarks/bench_logprobs.py --backward --tokens 4096 --hidden 896 --chunk 0 --entropy \
+        --only chunked+bwd
+        # issue 40: 4 k response tokens at Qwen2.5-0.5B's width, log-probs and entropy (≈ 12 GB for naive)
 
 Setting: V = 151,936 (a real large vocabulary), T = 1,024 response tokens,
 H = 256, float32, LM head without bias, chunk_size = 128 (the default at this V and B = 1:
@@ -21,8 +24,12 @@ tensors. On a GPU the same variants also run with
 ``torch.cuda.max_memory_allocated`` minus the memory allocated before the call.
 
 With ``--backward``, "+bwd" variants make hidden and the LM-head weight require grad
-and backpropagate the sum of log-probs; "no-ckpt" is the chunked path without
-torch.utils.checkpoint (what the chunks would keep alive for backward).
+and backpropagate the sum of log-probs (and of the entropy with ``--entropy``: naive then also builds
+softmax · log-softmax over (B, T, V), the way the field computes the entropy bonus); "no-ckpt" is the
+chunked path without torch.utils.checkpoint (what the chunks would keep alive for backward). The LM-head
+weight's ``.grad`` is allocated (zeros) before the baseline is read, as in training after the first
+micro-batch: that buffer is the weights' own (the memory estimate counts weights × 4), the same for
+every variant, and the peak is what the log-prob computation adds on top of it.
 """
 
 from __future__ import annotations
@@ -36,9 +43,10 @@ import time
 
 import torch
 
-from glassrl.models.logprobs import _chunk, logprobs_from_hidden, naive_logprobs
+from glassrl.models.logprobs import _chunk, logprobs_from_hidden, naive_entropy, naive_logprobs
 
-V, T, H, CHUNK = 151_936, 1_024, 256, 128
+V, CHUNK = 151_936, 128
+T, H, ENTROPY = 1_024, 256, False  # set from the command line (main, child)
 FORWARD = ["naive", "chunked"]
 BACKWARD = ["naive+bwd", "chunked-no-ckpt+bwd", "chunked+bwd"]
 
@@ -50,6 +58,8 @@ def _inputs(batch: int, device: str, grad: bool):
     head = torch.nn.Linear(H, V, bias=False, device="meta")
     weight = torch.randn(V, H, generator=gen, device=device).div_(H**0.5)
     head.weight = torch.nn.Parameter(weight, requires_grad=grad)
+    if grad:
+        head.weight.grad = torch.zeros_like(weight)  # held by training anyway: part of the baseline
     targets = torch.randint(0, V, (batch, T), generator=gen, device=device)
     return hidden, head, targets
 
@@ -62,21 +72,22 @@ def _rss_kb() -> int:
 
 def _chunked_no_checkpoint(hidden, head, targets):
     """The chunked loop with the checkpoint removed: each chunk's logits stay alive for backward."""
-    parts = [
-        _chunk(head, hidden[:, s : s + CHUNK], targets[:, s : s + CHUNK], 1.0, False)[0] for s in range(0, T, CHUNK)
-    ]
-    return torch.cat(parts, dim=1)
+    c = CHUNK or 128
+    parts = [_chunk(head, hidden[:, s : s + c], targets[:, s : s + c], 1.0, ENTROPY) for s in range(0, T, c)]
+    entropy = torch.cat([e for _, e in parts], dim=1) if ENTROPY else None
+    return torch.cat([lp for lp, _ in parts], dim=1), entropy
 
 
 def _run(variant: str, hidden, head, targets) -> torch.Tensor:
     if variant.startswith("naive"):
-        out = naive_logprobs(head(hidden), targets)
+        logits = head(hidden)
+        out, entropy = naive_logprobs(logits, targets), (naive_entropy(logits) if ENTROPY else None)
     elif variant.startswith("chunked-no-ckpt"):
-        out = _chunked_no_checkpoint(hidden, head, targets)
+        out, entropy = _chunked_no_checkpoint(hidden, head, targets)
     else:
-        out = logprobs_from_hidden(hidden, head, targets, chunk_size=CHUNK)[0]
+        out, entropy = logprobs_from_hidden(hidden, head, targets, chunk_size=CHUNK or None, with_entropy=ENTROPY)
     if variant.endswith("+bwd"):
-        out.sum().backward()
+        (out.sum() + (entropy.sum() if ENTROPY else 0)).backward()
     return out
 
 
@@ -110,24 +121,43 @@ def gpu(variant: str, batch: int) -> float:
 
 
 def main() -> None:
+    global T, H, ENTROPY, CHUNK
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--backward", action="store_true", help="also measure forward+backward")
+    parser.add_argument("--tokens", type=int, default=T, help="response tokens per row (T)")
+    parser.add_argument("--hidden", type=int, default=H, help="hidden width (H): 896 is Qwen2.5-0.5B's")
+    parser.add_argument("--entropy", action="store_true", help="entropy too (and its gradient with --backward)")
+    parser.add_argument("--skip-no-ckpt", action="store_true", help="leave out the chunked path without checkpoint")
+    parser.add_argument("--chunk", type=int, default=CHUNK, help="positions per chunk; 0 = glassrl's own choice")
+    parser.add_argument("--only", nargs="+", choices=FORWARD + BACKWARD, help="run these variants only")
     parser.add_argument("--child", choices=FORWARD + BACKWARD, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    T, H, ENTROPY, CHUNK = args.tokens, args.hidden, args.entropy, args.chunk
+    shape = ["--batch", str(args.batch), "--tokens", str(T), "--hidden", str(H), "--chunk", str(CHUNK)]
+    shape += ["--entropy"] * ENTROPY
     if args.child:
         child(args.child, args.batch)
         return
     variants = FORWARD + (BACKWARD if args.backward else [])
+    if args.skip_no_ckpt:
+        variants = [v for v in variants if "no-ckpt" not in v]
+    if args.only:
+        variants = args.only
 
-    print(f"per-token log-probs, V={V:,} T={T} H={H} B={args.batch} float32, chunk_size={CHUNK}")
+    what = "log-probs and entropy" if ENTROPY else "log-probs"
+    print(
+        f"per-token {what}, V={V:,} T={T} H={H} B={args.batch} float32, "
+        f"chunk_size={CHUNK or 'the default, 128 at this V'}"
+    )
     print("CPU peak = ru_maxrss after the call minus the RSS after allocating inputs, fresh process per variant")
     cpu = {}
     for variant in variants:
-        cmd = [sys.executable, __file__, "--child", variant, "--batch", str(args.batch)]
+        cmd = [sys.executable, __file__, "--child", variant, *shape]
         cpu[variant] = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
         print(f"  {variant:22s} peak {cpu[variant]['peak_mb']:8.0f} MiB   time {cpu[variant]['seconds']:6.2f} s")
-    _ratios("CPU", {variant: r["peak_mb"] for variant, r in cpu.items()})
+    if {"naive", "chunked"} <= set(cpu):
+        _ratios("CPU", {variant: r["peak_mb"] for variant, r in cpu.items()})
 
     if torch.cuda.is_available():
         print(f"GPU ({torch.cuda.get_device_name()}) peak = max_memory_allocated minus allocated before the call")
@@ -143,8 +173,16 @@ def _ratios(where: str, peaks: dict[str, float]) -> None:
     print(f"{where} ratio chunked/naive, forward: {fwd:.3f} (1/{1 / fwd:.1f}); goal <= 1/4: {verdict}")
     if "naive+bwd" in peaks:
         bwd = peaks["chunked+bwd"] / peaks["naive+bwd"]
-        no_ckpt = peaks["chunked-no-ckpt+bwd"] / peaks["naive+bwd"]
-        print(f"{where} ratio chunked/naive, forward+backward: {bwd:.3f} with checkpoint, {no_ckpt:.3f} without")
+        no_ckpt = peaks.get("chunked-no-ckpt+bwd", float("nan")) / peaks["naive+bwd"]
+        print(
+            f"{where} ratio chunked/naive, forward+backward: {bwd:.3f} (1/{1 / bwd:.1f}) with checkpoint, "
+            f"{no_ckpt:.3f} without"
+        )
+    print(
+        f"{where} issue 40 goal, chunked peak >= 10x below naive: forward 1/{1 / fwd:.1f}"
+        + (f", forward+backward 1/{1 / bwd:.1f}" if "naive+bwd" in peaks else "")
+        + (" met" if fwd <= 0.1 and ("naive+bwd" not in peaks or bwd <= 0.1) else " NOT met")
+    )
 
 
 if __name__ == "__main__":

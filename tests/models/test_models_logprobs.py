@@ -151,12 +151,19 @@ def test_padded_rows_equal_unpadded_rows(tiny_lm_path, make_batch):
             torch.testing.assert_close(batched[row, : len(r)], alone[0], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("chunk_size", [2, None])
-def test_gradients_match_naive(tiny_lm_path, make_batch, chunk_size, monkeypatch):
-    """The chunks give the same parameter gradients as the naive route: checkpointed (chunk_size 2),
-    and one chunk, not checkpointed (None: the tiny vocabulary's logits are within CHUNK_LOGITS)."""
-    checkpointed = []
+@pytest.mark.parametrize("chunk_size, path", [(2, "fused"), (2, "checkpoint"), (None, "one chunk")])
+def test_gradients_match_naive(tiny_lm_path, make_batch, chunk_size, path, monkeypatch):
+    """The chunks give the same parameter gradients as the naive route: the fused head backward
+    (_FusedHead: a plain nn.Linear head), checkpointed chunks (any other head: here the fused path is
+    switched off), and one chunk, not checkpointed (None: the tiny vocabulary's logits are within CHUNK_LOGITS)."""
+    checkpointed, fused = [], []
     monkeypatch.setattr(logprobs_module, "checkpoint", lambda *a, **k: checkpointed.append(1) or checkpoint(*a, **k))
+    apply = logprobs_module._FusedHead.apply
+    if path == "checkpoint":
+        monkeypatch.setattr(logprobs_module._FusedHead, "apply", None)
+        monkeypatch.setattr(logprobs_module, "_fused_head", lambda head: False)
+    else:
+        monkeypatch.setattr(logprobs_module._FusedHead, "apply", lambda *a: fused.append(1) or apply(*a))
     ids, mask, P, T = make_batch(PROMPTS, RESPONSES)
     resp_mask = mask[:, P:].bool()  # (B, T)
     grads = []
@@ -164,7 +171,8 @@ def test_gradients_match_naive(tiny_lm_path, make_batch, chunk_size, monkeypatch
         model = load_causal_lm(tiny_lm_path, device="cpu").train()
         if chunked:
             lp, ent = response_logprobs(model, ids, mask, T, temperature=0.8, chunk_size=chunk_size, with_entropy=True)
-            assert len(checkpointed) == (0 if chunk_size is None else -(-T // chunk_size))
+            assert len(checkpointed) == (-(-T // chunk_size) if path == "checkpoint" else 0)
+            assert len(fused) == (1 if path == "fused" else 0)
         else:
             lp, ent = _naive_from_model(model, ids, mask, P, 0.8)
         loss = torch.where(resp_mask, lp + 0.1 * ent, 0.0).sum()
@@ -181,3 +189,50 @@ def test_logit_transform_refused(tiny_lm_path, make_batch):
     ids, mask, _, T = make_batch(PROMPTS, RESPONSES)
     with pytest.raises(GlassrlError, match="final_logit_softcapping"):
         response_logprobs(model, ids, mask, T)
+
+
+# --- at Qwen2.5-0.5B's width and full vocabulary (2 layers: 165,960,320 parameters) ------------
+
+
+@pytest.fixture(scope="module")
+def qwen_two_layers():
+    """Qwen2.5-0.5B's configuration cut to 2 layers, float32, random weights (the tied 151,936-row embedding)."""
+    from transformers import AutoModelForCausalLM
+
+    from glassrl.builtin.qwen import ARCHITECTURES
+
+    config = ARCHITECTURES["qwen2.5-0.5b"]()
+    config.num_hidden_layers = 2
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+
+def test_chunked_equals_naive_at_the_0_5b_width_with_the_full_vocabulary(qwen_two_layers, make_batch):
+    """Values and every parameter's gradient (the tied embedding/LM head included) of log-probs + entropy:
+    the chunked path (16 positions per chunk, each checkpointed) equals the naive full
+    (B, T, V) log-softmax on a model of the 0.5 B width and vocabulary (issue 40)."""
+    model = qwen_two_layers.train()
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 151_643, (n,), generator=gen).tolist() for n in (3, 5)]
+    responses = [torch.randint(0, 151_643, (n,), generator=gen).tolist() for n in (40, 27)]
+    ids, mask, P, T = make_batch(prompts, responses)
+    resp_mask = mask[:, P:].bool()  # (B, T)
+    results = []
+    for chunked in (True, False):
+        model.zero_grad(set_to_none=True)
+        if chunked:
+            lp, ent = response_logprobs(model, ids, mask, T, temperature=0.9, chunk_size=16, with_entropy=True)
+        else:
+            lp, ent = _naive_from_model(model, ids, mask, P, 0.9)
+        torch.where(resp_mask, lp - 0.01 * ent, 0.0).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        results.append((lp.detach()[resp_mask], ent.detach()[resp_mask], grads))
+    (lp_c, ent_c, g_c), (lp_n, ent_n, g_n) = results
+    torch.testing.assert_close(lp_c, lp_n, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(ent_c, ent_n, rtol=1e-5, atol=1e-4)
+    assert lp_n.min() < -5  # a random model over 151,936 ids: log-probs near -log V, not all zero
+    for name, g in g_n.items():
+        assert g.abs().sum() > 0, name
+        # Rounding parts them by ≤ 1e-6 of the tensor's largest gradient (measured: 1e-7 … 6e-7); a chunk's
+        # gradient lost or counted twice would part them by the order of the gradient itself.
+        torch.testing.assert_close(g_c[name], g, rtol=1e-4, atol=1e-5 * g.abs().max().item(), msg=name)

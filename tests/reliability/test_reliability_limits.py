@@ -101,7 +101,8 @@ def test_a_batch_that_cannot_fit_is_refused_at_start_with_the_figure(
         capsys,
         ["train", "grpo", *run, *big],
         r"batch\.prompts_per_step = 100000 × rollout\.n = 4: one step needs about \d+\.\d GiB \(key-value cache "
-        r"\d+\.\d, per-token tensors \d+\.\d, weights 0\.0; responses of up to \d+ \+ 16 tokens\), more than the "
+        r"\d+\.\d, per-token tensors \d+\.\d, weights 0\.0, update activations 0\.0, log-prob chunks 0\.0; "
+        r"responses of up to \d+ \+ 16 tokens\), more than the "
         r"8\.0 GiB available on cpu; lower batch\.prompts_per_step",
     )
     assert not (tmp_path / "run" / "checkpoints").exists()
@@ -263,3 +264,40 @@ def test_every_command_refuses_what_cannot_fit_before_loading(case, eight_gib, c
     }[case]
     assert_one_error_line(capsys, argv, match)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_step_estimate_at_0_5b_counts_lora_the_critic_checkpointing_and_log_prob_chunks(tmp_path, monkeypatch):
+    """Qwen2.5-0.5B's config.json and a weight file of its bf16 size (sparse): the per-part figures
+    change as LoRA, a critic, activation checkpointing and a token budget say they should (issue 40)."""
+    import glassrl.rl.memory as memory
+    from glassrl.builtin.qwen import ARCHITECTURES
+    from glassrl.errors import GlassrlError
+
+    ARCHITECTURES["qwen2.5-0.5b"]().save_pretrained(tmp_path)
+    with open(tmp_path / "model.safetensors", "wb") as f:
+        f.truncate(494_032_768 * 2)
+    base = [f"model.actor={tmp_path}", "batch.prompts_per_step=2", "batch.mini_batch_prompts=2", "rollout.n=8"]
+    base += ["rollout.max_new_tokens=128", "batch.micro_batch_responses=8"]
+
+    def terms(*more):
+        return memory.step_memory(*_resolved([*base, *more]), tmp_path, 200)
+
+    full, lora = terms(), terms("model.lora.r=8")
+    weights = 494_032_768 * 2
+    assert full["weights"] == 5 * weights  # the actor trains (× 4), π_ref for the KL (× 1)
+    assert lora["weights"] == weights  # π_ref is the actor with its adapters off
+    ppo = terms("algo.advantage=gae")
+    assert ppo["weights"] == 9 * weights  # + a critic that trains (× 4)
+    tokens = 8 * 328  # a micro-batch: 8 responses of 200 + 128 tokens
+    assert full["update activations"] == tokens * 24 * (6 * 896 + 3 * 4864) * 4
+    assert terms("model.gradient_checkpointing=true")["update activations"] == tokens * 24 * 896 * 4
+    assert terms("batch.max_tokens_per_micro_batch=1024")["update activations"] == 1024 * 24 * (6 * 896 + 3 * 4864) * 4
+    assert full["log-prob chunks"] == 3 * 128 * 151_936 * 4 + 151_936 * 896 * 4
+    assert terms("model.compute_dtype=bfloat16")["log-prob chunks"] == 13 * 128 * 151_936 * 4 + 151_936 * 896 * 4
+    cfg, resolved = _resolved([*base, "algo.advantage=gae"])
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 6 * 2**30)
+    with pytest.raises(
+        GlassrlError,
+        match=r"weights 8\.3, update activations 4\.7, log-prob chunks 0\.7; .*model\.gradient_checkpointing",
+    ):
+        memory.check_step_fits(cfg, resolved, tmp_path, 200)

@@ -14,7 +14,12 @@ cross-entropy (Hsu et al. 2024, "Liger Kernel", §3.3), and of verl's
 
 A chunk holds as many positions as keep its float32 logits within :data:`CHUNK_LOGITS` values
 (128 positions at Qwen's V = 151,936; every position of a micro-batch at once for a vocabulary of a
-few hundred, as the default model's), unless ``chunk_size`` fixes the positions.
+few hundred, as the default model's),,
+unless ``chunk_size`` fixes the positions.
+
+Backward, plain bias-free ``nn.Linear`` head outside autocast (the usual case): :class:`_FusedHead`, which
+holds the head's gradient once and ~3 chunk tensors (measured at T = 4,096, H = 896, log-probs and entropy:
+768 MiB against the naive 9,533 MiB, 12.4×; issue 40, BENCHMARKS.md). Otherwise, autograd:
 
 Autograd: without care, each chunk's backward keeps its float32 logits
 (logsumexp saves its input) and, with entropy, the softmax as well — (B, T, V)
@@ -25,6 +30,9 @@ Measured (``benchmarks/bench_logprobs.py --backward``, CPU, V = 151,936,
 T = 1,024, B = 1): forward+backward peak 536 MiB with the checkpoint, 976 MiB
 without, 1,807 MiB naive; forward alone 155 MiB vs 1,211 MiB naive. A single chunk is not
 checkpointed: its logits are within the budget anyway, and the recomputation would only cost.
+Smaller chunks with gradients were tried (32 positions of Qwen's vocabulary, 19 MB of logits each): below
+glibc's 32 MB mmap threshold freed chunks stay in the heap, and the resident peak of log-probs and entropy
+at 4,096 tokens, H = 896, rose from 1,587 MiB (128 positions) to 9,866 MiB (issue 40, BENCHMARKS.md).
 
 Padding-free (``packed=True``, ``model.padding_free``): the decoder runs on the batch's real
 tokens packed side by side in rows (glassrl.models.packing), and the LM head only on the positions that
@@ -86,6 +94,68 @@ def _chunk(
     return logprobs, entropy
 
 
+class _FusedHead(torch.autograd.Function):
+    """Log-probs and entropy of ``softmax(hidden @ weightᵀ / τ)`` chunk by chunk, with a backward that
+    recomputes one chunk's logits at a time, forms their gradient in place
+    (``∂lp/∂z = onehot − p``, ``∂H/∂z = −p (z − E_p[z])``) and accumulates the head's gradient of every
+    chunk into one buffer (``addmm_``): one (V, H) gradient and about three chunk-sized tensors at once,
+    where autograd through checkpointed chunks held a full-size head gradient per chunk and ~13 chunk
+    tensors (Liger Kernel's fused linear cross-entropy, Hsu et al. 2024, §3.3, computes the same
+    gradient). A plain bias-free ``nn.Linear`` head only (:func:`logprobs_from_hidden` checks), float32
+    matmuls where the weights are float32, the weights' dtype otherwise, as ``lm_head(hidden)`` would."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, temperature, chunk, with_entropy, entropy_grad):
+        lps, ents = [], []
+        for start in range(0, hidden.shape[1], chunk):
+            logits = (hidden[:, start : start + chunk] @ weight.T).float() / temperature  # (B, C, V)
+            lse = torch.logsumexp(logits, dim=-1)  # (B, C)
+            lps.append(logits.gather(-1, targets[:, start : start + chunk].unsqueeze(-1)).squeeze(-1) - lse)
+            if with_entropy:
+                ents.append(lse - (torch.softmax(logits, dim=-1) * logits).sum(-1))
+            del logits
+        ctx.save_for_backward(hidden, weight, targets)
+        ctx.temperature, ctx.chunk, ctx.entropy_grad = temperature, chunk, with_entropy and entropy_grad
+        entropy = torch.cat(ents, dim=1) if with_entropy else hidden.new_zeros(0)
+        if not ctx.entropy_grad:
+            ctx.mark_non_differentiable(entropy)
+        return torch.cat(lps, dim=1), entropy
+
+    @staticmethod
+    def backward(ctx, g_lp, g_ent):
+        hidden, weight, targets = ctx.saved_tensors
+        tau, chunk = ctx.temperature, ctx.chunk
+        grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        for start in range(0, hidden.shape[1], chunk):
+            h = hidden[:, start : start + chunk]  # (B, C, H)
+            gl = g_lp[:, start : start + chunk].unsqueeze(-1).float()  # (B, C, 1)
+            z = (h @ weight.T).float().div_(tau)  # (B, C, V)
+            p = torch.softmax(z, dim=-1)  # (B, C, V)
+            if ctx.entropy_grad and g_ent is not None:
+                ge = g_ent[:, start : start + chunk].unsqueeze(-1).float()
+                expected = (p * z).sum(-1, keepdim=True)  # E_p[z] (B, C, 1)
+                dz = z.sub_(expected).mul_(p).mul_(-ge)  # ge · ∂H/∂z, in z's memory
+                dz.sub_(p.mul_(gl))  # − gl · p
+            else:
+                dz = p.mul_(-gl)
+            del z
+            dz.scatter_add_(-1, targets[:, start : start + chunk].unsqueeze(-1), gl)  # + gl · onehot
+            dz = dz.div_(tau).to(weight.dtype)  # ∂/∂(h Wᵀ)
+            if grad_h is not None:
+                grad_h[:, start : start + chunk] = dz @ weight
+            if grad_w is not None:
+                grad_w.addmm_(dz.flatten(0, 1).T, h.flatten(0, 1))
+            del dz, p
+        return grad_h, grad_w, None, None, None, None, None
+
+
+def _fused_head(lm_head: nn.Module) -> bool:
+    """Whether :class:`_FusedHead` computes this head's backward: a plain bias-free nn.Linear outside autocast
+    (under autocast, and for wrapped heads such as LoRA's, autograd through checkpointed chunks does)."""
+    return type(lm_head) is nn.Linear and lm_head.bias is None and not torch.is_autocast_enabled()
+
+
 def logprobs_from_hidden(
     hidden: torch.Tensor,
     lm_head: nn.Module,
@@ -106,8 +176,11 @@ def logprobs_from_hidden(
     """
     B, T = targets.shape
     vocab = getattr(lm_head, "out_features", None) or lm_head.weight.shape[0]
-    chunk = chunk_size or max(1, CHUNK_LOGITS // (max(B, 1) * vocab))
     grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in lm_head.parameters()))
+    chunk = chunk_size or max(1, CHUNK_LOGITS // (max(B, 1) * vocab))
+    if grad and T > chunk and _fused_head(lm_head):
+        lp, ent = _FusedHead.apply(hidden, lm_head.weight, targets, temperature, chunk, with_entropy, entropy_grad)
+        return lp, (ent if with_entropy else None)
     logprobs, entropies = [], []
     for start in range(0, max(T, 1), chunk):  # T = 0 (packed, no real token): empty outputs
         h = hidden[:, start : start + chunk]  # (B, C, H)

@@ -111,3 +111,30 @@ def refuse_if_over(
         f"{what} needs about {need / GIB:.1f} GiB ({parts}{detail}), more than the {available / GIB:.1f} GiB "
         f"available on {device}; {lower}"
     )
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> int:
+    """``model.gradient_checkpointing``: every Hugging Face model inside ``model`` (the actor itself, a
+    critic's backbone under its value head, a LoRA-wrapped one) recomputes its decoder layers' activations
+    in backward instead of keeping them (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost";
+    transformers' ``activation_checkpointing_enable``, before 5.x ``gradient_checkpointing_enable``),
+    non-reentrant (``use_reentrant=False``: frozen inputs, as under LoRA, need no ``requires_grad`` trick,
+    and the gradients equal the plain backward's). Active in training mode only, so the no-grad passes are
+    unchanged. Returns how many models it was enabled on; GlassrlError when none supports it."""
+    kwargs = {"use_reentrant": False}
+    enabled: list[torch.nn.Module] = []
+    for module in model.modules():
+        if not getattr(module, "supports_gradient_checkpointing", False):
+            continue
+        if any(module is inner for outer in enabled for inner in outer.modules()):
+            continue  # inside a model already enabled (a CausalLM's own base model)
+        if hasattr(module, "activation_checkpointing_enable"):
+            module.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        elif hasattr(module, "gradient_checkpointing_enable"):
+            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        else:
+            continue
+        enabled.append(module)
+    if not enabled:
+        raise GlassrlError(f"model.gradient_checkpointing: {type(model).__name__} does not support it")
+    return len(enabled)

@@ -62,6 +62,7 @@ GROUPS: tuple[tuple[str, str, str, str], ...] = (
     ("grad-norm", "Gradient norms (before clipping)", "L2 norm", r"(?:actor|critic|train)/grad_norm"),
     ("skipped", "Skipped optimiser steps (non-finite)", "steps", r"(?:actor|critic|train)/skipped_steps"),
     ("lr", "Learning rates", "learning rate", r"(?:actor|critic|train)/lr"),
+    ("padding", "Padding share of the update's forward passes", "fraction", r"(?:actor|critic)/padding_share"),
     ("teacher", "Teacher: reverse KL and log-probs (on-policy distillation)", "nats", r"teacher/.+"),
     (
         "implicit-rewards",

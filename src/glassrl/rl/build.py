@@ -354,6 +354,8 @@ def role_update(cfg: TrainConfig, resolved: Resolved, role: str, ptx: PtxTerm | 
         forward=under_autocast(cfg, forward, ranks),
         terms=terms,
         micro_batch=cfg.batch.micro_batch_responses,
+        max_tokens=cfg.batch.max_tokens_per_micro_batch,
+        packed=cfg.model.padding_free or shared,
         grad_clip=optim.grad_clip,
         on_nonfinite=cfg.on_nonfinite,
         shared_prefix=shared,
@@ -381,6 +383,7 @@ def forward_passes(cfg: TrainConfig):
     m = cfg.model
     return Passes(
         micro_batch=cfg.batch.micro_batch_responses,
+        max_tokens=cfg.batch.max_tokens_per_micro_batch,
         temperature=cfg.rollout.temperature,
         compute=compute_dtype(m.compute_dtype),
         packed=m.padding_free,
@@ -403,6 +406,7 @@ def build_local_workers(
     rounds requested ahead with a copy of the policy, in a thread (glassrl.workers.overlap).
     """
     from glassrl.models import load_causal_lm, load_scalar_model
+    from glassrl.models.memory import enable_gradient_checkpointing
     from glassrl.models.packing import check_packing
     from glassrl.models.precision import check_master_weights
     from glassrl.models.shared_prefix import check_shared_prefix
@@ -424,6 +428,8 @@ def build_local_workers(
     load_lm = partial(load_causal_lm, dtype=m.dtype, device=m.device)
     # prompt limit + rollout.max_new_tokens fit its positions: glassrl.rl.prompts
     model, load_actor = with_lora(load_lm(path), lora, path, load_lm)
+    if m.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     check_master_weights(model, compute)
     check_layout(model)
     optimizer, scheduler = make_optimizer(model, cfg.actor_optim, resolved.actor_optimizer_steps)
@@ -468,6 +474,8 @@ def build_local_workers(
         load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=m.device)
         base = critic_path(cfg, path)
         critic_model, load_critic_part = with_lora(load_critic(base), lora, base, load_critic)
+        if m.gradient_checkpointing:
+            enable_gradient_checkpointing(critic_model)
         check_master_weights(critic_model, compute)
         check_layout(critic_model)
         c_opt, c_sched = make_optimizer(critic_model, cfg.critic_optim, resolved.total_optimizer_steps)

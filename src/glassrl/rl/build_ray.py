@@ -177,6 +177,7 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ptx: PtxTerm | N
     ranks) or, with the rollout apart, "weights" (the sending side of the weight sync) and, under LoRA,
     "reference"."""
     from glassrl.models import load_causal_lm, load_tokenizer
+    from glassrl.models.memory import enable_gradient_checkpointing
     from glassrl.models.precision import check_master_weights, compute_dtype
     from glassrl.workers.data_parallel import DataParallelActor, DataParallelModel
     from glassrl.workers.local import LocalRollout
@@ -189,6 +190,8 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ptx: PtxTerm | N
     tokenizer = load_tokenizer(path)
     load_lm = partial(load_causal_lm, dtype=m.dtype, device=str(ctx.device))
     model, _ = with_lora(load_lm(Path(path)), lora_settings(cfg), Path(path), load_lm)
+    if m.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     check_master_weights(model, compute)
     _check_layout(cfg, model)
     dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
@@ -263,6 +266,7 @@ def rollout_rank(cfg: TrainConfig, path: str, ctx) -> dict:
 def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
     """Rank ``ctx.rank`` of V: "critic" (its replica, optimiser, update)."""
     from glassrl.models import load_scalar_model, load_tokenizer
+    from glassrl.models.memory import enable_gradient_checkpointing
     from glassrl.models.precision import check_master_weights, compute_dtype
     from glassrl.workers.data_parallel import DataParallelCritic, DataParallelModel
 
@@ -271,6 +275,8 @@ def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
     load_critic = partial(load_scalar_model, head=m.critic_head, dtype=m.dtype, device=str(ctx.device))
     base = critic_path(cfg, Path(actor))
     model, _ = with_lora(load_critic(base), lora_settings(cfg), base, load_critic)
+    if m.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     check_master_weights(model, compute_dtype(m.compute_dtype))
     _check_layout(cfg, model)
     dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)

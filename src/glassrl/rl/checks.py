@@ -51,6 +51,7 @@ def _check_ranges(cfg) -> None:
             "batch.prompts_per_step": b.prompts_per_step,
             "batch.mini_batch_prompts": b.mini_batch_prompts,
             "batch.micro_batch_responses": b.micro_batch_responses,
+            "batch.max_tokens_per_micro_batch": b.max_tokens_per_micro_batch,
             "batch.epochs": b.epochs,
             "data.max_prompt_tokens": None if cfg.data.max_prompt_tokens == "auto" else cfg.data.max_prompt_tokens,
             "logging.eval_k": cfg.logging.eval_k,

@@ -84,6 +84,14 @@ class ModelConfig:
         None,
         help="LoRA adapters on the actor and the critic (π_ref = the base, adapters off); null = train every weight",
     )
+    gradient_checkpointing: bool = option(
+        False,
+        help=(
+            "recompute the decoder layers' activations in backward instead of keeping them (transformers' "
+            "gradient_checkpointing_enable, non-reentrant): less memory in the update, about one more forward; "
+            "same gradients"
+        ),
+    )
     padding_free: bool = option(
         False,
         help=(
@@ -317,6 +325,14 @@ class BatchConfig:
     mini_batch_prompts: int = option(8, help="prompts per optimiser step; must divide prompts_per_step")
     micro_batch_responses: int = option(
         8, help="responses per forward/backward pass (per worker); must divide a mini-batch's responses"
+    )
+    max_tokens_per_micro_batch: int | None = option(
+        None,
+        help=(
+            "a token budget per forward pass instead of a count: rows (at most micro_batch_responses), longest "
+            "first, while their real tokens (prompt + response) stay within it; a longer row runs alone; the "
+            "gradient is the same; null = the count only"
+        ),
     )
     epochs: int = option(1, help="passes over the step's responses (PPO epochs)")
 

@@ -12,7 +12,17 @@ P + T = the longest prompt the data may hold plus ``rollout.max_new_tokens``):
 - the step's per-token tensors: about 16 tensors of shape ``(B, P + T)`` (ids, masks, log-probs,
   values, rewards, advantages, returns; their copies in the update), ``B × (P + T) × 64`` bytes;
 - the actor's weights as on disk, 4 times for each model that trains (weights, gradients and Adam's
-  two moments: the actor, a critic when there is one) and once for the reference.
+  two moments: the actor, a critic when there is one), once for the reference when a KL needs one;
+  under ``model.lora`` once per model (the base is frozen; the adapters' few parameters are left out),
+  and no reference of its own (π_ref is the actor with its adapters off) unless ``model.reference`` names one;
+- the update's activations of one micro-batch (issue 40): its tokens (``micro_batch_responses × (P + T)``,
+  at most ``batch.max_tokens_per_micro_batch``) × layers × the values a decoder layer keeps per token
+  for backward, ``6 × hidden + 3 × intermediate`` (norms, q/k/v/o, the MLP's three products; a floor), or
+  ``hidden`` (the layer's input) under ``model.gradient_checkpointing``, in the compute dtype;
+- the chunked log-probs' peak in backward (glassrl.models.logprobs): the LM head's gradient (V × hidden × 4)
+  and about 3 float32 tensors of one chunk's logits with the fused head backward (measured 768 MiB at 4,096
+  tokens, H = 896, V = 151,936, entropy included: benchmarks/bench_logprobs.py), about 13 under
+  ``model.compute_dtype: bfloat16``, whose autocast takes the checkpointed chunks (measured 1,586 MiB).
 
 It is an upper bound of those terms (a response that stops early holds less; measured on the
 default model, 32,000 responses held about half of it) and leaves out activations, which the
@@ -29,6 +39,7 @@ import torch
 
 from glassrl.errors import GlassrlError
 from glassrl.models.loading import resolve_device
+from glassrl.models.logprobs import CHUNK_LOGITS
 from glassrl.models.memory import (
     DTYPE_BYTES,
     available_bytes,
@@ -42,17 +53,36 @@ from glassrl.rl.config import TrainConfig
 from glassrl.rl.resolve import Resolved
 
 _PER_TOKEN_BYTES = 64  # ~16 (B, P + T) tensors of 4 bytes
+# chunk-sized float32 tensors alive at once in a chunk's backward, with the entropy (measured): the fused head
+# backward; the checkpointed chunks (under autocast)
+_CHUNK_COPIES, _CHECKPOINTED_CHUNK_COPIES = 3, 13
 
 
 def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit: int) -> dict[str, int]:
-    """Bytes of each term of the module docstring: {"key-value cache", "per-token tensors", "weights"}."""
-    dtype = DTYPE_BYTES.get(cfg.model.compute_dtype if cfg.model.compute_dtype != "auto" else cfg.model.dtype, 4)
+    """Bytes of each term of the module docstring: {"key-value cache", "per-token tensors", "weights",
+    "update activations", "log-prob chunks"}."""
+    m = cfg.model
+    dtype = DTYPE_BYTES.get(m.compute_dtype if m.compute_dtype != "auto" else m.dtype, 4)
     B, length = resolved.responses_per_step, prompt_limit + cfg.rollout.max_new_tokens
-    models = 4 + 1 + (4 if resolved.uses_critic else 0)  # the actor trains; a reference; a critic trains
+    model = text_config(actor)
+    trains = 1 if m.lora is not None else 4  # a model that trains: weights, gradients, Adam's two moments
+    reference = resolved.uses_reference and (m.lora is None or m.reference is not None)
+    models = trains + (1 if reference else 0) + (trains if resolved.uses_critic else 0)
+    micro_tokens = cfg.batch.micro_batch_responses * length
+    if cfg.batch.max_tokens_per_micro_batch is not None:
+        micro_tokens = min(micro_tokens, cfg.batch.max_tokens_per_micro_batch)
+    hidden, layers = int(model["hidden_size"]), int(model["num_hidden_layers"])
+    per_layer = hidden if m.gradient_checkpointing else 6 * hidden + 3 * int(model.get("intermediate_size", 4 * hidden))
+    vocab = int(model["vocab_size"])
     return {
-        "key-value cache": kv_cache_bytes(text_config(actor), B, length, dtype),
+        "key-value cache": kv_cache_bytes(model, B, length, dtype),
         "per-token tensors": B * length * _PER_TOKEN_BYTES,
         "weights": models * weight_bytes(actor),
+        "update activations": micro_tokens * layers * per_layer * dtype,
+        "log-prob chunks": (_CHECKPOINTED_CHUNK_COPIES if m.compute_dtype == "bfloat16" else _CHUNK_COPIES)
+        * min(CHUNK_LOGITS, micro_tokens * vocab)
+        * 4
+        + vocab * hidden * 4,
     }
 
 
@@ -75,7 +105,8 @@ def check_step_fits(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_li
         available_bytes(device),
         device,
         f"batch.prompts_per_step = {cfg.batch.prompts_per_step} × rollout.n = {cfg.rollout.n}: one step",
-        "lower batch.prompts_per_step (or rollout.n, rollout.max_new_tokens)",
+        "lower batch.prompts_per_step (or rollout.n, rollout.max_new_tokens); batch.max_tokens_per_micro_batch, "
+        "model.gradient_checkpointing and model.lora lower the update's part",
         f"; responses of up to {prompt_limit} + {cfg.rollout.max_new_tokens} tokens",
     )
 

@@ -43,6 +43,7 @@ import torch
 
 from glassrl.algos.aggregation import aggregate
 from glassrl.algos.masked import masked_sum
+from glassrl.models.micro_batches import micro_batches, row_tokens, trim_left
 from glassrl.models.shared_prefix import prompt_order
 from glassrl.optim import guarded_step
 from glassrl.rl.experience import Experience
@@ -134,8 +135,17 @@ def run_updates(
     shared_prefix: bool = False,
     ranks: Ranks | None = None,
     ptx_pairs: list[list[Example]] | None = None,
+    max_tokens: int | None = None,
+    packed: bool = False,
 ) -> dict[str, float]:
     """One optimiser step per index tensor of ``plan``; returns metrics averaged over them.
+
+    Micro-batches: ``micro_batch`` rows each, or with ``max_tokens`` (batch.max_tokens_per_micro_batch)
+    as many rows (at most ``micro_batch``) as keep their real tokens within the budget, longest first
+    (glassrl.models.micro_batches); the gradient is the mini-batch's either way (the shares above).
+    ``{prefix}/padding_share``: padded positions / all positions of the update's forward passes (rows ×
+    width each on the padded layout; 0 with ``packed``, model.padding_free or model.shared_prefix, whose
+    forward sees real tokens only), over the optimiser steps taken.
 
     Metrics: each term's value (its mini-batch aggregate) averaged over optimiser
     steps; each diagnostic's masked mean per micro-batch, averaged over the
@@ -197,11 +207,14 @@ def run_updates(
         grouped = prompt_order(batch["input_ids"], batch["attention_mask"], batch["response_mask"].shape[1])  # (B,)
         place = torch.empty_like(grouped)
         place[grouped] = torch.arange(len(grouped), device=grouped.device)
+    tokens = row_tokens(batch["attention_mask"])  # (B,) real tokens per row, for the token budget
     for k, index in enumerate(plan):
         if shared_prefix:
             index = index[place[index.to(place.device)].argsort().to(index.device)]  # mini-batch rows in that order
-        parts = index.split(micro_batch)
+        parts = micro_batches(index, tokens, rows=micro_batch, max_tokens=max_tokens, keep_order=shared_prefix)
         micros = [select(batch, part) for part in parts]
+        if max_tokens is not None:  # sorted by length: the prompt padding a micro-batch's rows share goes
+            micros = [trim_left(micro) for micro in micros]
         units = torch.stack([sum(_units(t.mask(m), t.mode) for m in micros) for t in terms])  # (terms,) this rank's
         totals = dict(zip([t.name for t in terms], ranks.sum(units).clamp(min=1)))  # of the whole mini-batch
         values = {t.name: torch.zeros((), device=batch["response_mask"].device) for t in terms}
@@ -212,6 +225,10 @@ def run_updates(
         for j in range(passes):
             real = j < len(micros)  # FSDP2: a rank with fewer micro-batches runs its last again, weighted 0
             part, micro = parts[min(j, len(parts) - 1)], micros[min(j, len(micros) - 1)]
+            if real:  # the positions this forward computes, and how many of them are padding
+                real_tokens = micro["attention_mask"].sum()
+                positions = real_tokens if packed else torch.tensor(micro["attention_mask"].numel())
+                diagnostics_of_step.append((f"{prefix}/padding_share", positions - real_tokens, positions))
             with ranks.gradient_sync(j == passes - 1 and pairs is None):  # reduced over the ranks once, last
                 out = ranks.forward(forward, micro)
                 if on_policy and real:  # π_old = π_θ before the one optimiser step: log π_old is this forward's
@@ -300,6 +317,8 @@ class RoleUpdate:
     shared_prefix: bool = False
     ptx: PtxTerm | None = None
     ranks: Ranks | None = None
+    max_tokens: int | None = None  # batch.max_tokens_per_micro_batch
+    packed: bool = False  # the forward sees real tokens only (model.padding_free or model.shared_prefix)
 
     def __call__(
         self,
@@ -328,5 +347,7 @@ class RoleUpdate:
             forward_outputs=forward_outputs,
             shared_prefix=self.shared_prefix,
             ranks=self.ranks,
+            max_tokens=self.max_tokens,
+            packed=self.packed,
             ptx_pairs=ptx_pairs,
         )

@@ -34,6 +34,7 @@ from torch import nn
 
 from glassrl.data.records import PromptRecord
 from glassrl.models.logprobs import response_logprobs
+from glassrl.models.micro_batches import micro_batches, row_tokens, trim_left
 from glassrl.models.precision import compute_precision
 from glassrl.models.shared_prefix import prompt_order
 from glassrl.models.values import response_values
@@ -55,6 +56,7 @@ class Passes:
     """How a run's forward passes run (module docstring); a value pass reads all but ``temperature``."""
 
     micro_batch: int
+    max_tokens: int | None = None  # batch.max_tokens_per_micro_batch (glassrl.models.micro_batches)
     temperature: float = 1.0
     compute: torch.dtype = torch.float32
     packed: bool = False
@@ -77,6 +79,7 @@ def no_grad_passes(
     *,
     group_prompts: bool = False,
     passes: Callable[[int], int] = lambda n: n,
+    max_tokens: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """``forward(micro)`` over ``batch`` in micro-batches of ``micro_batch`` rows, without gradient; each
     output concatenated (B, ...) in the batch's own row order. The one no-grad pass of every worker, in
@@ -86,18 +89,24 @@ def no_grad_passes(
     micro-batch holds whole groups where it can (each distinct prompt then runs once per chunk).
     ``passes(n)``: how many passes this worker runs for its n micro-batches; more than n on an FSDP2
     rank, which must run as many as the busiest rank (every pass gathers shards): the extra passes
-    repeat the last micro-batch and their outputs are dropped.
+    repeat the last micro-batch and their outputs are dropped. ``max_tokens``: micro-batches under a
+    token budget instead (glassrl.models.micro_batches), longest rows first.
     """
-    order = None
+    rows = batch["input_ids"].shape[0]
+    order = torch.arange(rows, device=batch["input_ids"].device)
     if group_prompts:
         order = prompt_order(batch["input_ids"], batch["attention_mask"], batch["response_mask"].shape[1])  # (B,)
-        batch = {key: value[order] for key, value in batch.items()}
-    rows = batch["input_ids"].shape[0]
-    micros = [{key: value[s : s + micro_batch] for key, value in batch.items()} for s in range(0, rows, micro_batch)]
+    parts = micro_batches(
+        order, row_tokens(batch["attention_mask"]), rows=micro_batch, max_tokens=max_tokens, keep_order=group_prompts
+    )
+    micros = [{key: value[part] for key, value in batch.items()} for part in parts]
+    if max_tokens is not None:  # as the update cuts them (glassrl.rl.update.run_updates)
+        micros = [trim_left(micro) for micro in micros]
     outs = [forward(micros[min(j, len(micros) - 1)]) for j in range(passes(len(micros)))][: len(micros)]
-    joined = {key: torch.cat([out[key] for out in outs]) for key in outs[0]}  # (B, ...) each
-    if order is not None:  # back to the batch's row order
-        joined = {key: torch.empty_like(value).index_copy(0, order, value) for key, value in joined.items()}
+    joined = {key: torch.cat([out[key] for out in outs]) for key in outs[0]}  # (B, ...) each, in parts' order
+    if group_prompts or max_tokens is not None:  # back to the batch's row order
+        placed = torch.cat(parts)
+        joined = {key: torch.empty_like(value).index_copy(0, placed, value) for key, value in joined.items()}
     return joined
 
 
@@ -122,7 +131,13 @@ def micro_batched_logprobs(
             )
         return {"logprobs": logprobs} if entropy is None else {"logprobs": logprobs, "entropy": entropy}
 
-    out = no_grad_passes(forward, _to(batch, device), passes.micro_batch, group_prompts=passes.shared_prefix)
+    out = no_grad_passes(
+        forward,
+        _to(batch, device),
+        passes.micro_batch,
+        group_prompts=passes.shared_prefix,
+        max_tokens=passes.max_tokens,
+    )
     return out["logprobs"], out.get("entropy")
 
 
@@ -145,7 +160,13 @@ def _values(model: nn.Module, batch: Batch, passes: Passes) -> torch.Tensor:
                 )
             }
 
-    return no_grad_passes(forward, _to(batch, device), passes.micro_batch, group_prompts=passes.shared_prefix)["values"]
+    return no_grad_passes(
+        forward,
+        _to(batch, device),
+        passes.micro_batch,
+        group_prompts=passes.shared_prefix,
+        max_tokens=passes.max_tokens,
+    )["values"]
 
 
 class PretrainedExport:

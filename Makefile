@@ -59,7 +59,7 @@ format: $(STAMP)
 	$(BIN)/ruff format
 
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: lint
 	$(BIN)/python -m pytest -q -m "not slow"

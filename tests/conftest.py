@@ -21,8 +21,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
 
+from glassrl.files import exclusive
 from helpers import TINY_SPEC, tiny_run_overrides
 
 
@@ -66,7 +66,7 @@ def tiny_model_dir(request) -> Path:
     from glassrl.models.default_model import MARKER, DefaultModelSpec
 
     out = Path(request.config.cache.mkdir("glassrl-tiny-default-model")) / _build_key(build_default_model.__module__)
-    with FileLock(str(out.parent / f".{out.name}.lock")):  # parallel test workers: one builds, the others wait
+    with exclusive(out.parent / f".{out.name}.lock"):  # parallel test workers: one builds, the others wait
         if not (out / MARKER).is_file():
             tmp = out.parent / f".{out.name}.building-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)

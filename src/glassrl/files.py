@@ -20,6 +20,7 @@ fsync-then-rename sequence is the one recommended for crash-safe replacement (Pi
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import secrets
 from collections.abc import Iterator
@@ -95,3 +96,17 @@ def refusal(path: Path) -> str:
     except OSError:
         target = "?"
     return f"{path} is a symbolic link (to {target}): glassrl does not write through a link; remove it"
+
+
+@contextmanager
+def exclusive(lock_file: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lock_file`` (created if missing) for the ``with`` block: another
+    process (or thread) asking for it waits. The kernel drops it when the holder dies, so a killed
+    process never leaves it held. Not re-entrant: a second ``exclusive`` (or a RunLock) on the same file in
+    the same process waits for itself, so each purpose has its own lock file."""
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock

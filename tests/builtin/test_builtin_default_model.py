@@ -119,7 +119,7 @@ def test_ensure_builds_once_atomically(monkeypatch, tmp_path):
     assert ensure_default_model(console=QUIET) == path and calls == [0]  # cached
     ensure_default_model(seed=1, console=QUIET)  # another seed replaces it
     assert calls == [0, 1] and json.loads((path / MARKER).read_text())["seed"] == 1
-    assert sorted(p.name for p in path.parent.iterdir()) == ["default-v2"]  # no temporary left
+    assert sorted(p.name for p in path.parent.iterdir()) == [".default-v2.build-lock", "default-v2"]  # no temporary left
     (path / MARKER).write_text(json.dumps({"seed": 1, "spec": {"hidden_size": 1}}))  # another spec: stale
     ensure_default_model(seed=1, console=QUIET)
     assert calls == [0, 1, 1]
@@ -142,7 +142,7 @@ def test_failed_build_leaves_nothing(monkeypatch, tmp_path):
     monkeypatch.setattr(shipped, "SHIPPED", {})  # the build path (the shipped one: test_builtin_shipped.py)
     with pytest.raises(RuntimeError):
         ensure_default_model(out_dir=tmp_path / "m", console=QUIET)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [".m.build-lock"]  # the lock file only
 
 
 def test_init_model_command_prints_path_and_accuracies(monkeypatch, tmp_path, capsys):

@@ -77,7 +77,8 @@ def test_a_damaged_copy_is_refused_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(default_model, "build_default_model", _no_build)
     with pytest.raises(GlassrlError, match=r"model\.safetensors: sha256 \w+… is not the pinned \w+…: the package's"):
         ensure_default_model(out_dir=tmp_path / "m", console=QUIET)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["weights"]  # nothing half-installed
+    # nothing half-installed (the lock file beside the model stays: removing it could split two waiting callers)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".m.build-lock", "weights"]
 
 
 def test_init_model_says_shipped_and_force_compares(monkeypatch, tmp_path, capsys):
@@ -137,4 +138,4 @@ def test_two_processes_that_start_at_once_build_once_and_read_the_same_model(tmp
     for t in callers:
         t.join()
     assert got == [out, out] and len(builds) == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.lock", "model"]  # no copy left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.build-lock", "model"]  # no copy left behind

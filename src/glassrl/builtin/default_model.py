@@ -43,7 +43,6 @@ from pathlib import Path
 
 import torch
 import transformers
-from filelock import FileLock
 from rich.console import Console
 from transformers import LlamaForCausalLM
 
@@ -54,6 +53,7 @@ from glassrl.data.formatting import format_prompts
 from glassrl.data.records import PromptRecord
 from glassrl.data.tasks import arith_verify
 from glassrl.errors import GlassrlError
+from glassrl.files import exclusive
 from glassrl.models.default_model import (
     DEFAULT_SPEC,
     MARKER,
@@ -108,7 +108,7 @@ def ensure_built(
     if not rebuild and is_built(out, seed, spec):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(out.parent / f".{out.name}.lock")):
+    with exclusive(out.parent / f".{out.name}.build-lock"):  # not sibling_lock_path: init-model holds that
         if not rebuild and is_built(out, seed, spec):  # built by the process that held the lock before us
             return out
         return _build_into(out, seed, spec, version, build, rebuild, console)

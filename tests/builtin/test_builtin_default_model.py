@@ -119,7 +119,10 @@ def test_ensure_builds_once_atomically(monkeypatch, tmp_path):
     assert ensure_default_model(console=QUIET) == path and calls == [0]  # cached
     ensure_default_model(seed=1, console=QUIET)  # another seed replaces it
     assert calls == [0, 1] and json.loads((path / MARKER).read_text())["seed"] == 1
-    assert sorted(p.name for p in path.parent.iterdir()) == [".default-v2.build-lock", "default-v2"]  # no temporary left
+    assert sorted(p.name for p in path.parent.iterdir()) == [
+        ".default-v2.build-lock",
+        "default-v2",
+    ]  # no temporary left
     (path / MARKER).write_text(json.dumps({"seed": 1, "spec": {"hidden_size": 1}}))  # another spec: stale
     ensure_default_model(seed=1, console=QUIET)
     assert calls == [0, 1, 1]

@@ -28,10 +28,11 @@ What the caller (the trainer) is kept safe from, and how:
   whose first ``MAX_OUTPUT_BYTES`` per call reach the trainer's streams; the rest is dropped, and
   a line says so (:class:`_CappedOutput`).
 - **Orphans.** Each worker leads its own process group (a new session: the terminal's Ctrl-C
-  goes to the trainer, which handles it). The pool kills the groups on ``close`` and at
-  interpreter exit (atexit). If the caller dies without running atexit (``kill -9``), each
-  worker's reaper — a small process forked into the worker's group at start, blocked reading a
-  pipe whose only write end the caller holds — reads end-of-file and kills the group.
+  goes to the trainer, which handles it). The pool kills the groups on ``close``, when it is
+  garbage-collected, and at interpreter exit (``weakref.finalize``). If the caller dies without
+  running them (``kill -9``), each worker's reaper — a small process forked into the worker's
+  group at start, blocked reading a pipe whose only write end the caller holds — reads
+  end-of-file and kills the group.
 
 Workers are started with ``subprocess`` (``python -c`` running :func:`_worker_main`), not
 ``multiprocessing``: its "fork" copies the trainer, and forking a process that already runs
@@ -46,7 +47,6 @@ Messages on the pipes are framed: an 8-byte big-endian length, then the bytes.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import pickle
@@ -396,7 +396,10 @@ class WorkerPool:
             self._idle.put(None)
         self._live: set[_Worker] = set()  # every started worker, idle or busy, for close()
         self._lock = threading.Lock()
-        _POOLS.add(self)
+        # A pool let go without close() (a Trainer made and dropped in a notebook, a test suite's
+        # hundreds) ends its workers when it is collected, and at interpreter exit: otherwise each
+        # worker (a whole interpreter, often with torch imported) lived until the caller died.
+        weakref.finalize(self, _end_workers, self._live, self._idle, self._lock)
 
     def call(
         self,
@@ -476,21 +479,28 @@ class WorkerPool:
 
     def close(self) -> None:
         """Kill every worker's process group, idle or busy (a busy call then ends as an error). Only idle
-        workers are reaped and their pipes closed here; a busy worker's thread does that when its call ends."""
-        with self._lock:
-            workers, self._live = list(self._live), set()
-        for worker in workers:
-            worker.kill_group()
-        idle = []
-        while True:
-            try:
-                idle.append(self._idle.get_nowait())
-            except queue.Empty:
-                break
-        for worker in idle:
-            if worker is not None:
-                worker.kill()
-            self._idle.put(None)
+        workers are reaped and their pipes closed here; a busy worker's thread does that when its call ends.
+        The pool stays usable: a later call starts a fresh worker."""
+        _end_workers(self._live, self._idle, self._lock)
+
+
+def _end_workers(live: set[_Worker], idle: queue.Queue[_Worker | None], lock: threading.Lock) -> None:
+    """:meth:`WorkerPool.close` on a pool's parts (its finalizer must not hold the pool itself)."""
+    with lock:
+        workers = list(live)
+        live.clear()
+    for worker in workers:
+        worker.kill_group()
+    held = []
+    while True:
+        try:
+            held.append(idle.get_nowait())
+        except queue.Empty:
+            break
+    for worker in held:
+        if worker is not None:
+            worker.kill()
+        idle.put(None)
 
 
 class Lease:
@@ -552,15 +562,6 @@ class Lease:
             pool._discard(worker)
             worker = None
         pool._idle.put(worker)
-
-
-_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
-
-
-@atexit.register
-def _close_all_pools() -> None:
-    for pool in list(_POOLS):
-        pool.close()
 
 
 _shared: dict[tuple[int | None, int | None, str, int], WorkerPool] = {}

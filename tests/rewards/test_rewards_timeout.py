@@ -102,3 +102,28 @@ def test_the_worker_imports_no_torch():
     code = "import sys, glassrl.rewards.user_function; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_pool_let_go_without_close_ends_its_workers():
+    """A Trainer made and dropped (a notebook, a test suite) lets its pools go unclosed: their workers,
+    whole interpreters, lived on until the caller died, and a suite's hundreds filled the memory."""
+    import gc
+
+    pool = WorkerPool(2)
+    with pool.lease() as one, pool.lease() as two:  # both workers started
+        pids = [one.call(os.getpid, (), 30.0).value, two.call(os.getpid, (), 30.0).value]
+    assert len(set(pids)) == 2 and all(map(_alive, pids))
+    del pool, one, two
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(map(_alive, pids))

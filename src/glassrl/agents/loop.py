@@ -231,6 +231,10 @@ class AgentRolloutEngine:
         self.pad_id = pad_id(tokenizer)
         self.path = f"multi-turn agent loop ({self.format.name} calls), each turn by {sampler.path}"
 
+    def close(self) -> None:
+        """End the environments' worker processes (glassrl.agents.isolated); they start again on use."""
+        close(self.make_environment)
+
     def format_prompts(self, records: Sequence[PromptRecord]) -> list[list[int]]:
         """Token ids of each record's prompt with its environment's tools rendered in (the call format's way)."""
         return agent_prompt_ids(self.format, self.make_environment, records)

@@ -447,7 +447,7 @@ def build_local_workers(
     engine = rollout_engine(cfg, model, tokenizer)
     rollout = LocalRollout(engine, generator, compute)
     paths = {"rollout": engine.path, "optimiser": optimizer_path(optimizer)}
-    stop = None
+    stop = rollout.close  # the engine's environment workers or endpoint server (glassrl.rollout.base.close_engine)
     log = SyncLog() if cfg.check.sync else None  # the sync truth check: what moves here is checked
     if log is not None and hasattr(engine, "last_sync"):  # vLLM: the engine's own verified syncs, counted
         log.follow(engine)

@@ -259,3 +259,11 @@ class RolloutEngine(Protocol):
         generator: torch.Generator,
         records: Sequence[PromptRecord] | None = None,
     ) -> RolloutBatch: ...
+
+
+def close_engine(engine: RolloutEngine) -> None:
+    """End what ``engine`` holds outside this process (a multi-turn engine's environment workers, the
+    endpoint's server); an engine without ``close`` holds nothing. It may sample again afterwards."""
+    closer = getattr(engine, "close", None)
+    if callable(closer):
+        closer()

@@ -39,7 +39,7 @@ from glassrl.models.precision import compute_precision
 from glassrl.models.shared_prefix import prompt_order
 from glassrl.models.values import response_values
 from glassrl.rewards.base import RewardRequest, RewardResult, RewardSource
-from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
+from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, close_engine
 from glassrl.workers.base import Batch
 from glassrl.workers.sync_truth import Checker, SyncLog, fingerprints
 from glassrl.workers.weight_sync import lerp_into
@@ -356,6 +356,9 @@ class LocalRollout:
     ) -> RolloutBatch:
         with compute_precision(self.generator.device, self.compute):
             return self.engine.generate(prompts, n=n, params=params, generator=self.generator, records=records)
+
+    def close(self) -> None:
+        close_engine(self.engine)
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
         return {"rollout_rng": ("torch", self.generator.get_state())}

@@ -41,7 +41,7 @@ from torch import nn
 
 from glassrl.data.records import PromptRecord
 from glassrl.models.precision import compute_precision
-from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
+from glassrl.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, close_engine
 from glassrl.workers.local import FrozenActor, LocalActor, LocalRollout, Passes
 from glassrl.workers.sync_truth import Checker, SyncLog, Verdict, fingerprints
 
@@ -131,9 +131,11 @@ class OverlapRollout:
         return batch, verdict
 
     def close(self) -> None:
-        """Wait for a round still being sampled, and stop the thread (idempotent)."""
+        """Wait for a round still being sampled, stop the thread, end the copy's engine's workers (idempotent)."""
         self.pool.shutdown(wait=True)
         self.pending = []
+        close_engine(self.engine)
+        self.live.close()
 
     def state_dict(self) -> dict[str, tuple[str, Any]]:
         for pending in self.pending:  # the generator after every round in flight (their samples: the buffer's)

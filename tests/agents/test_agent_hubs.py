@@ -196,3 +196,15 @@ def test_openenv_echo_steps_and_passes_the_audit(echo_server, tiny_model_dir, tm
     data = _write(tmp_path / "echo.jsonl", "".join(json.dumps({"prompt": f"Say {w}."}) + "\n" for w in ("a", "b")))
     assert main(_audit(tiny_model_dir, tmp_path, data, f"{maker}:make", ["hi", "there", "again"])) == 0
     assert capsys.readouterr().out.splitlines()[1].startswith("render        2/2   ok")
+
+
+def test_the_chain_sum_example_reads_the_exported_files_beside_the_examples():
+    """examples/hubs/reasoning_gym_chain_sum.yaml (its data exported first, as its header says)."""
+    from glassrl.config import load_config
+    from glassrl.rl.config import TrainConfig
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    cfg = load_config(TrainConfig, examples / "hubs" / "reasoning_gym_chain_sum.yaml", [])
+    assert cfg.data.train == str(examples / "data" / "rg_chain_sum_train.jsonl")
+    assert cfg.data.test == str(examples / "data" / "rg_chain_sum_eval.jsonl")
+    assert cfg.model.actor == "default-rg"

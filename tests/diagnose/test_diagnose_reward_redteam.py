@@ -201,15 +201,13 @@ def test_the_policys_own_best_paid_responses_are_judged_by_the_gold(bugs, fast, 
 # criteria still pass; only accuracy (1.0) reads the figure — more like a right report than a wrong one
 KNOWN_GAPS = {"research_grpo": {"wrong_answer", "hedge"}, "research_ppo": {"wrong_answer", "hedge"}}
 LABEL_FREE = {"ttrl"}  # majority vote: no reference answer to mutate (red-team its runs with --run instead)
-# data exported from an optional package first; its reward is red-teamed in tests/agents/test_agent_hubs.py
-EXPORTED = {"reasoning_gym_chain_sum"}
 
 
 def _rl_examples():
     from tests.helpers import EXAMPLES
 
     supervised = {"bco", "cpo", "dpo", "kto", "orpo", "rm", "sft"}
-    return sorted(p.stem for p in EXAMPLES.glob("*.yaml") if p.stem not in supervised | LABEL_FREE | EXPORTED)
+    return sorted(p.stem for p in EXAMPLES.glob("*.yaml") if p.stem not in supervised | LABEL_FREE)
 
 
 @pytest.mark.parametrize("example", _rl_examples())

@@ -86,7 +86,7 @@ class VerifiersAgent:
     def __init__(self, taskset: str, *, env: dict[str, Any] | None = None, timeout_s: float = 600.0) -> None:
         env = dict(env or {})
         env["taskset"] = {"id": taskset, **env.get("taskset", {})}
-        env.setdefault("agent", {"runtime": {"type": "subprocess"}})  # verifiers' default is a Prime sandbox
+        env["agent"] = {"runtime": {"type": "subprocess"}, **env.get("agent", {})}  # verifiers': a Prime sandbox
         try:
             self.config = vf.resolve_env_config(env)
             self.tasks = list(vf.load_environment(self.config).taskset)  # in load() order: verifiers_idx

@@ -104,3 +104,12 @@ def test_glassrl_audit_passes_on_a_verifiers_config(taskset, tiny_model_dir, tmp
             "rollout.max_new_tokens=32", f"rollout.agent.endpoint.agent={tmp_path / 'vf_agent.py'}:agent",
             "--script", str(script), "--episodes", "2"]  # fmt: skip
     assert main(argv) == 0, capsys.readouterr().out
+
+
+def test_the_agent_runs_on_this_host_unless_the_env_block_names_a_runtime(taskset):
+    """verifiers' default runtime is a Prime sandbox (needs a tunnel and a login); the endpoint is on 127.0.0.1."""
+    from glassrl.agents.hubs.verifiers import VerifiersAgent
+
+    agent = VerifiersAgent(taskset, env={"agent": {"max_turns": 2}})
+    assert (agent.config.agent.runtime.type, agent.config.agent.max_turns) == ("subprocess", 2)
+    assert agent.config.agent.harness is None  # the taskset's own (ChatHarness, exported by the taskset module)

@@ -111,52 +111,38 @@ def ensure_built(
     with exclusive(out.parent / f".{out.name}.build-lock"):  # not sibling_lock_path: init-model holds that
         if not rebuild and is_built(out, seed, spec):  # built by the process that held the lock before us
             return out
-        return _build_into(out, seed, spec, version, build, rebuild, console)
-
-
-def _build_into(
-    out: Path,
-    seed: int,
-    spec: DefaultModelSpec | AgentModelSpec | ResearchModelSpec,
-    version: str,
-    build: Callable[[Path], dict],
-    rebuild: bool,
-    console: Console,
-) -> Path:
-    """:func:`ensure_built`'s build or copy, under its lock."""
-    if out.exists() and not (out / MARKER).is_file() and any(out.iterdir()):
-        raise GlassrlError(f"{out} exists and is not a glassrl default model; refusing to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.building-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    source = None if rebuild else shipped.shipped_dir(version, seed, spec)
-    if source is not None:
-        console.print(f"[bold]glassrl[/bold]: the shipped model {version} (sha256 checked) -> {out}")
-        build = functools.partial(shipped.install, version, source)
-    else:
-        console.print(f"[bold]glassrl[/bold]: building the model {version} (seed {seed}) -> {out}")
-        took = (shipped.shipped_info(version) or {}).get("build_time_s")
-        if took:  # the research model's SFT alone takes ~20 minutes: say so before it starts
-            console.print(
-                f"  the shipped build took {took / 60:.0f} min on one thread of a 2-core machine; expect about as "
-                "long (the SFT's progress bar shows the time left)",
-                markup=False,
-                soft_wrap=True,
-            )
-    try:
-        build(tmp)
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-            shutil.rmtree(old)
-        os.replace(tmp, out)
-    except OSError:
-        if not is_built(out, seed, spec):
-            raise
-        # Another process finished the same build first; its copy is as good as ours.
-    finally:
+        if out.exists() and not (out / MARKER).is_file() and any(out.iterdir()):
+            raise GlassrlError(f"{out} exists and is not a glassrl default model; refusing to replace it")
+        tmp = out.parent / f".{out.name}.building-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-    return out
+        source = None if rebuild else shipped.shipped_dir(version, seed, spec)
+        if source is not None:
+            console.print(f"[bold]glassrl[/bold]: the shipped model {version} (sha256 checked) -> {out}")
+            build = functools.partial(shipped.install, version, source)
+        else:
+            console.print(f"[bold]glassrl[/bold]: building the model {version} (seed {seed}) -> {out}")
+            took = (shipped.shipped_info(version) or {}).get("build_time_s")
+            if took:  # the research model's SFT alone takes ~20 minutes: say so before it starts
+                console.print(
+                    f"  the shipped build took {took / 60:.0f} min on one thread of a 2-core machine; expect about as "
+                    "long (the SFT's progress bar shows the time left)",
+                    markup=False,
+                    soft_wrap=True,
+                )
+        try:
+            build(tmp)
+            if out.exists():
+                old = out.parent / f".{out.name}.old-{os.getpid()}"
+                os.replace(out, old)
+                shutil.rmtree(old)
+            os.replace(tmp, out)
+        except OSError:
+            if not is_built(out, seed, spec):
+                raise
+            # Another process finished the same build first; its copy is as good as ours.
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return out
 
 
 def build_default_model(

@@ -17,17 +17,20 @@ and the node, and ``--resume`` (on the nodes left: ``spread`` puts both actor ra
 a replacement node) logs the same numbers, bit for bit, as the run that never stopped; with
 ``rollout.max_staleness`` the lost node's rounds in flight are sampled again, none lost and none
 used twice (the same prompts at the same steps). The driver killed (SIGKILL of its process) takes
-its ranks with it (Ray ends a job's actors with its driver); the next driver resumes, bit for bit.
+its ranks with it (Ray ends a job's actors with its driver); the next driver names it (its pid and host,
+from the run's lock) and resumes, bit for bit.
 
 Slow: one cluster per module; each Trainer starts its ranks on three nodes.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +38,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from glassrl.config import load_config
 from glassrl.errors import GlassrlError
@@ -273,7 +277,10 @@ def test_the_driver_killed_and_the_next_resumes_exactly(nodes, straight, tmp_pat
     finally:
         if driver.poll() is None:
             os.kill(driver.pid, signal.SIGKILL)
-    again = _trainer([*common, f"output_dir={out}"], resume=True)
+    said = io.StringIO()
+    again = _trainer([*common, f"output_dir={out}"], resume=True, console=Console(file=said, width=400))
+    # a killed driver says nothing; the next one names it: its pid and machine, from the run's lock
+    assert f"took over a stale lock (pid {driver.pid} on {socket.gethostname()}, started " in said.getvalue()
     assert 1 <= again.counters.step <= 2
     again.train()
     assert logged_metrics(run) == logged_metrics(out)

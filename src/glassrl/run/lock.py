@@ -4,8 +4,8 @@
     ...
     lock.release()
 
-The lock is ``flock(LOCK_EX | LOCK_NB)`` on a lock file that holds the owner's pid and
-start time. The kernel drops a flock when its process dies, however it dies (kill -9
+The lock is ``flock(LOCK_EX | LOCK_NB)`` on a lock file that holds the owner's pid, host and
+start time (the host: on a cluster the driver that died may have run on another machine). The kernel drops a flock when its process dies, however it dies (kill -9
 included), so a lock file left by a dead process is free: the next run takes it over and
 says whose it was (:attr:`RunLock.stale`). A live owner is named in the error.
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -44,7 +45,7 @@ class RunLock:
 
     def __init__(self, path: str | Path, what: str) -> None:
         self.path, self.what = Path(path), what
-        self.stale: str | None = None  # "pid 123, started …": the dead owner whose lock was taken over
+        self.stale: str | None = None  # "pid 123 on host, started …": the dead owner whose lock was taken over
         self._fd: int | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while self._fd is None:
@@ -68,7 +69,8 @@ class RunLock:
                 continue
             self.stale = _read_owner(fd) or None
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+            owner = f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}"
+            os.pwrite(fd, f"{owner}\n".encode(), 0)
             os.fsync(fd)
             self._fd = fd
 

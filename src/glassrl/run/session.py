@@ -47,7 +47,10 @@ def take_lock(path: Path, what: str, console: Console) -> RunLock:
         lock = RunLock(path, what)
     if lock.stale:
         console.print(
-            f"glassrl: took over a stale lock ({lock.stale}; no process holds it)", markup=False, soft_wrap=True
+            f"glassrl: took over a stale lock ({lock.stale}; no process holds it: that run ended without "
+            "releasing it, killed or its machine lost)",
+            markup=False,
+            soft_wrap=True,
         )
     return lock
 

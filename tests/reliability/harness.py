@@ -4,7 +4,10 @@ read what it left behind. Imported as ``harness`` (pytest puts this directory on
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from glassrl.cli import main
@@ -49,3 +52,21 @@ def checkpoint_contents(checkpoint: Path) -> dict[str, list[tuple[str, str]]]:
     """Each part's files and their sha256 (from the manifest, checked against the files by load)."""
     manifest = json.loads((checkpoint / "manifest.json").read_text())
     return {name: [(f["path"], f["sha256"]) for f in entry["files"]] for name, entry in manifest["parts"].items()}
+
+
+def in_a_child(path: Path, call: str, timeout_s: float) -> int | None:
+    """A hostile-code test's control: ``call`` (``[name]`` or ``[table][name]`` of the file's globals,
+    called with no argument) run in a child process of its own; its exit code, None when it still runs
+    after ``timeout_s`` (it would have held its caller forever)."""
+    code = f"import runpy; runpy.run_path({str(path)!r}){call}()"
+    try:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=timeout_s).returncode
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def glassrl_process(argv: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess:
+    """``glassrl ARGV`` as a process of its own (a crash in it cannot end the test), on this sys.path."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [sys.executable, "-m", "glassrl.cli", *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)

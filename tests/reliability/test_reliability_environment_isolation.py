@@ -12,13 +12,11 @@ trainer, on the same seeds, sampled by a real model.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from harness import glassrl_process, in_a_child
 
 from glassrl.agents import AgentRolloutEngine, HFTurnSampler, environment_factory
 from glassrl.agents.metrics import turn_metrics
@@ -94,17 +92,8 @@ def envs(tmp_path) -> Path:
     return path
 
 
-def _in_a_child(path: Path, behaviour: str) -> int | None:
-    """The control: the behaviour run in a child process of its own; its exit code (None: it holds it)."""
-    code = f"import runpy; runpy.run_path({str(path)!r})['BEHAVIOURS'][{behaviour!r}]()"
-    try:
-        return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=TIMEOUT_S).returncode
-    except subprocess.TimeoutExpired:
-        return None
-
-
 def test_the_control_each_behaviour_ends_or_holds_the_process_that_runs_it(envs):
-    assert [_in_a_child(envs, b) for b in BEHAVIOURS] == [0, 3, -11, None, 1]
+    assert [in_a_child(envs, f"['BEHAVIOURS'][{b!r}]", TIMEOUT_S) for b in BEHAVIOURS] == [0, 3, -11, None, 1]
 
 
 def _generate(engine, records, n=1, seed=0):
@@ -181,10 +170,7 @@ def test_glassrl_audit_survives_a_hostile_environment_and_prints_its_table(envs,
         "--episodes",
         "1",
     ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run(
-        [sys.executable, "-m", "glassrl.cli", *argv], capture_output=True, text=True, timeout=600, env=env
-    )
+    done = glassrl_process(argv)
     lines = done.stdout.splitlines()
     assert [line.split()[0] for line in lines[1:9]] == [
         "render",

@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from harness import glassrl_process, in_a_child
 
 from glassrl.agents import AgentRolloutEngine, ToolEnvironment, build_tools
 from glassrl.agents.tools import ToolCall
@@ -72,20 +71,11 @@ def hostile(tmp_path) -> Path:
     return path
 
 
-def _in_a_child(path: Path, name: str) -> int | None:
-    """The control: the tool's function called in a child process of its own; its exit code."""
-    code = f"import runpy; runpy.run_path({str(path)!r})[{name!r}]()"
-    try:
-        return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=TIMEOUT_S).returncode
-    except subprocess.TimeoutExpired:
-        return None  # still running: it would have held the caller forever
-
-
 def test_the_control_each_tool_ends_or_holds_the_process_that_calls_it(hostile):
-    assert _in_a_child(hostile, "quits") == 0  # ended, and "successfully"
-    assert _in_a_child(hostile, "exits") == 3
-    assert _in_a_child(hostile, "crashes") == -11  # SIGSEGV
-    assert _in_a_child(hostile, "hangs") is None
+    assert in_a_child(hostile, "['quits']", TIMEOUT_S) == 0  # ended, and "successfully"
+    assert in_a_child(hostile, "['exits']", TIMEOUT_S) == 3
+    assert in_a_child(hostile, "['crashes']", TIMEOUT_S) == -11  # SIGSEGV
+    assert in_a_child(hostile, "['hangs']", TIMEOUT_S) is None
 
 
 def test_each_hostile_tool_is_an_observation_and_the_next_call_gets_an_answer(hostile):
@@ -161,10 +151,7 @@ def test_glassrl_audit_survives_every_hostile_tool_and_reports(hostile, tiny_mod
         "--episodes",
         "1",
     ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run(
-        [sys.executable, "-m", "glassrl.cli", *argv], capture_output=True, text=True, timeout=600, env=env
-    )
+    done = glassrl_process(argv)
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stderr
     assert [line.split()[0] for line in lines[1:9]] == [

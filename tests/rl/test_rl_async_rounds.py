@@ -14,6 +14,7 @@ from test_rl_sampling import _round
 from glassrl.data.records import PromptRecord
 from glassrl.rl.sampling import AsyncRounds, DynamicSampler
 from glassrl.rollout.base import RolloutBatch, SamplingParams
+from glassrl.workers.sync_truth import SyncLog, Verdict
 
 PARAMS = SamplingParams(max_new_tokens=2)
 
@@ -42,7 +43,7 @@ class FakeRollout:
             texts=["x"] * B,
             policy_versions=torch.full((B, 2), version),
         )
-        return batch, {"perf/rollout_sample_s": 0.0}
+        return batch, {"perf/rollout_sample_s": 0.0}, [Verdict("fake", version, 1)]
 
     def publish(self, version: int) -> None:
         self.version = version
@@ -104,6 +105,27 @@ def test_the_rounds_in_flight_come_back_from_a_checkpoint():
     assert [r.prompt_ids for r in other.rounds] == [[[1]], [[2]]] and all(r.pending is None for r in other.rounds)
     got, _ = other.take()
     assert got.prompts[0].prompt == "p1" and got.rollout.policy_versions.max() == 0
+
+
+def test_a_rounds_sync_checks_count_in_the_step_that_takes_it_also_after_a_checkpoint():
+    """A checkpoint waits for the round in flight: its sync truth check is saved with it, not logged
+    then (the stopped run's last step is logged already), and a resumed run counts it in the step
+    that takes the round, as the straight run does (tests/reliability: rollout.overlap stopped)."""
+    rollout, next_prompts, log = FakeRollout(), _stream(), SyncLog()
+    rounds = AsyncRounds(rollout, 1, pad_id=0, log=log)
+    rounds.fill(next_prompts, 1, PARAMS)
+    rounds.take()
+    assert [v.version for v in log.verdicts] == [0]
+    log.drain()
+    rollout.version = 1
+    state = rounds.state_dict()  # waits for round 2, requested at version 0
+    assert log.verdicts == []
+    resumed_log = SyncLog()
+    other = AsyncRounds(FakeRollout(), 1, pad_id=0, log=resumed_log)
+    other.load_state_dict({name: value for name, (_, value) in state.items()})
+    for buffer, buffer_log in ((rounds, log), (other, resumed_log)):  # the straight run's next step, the resumed one's
+        buffer.take()
+        assert buffer_log.verdicts == [Verdict("fake", 0, 1)]
 
 
 def test_kept_groups_that_would_lag_too_far_expire():

@@ -146,7 +146,9 @@ class Trainer:
         self.sampler = step_sampler(cfg, pad_id(self.tokenizer))  # one round a step, or DAPO's dynamic sampling
         self.correction = self.resolved.correction  # algo.off_policy (or algo.rollout_is): (name, knobs)
         # the rounds, requested up to rollout.max_staleness ahead (glassrl.rl.sampling.AsyncRounds)
-        self.rounds = AsyncRounds(self.workers.rollout, self.resolved.max_staleness, pad_id(self.tokenizer))
+        self.rounds = AsyncRounds(
+            self.workers.rollout, self.resolved.max_staleness, pad_id(self.tokenizer), self.workers.sync_log
+        )
         self.round_seconds: dict[str, float] = {}  # the step's waits for them (perf/…)
         self.old_logprobs_from_update = startup.old_logprobs_from_update(cfg, self.resolved, self.workers, self.teacher)
         self.shuffle = torch.Generator().manual_seed(cfg.seed + 2)  # mini-batch order

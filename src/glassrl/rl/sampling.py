@@ -37,7 +37,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -49,6 +49,7 @@ from glassrl.rewards.base import RewardResult
 from glassrl.rl.phases import Sampled, outcome_scores
 from glassrl.rollout.base import RolloutBatch, SamplingParams, Turn, concat_rollouts
 from glassrl.workers.base import AsyncRolloutWorker, RolloutWorker
+from glassrl.workers.sync_truth import SyncLog, Verdict
 
 
 class OneRound:
@@ -176,6 +177,7 @@ class Round:
     pending: Any = None  # AsyncRolloutWorker.submit's handle; None once ``rollout`` is in
     rollout: RolloutBatch | None = None
     seconds: dict[str, float] | None = None  # the rollout worker's perf/… of the round
+    verdicts: list[Verdict] = field(default_factory=list)  # the sync truth checks of the weights that sampled it
 
 
 class AsyncRounds:
@@ -199,10 +201,16 @@ class AsyncRounds:
     position is after them, so a resumed run takes them, then requests what the uninterrupted run
     would have: no round is lost or taken twice, and with the deterministic schedule it samples the
     same tokens.
+
+    The sync truth checks of the weights that sampled a round (``log``: glassrl.workers.sync_truth) go
+    into the log when a step takes the round, never when a checkpoint waits for it: they are saved
+    with the round, so that a resumed run counts them (``sync/…``) in the step the straight run does.
     """
 
-    def __init__(self, rollout: RolloutWorker | AsyncRolloutWorker, max_staleness: int, pad_id: int) -> None:
-        self.rollout, self.max_staleness, self.pad_id = rollout, max_staleness, pad_id
+    def __init__(
+        self, rollout: RolloutWorker | AsyncRolloutWorker, max_staleness: int, pad_id: int, log: SyncLog | None = None
+    ) -> None:
+        self.rollout, self.max_staleness, self.pad_id, self.log = rollout, max_staleness, pad_id, log
         self.ahead = hasattr(rollout, "submit")  # an AsyncRolloutWorker (submit / result / publish / version)
         self.part_names = ("rollout_buffer",) if self.ahead and max_staleness else ()
         self.data_parts = self.part_names  # sampled rounds: data, NaN allowed (glassrl.run.validate)
@@ -241,6 +249,8 @@ class AsyncRounds:
         seconds with perf/batch_wait_s."""
         start = time.perf_counter()
         first = self._done(self.rounds.popleft())
+        if self.log is not None:
+            self.log.add(first.verdicts)
         if not self.ahead:
             return first, {}
         return first, {**first.seconds, "perf/batch_wait_s": time.perf_counter() - start}
@@ -252,7 +262,7 @@ class AsyncRounds:
 
     def _done(self, round_: Round) -> Round:
         if round_.pending is not None:
-            round_.rollout, round_.seconds = self.rollout.result(round_.pending)
+            round_.rollout, round_.seconds, round_.verdicts = self.rollout.result(round_.pending)
             round_.pending = None
         return round_
 
@@ -267,6 +277,7 @@ class AsyncRounds:
                     "rollout": _rollout_state(r.rollout),
                     "prompts": [_record_state(p) for p in r.prompts],
                     "prompt_ids": r.prompt_ids,
+                    "verdicts": [asdict(v) for v in r.verdicts],
                 }
                 for r in rounds
             ],
@@ -284,6 +295,7 @@ class AsyncRounds:
                 None,
                 _rollout(r["rollout"]),
                 {},
+                [Verdict(**v) for v in r.get("verdicts", [])],  # none in a checkpoint from before they were saved
             )
             for r in state["rounds"]
         )

@@ -38,6 +38,7 @@ from glassrl.data.records import PromptRecord
 from glassrl.rewards.base import RewardRequest, RewardResult
 from glassrl.rollout.base import RolloutBatch, SamplingParams
 from glassrl.run.state import Stateful
+from glassrl.workers.sync_truth import Verdict
 
 Batch = dict[str, torch.Tensor]
 
@@ -142,8 +143,9 @@ class AsyncRolloutWorker(RolloutWorker, Protocol):
     ) -> Any:
         """Send len(prompts) × n responses to be sampled; returns a handle for :meth:`result`."""
 
-    def result(self, pending: Any) -> tuple[RolloutBatch, dict[str, float]]:
-        """The batch of ``pending`` (waiting for it) and the ranks' "perf/…" seconds."""
+    def result(self, pending: Any) -> tuple[RolloutBatch, dict[str, float], list[Verdict]]:
+        """The batch of ``pending`` (waiting for it), the ranks' "perf/…" seconds, and the sync truth
+        checks of the weights that sampled it (glassrl.workers.sync_truth: the caller logs them)."""
 
     def publish(self, version: int) -> None:
         """The actor's weights, just restored, are ``version``: send them as such."""

@@ -98,14 +98,14 @@ class OverlapRollout:
         self.pending.append(pending)
         return pending
 
-    def result(self, pending: Future) -> tuple[RolloutBatch, dict[str, float]]:
+    def result(self, pending: Future) -> tuple[RolloutBatch, dict[str, float], list[Verdict]]:
         """The round of ``pending`` (waiting for it): its ``behaviour_logprobs`` and ``behaviour_entropy``
-        computed by the policy that sampled it, its ``policy_versions`` the version it was requested at."""
+        computed by the policy that sampled it, its ``policy_versions`` the version it was requested at;
+        and the check of the copy's weights (counted in the step that takes the round, whenever the
+        thread ran it: glassrl.rl.sampling.AsyncRounds)."""
         batch, verdict = pending.result()
         self.pending.remove(pending)
-        if verdict is not None:  # counted in the step that takes the round, whenever the thread ran it
-            self.log.add([verdict])
-        return batch, {}
+        return batch, {}, [] if verdict is None else [verdict]
 
     def _sample(self, weights, version, prompts, n, params, records) -> tuple[RolloutBatch, Verdict | None]:
         start, verdict = time.perf_counter(), None

@@ -50,7 +50,7 @@ from glassrl.rollout.base import RolloutBatch, SamplingParams, concat_rollouts
 from glassrl.workers.base import Batch
 from glassrl.workers.ray_cluster import RankGroup, import_ray, ray_errors
 from glassrl.workers.sharding import balanced_partitions, gather_rows, shard_plan, shard_rows
-from glassrl.workers.sync_truth import SyncLog
+from glassrl.workers.sync_truth import SyncLog, Verdict
 
 
 def _select(batch: Batch, rows: torch.Tensor) -> Batch:
@@ -388,18 +388,22 @@ class RayAsyncRollout(RayRollout):
         """Queue len(prompts) × n responses on the ranks (contiguous chunks), sampled with this version."""
         return self._submit(prompts, n=n, params=params, records=records, version=self.version)
 
-    def result(self, pending: list[tuple[int, int, Any]]) -> tuple[RolloutBatch, dict[str, float]]:
-        """The batch of :meth:`submit` (waiting for it) and the ranks' seconds, the most of any rank."""
+    def result(self, pending: list[tuple[int, int, Any]]) -> tuple[RolloutBatch, dict[str, float], list[Verdict]]:
+        """The batch of :meth:`submit` (waiting for it), the ranks' seconds (the most of any rank), and
+        the ranks' checks of the weights they sampled it with (the caller logs them)."""
         answers = self._results(pending)
         timings: dict[str, float] = {}
+        checks: list[Verdict] = []
         for _, seconds, verdicts in answers:
             for key, value in seconds.items():
                 timings[key] = max(timings.get(key, 0.0), value)
-            if self.sync.log is not None:
-                self.sync.log.add(verdicts)
-        return self._gather(pending, [batch for batch, _, _ in answers]), timings
+            checks.extend(v for v in verdicts if v is not None)
+        return self._gather(pending, [batch for batch, _, _ in answers]), timings, checks
 
     def generate(
         self, prompts: list[list[int]], *, n: int, params: SamplingParams, records: Sequence[PromptRecord] | None = None
     ) -> RolloutBatch:
-        return self.result(self.submit(prompts, n=n, params=params, records=records))[0]
+        batch, _, verdicts = self.result(self.submit(prompts, n=n, params=params, records=records))
+        if self.sync.log is not None:
+            self.sync.log.add(verdicts)
+        return batch

@@ -7,7 +7,8 @@
 The lock is ``flock(LOCK_EX | LOCK_NB)`` on a lock file that holds the owner's pid, host and
 start time (the host: on a cluster the driver that died may have run on another machine). The
 kernel drops a flock when its process dies, however it dies (kill -9 included), so a lock file
-left by a dead process is free: the next run takes it over and says whose it was (:attr:`RunLock.stale`). A live owner is named in the error.
+left by a dead process is free: the next run takes it over and says whose it was
+(:attr:`RunLock.stale`). A live owner is named in the error.
 
 After ``flock`` succeeds the path is checked to still name the locked file: a releasing
 owner unlinks the file (under its lock), and a run that opened the old file just before

@@ -151,8 +151,9 @@ def attributed(model_dir: Path, sampler_dtype: str):
     samples, models = sampled_by_vllm(model_dir, sampler_dtype)
     scorer = VLLMScorer(lambda v: model_dir, lambda v: models["float32"], temperature=0.8)
     # the HF side's bfloat16 is the model loaded in it (its rotary buffers as the trainer's pass had them)
-    rc = Recompute(weights=lambda v: models["float32"], temperature=0.8, engines={"vllm": scorer})
-    rc._models[(0, "bfloat16")] = models["bfloat16"]
+    rc = Recompute(
+        weights=lambda v: models["float32"], temperature=0.8, engines={"vllm": scorer}, load=lambda v, d: models[d]
+    )
     sampler = Side(dtype=sampler_dtype, layout="decode", version=0, engine="vllm")
     found = attribute(samples, sampler, Side(dtype="bfloat16", layout="padded", version=0), rc)
     print(found.to_dict())

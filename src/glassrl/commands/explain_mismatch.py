@@ -124,6 +124,8 @@ def run(args: argparse.Namespace) -> str:
         render=text_render(tokenizer),
         token_bytes=byte_lengths(tokenizer),
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+        # a model.dtype run's weights as its trainer loads them (the 16-bit side of the other runs: the cast)
+        load=lambda v, d: load_causal_lm(_actor(held, v), dtype=d, device="cpu") if d == weights_dtype else None,
     )
     if cfg.rollout.engine != "hf":
         scorer, why = _engine_scorer(cfg, sampler, trainer, weights, held)

@@ -95,7 +95,9 @@ class Recompute:
     the sampling temperature and the trainer's micro-batch size (responses). ``engines``: engine
     name -> a scorer ``(seqs, side) -> rows``, each sequence's (prompt ids, response ids) scored in
     that engine with ``side``'s precision and version (a list of log-probs per response token);
-    its ``note`` attribute, if any, is the engine row's note."""
+    its ``note`` attribute, if any, is the engine row's note. ``load(version, dtype)``: the policy
+    loaded in a 16-bit dtype, as a run with ``model.dtype`` bfloat16 holds it (a float32 model cast
+    with ``.to`` casts its rotary buffers too, and computes otherwise); without it, the cast."""
 
     weights: Callable[[int], torch.nn.Module]
     temperature: float = 1.0
@@ -106,14 +108,17 @@ class Recompute:
     engines: dict[str, Callable[[list[tuple[list[int], list[int]]], Side], list[list[float]]]] = field(
         default_factory=dict
     )
+    load: Callable[[int, str], torch.nn.Module] | None = None
     _models: dict = field(default_factory=dict)
 
     def model(self, version: int, dtype: str) -> torch.nn.Module:
         key = (version, dtype)
         if key not in self._models:
-            base = self.weights(version)
-            cast = dtype in DTYPES and dtype != "float32"
-            self._models[key] = _copy_as(base, DTYPES[dtype]) if cast else base
+            if dtype in DTYPES and dtype != "float32":
+                loaded = self.load(version, dtype) if self.load is not None else None
+                self._models[key] = loaded if loaded is not None else _copy_as(self.weights(version), DTYPES[dtype])
+            else:
+                self._models[key] = self.weights(version)
         return self._models[key]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from dataclasses import replace
 
 import pytest
 import torch
@@ -159,3 +160,44 @@ def test_planted_cause_ranks_first(tiny, cause):
         sums.append(abs(result.explained - result.gap) / result.gap)
     assert firsts >= 9, (cause, firsts)
     assert max(sums) <= 0.05, sums
+
+
+def test_an_engine_scorer_takes_the_subsets_with_the_samplers_engine(tiny):
+    """A fake engine whose log-probs are the HF pass's + 0.01: the coalitions that put the engine on
+    the sampler's side are scored by it (and only those), its part is the 0.01 and it ranks first;
+    without a scorer the engine's part stays in 'not reproduced'."""
+    model, tokenizer = tiny
+    prompts = [tokenizer.encode(t, add_special_tokens=False) for t in ("Is 1+2=3?", "请问4+5=9？")]
+    responses = [tokenizer.encode(t, add_special_tokens=False) for t in (" yes, it is", " no")]
+    rc = Recompute(weights=lambda v: model, micro_batch=4, pad_id=tokenizer.pad_token_id)
+    plain = [
+        Sample(tuple(p), tuple(r), (True,) * len(r), (0.0,) * len(r), (0.0,) * len(r))
+        for p, r in zip(prompts, responses)
+    ]
+    hf = recompute_logprobs(plain, Side(version=0), rc).tolist()  # (N,) the trainer's numbers
+    calls = []
+
+    def fake(seqs, side):
+        calls.append(side)
+        rows, k = [], 0
+        for _, r in seqs:
+            rows.append([x + 0.01 for x in hf[k : k + len(r)]])
+            k += len(r)
+        return rows
+
+    fake.note = "a fake engine"
+    samples, k = [], 0
+    for s in plain:
+        n = len(s.mask)
+        samples.append(replace(s, sampler=tuple(x + 0.01 for x in hf[k : k + n]), trainer=tuple(hf[k : k + n])))
+        k += n
+    sampler, trainer = Side(version=0, layout="decode", engine="fake"), Side(version=0)
+    result = attribute(samples, sampler, trainer, replace(rc, engines={"fake": fake}, _models={}))
+    assert calls and all(side.engine == "fake" for side in calls)
+    assert result.ranked()[0] == "engine" and result.parts[-1].note == "a fake engine"
+    assert result.parts[-1].share == pytest.approx(0.01, abs=1e-5)
+    assert result.explained + result.not_reproduced + result.trainer_drift == pytest.approx(result.gap, rel=1e-9)
+    assert result.not_reproduced <= 1e-5
+    without = attribute(samples, sampler, trainer, rc)
+    assert without.parts[-1].share is None and "no scorer of fake" in without.parts[-1].note
+    assert without.not_reproduced == pytest.approx(0.01, abs=1e-5)  # the engine's part, unexplained

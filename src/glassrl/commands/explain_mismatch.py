@@ -20,8 +20,13 @@ precision as the trainer), the whole batch decoded a token at a time through a K
 trainer scores the sampled ids (no re-rendering) in one forward pass over its micro-batches,
 padded, packed (``model.padding_free``) or with shared prompts (``model.shared_prefix``), with
 the weights of step N − 1 (the local backend's overlap: the sampling version's own, as its
-π_old is). Only the responses of the ledger sample are recomputed (``logging.ledger_samples``);
-the sampling batch held more, which the "decode" layout cannot bring back.
+π_old is). A run that sampled with vLLM (``rollout.engine: vllm``): the sampler's precision is the
+weights' (``model.dtype``: vLLM runs in it, without autocast), and the engine factor is recomputed
+in vLLM where it is installed (glassrl.diagnose.mismatch_vllm: the ids scored by vLLM's
+``prompt_logprobs`` at the run's temperature, in float32 or bfloat16; without vllm, or in float16,
+its part stays in "not reproduced"). Only the responses of the ledger sample are recomputed
+(``logging.ledger_samples``); the sampling batch held more, which the "decode" layout cannot
+bring back.
 """
 
 from __future__ import annotations
@@ -80,12 +85,23 @@ def run(args: argparse.Namespace) -> str:
     overlap = cfg.trainer.backend == "local" and (cfg.rollout.overlap or cfg.rollout.max_staleness >= 1)
     # the run's arithmetic on CPU (glassrl.rl.resolve: auto is float32 there), both sides: the HF engine
     # samples with the actor's own model under the same autocast as the trainer's passes
-    dtype = {"auto": "float32", "float32": "float32"}.get(
-        cfg.model.compute_dtype, f"autocast-{cfg.model.compute_dtype}"
+    # (weights kept in bfloat16, model.dtype: the trainer computes in them)
+    weights_dtype = {"auto": "float32"}.get(cfg.model.dtype, cfg.model.dtype)  # also what vLLM computes in
+    dtype = (
+        weights_dtype
+        if weights_dtype != "float32"
+        else {"auto": "float32", "float32": "float32"}.get(
+            cfg.model.compute_dtype, f"autocast-{cfg.model.compute_dtype}"
+        )
     )
     layout = "shared_prefix" if cfg.model.shared_prefix is True else "packed" if cfg.model.padding_free else "padded"
     trainer = Side(dtype=dtype, layout=layout, version=None if overlap and versions else step - 1)
-    sampler = Side(dtype=dtype, layout="decode", version=None if versions else step - 1, engine=cfg.rollout.engine)
+    sampler = Side(
+        dtype=dtype if cfg.rollout.engine == "hf" else weights_dtype,
+        layout="decode",
+        version=None if versions else step - 1,
+        engine=cfg.rollout.engine,
+    )
     absent = {}
     if missing := sorted(v for v in versions if v not in held):
         if trainer.version is None:  # the trainer's own π_old is of those versions
@@ -94,8 +110,6 @@ def run(args: argparse.Namespace) -> str:
                 f"holds no checkpoint (checkpoints: {_list(held)}); set logging.checkpoint_every=1"
             )
         absent["staleness"] = f"no checkpoint of version {_list(missing)} (held: {_list(held)})"
-    if cfg.rollout.engine != "hf":
-        absent["engine"] = f"not recomputed in {cfg.rollout.engine} here; its part stays in 'not reproduced'"
     loaded: dict[int, torch.nn.Module] = {}
 
     def weights(version: int) -> torch.nn.Module:
@@ -110,14 +124,45 @@ def run(args: argparse.Namespace) -> str:
         render=text_render(tokenizer),
         token_bytes=byte_lengths(tokenizer),
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+        # a model.dtype run's weights as its trainer loads them (the 16-bit side of the other runs: the cast)
+        load=lambda v, d: load_causal_lm(_actor(held, v), dtype=d, device="cpu") if d == weights_dtype else None,
     )
+    if cfg.rollout.engine != "hf":
+        scorer, why = _engine_scorer(cfg, sampler, trainer, weights, held)
+        if scorer is None:
+            absent["engine"] = f"{why}; its part stays in 'not reproduced'"
+        else:
+            recompute.engines[cfg.rollout.engine] = scorer
     top = 5 if args.top is None else _integer(args.top, "--top", "a number of tokens", least=0)
-    result = attribute(samples, sampler, trainer, recompute, absent=absent, what_if=True, top=top)
+    try:
+        result = attribute(samples, sampler, trainer, recompute, absent=absent, what_if=True, top=top)
+    finally:
+        for scorer in recompute.engines.values():
+            scorer.close()  # its engines' KV caches
     if args.format == "jsonl":
         return json.dumps({"step": step, "ledger": str(ledgers[step]), **result.to_dict()}, ensure_ascii=False) + "\n"
     tokens = [[row.token for row in r.tokens] for r in ledger.responses]
     lines = [f"{ledgers[step]}: step {step}, {len(samples)} responses", *render_attribution(result, tokens)]
     return "".join(f"{line}\n" for line in lines)
+
+
+def _engine_scorer(cfg, sampler, trainer, weights, held: dict[int, Path]):
+    """(the scorer of the run's sampling engine, None) or (None, why it cannot be recomputed here)."""
+    if cfg.rollout.engine != "vllm":
+        return None, f"no recompute in {cfg.rollout.engine}"
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return None, "vllm is not installed here (make test-vllm's .venv-vllm, docs/vllm.md)"
+    from glassrl.diagnose.mismatch_vllm import VLLM_DTYPES, VLLMScorer
+
+    if unsupported := sorted({d for d in (sampler.dtype, trainer.dtype) if d not in VLLM_DTYPES}):
+        return None, f"vLLM here computes in {', '.join(VLLM_DTYPES)}, not {', '.join(unsupported)}"
+    truncated = cfg.rollout.top_p < 1.0 or cfg.rollout.top_k > 0
+    scorer = VLLMScorer(
+        lambda v: _actor(held, v), weights, temperature=cfg.rollout.temperature, seed=cfg.seed, truncated=truncated
+    )
+    return scorer, ""
 
 
 def _actor(held: dict[int, Path], version: int) -> Path:

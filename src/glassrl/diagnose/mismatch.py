@@ -16,7 +16,9 @@ the factors:
     staleness  the weights: the version each token was sampled with, or the trainer's current one
     rerender   the ids: as sampled, or the text re-rendered and re-tokenised (a trainer that
                rebuilds the conversation through the chat template scores other ids)
-    engine     the sampler's engine (HF loop, vLLM): recomputed only where a recompute is given
+    engine     the sampler's engine (HF loop, vLLM): the ids scored by that engine's own scorer
+               (``Recompute.engines``; vLLM's: glassrl.diagnose.mismatch_vllm), its own batching
+               (the layout does not apply there); without one its part stays in "not reproduced"
 
 The decomposition. With S the set of factors put on the sampler's side (the others stay on the
 trainer's), ℓ_S the recomputed log-probs and D(S) = mean_i |ℓ_S,i − log μ_i| over the generated
@@ -90,7 +92,12 @@ class Recompute:
     """What recomputing needs: ``weights(version)`` the policy of that version (float32, eval
     mode), ``render(sample)`` the (prompt ids, response ids) a re-rendering trainer scores,
     ``token_bytes(ids)`` the byte length of each token's text (to align re-tokenised ids),
-    the sampling temperature and the trainer's micro-batch size (responses)."""
+    the sampling temperature and the trainer's micro-batch size (responses). ``engines``: engine
+    name -> a scorer ``(seqs, side) -> rows``, each sequence's (prompt ids, response ids) scored in
+    that engine with ``side``'s precision and version (a list of log-probs per response token);
+    its ``note`` attribute, if any, is the engine row's note. ``load(version, dtype)``: the policy
+    loaded in a 16-bit dtype, as a run with ``model.dtype`` bfloat16 holds it (a float32 model cast
+    with ``.to`` casts its rotary buffers too, and computes otherwise); without it, the cast."""
 
     weights: Callable[[int], torch.nn.Module]
     temperature: float = 1.0
@@ -98,14 +105,20 @@ class Recompute:
     render: Callable[[Sample], tuple[list[int], list[int]]] | None = None
     token_bytes: Callable[[list[int]], list[int]] | None = None
     pad_id: int = 0
+    engines: dict[str, Callable[[list[tuple[list[int], list[int]]], Side], list[list[float]]]] = field(
+        default_factory=dict
+    )
+    load: Callable[[int, str], torch.nn.Module] | None = None
     _models: dict = field(default_factory=dict)
 
     def model(self, version: int, dtype: str) -> torch.nn.Module:
         key = (version, dtype)
         if key not in self._models:
-            base = self.weights(version)
-            cast = dtype in DTYPES and dtype != "float32"
-            self._models[key] = _copy_as(base, DTYPES[dtype]) if cast else base
+            if dtype in DTYPES and dtype != "float32":
+                loaded = self.load(version, dtype) if self.load is not None else None
+                self._models[key] = loaded if loaded is not None else _copy_as(self.weights(version), DTYPES[dtype])
+            else:
+                self._models[key] = self.weights(version)
         return self._models[key]
 
 
@@ -223,9 +236,10 @@ def attribute(
         return cache[side]
 
     differ = [f for f in FACTORS if getattr(sampler, _FIELD[f]) != getattr(trainer, _FIELD[f])]
-    active = [f for f in differ if f not in absent and f != "engine"]
-    if "engine" in differ and "engine" not in absent:
-        absent["engine"] = "no recompute in the sampler's engine here; its part stays in 'not reproduced'"
+    scorer = recompute.engines.get(sampler.engine) if sampler.engine != "hf" else None
+    active = [f for f in differ if f not in absent and (f != "engine" or scorer is not None)]
+    if "engine" in differ and "engine" not in absent and "engine" not in active:
+        absent["engine"] = f"no scorer of {sampler.engine} given; its part stays in 'not reproduced'"
 
     def side_of(coalition: frozenset) -> Side:
         return replace(trainer, **{_FIELD[f]: getattr(sampler, _FIELD[f]) for f in coalition})
@@ -240,14 +254,15 @@ def attribute(
     for f in FACTORS:
         s_text, t_text = (_setting(side, f, samples) for side in (sampler, trainer))
         if f in phi:
-            parts.append(Part(f, float(phi[f].mean()), float(value(frozenset({f})).mean()), s_text, t_text))
+            note = getattr(scorer, "note", "") if f == "engine" else ""
+            parts.append(Part(f, float(phi[f].mean()), float(value(frozenset({f})).mean()), s_text, t_text, note))
         else:
             note = absent.get(f, "" if f in differ else "the same on both sides")
             parts.append(Part(f, None if f in differ else 0.0, None, s_text, t_text, note))
     gap = float((mu - old).abs().mean())
     full = float((logprobs(side_of(frozenset(active))) - mu).abs().mean())
     shares = _token_shares(samples, mask, mu, old, phi, top)
-    extra = _what_if(trainer, logprobs, mu) if what_if else {}
+    extra = _what_if(trainer, logprobs, mu, [sampler.engine] if scorer is not None else []) if what_if else {}
     return Attribution(gap, int(mask.sum()), tuple(parts), full, gap - float(base.mean()), shares, extra)
 
 
@@ -265,13 +280,15 @@ def _setting(side: Side, factor: str, samples: Sequence[Sample]) -> str:
 _FIELD = {"precision": "dtype", "batch": "layout", "staleness": "version", "rerender": "rerender", "engine": "engine"}
 
 
-def _what_if(trainer: Side, logprobs: Callable[[Side], torch.Tensor], mu: torch.Tensor) -> dict[str, float]:
+def _what_if(trainer: Side, logprobs: Callable[[Side], torch.Tensor], mu: torch.Tensor, engines) -> dict[str, float]:
     out = {}
     for dtype in PRECISIONS:
         out[f"precision={dtype}"] = float((logprobs(replace(trainer, dtype=dtype)) - mu).abs().mean())
     for layout in LAYOUTS:
         out[f"batch={layout}"] = float((logprobs(replace(trainer, layout=layout)) - mu).abs().mean())
     out["rerender=True"] = float((logprobs(replace(trainer, rerender=True)) - mu).abs().mean())
+    for engine in engines:
+        out[f"engine={engine}"] = float((logprobs(replace(trainer, engine=engine)) - mu).abs().mean())
     return out
 
 
@@ -308,31 +325,33 @@ def recompute_logprobs(samples: Sequence[Sample], side: Side, rc: Recompute) -> 
 def _with_weights(samples, side: Side, rc: Recompute) -> torch.Tensor:
     if side.dtype not in PRECISIONS:
         raise ValueError(f"attribute: unknown precision {side.dtype!r}; valid: {', '.join(PRECISIONS)}")
+    if side.engine != "hf":  # another engine scores the ids itself, with its own batching
+        if side.engine not in rc.engines:
+            raise ValueError(f"attribute: no scorer of engine {side.engine!r} (Recompute.engines)")
+        return _scored(samples, lambda seqs: rc.engines[side.engine](seqs, side), side, rc)
     model = rc.model(side.version, side.dtype)
+    score = lambda seqs: _layout(model, seqs, side.layout, rc)  # noqa: E731
     if side.dtype.startswith("autocast-"):  # matrix products in half precision, as glassrl.models.precision
         with torch.autocast(device_type="cpu", dtype=DTYPES[side.dtype.removeprefix("autocast-")]):
-            return _scored(samples, model, side, rc)
-    return _scored(samples, model, side, rc)
+            return _scored(samples, score, side, rc)
+    return _scored(samples, score, side, rc)
 
 
-def _scored(samples, model, side: Side, rc: Recompute) -> torch.Tensor:
+def _scored(samples, score, side: Side, rc: Recompute) -> torch.Tensor:
+    """``score(seqs)``: per sequence (prompt ids, response ids), its response tokens' log-probs."""
+    own = [(list(s.prompt_ids), list(s.response_ids)) for s in samples]
     if side.rerender:
         if rc.render is None or rc.token_bytes is None:
             raise ValueError("attribute: rerender needs Recompute.render and Recompute.token_bytes")
         rendered = [rc.render(s) for s in samples]
-        scored = _layout(model, [(list(p), list(r)) for p, r in rendered], side.layout, rc)
-        rows = [
-            align_retokenised(rc.token_bytes(list(s.response_ids)), rc.token_bytes(list(r)), row, own)
-            for s, (_, r), row, own in zip(samples, rendered, scored, _layout_own(samples, model, side, rc))
+        scored = score([(list(p), list(r)) for p, r in rendered])
+        rows = [  # against the samples' own ids scored with ``side``
+            align_retokenised(rc.token_bytes(list(s.response_ids)), rc.token_bytes(list(r)), row, mine)
+            for s, (_, r), row, mine in zip(samples, rendered, scored, score(own))
         ]
     else:
-        rows = _layout(model, [(list(s.prompt_ids), list(s.response_ids)) for s in samples], side.layout, rc)
+        rows = score(own)
     return torch.tensor([x for row in rows for x in row], dtype=torch.float64)
-
-
-def _layout_own(samples, model, side: Side, rc: Recompute) -> list[list[float]]:
-    """The samples' own ids scored with ``side`` (what a re-rendered span is compared against)."""
-    return _layout(model, [(list(s.prompt_ids), list(s.response_ids)) for s in samples], side.layout, rc)
 
 
 def align_retokenised(

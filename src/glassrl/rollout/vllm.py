@@ -45,6 +45,19 @@ Every sync is verified (vllm_sync.verify): each engine parameter was loaded, tho
 as they are equal the actor's, and the engine's log-probs of a fixed probe sequence match the
 actor's within a tolerance; else a GlassrlError naming the tensor.
 
+LoRA (``model.lora``: the actor is a peft model): the engine starts with ``enable_lora=True``,
+``max_lora_rank`` the adapter's rank (rounded up to a rank vLLM takes), ``max_loras=1``, from the
+base checkpoint, and samples through a ``LoRARequest``. The base is loaded once and never written
+again (no merge: ``merge_and_unload`` weights sent as base weights would count the adapter twice).
+A sync sends the adapter alone: peft's own ``save_pretrained`` into a directory per version (a
+temporary directory, the newest two kept, removed with the engine), then a new ``LoRARequest`` id
+per version (vLLM caches adapters by id; the same id would keep serving the old tensors), loaded
+through ``collective_rpc`` (the worker's ``add_lora``). vLLM 0.32 has no public in-memory path for
+an adapter (glassrl.rollout.vllm_sync). Each adapter sync is verified (vllm_sync.verify_adapter):
+the adapter that generation's request names is read back from the engine's LoRA slot and must equal
+the trainer's bit for bit (B times α/r, as vLLM folds it), and the probe log-probs with and without
+it must match the actor's with adapters on and off; else a GlassrlError naming the tensor.
+
 Sleep mode (GPU only; ``enable_sleep_mode``): after each rollout ``llm.sleep(level=1)`` frees the KV
 cache and moves the weights to CPU memory, so training has the GPU; before the next,
 ``wake_up(tags=["weights"])``, the weight sync, then ``wake_up(tags=["kv_cache"])`` (verl's

@@ -146,3 +146,19 @@ def test_grpo_with_lora_on_the_vllm_engine(vllm_model_dir, prompt_files, tmp_pat
     assert engine.loaded.adapter_version >= 2 and engine.last_sync.max_diff <= 1e-3
     assert sum(m.get("sync/checks", 0) for m in metrics) >= 2 and not any(m.get("sync/breaches") for m in metrics)
     assert any(out.glob("ledger*"))
+
+
+def test_sampling_ahead_locally_with_lora_on_vllm(vllm_model_dir, prompt_files, tmp_path):
+    """rollout.max_staleness = 1: the sampling copy of the peft model and the actor share one vLLM engine;
+    each round's adapter is a new version, verified, and vLLM's log μ is the copy's own π_old."""
+    out = tmp_path / "run"
+    overrides = [*tiny_run_overrides(vllm_model_dir, prompt_files, out), "rollout.engine=vllm", *LORA]
+    trainer = preset_trainer("grpo", [*overrides, "rollout.max_staleness=1", "steps=3", "logging.report=false"])
+    trainer.train()
+    copy_engine = trainer.workers.rollout.engine
+    assert copy_engine.llm is trainer.workers.rollout.live.engine.llm and copy_engine.lora
+    assert copy_engine.syncs == 3 and copy_engine.last_sync.moved > 0 and copy_engine.last_sync.max_diff <= 1e-3
+    assert copy_engine.loaded.adapter_version == copy_engine.loaded.request.lora_int_id >= 3
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "reward/mean" in m] == [1, 2, 3]
+    assert not any(m.get("sync/breaches") for m in metrics)

@@ -28,7 +28,14 @@ pytestmark = pytest.mark.vllm
 pytest.importorskip("peft")
 
 PROMPTS = ["请问1+1=2？", "Is 12+34=47?", "请问30+5=35？"]
-LORA = ["model.lora.r=4", "model.lora.alpha=8", "actor_optim.lr=0.01", "actor_optim.warmup_steps=0"]
+# partial credit: rewards that vary within a group, so that step 1's update moves the adapter
+LORA = [
+    "model.lora.r=4",
+    "model.lora.alpha=8",
+    "actor_optim.lr=0.01",
+    "actor_optim.warmup_steps=0",
+    "reward.sources=[{name: arith_verify, weight: 1.0, partial_credit: true}]",
+]
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +151,8 @@ def test_grpo_with_lora_on_the_vllm_engine(vllm_model_dir, prompt_files, tmp_pat
     # step 2 sampled with the adapter step 1 trained (version 2): the engine's log-probs are π_old's
     assert [m["rollout/logprob_diff_max"] < 1e-3 for m in metrics if "rollout/logprob_diff_max" in m] == [True, True]
     assert engine.loaded.adapter_version >= 2 and engine.last_sync.max_diff <= 1e-3
+    # π_θ moved off the base (π_ref: adapters off) at step 2, and vLLM's log μ followed: the adapter reached vLLM
+    assert [m["kl/mean"] > 0 for m in metrics if "kl/mean" in m] == [False, True]
     assert sum(m.get("sync/checks", 0) for m in metrics) >= 2 and not any(m.get("sync/breaches") for m in metrics)
     assert any(out.glob("ledger*"))
 

@@ -171,3 +171,25 @@ def test_sampling_ahead_locally_with_lora_on_vllm(vllm_model_dir, prompt_files, 
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "reward/mean" in m] == [1, 2, 3]
     assert not any(m.get("sync/breaches") for m in metrics)
+
+
+def test_a_run_whose_adapter_never_reaches_generation_stops_at_that_step(
+    vllm_model_dir, prompt_files, tmp_path, monkeypatch
+):
+    """Issue 41's "adapters not applied" in a GRPO run: from the second sync on the engine writes each new
+    adapter but generation keeps the first request (verl #7495: rollouts from the initial policy). The
+    step that would sample from it stops, naming the adapter version and the tensor."""
+    first = VLLMRolloutEngine._use
+    monkeypatch.setattr(
+        VLLMRolloutEngine, "_use", lambda self, request: first(self, request) if self.loaded.request is None else None
+    )
+    out = tmp_path / "run"
+    trainer = preset_trainer(
+        "grpo", [*tiny_run_overrides(vllm_model_dir, prompt_files, out), "rollout.engine=vllm", *LORA]
+    )
+    with pytest.raises(
+        GlassrlError, match=r"adapter version 2: base_model\.model\.model\.layers\.0\.self_attn\.q_proj"
+    ):
+        trainer.train()
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert max(steps) == 1  # step 1 ran; step 2's rollout was stopped before sampling

@@ -41,6 +41,7 @@ CASES = [
     (["rollout.engine=vllm", "rollout.vllm.gpu_memory_utilization=1.5"], r"gpu_memory_utilization = 1\.5: must lie in"),
     (["model.lora.dropout=1.0"], r"^model\.lora\.dropout = 1\.0: must lie in \[0, 1\)"),
     (["model.lora.r=0"], r"^model\.lora\.r = 0: must be >= 1"),
+    (["rollout.engine=vllm", "model.lora.r=1024"], r"^model\.lora\.r = 1024: rollout\.engine = vllm takes adapters"),
     (["algo.rollout_is.cap=0"], r"^algo\.rollout_is\.cap = 0(\.0)?: must be > 0"),
     (["model.compute_dtype=float16"], r"model\.compute_dtype"),
     (["algo.off_policy.correction=tis"], r"^algo\.off_policy\.correction = 'tis': unknown; valid: token_tis"),

@@ -24,7 +24,19 @@ pytestmark = pytest.mark.vllm
 ray = pytest.importorskip("ray")
 
 
-def test_grpo_with_vllm_on_a_rollout_rank_apart(local_ray, prompt_files, tmp_path):
+# LoRA: the rank's peft model receives the adapters alone (the broadcast of what trains) and its
+# engine syncs the adapter alone into vLLM (a new LoRARequest per version, verified: glassrl.rollout.vllm)
+LORA = [
+    "model.lora.r=4",
+    "model.lora.alpha=8",
+    "reward.sources=[{name: arith_verify, weight: 1.0, partial_credit: true}]",
+]
+
+
+@pytest.mark.parametrize("lora", [[], LORA], ids=["full", "lora"])
+def test_grpo_with_vllm_on_a_rollout_rank_apart(lora, local_ray, prompt_files, tmp_path):
+    if lora:
+        pytest.importorskip("peft")
     model = tmp_path / "model"  # heads of 32: vLLM's CPU attention takes no head of 16
     build_default_model(model, seed=0, spec=DefaultModelSpec(**{**TINY_SPEC, "hidden_size": 64}))
     out = tmp_path / "run"
@@ -37,12 +49,16 @@ def test_grpo_with_vllm_on_a_rollout_rank_apart(local_ray, prompt_files, tmp_pat
             "actor_optim.warmup_steps=0",
             "logging.report=false",
             *RAY_ROLLOUT_APART,
+            *lora,
         ],
     )
     assert trainer.workers.rollout.group.role == "rollout"
     assert trainer.paths["rollout"].startswith("vLLM 0.32.0 on cpu")
+    assert ("weights: the LoRA adapter alone" in trainer.paths["rollout"]) == bool(lora)
     trainer.train()
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     diffs = {m["step"]: m["rollout/logprob_diff_max"] for m in rows if "rollout/logprob_diff_max" in m}
     assert sorted(diffs) == [1, 2] and all(d < 1e-3 for d in diffs.values()), diffs
     assert all(m["perf/weight_sync_s"] > 0 for m in rows if m["step"] > 0)  # the broadcast ran each update
+    if lora:  # step 2's policy moved off the base (π_ref), and vLLM sampled with it: the adapter reached vLLM
+        assert [m["kl/mean"] > 0 for m in rows if "kl/mean" in m] == [False, True]

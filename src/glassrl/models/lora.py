@@ -135,6 +135,20 @@ def apply_lora(model: nn.Module, settings: LoraSettings, base_path: str | Path) 
         raise GlassrlError(f"lora.target_modules = {settings.target_modules!r}: {err}") from None
 
 
+def adapter_weights(model: nn.Module) -> dict[str, tuple[torch.Tensor, float]]:
+    """The adapters of the peft model ``model`` as peft's save writes them (``get_peft_model_state_dict``:
+    ``base_model.model.<module>.lora_A.weight``, …), each with its module's scale α/r (the factor an
+    engine that folds the scale into B multiplies it by: vLLM's ``LoRALayerWeights.optimize``)."""
+    peft = _peft()
+    modules = dict(model.named_modules())
+    out = {}
+    for name, tensor in peft.get_peft_model_state_dict(model).items():
+        module = modules.get(name.rsplit(".lora_", 1)[0])
+        scaling = getattr(module, "scaling", {}).get(model.active_adapter, 1.0) if module is not None else 1.0
+        out[name] = (tensor, float(scaling))
+    return out
+
+
 def adapter_config(path: str | Path) -> dict:
     """The adapter config of a saved LoRA model, or GlassrlError naming the directory."""
     file = Path(path) / ADAPTER_CONFIG

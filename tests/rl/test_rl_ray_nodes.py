@@ -83,9 +83,22 @@ class Nodes:
         return next((n for n, node in self.nodes.items() if node.node_id == node_id), "head")
 
     def remove(self, node_id: str) -> None:
-        """The node's raylet and workers killed (SIGKILL: no clean-up), as a machine lost."""
-        name = self.name_of(node_id)
-        self.cluster.remove_node(self.nodes.pop(name), allow_graceful=False)
+        """The node's raylet and every worker it started killed at once (SIGKILL: no clean-up), as a machine
+        lost. Ray's remove_node kills the raylet; its workers would notice only later and could still
+        answer a call in flight, which a lost machine cannot."""
+        import psutil
+        from ray._private import ray_constants
+
+        node = self.nodes.pop(self.name_of(node_id))
+        [raylet] = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET]
+        workers = psutil.Process(raylet.process.pid).children(recursive=True)
+        self.cluster.remove_node(node, allow_graceful=False)
+        for worker in workers:
+            try:
+                worker.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(workers, timeout=30)
 
     def shutdown(self) -> None:
         self.cluster.shutdown()

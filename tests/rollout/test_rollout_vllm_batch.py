@@ -129,3 +129,15 @@ def test_an_adapter_is_compared_as_vllm_holds_it():
         other,
         "adapted in the engine, not by the trainer",
     )
+
+
+def test_the_probe_scores_the_weights_own_dtype_under_the_callers_autocast(tiny_model_dir):
+    """A run with model.compute_dtype: bfloat16 samples under autocast; the probe still asks whether the float32
+    weights landed, so it scores them in float32 (a bfloat16 probe against a float32 sampler: a false alarm)."""
+    model = load_causal_lm(tiny_model_dir, dtype="float32", device="cpu").eval()
+    ids = list(range(3, 40))
+    plain = actor_probe_logprobs(model, ids)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(actor_probe_logprobs(model, ids), plain)
+        autocast = model(input_ids=torch.tensor([ids])).logits[0, :-1].float().log_softmax(-1)
+    assert not torch.equal(autocast.gather(-1, torch.tensor(ids[1:])[:, None])[:, 0], plain)  # the case it guards

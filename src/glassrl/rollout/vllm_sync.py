@@ -65,10 +65,14 @@ def probe_ids(vocab_size: int, max_length: int) -> list[int]:
 
 @torch.no_grad()
 def actor_probe_logprobs(model: nn.Module, ids: list[int]) -> torch.Tensor:
-    """(len(ids) - 1,) log π(ids[t] | ids[:t]) at temperature 1, float32, on the CPU."""
+    """(len(ids) - 1,) log π(ids[t] | ids[:t]) at temperature 1, float32, on the CPU; in the weights' own
+    dtype, never under the caller's autocast (model.compute_dtype): the probe asks whether the weights
+    landed, and a sampler holding float32 weights computes in float32 (a bfloat16 probe of float32
+    weights was 0.058 off against a tolerance of 1e-3: a false alarm)."""
     device = next(model.parameters()).device
     x = torch.tensor([ids], device=device)
-    logits = model(input_ids=x, attention_mask=torch.ones_like(x)).logits[0, :-1].float()
+    with torch.autocast(device.type, enabled=False):
+        logits = model(input_ids=x, attention_mask=torch.ones_like(x)).logits[0, :-1].float()
     return logits.log_softmax(-1).gather(-1, x[0, 1:, None])[:, 0].cpu()
 
 

@@ -4,17 +4,18 @@
 
 The tiny test model has 64 positions, so observations are short: ``Retry``'s observation is
 ``<result>0</result>`` (18 tokens), the ``c`` tool's call ``<call>c 482+97</call>``.
+
+What a worker process loads to run ``Retry`` (rollout.agent.environment runs in workers) imports no torch:
+``ScriptedSampler``, which the trainer uses, imports it when made. A user's environment module that
+imports torch costs each worker ~3.5 s and ~250 MB here.
 """
 
 from __future__ import annotations
 
 import re
 
-import torch
-
-from glassrl.agents import SampledTurn, StepResult
 from glassrl.agents.calculator import Calculator
-from glassrl.agents.loop import trim_turn
+from glassrl.agents.environment import StepResult
 
 
 class Retry:
@@ -45,13 +46,19 @@ class ScriptedSampler:
     answers with the number in the result, or one more; some answers come without a call. The
     choices draw from the trainer's generator, so a run is reproducible."""
 
-    device = torch.device("cpu")
     path = "a script"
 
     def __init__(self, model, tokenizer, stops) -> None:
+        import torch
+
+        self.device = torch.device("cpu")
         self.tokenizer, self.stops = tokenizer, stops  # the run's stop set, as HFTurnSampler gets it
 
     def sample(self, contexts, max_new_tokens, params, generator, stop_strings, with_logprobs):
+        import torch
+
+        from glassrl.agents.loop import SampledTurn, trim_turn
+
         turns = []
         for context, budget in zip(contexts, max_new_tokens):
             text = self.tokenizer.decode(context)

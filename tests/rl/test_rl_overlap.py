@@ -168,6 +168,8 @@ def _agentic(model: Path, out: Path) -> list[str]:
         "logging.eval_group_by=null",
         "reward.sources=[{name: numeric}]",
         f"rollout.agent.environment={AGENT_ENV}:Retry",
+        # in the trainer: the worker's episodes are these (tests/reliability/test_reliability_environment_isolation.py)
+        "rollout.agent.environment_in_process=true",
     ]
 
 

@@ -58,11 +58,14 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix
 	$(BIN)/ruff format
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), a test file to a process (--dist loadfile: a file's
+# module fixtures, e.g. its Ray cluster, start once); TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: lint
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 # Quick figures (minutes): GAE, then glassrl against TRL's GRPOTrainer for 4 steps on the default
 # model (TRL goes into its own environment, ~/.cache/glassrl/bench-trl-venv, on first use).

@@ -37,7 +37,8 @@ def figures(run: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_demo_prints_before_after_run_dir_and_ledger(tiny_model_dir, prompt_files, tmp_path, capsys):
-    out = tmp_path / "demo-grpo"
+    # a path longer than a terminal line: the commands and paths printed stay whole, to be copied
+    out = tmp_path / ("a-run-directory-" * 6) / "demo-grpo"
     argv = ["demo", "--algo", "grpo", "--steps", "2", "--out", str(out), *tiny(tiny_model_dir, prompt_files)]
     assert main(argv) == 0
     text = capsys.readouterr().out

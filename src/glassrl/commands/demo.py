@@ -151,10 +151,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         console.print(Rule("3. held-out tool use and accuracy"))
         console.print(tool_table(out / "metrics.jsonl", cfg))
-    console.print(f"run directory: {out}", markup=False)
+    console.print(f"run directory: {out}", markup=False, soft_wrap=True)
     if (Path(out) / "report.html").is_file():  # written by the trainer at the end of the run (logging.report)
         console.print(
-            f"report: {Path(out) / 'report.html'} (learning curves and token view; open in a browser)", markup=False
+            f"report: {Path(out) / 'report.html'} (learning curves and token view; open in a browser)",
+            markup=False,
+            soft_wrap=True,
         )
 
     control_s = 0.0
@@ -168,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         Trainer(control_cfg, resume=args.resume, console=console).train()
         control_s = time.perf_counter() - start - model_s - train_s
         console.print(control_table(out / "metrics.jsonl", control_out / "metrics.jsonl", args.control))
-        console.print(f"both runs' curves overlaid: glassrl report {out} {control_out}", markup=False)
+        console.print(f"both runs' curves overlaid: glassrl report {out} {control_out}", markup=False, soft_wrap=True)
 
     from glassrl.algos.advantages import GROUP_ESTIMATORS
 
@@ -183,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
 
         prompt = load_task(args.task, "test", seed=cfg.seed, size=1)[0].prompt
         command = ["explain", "--model", str(out), "--prompt", prompt, "--sample", str(TASK_SAMPLES)]
-    console.print(f"$ glassrl {shlex.join(command)}", style="bold cyan", markup=False)
+    console.print(f"$ glassrl {shlex.join(command)}", style="bold cyan", markup=False, soft_wrap=True)
     sys.stdout.flush()
     code = run_explain(command[1:])
     total = time.perf_counter() - start
@@ -214,7 +216,7 @@ def _model(cfg, console) -> None:
     from glassrl.builtin.registry import BUILTIN_MODELS, REBUILD
 
     if cfg.model.actor not in BUILTIN_MODELS:
-        console.print(f"model: {cfg.model.actor}", markup=False)
+        console.print(f"model: {cfg.model.actor}", markup=False, soft_wrap=True)
         return
     from glassrl.models.default_model import MARKER
 

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     for cfg in configs.values():
         command = ["explain", "--model", cfg.output_dir, "--prompt", prompt, "--sample", str(EXPLAIN_SAMPLES)]
         console.print(f"$ glassrl {shlex.join(command)}", style="bold cyan", markup=False, soft_wrap=True)
-        console.print(f"report: {Path(cfg.output_dir) / 'report.html'}", markup=False)
+        console.print(f"report: {Path(cfg.output_dir) / 'report.html'}", markup=False, soft_wrap=True)
     total = time.perf_counter() - start
     console.print(
         f"demo finished in {clock(total)} (model {clock(model_s)}, training {clock(train_s)}, "
@@ -124,7 +124,7 @@ def _say_model(path: Path, console) -> None:
 
     info = json.loads((path / MARKER).read_text(encoding="utf-8")) if (path / MARKER).is_file() else {}
     if "sft_behaviours" not in info:  # model.actor names a checkpoint that is not the research agent
-        console.print(f"model: {path}", markup=False)
+        console.print(f"model: {path}", markup=False, soft_wrap=True)
         return
     mix = ", ".join(f"{name} {share:.0%}" for name, share in info["sft_behaviours"].items())
     console.print(

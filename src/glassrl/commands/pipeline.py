@@ -95,7 +95,11 @@ def run_rlhf(
     out = Path(out)
     console.print(Rule("1. the SFT policy"))
     sft = _sft_policy(actor, console)
-    console.print(f"SFT policy: {sft} (its held-out accuracy: the PPO run's evaluation before step 1)", markup=False)
+    console.print(
+        f"SFT policy: {sft} (its held-out accuracy: the PPO run's evaluation before step 1)",
+        markup=False,
+        soft_wrap=True,
+    )
     ppo_cfg = load_config(
         TrainConfig, CONFIGS / "ppo.yaml", [f"model.actor={sft}", f"output_dir={out / 'ppo'}", *ppo_overrides]
     )
@@ -282,7 +286,7 @@ def run_dpo(
     out = Path(out)
     console.print(Rule("1. the SFT policy"))
     sft = _sft_policy(actor, console)
-    console.print(f"SFT policy: {sft}", markup=False)
+    console.print(f"SFT policy: {sft}", markup=False, soft_wrap=True)
     console.print(Rule("2. DPO on the preference pairs (glassrl dpo): offline, no reward model, no sampling"))
     cfg = load_config(PreferenceConfig, DPO_PRESET, [f"model={sft}", f"output_dir={out / 'dpo'}", *dpo_overrides])
     print_resolved(cfg, console)
@@ -343,7 +347,7 @@ def run(args) -> int:
     result = run_rlhf(out, ppo_overrides=overrides, console=console)
     console.print(Rule("4. the reference example on the trained policy"))
     command = ["explain", "--model", str(result.ppo), "--prompt", PROMPT, "--response", RESPONSE]
-    console.print(f"$ glassrl {shlex.join(command)}", style="bold cyan", markup=False)
+    console.print(f"$ glassrl {shlex.join(command)}", style="bold cyan", markup=False, soft_wrap=True)
     sys.stdout.flush()
     code = run_explain(command[1:])
     console.print(f"pipeline finished in {clock(time.perf_counter() - start)}")
@@ -363,7 +367,7 @@ def _run_offline(args, console, start: float) -> int:
     result = run_dpo(out, dpo_overrides=overrides, console=console)
     console.print(Rule("4. the reference pair on the trained policy: implicit rewards per token"))
     command = ["explain", "--model", str(result.dpo), "--prompt", PROMPT, "--chosen", CHOSEN, "--rejected", REJECTED]
-    console.print(f"$ glassrl {shlex.join(command)}", style="bold cyan", markup=False)
+    console.print(f"$ glassrl {shlex.join(command)}", style="bold cyan", markup=False, soft_wrap=True)
     sys.stdout.flush()
     code = run_explain(command[1:])
     console.print(f"pipeline finished in {clock(time.perf_counter() - start)}")

@@ -65,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
     if profiler is not None:
         console.print(profiler.table())
         if profiler.trace is not None:
-            console.print(f"profiler trace: {profiler.trace} (open it in https://ui.perfetto.dev)", markup=False)
+            console.print(
+                f"profiler trace: {profiler.trace} (open it in https://ui.perfetto.dev)", markup=False, soft_wrap=True
+            )
     before = trainer.initial_eval
     after = metrics.get("eval/accuracy", math.nan)
     if trainer.test_records:
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         k = cfg.logging.eval_k  # evaluation's k responses per prompt: greedy for 1, else sampled (mean@k)
         how = "greedy" if k == 1 else f"mean@{k}, {k} sampled responses each"
         console.print(f"held-out accuracy ({how}, {len(trainer.test_records)} prompts): {start}{after:.3f}")
-    console.print(f"run directory: {cfg.output_dir}", markup=False)
+    console.print(f"run directory: {cfg.output_dir}", markup=False, soft_wrap=True)
     if cfg.logging.report:
-        console.print(f"report: {cfg.output_dir}/report.html (open it in a browser)", markup=False)
+        console.print(f"report: {cfg.output_dir}/report.html (open it in a browser)", markup=False, soft_wrap=True)
     return 0

@@ -134,9 +134,24 @@ def _overrides(fast: list[str], address: str, *more: str) -> list[str]:
     ]
 
 
+def _cluster_at_rest(timeout: float = 60.0) -> None:
+    """Wait until the last run's placement groups are gone (Ray frees them asynchronously): Ray's SPREAD is
+    best effort, and with a node's resources still held it would place both actor ranks on the other node."""
+    deadline = time.monotonic() + timeout
+    while True:
+        total, free = ray.cluster_resources(), ray.available_resources()
+        held = {k: total[k] - free.get(k, 0) for k in ("trainer", "sampler") if free.get(k, 0) < total.get(k, 0)}
+        if not held:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the nodes' resources still held {timeout:.0f} s after the last run: {held}")
+        time.sleep(0.2)
+
+
 def _trainer(overrides: list[str], **kwargs):
     from glassrl.rl.loop import Trainer
 
+    _cluster_at_rest()
     return Trainer(load_config(TrainConfig, EXAMPLES / "grpo.yaml", overrides), progress=False, **kwargs)
 
 
@@ -236,8 +251,9 @@ def test_an_actor_node_lost_mid_step_is_named_and_the_resume_is_exact(nodes, str
     common, run = straight
     out = tmp_path / "lost"
     victim = _trainer([*common, f"output_dir={out}"])
-    lost = victim.workers.actor.group.places[1]
     group = victim.workers.actor.group
+    lost = group.places[1]
+    assert lost["node_id"] != group.places[0]["node_id"]  # spread: the node lost holds rank 1 alone
     LoseNodeOf(nodes, victim, "actor", "update", group, rank=1, at=2)  # step 2's update, mid-step
     with pytest.raises(GlassrlError, match=rf"^actor worker rank 1 of 2 died on node {lost['node_id'][:8]} ") as err:
         victim.train()

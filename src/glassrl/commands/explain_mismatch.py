@@ -7,7 +7,8 @@ trainer's log-probs of a step comes from (glassrl.diagnose.mismatch, which defin
 It reads the step's ledger (RUN/ledgers/step_N.jsonl: log μ as ``rollout_logprobs``, kept when
 ``rollout.sampling_logprobs`` is true, by vLLM, asynchronous training or an off-policy
 correction; log π_old as ``logprobs``) and the weights the run holds (RUN/checkpoints/step_K for
-version K, the run's ``model.actor`` for version 0), and recomputes the ledger's tokens with each
+version K, the run's ``model.actor`` for version 0; a LoRA run's checkpoints hold adapters, applied
+unmerged to the base as its trainer applied them), and recomputes the ledger's tokens with each
 factor set as the sampler had it or as the trainer has it. Step N's π_old is the policy after
 N − 1 updates, so ``--step N`` needs the checkpoint of step N − 1 (``logging.checkpoint_every:
 1`` and a ``logging.keep_checkpoints`` that holds the steps to explain); without ``--step``, the
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> str:
     from glassrl.config import load_saved_config
     from glassrl.diagnose.mismatch import Recompute, Side, attribute, byte_lengths, render_attribution, text_render
     from glassrl.ledger import read_jsonl
-    from glassrl.models import load_causal_lm, load_tokenizer
+    from glassrl.models import load_tokenizer
     from glassrl.report.run_dir import ledger_paths
     from glassrl.rl.config import TrainConfig
     from glassrl.run.checkpoint import step_dir_name
@@ -57,8 +58,6 @@ def run(args: argparse.Namespace) -> str:
     if not (root / "config.yaml").is_file():
         raise GlassrlError(f"--mismatch {root}: not a run directory (no config.yaml)")
     cfg = load_saved_config(TrainConfig, root / "config.yaml")
-    if cfg.model.lora is not None:
-        raise GlassrlError(f"--mismatch {root}: a LoRA run (model.lora); its policy versions are not recomputed yet")
     held = {0: Path(cfg.model.actor)} | _checkpoints(root, step_dir_name)
     ledgers = ledger_paths(root)
     can = [s for s in ledgers if s - 1 in held]
@@ -112,9 +111,11 @@ def run(args: argparse.Namespace) -> str:
         absent["staleness"] = f"no checkpoint of version {_list(missing)} (held: {_list(held)})"
     loaded: dict[int, torch.nn.Module] = {}
 
+    policy = _policy(cfg, held)
+
     def weights(version: int) -> torch.nn.Module:
         if version not in loaded:
-            loaded[version] = load_causal_lm(_actor(held, version), dtype="float32", device="cpu")
+            loaded[version] = policy(version, "float32")
         return loaded[version]
 
     recompute = Recompute(
@@ -125,9 +126,13 @@ def run(args: argparse.Namespace) -> str:
         token_bytes=byte_lengths(tokenizer),
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
         # a model.dtype run's weights as its trainer loads them (the 16-bit side of the other runs: the cast)
-        load=lambda v, d: load_causal_lm(_actor(held, v), dtype=d, device="cpu") if d == weights_dtype else None,
+        load=lambda v, d: policy(v, d) if d == weights_dtype else None,
     )
-    if cfg.rollout.engine != "hf":
+    if cfg.rollout.engine != "hf" and cfg.model.lora is not None:
+        absent["engine"] = (
+            "a LoRA run: vLLM is not given the adapters to score with here; its part stays in 'not reproduced'"
+        )
+    elif cfg.rollout.engine != "hf":
         scorer, why = _engine_scorer(cfg, sampler, trainer, weights, held)
         if scorer is None:
             absent["engine"] = f"{why}; its part stays in 'not reproduced'"
@@ -163,6 +168,24 @@ def _engine_scorer(cfg, sampler, trainer, weights, held: dict[int, Path]):
         lambda v: _actor(held, v), weights, temperature=cfg.rollout.temperature, seed=cfg.seed, truncated=truncated
     )
     return scorer, ""
+
+
+def _policy(cfg, held: dict[int, Path]):
+    """``policy(version, dtype)``: the policy of that version as the run computed it, in eval mode. A LoRA
+    run (``model.lora``): its checkpoints hold the adapters alone, applied unmerged to the base, as the
+    trainer and the HF engine applied them (merging would round W + BA·α/r: a gap of its own); version 0
+    is the base itself (adapters start with B = 0, so they add exactly nothing)."""
+    from glassrl.models import load_causal_lm
+    from glassrl.models.lora import load_lora_model
+
+    def load(version: int, dtype: str):
+        path = _actor(held, version)
+        if cfg.model.lora is None or version == 0:
+            return load_causal_lm(path, dtype=dtype, device="cpu").eval()
+        base = lambda at: load_causal_lm(at, dtype=dtype, device="cpu")  # noqa: E731
+        return load_lora_model(path, cfg.model.lora.settings(), base).eval()
+
+    return load
 
 
 def _actor(held: dict[int, Path], version: int) -> Path:

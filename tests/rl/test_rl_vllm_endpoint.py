@@ -10,7 +10,8 @@ native agent loop uses on vLLM.
 - The openai-client tool-add agent (examples/agents/tool_add_agent.py) trains through the endpoint
   on vLLM: the start-up ``rollout:`` line names vLLM as the engine serving the endpoint, and each
   generated token's vLLM log μ equals the trainer's log π_old (the weights synced and verified
-  before each rollout).
+  before each rollout); in-process, and on the Ray backend with the endpoint and vLLM on a rollout
+  rank apart (its weights broadcast after each update, then synced into vLLM).
 
 vLLM's sampler draws from its own RNG: at temperature 1 the same seeds give other tokens than the
 HF loop's (tests/agents/test_agent_endpoint_train.py compares the endpoint with the native loop
@@ -20,6 +21,7 @@ greedy decoding, where the RNG plays no part).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,7 @@ from glassrl.models import load_causal_lm, load_tokenizer
 from glassrl.models.default_model import DefaultModelSpec
 from glassrl.rollout.base import ROLE_GENERATED, SamplingParams
 from glassrl.rollout.vllm import VLLMRolloutEngine
-from helpers import TINY_SPEC, preset_trainer
+from helpers import RAY_ROLLOUT_APART, TINY_SPEC, preset_trainer
 
 pytestmark = pytest.mark.vllm
 
@@ -125,9 +127,10 @@ def test_each_call_is_captured_as_vllm_sampled_it(model_dir):
     assert turns >= len(records) * 2  # every episode's calls
 
 
-def test_the_openai_client_agent_trains_through_the_endpoint_on_vllm(model_dir, tmp_path):
+def _train_on_vllm(model_dir, out, *extra: str):
+    """The openai-client agent trained 2 steps through the endpoint on vLLM; the trainer and its ledgers'
+    generated tokens."""
     pytest.importorskip("openai")
-    out = tmp_path / "run"
     overrides = [
         f"model.actor={model_dir}",
         f"output_dir={out}",
@@ -146,6 +149,7 @@ def test_the_openai_client_agent_trains_through_the_endpoint_on_vllm(model_dir, 
         "logging.ledger_every=1",
         "logging.ledger_samples=8",
         "logging.checkpoint_every=0",
+        *extra,
     ]
     trainer = preset_trainer("agents/tool_add_endpoint", overrides)
     assert "over the OpenAI-compatible endpoint" in trainer.paths["rollout"]
@@ -160,3 +164,20 @@ def test_the_openai_client_agent_trains_through_the_endpoint_on_vllm(model_dir, 
                     generated += 1
                     assert abs(token.rollout_logprobs - token.logprobs) < 1e-3  # vLLM's μ is π_old: synced
     assert generated
+    return trainer
+
+
+def test_the_openai_client_agent_trains_through_the_endpoint_on_vllm(model_dir, tmp_path):
+    _train_on_vllm(model_dir, tmp_path / "run")
+
+
+@pytest.mark.slow
+def test_on_ray_vllm_serves_the_endpoint_on_the_rollout_rank(model_dir, local_ray, tmp_path):
+    pytest.importorskip("ray")
+    out = tmp_path / "run"
+    trainer = _train_on_vllm(model_dir, out, *RAY_ROLLOUT_APART)
+    assert trainer.workers.rollout.group.role == "rollout"
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(m["perf/weight_sync_s"] > 0 for m in rows if m["step"] > 0)  # the broadcast ran each update
+    diffs = [m["rollout/logprob_diff_max"] for m in rows if "rollout/logprob_diff_max" in m]
+    assert len(diffs) == 2 and all(d < 1e-3 for d in diffs), diffs

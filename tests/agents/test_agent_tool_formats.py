@@ -86,6 +86,11 @@ def test_qwen3_coder_reads_values_by_the_declared_type():
     spec = {"untyped": {}, "s": {"type": "string"}, "n": {"type": ["integer", "null"]}, "o": {"type": "object"}}
     (call,) = syntax.parse(text, {"f": {"properties": spec}})
     assert call.arguments == {"untyped": "3", "unnamed": '{"a": 1}', "s": "null", "n": None, "o": {"a": None}}
+    # Qwen3-Coder's chat template writes a boolean as Python does (``args_value | string``); read back by its type
+    text = syntax.write([ToolCall("f", {"b": True, "c": False})])
+    assert "<parameter=b>\nTrue\n</parameter>\n<parameter=c>\nFalse\n</parameter>" in text
+    (call,) = syntax.parse(text, {"f": {"properties": {"b": {"type": "boolean"}, "c": {"type": "boolean"}}}})
+    assert call.arguments == {"b": True, "c": False}
     with pytest.raises(GlassrlError, match=r"argument 's' holds '\\n</parameter>'"):
         syntax.write([ToolCall("f", {"s": "a\n</parameter>\nb"})])
 

@@ -57,3 +57,21 @@ def test_vllm_parses_what_our_writer_writes(request_and_tokenizer, family):
         got = [ToolCall(c.function.name, json.loads(c.function.arguments)) for c in info.tool_calls]
         assert info.tools_called and same_calls(got, calls), (family, text, got)
         assert same_calls(syntax.parse(text, SCHEMAS), got)  # and ours reads it as vLLM does
+
+
+def test_qwen3_coder_values_are_typed_as_vllm_types_them():
+    """Each value × declared type: our qwen3_coder parser reads what vLLM's coerce_to_schema_type returns
+    (Qwen3-Coder's chat template writes Python's True, False and None)."""
+    from vllm.tool_parsers.utils import coerce_to_schema_type
+
+    syntax = call_syntax("qwen3_coder")
+    values = ["3", " 3 ", "-2", "3.0", "2.5", "1e999", "nan", "True", "false", "1", "0", "null", "NULL", "None"]
+    values += ['{"a": [1, null]}', "[1, 2]", "[1e999]", "{oops", "text", ""]
+    types = ["string", "integer", "number", "boolean", "object", "array", "null", ["integer", "null"]]
+    types += [["string", "null"], ["boolean", "string"], ["number", "integer"], ["object", "array", "null"]]
+    for kind in types:
+        for value in values:
+            text = f"<tool_call>\n<function=f>\n<parameter=p>\n{value}\n</parameter>\n</function>\n</tool_call>"
+            (call,) = syntax.parse(text, {"f": {"properties": {"p": {"type": kind}}}})
+            expected = coerce_to_schema_type(value, kind)
+            assert call.arguments == {"p": expected} and type(call.arguments["p"]) is type(expected), (kind, value)

@@ -33,6 +33,7 @@ answers it with that reason as an observation.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -135,7 +136,10 @@ class Qwen3CoderCalls:
         for call in calls:
             lines = [f"<tool_call>\n<function={call.name}>"]
             for key, value in (call.arguments or {}).items():
-                text = value if isinstance(value, str) else _dumps(value)
+                # as Qwen3-Coder's chat template writes a value (``args_value | string``, tojson for a mapping or a
+                # list): booleans as Python writes them; null as JSON's null, which vLLM's parser reads back as
+                # None (the template's "None" it reads as the text "None")
+                text = value if isinstance(value, str) else str(value) if isinstance(value, bool) else _dumps(value)
                 if "\n</parameter>" in text:
                     raise GlassrlError(
                         f"qwen3_coder: argument {key!r} holds '\\n</parameter>', which the format cannot carry"
@@ -181,20 +185,61 @@ class Qwen3CoderCalls:
 
 
 def _typed(text: str, spec: Mapping[str, Any]) -> Any:
-    """A qwen3_coder value read by its declared type, as vLLM's qwen3_coder parser reads it (vllm
-    tool_parsers/utils.py ``coerce_to_schema_type``): ``null`` as None where the type allows null; a
-    parameter with no declared type, or one the schema does not name, or a string, as written;
-    anything else as JSON when it parses, else the text."""
+    """A qwen3_coder value read by its declared type, as vLLM's qwen3_coder parser reads it (vllm 0.32
+    tool_parsers/utils.py ``coerce_to_schema_type``): the declared types tried in its order, null
+    (``null``, any case), integer, number (finite), boolean (``true``/``false``/``1``/``0``, any case:
+    Qwen3-Coder's chat template writes Python's ``True``), object and array (JSON), string (as
+    written); a parameter with no declared type, or one the schema does not name, as written; else
+    JSON when it parses, else the text."""
     kinds = spec.get("type")
     kinds = {kinds} if isinstance(kinds, str) else set(kinds or ())
-    if "null" in kinds and text.lower() == "null":
-        return None
-    if kinds - {"null"} <= {"string"}:
+    kinds = {k.strip().lower() for k in kinds}
+    if not kinds:
         return text
+    for kind in ("null", "integer", "number", "boolean", "object", "array", "string"):
+        if kind not in kinds:
+            continue
+        if kind == "null" and text.lower() == "null":
+            return None
+        if kind == "string":
+            return text
+        if kind == "integer" and _INTEGER.fullmatch(text.strip()):
+            return int(text)
+        if kind == "number":
+            try:
+                number = float(text)
+            except ValueError:
+                continue
+            if math.isfinite(number):
+                return int(number) if number == int(number) else number
+        if kind == "boolean" and text.lower().strip() in ("true", "1", "false", "0"):
+            return text.lower().strip() in ("true", "1")
+        if kind in ("object", "array"):
+            value = _finite_json(text)
+            if value is not _NOT_JSON:
+                return value
+    value = _finite_json(text)
+    return text if value is _NOT_JSON else value
+
+
+def _finite_json(text: str) -> Any:
+    """``text`` as JSON, or _NOT_JSON when it is not JSON or holds a number JSON cannot write (1e999, NaN),
+    as vLLM's ``_is_json_finite`` rejects it."""
     try:
-        return load_json(text)
-    except (json.JSONDecodeError, TooDeep):
-        return text
+        value = load_json(text)
+    except (json.JSONDecodeError, TooDeep, ValueError):
+        return _NOT_JSON
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return _NOT_JSON
+        stack.extend(item.values() if isinstance(item, dict) else item if isinstance(item, list) else ())
+    return value
+
+
+_NOT_JSON = object()
+_INTEGER = re.compile(r"[+-]?\d+")  # what Python's int() takes (underscores aside)
 
 
 class Llama3JsonCalls:

@@ -32,6 +32,9 @@ class VLLMTurnSampler:
         self.engine = engine
         self.device = next(engine.source.parameters()).device
         self.path = engine.path
+        # the weights' versions (asynchronous training): the agent loop and the endpoint record them per token
+        # when their sampler has them, as HFTurnSampler does
+        self.versions = engine.versions
 
     @torch.no_grad()
     def sample(

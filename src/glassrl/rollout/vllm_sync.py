@@ -32,7 +32,12 @@ from torch import nn
 
 from glassrl.errors import GlassrlError
 
-PROBE_LENGTH = 16
+PROBE_LENGTH = 16  # the Ray and local samplers' probe rows (glassrl.workers.sync_truth: checksums first)
+# vLLM's probe sequence: its repacked layers are seen by the probe alone. At 16 tokens a transposed q_proj
+# in bfloat16 used 0.56 of the tolerance on the reasoning-gym model (missed: the first positions attend to
+# few keys, so q barely counts there); at 48 every planted fault but a tensor one small update behind used
+# 2.85 of it or more, a clean sync 0.22 at most (branch bf16probe's benchmarks/bench_bf16_probe.py)
+VLLM_PROBE_LENGTH = 48
 
 
 def reload_on_worker(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> tuple[list[str], dict[str, torch.Tensor]]:
@@ -57,9 +62,9 @@ def reload_on_worker(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> tu
     return sorted(set(params) - loaded), kept
 
 
-def probe_ids(vocab_size: int, max_length: int) -> list[int]:
-    """A fixed token sequence spread over the vocabulary (no tokenizer needed)."""
-    n = max(2, min(PROBE_LENGTH, max_length))
+def probe_ids(vocab_size: int, max_length: int, length: int = PROBE_LENGTH) -> list[int]:
+    """A fixed sequence of ``length`` ids (at most ``max_length``) spread over the vocabulary (no tokenizer needed)."""
+    n = max(2, min(length, max_length))
     return [(7919 * i + 3) % vocab_size for i in range(n)]
 
 

@@ -124,11 +124,22 @@ def test_the_cpu_engine_refuses_a_head_size_its_attention_lacks(tiny_model_dir):
 BIG_STEPS = ["actor_optim.lr=0.01", "actor_optim.warmup_steps=0"]
 
 
+@pytest.fixture(scope="module")
+def qwen2_model_dir(prompt_files, tmp_path_factory) -> Path:
+    """A random Qwen2 (grouped key/value heads, attention biases, heads of 32) whose BPE is trained on the
+    prompts it will read, with a Qwen-like chat template."""
+    texts = [json.loads(line)["prompt"] for path in prompt_files for line in path.read_text().splitlines()]
+    config = {"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>"}
+    return tiny_qwen2_dir(tmp_path_factory.mktemp("qwen2-train") / "qwen2", texts * 4, config, hidden_size=64)
+
+
+@pytest.mark.parametrize("model", ["vllm_model_dir", "qwen2_model_dir"], ids=["llama", "qwen2"])
 @pytest.mark.parametrize("preset", ["grpo", "ppo"])
-def test_training_with_the_vllm_engine_writes_rewards_and_the_ledger(preset, vllm_model_dir, prompt_files, tmp_path):
+def test_training_with_the_vllm_engine_writes_rewards_and_the_ledger(preset, model, request, prompt_files, tmp_path):
     out = tmp_path / "run"
+    model_dir = request.getfixturevalue(model)
     trainer = preset_trainer(
-        preset, [*tiny_run_overrides(vllm_model_dir, prompt_files, out), "rollout.engine=vllm", *BIG_STEPS]
+        preset, [*tiny_run_overrides(model_dir, prompt_files, out), "rollout.engine=vllm", *BIG_STEPS]
     )
     assert trainer.paths["rollout"].startswith("vLLM 0.32.0 on cpu")
     trainer.train()

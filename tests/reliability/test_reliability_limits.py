@@ -335,3 +335,29 @@ def torch_cpu():
     import torch
 
     return torch.device("cpu")
+
+
+def test_the_step_estimate_counts_the_longest_prompt_read_not_the_positions_left(
+    capsys, monkeypatch, tmp_path, tiny_model_dir, prompt_files
+):
+    """A model of 32,768 positions (Qwen2.5's) left a prompt limit of 32,752 tokens under
+    data.max_prompt_tokens = auto, and the estimate counted every response at that length: 2 steps of
+    the tiny model were refused with 1 GiB available (issue 40: every 0.5 B run asked for 40 GiB of
+    activations). The longest prompt the data hold is what a response can start from."""
+    import json
+    import shutil
+
+    import glassrl.rl.memory as memory
+    from glassrl.cli import main
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 32_768}))
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 2**30)
+    seen = []
+    refuse = memory.refuse_if_over
+    monkeypatch.setattr(memory, "refuse_if_over", lambda terms, *a, **k: (seen.append(a[-1]), refuse(terms, *a, **k)))
+    run = tiny_run_overrides(model, prompt_files, tmp_path / "run")
+    assert main(["train", "grpo", *run, "steps=1"]) == 0, capsys.readouterr().err
+    assert "responses of up to 32752" not in seen[0] and "+ 16 tokens" in seen[0]

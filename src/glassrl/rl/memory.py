@@ -4,7 +4,7 @@ A batch too large for the machine ran for minutes and died by the OOM killer wit
 (``batch.prompts_per_step=100000`` on the default model: 23.7 GB after 157 s). Before any model is
 loaded, :func:`check_step_fits` estimates what the step holds at its largest and refuses a run whose
 estimate exceeds the memory available, naming the figures. Counted (B = responses a round samples,
-P + T = the longest prompt the data may hold plus ``rollout.max_new_tokens``):
+P + T = the longest prompt in the data, at most the prompt limit, plus ``rollout.max_new_tokens``):
 
 - the rollout's key-value cache: the round's B sequences are sampled as one batch, each at full
   length, every layer: ``B × layers × 2 × kv_heads × head_dim × (P + T) × bytes`` of the compute

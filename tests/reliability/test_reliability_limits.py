@@ -267,15 +267,16 @@ def test_every_command_refuses_what_cannot_fit_before_loading(case, eight_gib, c
 
 
 def test_the_step_estimate_at_0_5b_counts_lora_the_critic_checkpointing_and_log_prob_chunks(tmp_path, monkeypatch):
-    """Qwen2.5-0.5B's config.json and a weight file of its bf16 size (sparse): the per-part figures
-    change as LoRA, a critic, activation checkpointing and a token budget say they should (issue 40)."""
+    """Qwen2.5-0.5B's config.json and a safetensors file of its bf16 size (a header, the data sparse): the
+    per-part figures change as LoRA, a critic, activation checkpointing and a token budget say they should
+    (issue 40). The weights count at the dtype they load in (float32 on CPU), not at the file's bf16: the
+    disk size halved them (16.6 GiB of PPO's weights read 8.3)."""
     import glassrl.rl.memory as memory
     from glassrl.builtin.qwen import ARCHITECTURES
     from glassrl.errors import GlassrlError
 
     ARCHITECTURES["qwen2.5-0.5b"]().save_pretrained(tmp_path)
-    with open(tmp_path / "model.safetensors", "wb") as f:
-        f.truncate(494_032_768 * 2)
+    _sparse_safetensors(tmp_path / "model.safetensors", 494_032_768)
     base = [f"model.actor={tmp_path}", "batch.prompts_per_step=2", "batch.mini_batch_prompts=2", "rollout.n=8"]
     base += ["rollout.max_new_tokens=128", "batch.micro_batch_responses=8"]
 
@@ -283,7 +284,8 @@ def test_the_step_estimate_at_0_5b_counts_lora_the_critic_checkpointing_and_log_
         return memory.step_memory(*_resolved([*base, *more]), tmp_path, 200)
 
     full, lora = terms(), terms("model.lora.r=8")
-    weights = 494_032_768 * 2
+    weights = 494_032_768 * 4  # float32, as loaded on CPU
+    assert terms("model.dtype=bfloat16")["weights"] == 5 * 494_032_768 * 2
     assert full["weights"] == 5 * weights  # the actor trains (× 4), π_ref for the KL (× 1)
     assert lora["weights"] == weights  # π_ref is the actor with its adapters off
     ppo = terms("algo.advantage=gae")
@@ -298,6 +300,64 @@ def test_the_step_estimate_at_0_5b_counts_lora_the_critic_checkpointing_and_log_
     monkeypatch.setattr(memory, "available_bytes", lambda device: 6 * 2**30)
     with pytest.raises(
         GlassrlError,
-        match=r"weights 8\.3, update activations 4\.7, log-prob chunks 0\.7; .*model\.gradient_checkpointing",
+        match=r"weights 16\.6, update activations 4\.7, log-prob chunks 0\.7; .*model\.gradient_checkpointing",
     ):
         memory.check_step_fits(cfg, resolved, tmp_path, 200)
+
+
+def _sparse_safetensors(path, elements: int) -> None:
+    """A safetensors file of one bf16 tensor of ``elements`` elements: its header, then sparse data."""
+    import json
+    import struct
+
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [elements], "data_offsets": [0, 2 * elements]}}).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + 2 * elements)
+
+
+def test_a_supervised_trainer_counts_its_float32_weights_of_a_bf16_file(tmp_path, monkeypatch):
+    """SFT, DPO and RM load float32 whatever the file holds: 4 copies of 4 bytes an element (issue 40)."""
+    import glassrl.models.memory as memory
+    from glassrl.builtin.qwen import ARCHITECTURES
+    from glassrl.errors import GlassrlError
+
+    ARCHITECTURES["qwen2.5-0.5b"]().save_pretrained(tmp_path)
+    _sparse_safetensors(tmp_path / "model.safetensors", 494_032_768)
+    assert memory.weight_bytes(tmp_path) == (tmp_path / "model.safetensors").stat().st_size  # as on disk
+    assert memory.weight_bytes(tmp_path, 4) == 494_032_768 * 4
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 7 * 2**30)
+    with pytest.raises(GlassrlError, match=r"weights 7\.4\)"):  # 4 × 1.84 GiB; the file's size read 3.7
+        memory.check_training_fits(tmp_path, 1, 64, torch_cpu(), "sft:", "lower", vocabulary=True)
+
+
+def torch_cpu():
+    import torch
+
+    return torch.device("cpu")
+
+
+def test_the_step_estimate_counts_the_longest_prompt_read_not_the_positions_left(
+    capsys, monkeypatch, tmp_path, tiny_model_dir, prompt_files
+):
+    """A model of 32,768 positions (Qwen2.5's) left a prompt limit of 32,752 tokens under
+    data.max_prompt_tokens = auto, and the estimate counted every response at that length: 2 steps of
+    the tiny model were refused with 1 GiB available (issue 40: every 0.5 B run asked for 40 GiB of
+    activations). The longest prompt the data hold is what a response can start from."""
+    import json
+    import shutil
+
+    import glassrl.rl.memory as memory
+    from glassrl.cli import main
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 32_768}))
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 2**30)
+    seen = []
+    refuse = memory.refuse_if_over
+    monkeypatch.setattr(memory, "refuse_if_over", lambda terms, *a, **k: (seen.append(a[-1]), refuse(terms, *a, **k)))
+    run = tiny_run_overrides(model, prompt_files, tmp_path / "run")
+    assert main(["train", "grpo", *run, "steps=1"]) == 0, capsys.readouterr().err
+    assert "responses of up to 32752" not in seen[0] and "+ 16 tokens" in seen[0]

@@ -12,8 +12,9 @@ command holds at its largest, so a run that fits is never refused:
   sampled as one batch, each at full length: the cache glassrl.rollout.hf allocates);
 - a trainer's logits and their log-softmax over the vocabulary, ``2 × B × length × V × 4`` bytes (the
   supervised trainers' forward of a batch: glassrl.supervised);
-- the weights as on disk, times the copies held (4 for a model that trains: weights, gradients and
-  Adam's two moments; 1 for one that only runs).
+- the weights at the dtype they are loaded in (elements from the safetensors headers), times the
+  copies held (4 for a model that trains: weights, gradients and Adam's two moments; 1 for one that
+  only runs).
 
 The refusal is one line with each term's figure and what to lower.
 """
@@ -21,6 +22,7 @@ The refusal is one line with each term's figure and what to lower.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -72,16 +74,38 @@ def check_training_fits(
     if positions is not None and length > positions:  # first: loading would print transformers' report before it
         raise GlassrlError(f"max_length = {length}: more than the {positions} positions of the model ({model_dir})")
     terms = {"logits": logits_bytes(model, sequences, length)} if vocabulary else {}
-    terms |= {"hidden states": activation_bytes(model, sequences, length), "weights": 4 * weight_bytes(model_dir)}
+    weights = 4 * weight_bytes(model_dir, DTYPE_BYTES["float32"])  # the supervised trainers load float32
+    terms |= {"hidden states": activation_bytes(model, sequences, length), "weights": weights}
     refuse_if_over(terms, available_bytes(device), device, what, lower)
 
 
-def weight_bytes(path: Path) -> int:
-    """The model's weights as on disk (safetensors, else .bin)."""
+def weight_bytes(path: Path, dtype_bytes: int | None = None) -> int:
+    """The model's weights in memory when loaded at ``dtype_bytes`` bytes per element: the elements the
+    safetensors headers list × ``dtype_bytes``. As on disk when ``dtype_bytes`` is None or a file has no
+    readable header (a .bin checkpoint). Issue 40: Qwen2.5-0.5B written in bf16 (988 MB) loads as float32
+    (dtype ``auto`` on CPU, the supervised trainers always): 1.98 GB a copy, which the disk size halved."""
     path = Path(path)
-    return sum(f.stat().st_size for f in path.glob("*.safetensors")) or sum(
-        f.stat().st_size for f in path.glob("*.bin")
-    )
+    files = sorted(path.glob("*.safetensors"))
+    on_disk = sum(f.stat().st_size for f in files) or sum(f.stat().st_size for f in path.glob("*.bin"))
+    if dtype_bytes is None or not files:
+        return on_disk
+    counts = [safetensors_elements(f) for f in files]
+    return on_disk if None in counts else sum(counts) * dtype_bytes
+
+
+def safetensors_elements(file: Path) -> int | None:
+    """How many elements the tensors of a safetensors file hold, from its header alone (8 bytes of
+    little-endian length, then JSON: name -> dtype, shape, offsets; huggingface/safetensors' format);
+    None when the header cannot be read."""
+    try:
+        with open(file, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if not 2 <= size <= 100 * 2**20:
+                return None
+            header = json.loads(f.read(size))
+        return sum(math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def available_bytes(device: torch.device) -> int | None:

@@ -127,7 +127,7 @@ def evaluate_policy(
     prompts = build_prompts(cfg, tokenizer, architecture, prompt_format(cfg, tokenizer))
     chunk = resolve(cfg).responses_per_step  # as the run's evaluation generates
     what = f"batch.prompts_per_step = {cfg.batch.prompts_per_step} × rollout.n = {cfg.rollout.n}:"
-    check_sampling_fits(cfg, architecture, chunk, prompts.limit, what, "lower batch.prompts_per_step")
+    check_sampling_fits(cfg, architecture, chunk, prompts.longest, what, "lower batch.prompts_per_step")
     policy = load_policy(cfg, policy_dir, console)
     for line in prompts.summary()[1:]:
         console.print(line, markup=False, soft_wrap=True)

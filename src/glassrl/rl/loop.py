@@ -133,7 +133,7 @@ class Trainer:
         self.tokenizer, self.data = startup.load_prompts(cfg, path, self.console)
         self.prompts, self.test_records = self.data.train, self.data.test  # a PromptStream or MixtureStream
         self.ptx = build_ptx(cfg, self.resolved, self.tokenizer, self.data.limit + cfg.rollout.max_new_tokens)
-        check_step_fits(cfg, self.resolved, path, self.data.limit)  # before any model is loaded
+        check_step_fits(cfg, self.resolved, path, self.data.longest)  # before any model is loaded
         build_workers = build_ray_workers if cfg.trainer.backend == "ray" else build_local_workers
         self.workers = build_workers(cfg, self.resolved, path, self.tokenizer, self.ptx)
         self.paths = startup.say_paths(cfg, self.workers, self.resolved.layout, memory, self.console)

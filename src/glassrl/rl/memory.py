@@ -4,15 +4,16 @@ A batch too large for the machine ran for minutes and died by the OOM killer wit
 (``batch.prompts_per_step=100000`` on the default model: 23.7 GB after 157 s). Before any model is
 loaded, :func:`check_step_fits` estimates what the step holds at its largest and refuses a run whose
 estimate exceeds the memory available, naming the figures. Counted (B = responses a round samples,
-P + T = the longest prompt the data may hold plus ``rollout.max_new_tokens``):
+P + T = the longest prompt in the data, at most the prompt limit, plus ``rollout.max_new_tokens``):
 
 - the rollout's key-value cache: the round's B sequences are sampled as one batch, each at full
   length, every layer: ``B × layers × 2 × kv_heads × head_dim × (P + T) × bytes`` of the compute
   dtype (the cache glassrl.rollout.hf allocates);
 - the step's per-token tensors: about 16 tensors of shape ``(B, P + T)`` (ids, masks, log-probs,
   values, rewards, advantages, returns; their copies in the update), ``B × (P + T) × 64`` bytes;
-- the actor's weights as on disk, 4 times for each model that trains (weights, gradients and Adam's
-  two moments: the actor, a critic when there is one), once for the reference when a KL needs one;
+- the actor's weights at ``model.dtype`` (float32 on CPU under ``auto``, whatever the file holds), 4
+  times for each model that trains (weights, gradients and Adam's two moments: the actor, a critic
+  when there is one), once for the reference when a KL needs one;
   under ``model.lora`` once per model (the base is frozen; the adapters' few parameters are left out),
   and no reference of its own (π_ref is the actor with its adapters off) unless ``model.reference`` names one;
 - the update's activations of one micro-batch (issue 40): its tokens (``micro_batch_responses × (P + T)``,
@@ -38,7 +39,7 @@ from pathlib import Path
 import torch
 
 from glassrl.errors import GlassrlError
-from glassrl.models.loading import resolve_device
+from glassrl.models.loading import resolve_device, resolve_dtype
 from glassrl.models.logprobs import CHUNK_LOGITS
 from glassrl.models.memory import (
     DTYPE_BYTES,
@@ -63,6 +64,7 @@ def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit:
     "update activations", "log-prob chunks"}."""
     m = cfg.model
     dtype = DTYPE_BYTES.get(m.compute_dtype if m.compute_dtype != "auto" else m.dtype, 4)
+    stored = loaded_bytes(m.dtype, m.device)
     B, length = resolved.responses_per_step, prompt_limit + cfg.rollout.max_new_tokens
     model = text_config(actor)
     trains = 1 if m.lora is not None else 4  # a model that trains: weights, gradients, Adam's two moments
@@ -77,13 +79,18 @@ def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit:
     return {
         "key-value cache": kv_cache_bytes(model, B, length, dtype),
         "per-token tensors": B * length * _PER_TOKEN_BYTES,
-        "weights": models * weight_bytes(actor),
+        "weights": models * weight_bytes(actor, stored),
         "update activations": micro_tokens * layers * per_layer * dtype,
         "log-prob chunks": (_CHECKPOINTED_CHUNK_COPIES if m.compute_dtype == "bfloat16" else _CHUNK_COPIES)
         * min(CHUNK_LOGITS, micro_tokens * vocab)
         * 4
         + vocab * hidden * 4,
     }
+
+
+def loaded_bytes(dtype: str, device: str) -> int:
+    """Bytes per element of the weights as ``model.dtype`` loads them on ``model.device``."""
+    return torch.finfo(resolve_dtype(dtype, resolve_device(device))).bits // 8
 
 
 def check_step_fits(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit: int) -> None:
@@ -143,6 +150,7 @@ def check_sampling_fits(
     }
     if forward:
         terms["logits"] = logits_bytes(model, forward, length)
-    terms["weights"] = weight_bytes(model_dir) + sum(weight_bytes(path) for path in also)
+    stored = loaded_bytes(cfg.model.dtype, cfg.model.device)
+    terms["weights"] = weight_bytes(model_dir, stored) + sum(weight_bytes(path, stored) for path in also)
     device = resolve_device(cfg.model.device)
     refuse_if_over(terms, available_bytes(device), device, what, lower)

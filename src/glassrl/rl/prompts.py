@@ -83,6 +83,13 @@ class RunPrompts:
         tokens (only prompts kept by data.overlong_prompts = truncate_left are longer)."""
         return [truncate_left(ids, self.limit) for ids in prompt_ids(self.tokenizer, records, self.prompt_format)]
 
+    @property
+    def longest(self) -> int:
+        """Tokens of the longest prompt the run can give the policy: the longest read, at most ``limit``
+        (what the memory estimate counts, glassrl.rl.memory: the limit itself is the model's positions −
+        ``rollout.max_new_tokens`` under ``auto``, 32,640 for a Qwen2.5 model, which no prompt here reaches)."""
+        return min(self.limit, max((s.longest for s in self.sources), default=0))
+
     def metrics(self) -> dict[str, float]:
         """data/…: prompts the length rule dropped and truncated, over every source (docs/metrics.md)."""
         return {

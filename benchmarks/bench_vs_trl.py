@@ -89,7 +89,14 @@ LARGE = {"hidden_size": 256, "num_layers": 10, "num_heads": 4, "intermediate_siz
 # train prompts 0.506: it memorises the train operand pairs); 2e-3 for 600 steps 0.326, and weight
 # decay 1.0 0.300. 600 steps at 1e-3 is the best held-out figure and the cheapest near it.
 LARGE_SPEC = replace(DEFAULT_SPEC, **LARGE, sft_steps=600, lr=1e-3, warmup_steps=50)
-MODELS = ("default", "large", "large-random")
+# Qwen2.5-0.5B's architecture (issue 40): ``glassrl init-model --arch qwen2.5-0.5b`` (random weights, Qwen's
+# tokenizer and chat template), float32 on disk so that both sides load the same weights in the same dtype
+# (transformers 5 loads a checkpoint in its stored dtype). Its work is the issue's: GSM8K-like prompts of
+# ~160 tokens once ChatML renders them (bench_real_scale.problems), 8 samples of 128 new tokens, every
+# response that long (random weights: EOS is never meant), one prompt per step on a CPU.
+QWEN = "qwen2.5-0.5b"
+QWEN_SETTINGS = {**SETTINGS, "prompts_per_step": 1, "max_new_tokens": 128, "micro_batch": 8}
+MODELS = ("default", "large", "large-random", QWEN)
 
 
 # ------------------------------------------------------------------ setup
@@ -139,6 +146,26 @@ def built(model_dir: Path) -> str:
         f"eval {info['eval_loss']:.3f}); arith-verify held-out exact/verdict/format "
         f"{held['exact']:.3f}/{held['verdict']:.3f}/{held['format']:.3f} (train {train['exact']:.3f})"
     )
+
+
+def write_qwen(out: Path, layers: int | None) -> Path:
+    """Qwen2.5-0.5B's architecture, ``layers`` of its decoder layers (all 24 by default), random weights
+    (seed 0) in float32, into ``out``, unless it is there already."""
+    from glassrl.builtin.qwen import write_qwen_model
+
+    marker = out / "glassrl-arch.json"
+    if marker.is_file() and json.loads(marker.read_text()).get("layers") == (layers or 24):
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    return write_qwen_model(QWEN, out, layers=layers, dtype="float32")
+
+
+def write_gsm_prompts(path: Path) -> Path:
+    """64 GSM8K-like word problems (bench_real_scale.problems) as JSON lines: prompt and answer."""
+    from bench_real_scale import problems  # benchmarks/, beside this file
+
+    path.write_text("".join(json.dumps(row) + "\n" for row in problems(64)), encoding="utf-8")
+    return path
 
 
 def write_prompts(path: Path) -> Path:
@@ -230,6 +257,7 @@ def glassrl_overrides(spec: dict) -> list[str]:
         "logging.checkpoint_every=0",
         "logging.eval_every=0",
         f"model.compute_dtype={'bfloat16' if spec['bf16'] else 'float32'}",
+        *(["reward.sources=[{name: numeric, weight: 1.0}]"] if spec.get("reward") == "numeric" else []),
         *spec.get("glassrl_overrides", []),
     ]
 
@@ -292,10 +320,10 @@ def glassrl_worker(spec_path: str, out_path: str) -> None:
         "gradient clip": f"{o.grad_clip:g}",
         "temperature / top-p / top-k": f"{r.temperature:g} / {r.top_p:g} / {r.top_k}",
         "bf16": cfg.model.compute_dtype == "bfloat16",
-        "gradient checkpointing": False,  # glassrl has none
-        "reward": "glassrl arith-verify verifier"
-        if [src["name"] for src in cfg.reward.sources] == ["arith_verify"]
-        else str(cfg.reward.sources),
+        "gradient checkpointing": cfg.model.gradient_checkpointing,
+        "reward": {"arith_verify": "glassrl arith-verify verifier", "numeric": "the last number"}.get(
+            "+".join(src["name"] for src in cfg.reward.sources), str(cfg.reward.sources)
+        ),
     }
     out = {
         "settings": settings,
@@ -394,7 +422,7 @@ def table(name: str, params: int, ours: dict, theirs: dict) -> None:
     print(f"\n{name} model ({params:,} parameters), {ours['steps']} steps, the first left out but where said:")
     print("| measure | glassrl | TRL | glassrl/TRL |\n|---|---:|---:|---:|")
     for row in rows:
-        print(f"| {row} | {ours[row]:,.2f} | {theirs[row]:,.2f} | {ours[row] / theirs[row]:.2f} |")
+        print(f"| {row} | {_figure(ours[row])} | {_figure(theirs[row])} | {ours[row] / theirs[row]:.2f} |")
     for side, s in (("glassrl", ours), ("TRL", theirs)):
         print(f"reward per step, {side:<7}: " + " ".join(f"{r:.2f}" for r in s["rewards"]))
 
@@ -407,7 +435,8 @@ def main() -> None:
         "--models",
         default=None,
         help="comma-separated, of: default (the embedded model), large (10x, trained by the same recipe),\n"
-        "large-random (10x, random weights: max-length responses, no reward)\n"
+        "large-random (10x, random weights: max-length responses, no reward),\n"
+        f"{QWEN} (its architecture, random weights, Qwen's tokenizer: GSM8K-like prompts, 128 tokens)\n"
         "(default: default,large; --quick: default)",
     )
     p.add_argument("--threads", type=int, help="intra-op threads of both sides (default: glassrl's choice)")
@@ -427,6 +456,9 @@ def main() -> None:
         default=[],
         metavar="KEY=VALUE",
         help="glassrl-only options that change how, not what, it computes (e.g. model.shared_prefix=true)",
+    )
+    p.add_argument(
+        "--qwen-layers", type=int, help=f"the {QWEN} model with this many of its 24 decoder layers (a quick check)"
     )
     p.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -457,22 +489,28 @@ def main() -> None:
         print(f"large model ready in {time.perf_counter() - start:.1f} s: {built(models['large'])}", flush=True)
     if "large-random" in names:
         models["large-random"] = build_random_large(work / "large-random", default_dir)
+    if QWEN in names:
+        layers = f"-{args.qwen_layers}l" if args.qwen_layers else ""
+        models[QWEN] = write_qwen(work / f"{QWEN}{layers}", args.qwen_layers)
     prompts = write_prompts(work / "prompts.jsonl")
+    gsm_prompts = write_gsm_prompts(work / "gsm-prompts.jsonl")
     trl_python = Path(args.trl_python) if args.trl_python else ensure_trl_venv(Path(args.trl_venv))
     print(f"versions: glassrl side {versions(sys.executable)}; TRL side {versions(trl_python)}")
-    responses = SETTINGS["prompts_per_step"] * SETTINGS["samples"]
     ok = True
     for name in names:
+        settings = QWEN_SETTINGS if name == QWEN else SETTINGS
+        responses = settings["prompts_per_step"] * settings["samples"]
         spec = {
             "model": str(models[name]),
-            "prompts": str(prompts),
+            "prompts": str(gsm_prompts if name == QWEN else prompts),
             "steps": steps,
             "threads": threads,
             "seed": 0,
             "device": args.device,
             "bf16": args.bf16,
             "glassrl_overrides": args.glassrl,
-            "settings": SETTINGS,
+            "settings": settings,
+            **({"fixed_length": True, "reward": "numeric", "chat": True} if name == QWEN else {}),
         }
         pairs = []
         for i in range(args.pairs):
@@ -496,6 +534,11 @@ def main() -> None:
     print(f"\nload average at end: {load_average()}")
     if not ok:
         raise SystemExit("the two sides' settings differ (marked above): the figures do not compare the same work")
+
+
+def _figure(x: float) -> str:
+    """Two decimals, or three significant digits below 1 (0.5 B steps/s on a CPU: 0.00712)."""
+    return f"{x:.3g}" if abs(x) < 1 else f"{x:,.2f}"
 
 
 def _median(summaries) -> dict:

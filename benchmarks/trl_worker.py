@@ -89,6 +89,7 @@ def main(spec_path: str, out_path: str) -> None:
     from transformers.utils import logging as hf_logging
     from trl import GRPOConfig, GRPOTrainer
 
+    from glassrl.data.answers import extract_last_number
     from glassrl.data.tasks import arith_verify
 
     hf_logging.set_verbosity_error()
@@ -103,6 +104,14 @@ def main(spec_path: str, out_path: str) -> None:
         ]
         return [float(g.verdict_ok and g.sum_ok) for g in grades]
 
+    def numeric_reward(prompts, completions, answer, **kwargs) -> list[float]:
+        """1.0 when the completion's last number is the answer's (glassrl's NumericVerifier)."""
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return [float(extract_last_number(t) == extract_last_number(a)) for t, a in zip(texts, answer)]
+
+    if spec.get("chat"):  # conversational prompts: TRL renders them with the tokenizer's chat template, as glassrl
+        rows = [{**r, "prompt": [{"role": "user", "content": r["prompt"]}]} for r in rows]
+    reward = numeric_reward if spec.get("reward") == "numeric" else arith_verify_reward
     responses = s["prompts_per_step"] * s["samples"]
     args = GRPOConfig(
         output_dir=spec["out_dir"],
@@ -165,7 +174,7 @@ def main(spec_path: str, out_path: str) -> None:
     tokenizer = AutoTokenizer.from_pretrained(spec["model"])
     trainer = GRPOTrainer(
         model=spec["model"],
-        reward_funcs=[arith_verify_reward],
+        reward_funcs=[reward],
         args=args,
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
@@ -196,7 +205,7 @@ def main(spec_path: str, out_path: str) -> None:
         "temperature / top-p / top-k": f"{args.temperature:g} / {args.top_p:g} / {args.top_k}",
         "bf16": bool(args.bf16),
         "gradient checkpointing": bool(args.gradient_checkpointing),
-        "reward": "glassrl arith-verify verifier",
+        "reward": "the last number" if reward is numeric_reward else "glassrl arith-verify verifier",
     }
     out = {
         "settings": settings,

@@ -62,6 +62,14 @@ def test_eval_of_a_model_with_data_a_user_reward_k_samples_and_groups(tiny_model
     assert {f"eval/accuracy/{lang}" for lang in langs} <= set(metrics)
 
 
+def test_eval_takes_a_prompts_per_step_the_default_mini_batch_does_not_divide(tiny_model_dir, prompt_files, tmp_path):
+    """Evaluation does not train: batch.prompts_per_step=3 and rollout.n=3 are not refused for the mini- and
+    micro-batch sizes (8 prompts, 32 responses) that only training uses."""
+    argv = ["eval", str(tiny_model_dir), str(prompt_files[1]), "numeric", "batch.prompts_per_step=3", "rollout.n=3"]
+    assert main([*argv, "rollout.max_new_tokens=4", "--out", str(tmp_path / "ev")]) == 0
+    assert len(_metrics(tmp_path / "ev")[1]) == 8
+
+
 def test_generate_prints_a_few_answers(tiny_model_dir, capsys):
     assert (
         main(["generate", str(tiny_model_dir), "Is 1+1=2?", "请问2+2=4？", "--greedy", "rollout.max_new_tokens=12"])

@@ -63,6 +63,14 @@ def eval_config(
     if reward is not None:
         source = {"name": "user_function", "spec": reward} if ":" in reward else {"name": reward}
         given += [f"reward.sources={json.dumps([source])}", f"reward.base_dir={Path.cwd()}"]
+    # Evaluation never trains: a batch.prompts_per_step or rollout.n given alone must not fail the training-only
+    # rules that the mini- and micro-batches divide them (`eval MODEL DATA numeric batch.prompts_per_step=4` met
+    # the default mini_batch_prompts = 8); evaluation samples prompts_per_step × n responses at a time, nothing less.
+    written = {o.partition("=")[0].strip(): o.partition("=")[2] for o in overrides}
+    if "batch.prompts_per_step" in written and "batch.mini_batch_prompts" not in written:
+        given.append(f"batch.mini_batch_prompts={written['batch.prompts_per_step']}")
+    if {"batch.prompts_per_step", "rollout.n"} & written.keys() and "batch.micro_batch_responses" not in written:
+        given.append("batch.micro_batch_responses=1")
     if checkpoint is None:
         return load_config(TrainConfig, None, [f"model.actor={target}", *given, *overrides]), None
     return load_config(TrainConfig, checkpoint.run / "config.yaml", [*given, *overrides]), checkpoint.actor

@@ -32,8 +32,11 @@ Timing: wall time between the ends of consecutive optimiser steps, the first ste
 (warm-up): each library's whole step (generation, reward, log-probs, update, its own logging); and
 "steps/s, first step included", the steps over the whole training call's time (glassrl: from the
 first step's start, the Trainer built; TRL: from ``on_train_begin``), what an outsider timing
-``train()`` gets; both ratios are printed per pair. Threads: ``--threads 1`` gives both
-sides one thread, as an outsider's harness did (glassrl's own choice takes the cores free).
+``train()`` gets; and "steps/s, whole process", the steps over the worker process's wall time
+(interpreter start, imports, model and reference loading, prompt preparation, the steps, exit):
+what an outsider timing each library's command gets. The three ratios are printed per pair.
+Threads: ``--threads 1`` gives both sides one thread, as an outsider's harness did (glassrl's own
+choice takes the cores free).
 "CPU s per step" is the worker's CPU time (all its threads) per step: steadier than wall time on
 a shared machine, and with one thread the work itself. Peak RSS is the worker process's VmHWM
 (model, reference model, optimiser, libraries).
@@ -358,12 +361,14 @@ def run(side: str, command: list, spec: dict, work: Path) -> dict:
         "PYTHONWARNINGS": "ignore",
     }
     log = work / f"{side}.log"
+    start = time.perf_counter()
     with log.open("w") as f:
         done = subprocess.run([*command, str(spec_path), str(out_path)], env=env, stdout=f, stderr=subprocess.STDOUT)
+    process_s = time.perf_counter() - start
     if done.returncode != 0 or not out_path.is_file():
         tail = log.read_text(errors="replace").splitlines()[-25:]
         raise SystemExit(f"{side} worker failed (exit {done.returncode}); the end of {log}:\n" + "\n".join(tail))
-    return json.loads(out_path.read_text())
+    return {**json.loads(out_path.read_text()), "process_s": process_s}
 
 
 def summarise(result: dict, responses: int) -> dict:
@@ -386,6 +391,8 @@ def summarise(result: dict, responses: int) -> dict:
         "steps/s": (steps - 1) / seconds,
         # what an outsider timing the whole training call gets: the first step (warm-up) included
         "steps/s, first step included": steps / (ends[-1] - ends[0]),
+        # what an outsider timing the whole command gets: interpreter, imports, model loading, steps, exit
+        "steps/s, whole process": steps / result["process_s"],
         "generated tokens/s": sum(generated[1:]) / seconds,
         "trained tokens/s": sum(trained[1:]) / seconds,
         "peak RSS (MiB)": result["peak_rss_kib"] / 1024,
@@ -414,7 +421,8 @@ def check_settings(ours: dict, theirs: dict) -> bool:
 
 
 def table(name: str, params: int, ours: dict, theirs: dict) -> None:
-    rows = ["steps/s", "steps/s, first step included", "generated tokens/s", "trained tokens/s", "peak RSS (MiB)"]
+    rows = ["steps/s", "steps/s, first step included", "steps/s, whole process", "generated tokens/s"]
+    rows += ["trained tokens/s", "peak RSS (MiB)"]
     rows += ["step s (median)", "CPU s per step"]
     rows.append("response tokens (mean)")
     if "peak GPU memory (MiB)" in ours and "peak GPU memory (MiB)" in theirs:
@@ -527,7 +535,7 @@ def main() -> None:
         ok &= check_settings(pairs[0][0]["settings"], pairs[0][1]["settings"])
         summaries = [(summarise(o, responses), summarise(t, responses)) for o, t in pairs]
         table(name, parameters(models[name]), _median(s for s, _ in summaries), _median(t for _, t in summaries))
-        for measure in ("steps/s", "steps/s, first step included"):
+        for measure in ("steps/s", "steps/s, first step included", "steps/s, whole process"):
             ratios = [s[measure] / t[measure] for s, t in summaries]
             each = "  ".join(f"{r:.2f}" for r in ratios)
             print(f"{measure} glassrl/TRL of each pair, in order: {each}; median {statistics.median(ratios):.2f}")

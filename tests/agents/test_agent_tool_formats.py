@@ -86,6 +86,12 @@ def test_qwen3_coder_reads_values_by_the_declared_type():
     spec = {"untyped": {}, "s": {"type": "string"}, "n": {"type": ["integer", "null"]}, "o": {"type": "object"}}
     (call,) = syntax.parse(text, {"f": {"properties": spec}})
     assert call.arguments == {"untyped": "3", "unnamed": '{"a": 1}', "s": "null", "n": None, "o": {"a": None}}
+    # vLLM's aliases of the type names (any case): each value here reads otherwise without its type
+    text = "<tool_call>\n<function=f>\n"
+    text += "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in zip("ifbs", ["+3", ".5", "1", "3"]))
+    spec = {k: {"type": t} for k, t in zip("ifbs", ["int", "Float", ["bool", "null"], " str "])}
+    (call,) = syntax.parse(text + "</function>\n</tool_call>", {"f": {"properties": spec}})
+    assert call.arguments == {"i": 3, "f": 0.5, "b": True, "s": "3"} and call.arguments["b"] is True
     # Qwen3-Coder's chat template writes a boolean as Python does (``args_value | string``); read back by its type
     text = syntax.write([ToolCall("f", {"b": True, "c": False})])
     assert "<parameter=b>\nTrue\n</parameter>\n<parameter=c>\nFalse\n</parameter>" in text

@@ -69,6 +69,7 @@ def test_qwen3_coder_values_are_typed_as_vllm_types_them():
     values += ['{"a": [1, null]}', "[1, 2]", "[1e999]", "{oops", "text", ""]
     types = ["string", "integer", "number", "boolean", "object", "array", "null", ["integer", "null"]]
     types += [["string", "null"], ["boolean", "string"], ["number", "integer"], ["object", "array", "null"]]
+    types += ["int", "float", "bool", "dict", "list", "str", " Int64 ", ["double", "null"], ["enum", "uint"]]  # aliases
     for kind in types:
         for value in values:
             text = f"<tool_call>\n<function=f>\n<parameter=p>\n{value}\n</parameter>\n</function>\n</tool_call>"

@@ -181,3 +181,71 @@ def test_on_ray_vllm_serves_the_endpoint_on_the_rollout_rank(model_dir, local_ra
     assert all(m["perf/weight_sync_s"] > 0 for m in rows if m["step"] > 0)  # the broadcast ran each update
     diffs = [m["rollout/logprob_diff_max"] for m in rows if "rollout/logprob_diff_max" in m]
     assert len(diffs) == 2 and all(d < 1e-3 for d in diffs), diffs
+
+
+def test_top_logprobs_come_from_vllm_and_leave_the_sampled_log_probs_as_they_were(model_dir):
+    """OpenAI's ``top_logprobs`` on vLLM (vLLM's ``logprobs=k``): the sampler's turns with k = 3 are the
+    turns with none, the sampled tokens' log-probs equal bit for bit; the alternatives are the actor's k
+    most likely tokens under softmax(logits / T), most likely first. Through the endpoint, an openai-client
+    agent gets them (no 400), each token's log-prob the captured one; under top-k = 2 the third
+    alternative, cut, is -9999.0 as vLLM's own server writes -inf."""
+    openai = pytest.importorskip("openai")
+    from glassrl.agents.endpoint import EndpointRolloutEngine
+    from glassrl.agents.vllm_turns import VLLMTurnSampler
+    from glassrl.data.tasks import load_task
+
+    model, tokenizer = load_causal_lm(model_dir, dtype="float32", device="cpu"), load_tokenizer(model_dir)
+    engine = VLLMRolloutEngine.colocated(model, tokenizer, gpu_memory_utilization=0.4, sleep=False, seed=0)
+    sampler = VLLMTurnSampler(engine)
+    contexts = [tokenizer.encode("4821+975=?"), tokenizer.encode("12+30=? <call>")]
+    params = SamplingParams(max_new_tokens=12, temperature=0.7)
+
+    def turns(top):
+        return sampler.sample(contexts, [12, 12], params, torch.Generator().manual_seed(1), (), True, top)
+
+    plain, topped = turns(None), turns([3, 3])
+    for without, with_top, context in zip(plain, topped, contexts):
+        assert (with_top.tokens, with_top.logprobs) == (
+            without.tokens,
+            without.logprobs,
+        ) and without.top_logprobs is None
+        assert len(with_top.top_logprobs) == len(with_top.tokens) > 0
+        ids = torch.tensor([context + with_top.tokens])
+        with torch.no_grad():
+            actor = torch.log_softmax(model(input_ids=ids).logits[0, len(context) - 1 : -1] / 0.7, dim=-1)  # (T, V)
+        for i, (token, logprob, top) in enumerate(zip(with_top.tokens, with_top.logprobs, with_top.top_logprobs)):
+            values = [v for _, v in top]
+            assert len(top) == 3 and values == sorted(values, reverse=True) and logprob <= values[0]
+            assert values == pytest.approx(actor[i].topk(3).values.tolist(), abs=1e-3)
+            assert [actor[i, t].item() for t, _ in top] == pytest.approx(values, abs=1e-3)
+            if token in dict(top):
+                assert dict(top)[token] == logprob
+
+    seen = []
+
+    def agent(base_url, task):
+        client = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0)
+        messages = [{"role": "user", "content": task["prompt"]}]
+        seen.append(client.chat.completions.create(model="policy", messages=messages, logprobs=True, top_logprobs=3))
+
+    for top_k in (0, 2):
+        seen.clear()
+        endpoint = EndpointRolloutEngine(sampler, tokenizer, agent, call_format="tagged", describe_tools=False)
+        try:
+            endpoint.generate(
+                [[]],
+                n=1,
+                params=SamplingParams(max_new_tokens=10, temperature=1.0, top_k=top_k),
+                generator=torch.Generator().manual_seed(0),
+                records=load_task("tool-add", "train", size=1),
+            )
+        finally:
+            endpoint.close()
+        [reply] = seen
+        [sample] = endpoint.samples
+        content = reply.choices[0].logprobs.content
+        assert [c.logprob for c in content] == sample.logprobs[: len(content)] and content
+        for entry in content:
+            values = [t.logprob for t in entry.top_logprobs]
+            assert len(values) == 3 and values == sorted(values, reverse=True)
+            assert (values[2] == -9999.0) == (top_k == 2), values

@@ -64,12 +64,15 @@ class SampledTurn:
     """One sampled turn: its tokens (the stop token or the stop string's last token included), how
     it ended ("eos": at a stop token; "stop": at a stop string; "length"), log π of each token
     under softmax(logits / temperature) when asked for, and the version of the weights that sampled
-    each token when the sampler has versions."""
+    each token when the sampler has versions; the k most likely tokens at each position with their
+    log-probs (the same distribution as ``logprobs``), when asked for from a sampler that gives them as
+    it samples (vLLM: glassrl.agents.vllm_turns)."""
 
     tokens: list[int]
     ended: Ended
     logprobs: list[float] | None = None
     versions: list[int] | None = None
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 class TurnSampler(Protocol):

@@ -190,10 +190,11 @@ def _typed(text: str, spec: Mapping[str, Any]) -> Any:
     (``null``, any case), integer, number (finite), boolean (``true``/``false``/``1``/``0``, any case:
     Qwen3-Coder's chat template writes Python's ``True``), object and array (JSON), string (as
     written); a parameter with no declared type, or one the schema does not name, as written; else
-    JSON when it parses, else the text."""
+    JSON when it parses, else the text. Type names are read as vLLM reads them: any case, and its
+    aliases (``int``, ``float``, ``bool``, ``dict``, ``list``, ``str``, …: :data:`_TYPE_ALIASES`)."""
     kinds = spec.get("type")
     kinds = {kinds} if isinstance(kinds, str) else set(kinds or ())
-    kinds = {k.strip().lower() for k in kinds}
+    kinds = {_TYPE_ALIASES.get(k.strip().lower(), k.strip().lower()) for k in kinds if isinstance(k, str)}
     if not kinds:
         return text
     for kind in ("null", "integer", "number", "boolean", "object", "array", "string"):
@@ -239,6 +240,15 @@ def _finite_json(text: str) -> Any:
 
 
 _NOT_JSON = object()
+# the type names vLLM reads as JSON Schema's (vllm 0.32 tool_parsers/utils.py ``_TYPE_ALIASES``)
+_TYPE_ALIASES = {
+    **dict.fromkeys(("str", "text", "varchar", "char", "enum"), "string"),
+    **dict.fromkeys(("int", "int32", "int64", "uint", "uint32", "uint64", "long", "short", "unsigned"), "integer"),
+    **dict.fromkeys(("float", "float32", "float64", "double"), "number"),
+    "bool": "boolean",
+    "dict": "object",
+    **dict.fromkeys(("arr", "list", "sequence"), "array"),
+}
 _INTEGER = re.compile(r"[+-]?\d+")  # what Python's int() takes (underscores aside)
 
 

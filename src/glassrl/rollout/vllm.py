@@ -115,9 +115,12 @@ def _vllm():
     return vllm
 
 
-def sampling_params(params: SamplingParams, n: int, seed: int, stops: StopSet):
+def sampling_params(params: SamplingParams, n: int, seed: int, stops: StopSet, top_logprobs: int = 0):
     """vLLM's SamplingParams for glassrl's ``params`` and ``stops`` (module docstring), the sampled
-    tokens' log-probs kept."""
+    tokens' log-probs kept, and the ``top_logprobs`` most likely tokens' at each position besides.
+    vLLM's sampler gathers both from one tensor (vllm/v1/sample/sampler.py ``gather_logprobs``: the
+    sampled token's log-prob, then ``topk`` of the same processed_logprobs), so asking for alternatives
+    leaves the sampled token's value as it is."""
     vllm = _vllm()
     return vllm.SamplingParams(
         n=n,
@@ -131,7 +134,7 @@ def sampling_params(params: SamplingParams, n: int, seed: int, stops: StopSet):
         stop=list(stops.strings),
         include_stop_str_in_output=True,
         seed=seed,
-        logprobs=0,
+        logprobs=top_logprobs,
         detokenize=bool(stops.strings),  # vLLM matches stop strings in the text it detokenizes (else it refuses them)
     )
 

@@ -82,19 +82,25 @@ def sample_batch(
 ) -> None:
     """Sample every request of ``batch`` (``n`` rows each, log-probs kept), one sampler call per set of
     stop strings, and resolve each request's future with its n turns (and their top-k log-probs when it
-    asked, by ``top_logprobs``)."""
+    asked: from the sampler as it samples, vLLM's, else by ``top_logprobs``)."""
     groups: dict[tuple[str, ...], list[Pending]] = {}
     for p in batch:
         groups.setdefault(p.stop_strings, []).append(p)
     for stop_strings, requests in groups.items():
         contexts = [p.context for p in requests for _ in range(p.n)]
         budgets = [p.max_new_tokens for p in requests for _ in range(p.n)]
+        ks = [p.top_logprobs for p in requests for _ in range(p.n)]
+        turns: list[SampledTurn]
         try:
-            turns: list[SampledTurn] = sampler.sample(contexts, budgets, params, generator, stop_strings, True)
-            tops = [
-                top_logprobs(context, turn.tokens, p.top_logprobs) if p.top_logprobs and top_logprobs else None
-                for p, context, turn in zip([p for p in requests for _ in range(p.n)], contexts, turns)
-            ]
+            if getattr(sampler, "samples_top_logprobs", False):  # the top-k come with the turn
+                turns = sampler.sample(contexts, budgets, params, generator, stop_strings, True, top_logprobs=ks)
+                tops = [turn.top_logprobs if k else None for turn, k in zip(turns, ks)]
+            else:
+                turns = sampler.sample(contexts, budgets, params, generator, stop_strings, True)
+                tops = [
+                    top_logprobs(context, turn.tokens, k) if k and top_logprobs else None
+                    for k, context, turn in zip(ks, contexts, turns)
+                ]
         except BaseException as err:
             for p in requests:
                 p.future.set_exception(err)
@@ -107,6 +113,12 @@ def sample_batch(
 
 # (context ids, sampled ids, k) -> per sampled token, the k most likely (token id, log-prob)
 TopLogprobs = Callable[[list[int], list[int], int], list[list[tuple[int, float]]]]
+
+
+def gives_top_logprobs(sampler) -> bool:
+    """The endpoint can answer ``top_logprobs`` with this sampler: it gives them as it samples (vLLM), or
+    it has a model to compute them from (:func:`model_top_logprobs`)."""
+    return getattr(sampler, "samples_top_logprobs", False) or getattr(sampler, "model", None) is not None
 
 
 def model_top_logprobs(sampler, params: SamplingParams) -> TopLogprobs | None:

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from glassrl.agents.endpoint.batcher import Lockstep, model_top_logprobs, sample_batch
+from glassrl.agents.endpoint.batcher import Lockstep, gives_top_logprobs, model_top_logprobs, sample_batch
 from glassrl.agents.endpoint.capture import Capture, Choice, Sample
 from glassrl.agents.endpoint.render import Renderer
 from glassrl.agents.endpoint.server import EndpointServer
@@ -131,7 +131,7 @@ class EndpointRolloutEngine:
             for i, (name, task) in enumerate(zip(session.names(), tasks))
         ]
         top = model_top_logprobs(self.sampler, params)
-        session.top_logprobs = top is not None
+        session.top_logprobs = gives_top_logprobs(self.sampler)
         self.server.handler = session
         try:
             for thread in threads:

@@ -139,7 +139,9 @@ class Session:
     def _logprobs(self, turn: SampledTurn, tops) -> dict[str, Any]:
         def entry(token: int, logprob: float) -> dict[str, Any]:
             text = self.decode([token])
-            return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+            # a token that top-k / top-p cut has log-prob -inf in vLLM's processed log-probs, which JSON cannot
+            # write: -9999.0, as vLLM's own server writes it (vllm/entrypoints/openai/chat_completion/serving.py)
+            return {"token": text, "logprob": max(logprob, -9999.0), "bytes": list(text.encode())}
 
         lps = turn.logprobs or [0.0] * len(turn.tokens)
         content = []

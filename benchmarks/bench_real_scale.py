@@ -14,11 +14,12 @@ bench_vs_trl.py's ``--models qwen``), preference pairs over them, and calculator
 - ``init-model``; ``sft`` on calculator questions answered by a Hermes ``<tool_call>`` (the
   model that ``agentic`` samples from: enough steps to learn the call's form, ``--sft-steps``);
 - ``grpo`` (full parameters, k3 KL in the loss: the actor × 4 for weights, gradients and Adam's
-  moments, π_ref once); ``ppo-full`` (a critic that trains too) and ``ppo-lora`` (the same run with
-  ``model.lora.r=16`` on actor and critic); ``dpo``; ``eval``; ``generate``; ``explain`` (``--model``,
-  ``--sample 2``); ``agentic`` (GRPO with the calculator as a tool, calls in the Hermes format through
-  Qwen's template, from the SFT model); ``audit`` (``glassrl audit --script``: a scripted episode of
-  Hermes calls through the template, every mask and re-rendering checked).
+  moments, π_ref once); ``grpo-checkpointing`` (the same with ``model.gradient_checkpointing=true``: the
+  decoder layers' activations recomputed in backward); ``ppo-full`` (a critic that trains too) and
+  ``ppo-lora`` (the same run with ``model.lora.r=16`` on actor and critic); ``dpo``; ``eval``; ``generate``;
+  ``explain`` (``--model``, ``--sample 2``); ``agentic`` (GRPO with the calculator as a tool, calls in
+  the Hermes format through Qwen's template, from the SFT model); ``audit`` (``glassrl audit --script``:
+  a scripted episode of Hermes calls through the template, every mask and re-rendering checked).
 
 Measured per case: wall time of the process; peak RSS per phase, exact (``VmHWM`` read and reset through
 ``/proc/self/clear_refs`` at each phase boundary, Linux ≥ 4.0): ``start`` (imports, model loading,
@@ -62,7 +63,8 @@ ITEMS = [
     ("cookies", "packed"),
 ]
 TOOL_SYSTEM = "You are a careful assistant. Use the calculator for every sum."
-CASES = ("init-model", "sft", "grpo", "ppo-full", "ppo-lora", "dpo", "eval", "generate", "explain", "agentic", "audit")
+CASES = ("init-model", "sft", "grpo", "grpo-checkpointing", "ppo-full", "ppo-lora", "dpo", "eval", "generate")
+CASES += ("explain", "agentic", "audit")
 
 
 # ------------------------------------------------------------------ the data
@@ -148,6 +150,7 @@ def case_argv(name: str, model: Path, data: dict[str, Path], run: Path, args) ->
         + [f"steps={args.sft_steps}", "batch_size=4", "max_length=96", "optim.lr=3e-4", "optim.warmup_steps=2"]
         + ["optim.decay=constant", f"output_dir={run}", "log_every=5", f"system_prompt={TOOL_SYSTEM}"],
         "grpo": ["train", "grpo", *rl, f"data.train={data['gsm']}"],
+        "grpo-checkpointing": ["train", "grpo", *rl, f"data.train={data['gsm']}", "model.gradient_checkpointing=true"],
         "ppo-full": ppo,
         "ppo-lora": [*ppo, "model.lora.r=16"],
         "dpo": ["dpo", "dpo", f"model={model}", f"data={data['prefs']}", f"eval_data={data['prefs']}", f"steps={S}"]

@@ -298,3 +298,20 @@ def test_a_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, mon
     ):
         manager.save(2, _small_parts(2))
     assert manager.latest() == first and not [p for p in tmp_path.iterdir() if p.name.startswith("tmp-")]
+
+
+def test_optimiser_state_is_written_without_a_copy_and_shared_storage_reads_back(tmp_path):
+    """A "torch" part's tensors are written as they are (no clone: Adam's two moments are twice the weights),
+    except a tensor on a storage already written, which safetensors refuses and so is copied; both read back."""
+    from glassrl.run import codec
+
+    moment, base = torch.arange(6.0), torch.arange(10.0)
+    state = {"exp_avg": moment, "head": base[:4], "tail": base[4:], "step": torch.tensor(3.0)}
+    _, tensors = codec.encode(state)
+    stored = dict(zip(state, tensors.values()))
+    assert stored["exp_avg"].data_ptr() == moment.data_ptr() and stored["head"].data_ptr() == base.data_ptr()
+    assert stored["tail"].untyped_storage().data_ptr() != base.untyped_storage().data_ptr()
+    manager = CheckpointManager(tmp_path, keep=1)
+    manager.save(1, {"optimizer": Part("torch", state)})
+    loaded = manager.load(manager.latest(), {"optimizer"})["optimizer"]
+    assert codec.same(loaded, state)

@@ -109,13 +109,16 @@ def write_data(work: Path) -> dict[str, Path]:
     pairs = [(rng.randint(100, 9999), rng.randint(100, 9999)) for _ in range(64)]
     files = {
         "gsm": [json.dumps(r) for r in gsm],
+        # DPO scores every pair under π_ref before its first step: a few pairs (8 to train on, 4 held out)
         "prefs": [
             json.dumps({"prompt": r["prompt"], "chosen": solution(r), "rejected": f"I do not know. #### {i}"})
-            for i, r in enumerate(gsm)
+            for i, r in enumerate(gsm[:12])
         ],
         "calls": [json.dumps({"prompt": f"What is {a}+{b}?", "response": tool_call(a, b)}) for a, b in pairs],
         "agent": [json.dumps({"prompt": f"What is {a}+{b}?", "answer": str(a + b)}) for a, b in pairs],
     }
+    files["prefs-eval"], files["prefs"] = files["prefs"][8:], files["prefs"][:8]
+    files["calls-eval"] = files["calls"][:8]
     paths = {}
     for name, lines in files.items():
         paths[name] = work / f"{name}.jsonl"
@@ -146,15 +149,15 @@ def case_argv(name: str, model: Path, data: dict[str, Path], run: Path, args) ->
     return {
         "init-model": ["init-model", "--arch", "qwen2.5-0.5b", "--out", str(model)]
         + ([] if args.layers is None else ["--layers", str(args.layers)]),
-        "sft": ["sft", "sft", f"model={model}", f"data={data['calls']}", f"eval_data={data['calls']}"]
+        "sft": ["sft", "sft", f"model={model}", f"data={data['calls']}", f"eval_data={data['calls-eval']}"]
         + [f"steps={args.sft_steps}", "batch_size=4", "max_length=96", "optim.lr=3e-4", "optim.warmup_steps=2"]
         + ["optim.decay=constant", f"output_dir={run}", "log_every=5", f"system_prompt={TOOL_SYSTEM}"],
         "grpo": ["train", "grpo", *rl, f"data.train={data['gsm']}"],
         "grpo-checkpointing": ["train", "grpo", *rl, f"data.train={data['gsm']}", "model.gradient_checkpointing=true"],
         "ppo-full": ppo,
         "ppo-lora": [*ppo, "model.lora.r=16"],
-        "dpo": ["dpo", "dpo", f"model={model}", f"data={data['prefs']}", f"eval_data={data['prefs']}", f"steps={S}"]
-        + ["batch_size=2", f"max_length={args.prompt_tokens + 48}", f"output_dir={run}", "log_every=1"],
+        "dpo": ["dpo", "dpo", f"model={model}", f"data={data['prefs']}", f"eval_data={data['prefs-eval']}"]
+        + [f"steps={S}", "batch_size=2", f"max_length={args.prompt_tokens + 48}", f"output_dir={run}", "log_every=1"],
         "eval": ["eval", str(model), str(data["gsm"]), "numeric", "data.eval_size=8", f"rollout.max_new_tokens={T}"]
         + ["batch.prompts_per_step=4", "rollout.n=2", "--out", str(run)],
         "generate": ["generate", str(model), prompt["prompt"], "--n", str(args.samples), f"rollout.max_new_tokens={T}"],
@@ -366,7 +369,7 @@ def main() -> None:
     p.add_argument("--out", default=str(Path.home() / ".cache" / "glassrl" / "bench-real-scale"), help="work dir")
     p.add_argument("--threads", type=int, default=2, help="intra-op threads of each case (default 2)")
     p.add_argument("--steps", type=int, default=2, help="training steps of grpo, ppo, dpo, agentic (default 2)")
-    p.add_argument("--sft-steps", type=int, default=30, help="SFT steps on the tool-call answers (default 30)")
+    p.add_argument("--sft-steps", type=int, default=16, help="SFT steps on the tool-call answers (default 16)")
     p.add_argument("--samples", type=int, default=8, help="responses per prompt (default 8)")
     p.add_argument("--new-tokens", type=int, default=64, help="rollout.max_new_tokens (default 64)")
     p.add_argument("--prompt-tokens", type=int, default=160, help="the prompts' rendered length, for DPO's max_length")

@@ -14,7 +14,7 @@ from glassrl.errors import GlassrlError
 from glassrl.models import load_causal_lm, load_tokenizer
 from glassrl.rollout import vllm as vllm_engine
 from glassrl.rollout.vllm import VLLMRolloutEngine
-from glassrl.rollout.vllm_sync import actor_probe_logprobs, adapter_mismatch, verify
+from glassrl.rollout.vllm_sync import Tolerance, actor_probe_logprobs, adapter_mismatch, tolerance, verify
 
 
 class StubLLM:
@@ -76,10 +76,13 @@ def test_weights_sync_only_after_the_actor_changed(tiny_model_dir, monkeypatch):
 
 
 PROBE = torch.tensor([-1.0, -2.0, -3.0])
+SPREAD = torch.tensor([10.0, 20.0, 30.0])  # the actor's logits' max − min at each probe position
 
 
-def _verify(not_loaded=(), kept=None, state=None, changed=(), engine=PROBE, actor=PROBE, previous=None):
-    return verify(list(not_loaded), kept or {}, state or {}, list(changed), engine, actor, previous, 1e-3)
+def _verify(not_loaded=(), kept=None, state=None, changed=(), engine=PROBE, actor=PROBE, previous=None, tol=None):
+    rows = torch.stack([actor, SPREAD])
+    tol = tol or Tolerance(1e-3)
+    return verify(list(not_loaded), kept or {}, state or {}, list(changed), engine, rows, previous, tol)
 
 
 def test_a_sync_that_did_not_land_names_the_tensor():
@@ -93,7 +96,9 @@ def test_a_sync_that_did_not_land_names_the_tensor():
     _verify(
         kept={"model.embed_tokens.weight": torch.cat([w, torch.zeros(2, 2)])}, state={"model.embed_tokens.weight": w}
     )
-    with pytest.raises(GlassrlError, match=rf"differ from the actor's by up to 0\.5 .*repacked: {name}$"):
+    with pytest.raises(
+        GlassrlError, match=rf"differ from the actor's by up to 0\.5; first at token 1: .*repacked: {name}$"
+    ):
         _verify(kept={"model.norm.weight": w}, changed=["model.norm.weight", name], engine=PROBE + 0.5)
 
 
@@ -101,6 +106,28 @@ def test_a_sync_that_landed_reports_how_far_the_probe_moved():
     check = _verify(engine=PROBE + 5e-4, previous=PROBE - 1.0)
     assert check.max_diff == pytest.approx(5e-4, abs=1e-6) and check.moved == pytest.approx(1.0005, abs=1e-6)
     assert _verify().moved == 0.0  # the first sync: nothing to compare with
+
+
+def test_the_16_bit_tolerance_scales_with_each_tokens_logit_spread():
+    """Per token t: |Δ_t| ≤ 1e-3 + 16 · u · s_t (u the unit roundoff: bfloat16 2^-8, float32 2^-24; s_t
+    the actor's logit spread). By hand, bfloat16: 1e-3 + 2^-4 · (10, 20, 30) = (0.626, 1.251, 1.876)."""
+    bf16 = tolerance(torch.bfloat16)
+    assert (bf16.atol, bf16.rtol) == (1e-3, 2.0**-4) and tolerance(torch.float32).rtol == 2.0**-20
+    assert tolerance(torch.float16).rtol == 2.0**-7 and tolerance(torch.bfloat16, 0.05) == Tolerance(0.05)
+    assert torch.allclose(bf16.bound(SPREAD), torch.tensor([0.626, 1.251, 1.876]))
+    # each token within its own bound passes (shares 0.6 / 0.626, 1.2 / 1.251, 1.8 / 1.876: 0.9595 the largest) …
+    check = _verify(engine=PROBE + torch.tensor([0.6, -1.2, 1.8]), tol=bf16)
+    assert check.max_diff == pytest.approx(1.8, abs=1e-5) and check.used == pytest.approx(1.8 / 1.876, abs=1e-4)
+    # … the first one beyond its own is named, though a later token is further off
+    with pytest.raises(
+        GlassrlError, match=r"first at token 2: \|Δ\| = 1\.3 > its tolerance 1\.25 \(0\.001 \+ 0\.0625 × "
+    ):
+        _verify(engine=PROBE + torch.tensor([0.6, 1.3, 1.8]), tol=bf16)
+    # float32: 1e-3 and about 3e-5 at a spread of 30
+    f32 = tolerance(torch.float32)
+    assert torch.allclose(f32.bound(SPREAD), 1e-3 + SPREAD * 2.0**-20) and float(f32.bound(SPREAD).max()) < 1.03e-3
+    with pytest.raises(GlassrlError, match=r"first at token 1: \|Δ\| = 0\.002"):
+        _verify(engine=PROBE + 2e-3, tol=f32)
 
 
 def test_without_vllm_the_engine_is_one_line_naming_both_packages(monkeypatch):

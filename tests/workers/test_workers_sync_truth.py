@@ -194,10 +194,10 @@ def test_the_probe_names_the_first_token_that_moved(tiny_model_dir):
     actor, sampler = _model(tiny_model_dir, False, 0), _model(tiny_model_dir, False, 0)
     checker = Checker(sampler, "rollout rank 0")
     names = [n for n, _ in actor.named_parameters()]
-    from glassrl.workers.sync_truth import probe_logprobs, probe_rows, vocab_size
+    from glassrl.workers.sync_truth import probe_rows, probe_scores, vocab_size
 
     rows = probe_rows(vocab_size(actor))
-    trainer = probe_logprobs(actor, rows)
+    trainer = probe_scores(actor, rows)
     sampler.model.norm.register_forward_hook(lambda m, i, out: out * 3)
     verdict = checker.verdict(4, names, fingerprints(actor.named_parameters()), trainer, 0.0)
     assert verdict.tensor == "the probe batch"
@@ -257,7 +257,7 @@ def test_layer_names_and_adapters_state(tiny_model_dir):
 def test_the_sync_log_sums_a_step_and_counts_a_vllm_engines_own_checks():
     from types import SimpleNamespace
 
-    from glassrl.rollout.vllm_sync import SyncCheck
+    from glassrl.rollout.vllm_sync import SyncCheck, Tolerance
     from glassrl.workers.sync_truth import SyncLog, Verdict
 
     log = SyncLog()
@@ -268,7 +268,7 @@ def test_the_sync_log_sums_a_step_and_counts_a_vllm_engines_own_checks():
     log.add(
         [Verdict("rollout rank 1", 3, 40, "rollout rank 1, weights of version 3: x (no layer): …", "x", seconds=0.7)]
     )
-    engine.syncs, engine.last_sync = 2, SyncCheck(max_diff=4e-6, tolerance=1e-3, moved=0.1)
+    engine.syncs, engine.last_sync = 2, SyncCheck(max_diff=4e-6, tolerance=Tolerance(1e-3), moved=0.1)
     metrics, breaches = log.drain()
     assert metrics == {
         "sync/checks": 3.0,

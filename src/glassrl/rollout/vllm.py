@@ -84,6 +84,7 @@ from glassrl.rollout.base import PolicyVersions, RolloutBatch, SamplingParams
 from glassrl.rollout.hf import left_pad
 from glassrl.rollout.stops import StopSet, stop_set
 from glassrl.rollout.vllm_sync import (
+    VLLM_PROBE_LENGTH,
     AdapterDirs,
     SyncCheck,
     actor_adapter_probes,
@@ -200,7 +201,8 @@ class VLLMRolloutEngine:
         self.pad_id = pad_id(tokenizer)
         self.loaded = loaded if loaded is not None else Loaded()
         config = source.config
-        self.probe = probe_ids(config.vocab_size, getattr(config, "max_position_embeddings", 64) or 64)
+        max_length = getattr(config, "max_position_embeddings", 64) or 64
+        self.probe = probe_ids(config.vocab_size, max_length, VLLM_PROBE_LENGTH)
         self.last_sync: SyncCheck | None = None
         self.syncs = 0
         # The intra-op threads the engine was started with (OpenMP's count is per calling thread).

@@ -86,36 +86,27 @@ def test_a_synchronous_run_is_reproduced_and_sums(run, capsys):
     assert out.read_text(encoding="utf-8") == text and capsys.readouterr().out == ""
 
 
-def test_stale_samples_put_staleness_first(run, tmp_path, capsys):
-    """Step 3's ledger rewritten as if step 1's policy (version 1) had sampled it: log μ of version 1,
-    as the sampler computes it, on every generated token."""
+def stale_copy(run: Path, out: Path, policy) -> Path:
+    """A copy of ``run`` whose step 3 ledger holds, on every generated token, log μ of ``policy``
+    (version 1) as the sampler computes it (batch decoding), as if version 1 had sampled it."""
     import shutil
 
-    import torch
+    import yaml
 
     from glassrl.diagnose.mismatch import Recompute, Sample, Side, recompute_logprobs
-    from glassrl.models import load_causal_lm, load_tokenizer
-    from glassrl.run.open import open_checkpoint
+    from glassrl.models import load_tokenizer
 
-    stale = tmp_path / "stale"
-    shutil.copytree(run, stale)
-    path = stale / "ledgers" / "step_000003.jsonl"
+    shutil.copytree(run, out)
+    path = out / "ledgers" / "step_000003.jsonl"
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    actor = open_checkpoint(stale / "checkpoints" / "step_00000001").actor
-    tokenizer = load_tokenizer(actor)
+    tokenizer = load_tokenizer(yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))["model"]["actor"])
     heads = [r for r in rows if r["kind"] == "response"]
-    samples = [
-        Sample(
-            tuple(tokenizer.encode(h["prompt_as_seen"], add_special_tokens=False)),
-            tuple(r["token_id"] for r in rows if r["kind"] == "token" and r["response_index"] == h["response_index"]),
-            (),
-            (),
-            (),
-        )
-        for h in heads
-    ]
-    samples = [Sample(s.prompt_ids, s.response_ids, (True,) * len(s.response_ids), (), ()) for s in samples]
-    rc = Recompute(weights=lambda v: load_causal_lm(actor, dtype="float32", device="cpu"), micro_batch=4, pad_id=0)
+    samples = []
+    for h in heads:
+        ids = tuple(r["token_id"] for r in rows if r["kind"] == "token" and r["response_index"] == h["response_index"])
+        prompt = tuple(tokenizer.encode(h["prompt_as_seen"], add_special_tokens=False))
+        samples.append(Sample(prompt, ids, (True,) * len(ids), (), ()))
+    rc = Recompute(weights=lambda v: policy, micro_batch=4, pad_id=0)
     mu = recompute_logprobs(samples, Side(layout="decode", version=1), rc).tolist()
     k = 0
     for r in rows:
@@ -124,7 +115,21 @@ def test_stale_samples_put_staleness_first(run, tmp_path, capsys):
                 r["rollout_logprobs"], r["policy_version"], r["staleness"] = mu[k], 1, 1
             k += 1
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return out
 
+
+def test_stale_samples_put_staleness_first(run, tmp_path, capsys):
+    """Step 3's ledger rewritten as if step 1's policy (version 1) had sampled it: log μ of version 1,
+    as the sampler computes it, on every generated token."""
+    import shutil
+
+    import torch
+
+    from glassrl.models import load_causal_lm
+    from glassrl.run.open import open_checkpoint
+
+    actor = open_checkpoint(run / "checkpoints" / "step_00000001").actor
+    stale = stale_copy(run, tmp_path / "stale", load_causal_lm(actor, dtype="float32", device="cpu"))
     parts = table(capsys, str(stale), "--step", "3")
     named = {f: parts[f] for f in ("precision", "batch", "staleness", "rerender")}
     assert max(named, key=named.get) == "staleness"
@@ -138,6 +143,53 @@ def test_stale_samples_put_staleness_first(run, tmp_path, capsys):
     row = next(p for p in found["parts"] if p["factor"] == "staleness")
     assert row["share"] is None and row["note"].startswith("no checkpoint of version 1")
     assert found["not_reproduced"] >= 0.95 * found["gap"]
+
+
+def test_a_lora_run_is_recomputed_with_each_versions_adapters(tiny_model_dir, prompt_files, tmp_path, capsys):
+    """model.lora: π_old of step N is the base with the adapters of checkpoint N − 1 (step 1: the base,
+    B = 0). Reproduced to the ledger's rounding at every step; and a ledger sampled by version 1's
+    adapters puts staleness first, its parts summing to the gap (each version's adapters recomputed)."""
+    pytest.importorskip("peft")
+    from glassrl.config import load_config
+    from glassrl.models import load_causal_lm
+    from glassrl.models.lora import LoraSettings, load_lora_model
+    from glassrl.rl.config import TrainConfig
+    from glassrl.rl.loop import Trainer
+    from glassrl.run.open import open_checkpoint
+    from helpers import tiny_run_overrides
+
+    out = tmp_path / "lora"
+    overrides = [
+        *tiny_run_overrides(tiny_model_dir, prompt_files, out),
+        "steps=3",
+        "model.lora.r=4",
+        "model.lora.alpha=8",
+        "actor_optim.lr=0.01",
+        "actor_optim.warmup_steps=0",
+        "reward.sources=[{name: arith_verify, weight: 1.0, partial_credit: true}]",  # the adapters move
+        "logging.checkpoint_every=1",
+        "logging.keep_checkpoints=5",
+        "logging.ledger_samples=16",
+        "logging.report=false",
+        "rollout.sampling_logprobs=true",
+    ]
+    Trainer(load_config(TrainConfig, ROOT / "examples" / "grpo.yaml", overrides), progress=False).train()
+    assert logged_metrics(out)[-1]["kl/mean"] > 1e-4  # the adapters moved π_θ off the base: they count
+    capsys.readouterr()
+    for step in (1, 2, 3):
+        rows = table(capsys, str(out), "--step", str(step))
+        assert rows["sum = G"] == pytest.approx(rows["G"], rel=1e-3, abs=1e-12) and rows["G"] < 1e-5
+        assert abs(rows["trainer not reproduced"]) <= 1e-7, (step, rows)  # without the adapters: ~ the KL's size
+        assert rows["not reproduced"] <= max(0.05 * rows["G"], 2e-7), (step, rows)  # 2e-7: float32 numbers
+
+    actor = open_checkpoint(out / "checkpoints" / "step_00000001").actor
+    assert (actor / "adapter_config.json").is_file()
+    load = lambda base: load_causal_lm(base, dtype="float32", device="cpu")  # noqa: E731
+    policy = load_lora_model(actor, LoraSettings(r=4, alpha=8.0), load).eval()
+    parts = table(capsys, str(stale_copy(out, tmp_path / "stale", policy)), "--step", "3")
+    named = {f: parts[f] for f in ("precision", "batch", "staleness", "rerender")}
+    assert max(named, key=named.get) == "staleness" and parts["G"] > 1e-4
+    assert abs(sum(named.values()) - parts["G"]) <= 0.05 * parts["G"]
 
 
 def error(capsys, *argv: str) -> str:

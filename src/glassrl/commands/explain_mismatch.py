@@ -33,9 +33,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from glassrl.errors import GlassrlError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def run(args: argparse.Namespace) -> str:
@@ -45,7 +50,7 @@ def run(args: argparse.Namespace) -> str:
     from glassrl.config import load_saved_config
     from glassrl.diagnose.mismatch import Recompute, Side, attribute, byte_lengths, render_attribution, text_render
     from glassrl.ledger import read_jsonl
-    from glassrl.models import load_causal_lm, load_tokenizer
+    from glassrl.models import load_tokenizer
     from glassrl.report.run_dir import ledger_paths
     from glassrl.rl.config import TrainConfig
     from glassrl.run.checkpoint import step_dir_name
@@ -57,8 +62,6 @@ def run(args: argparse.Namespace) -> str:
     if not (root / "config.yaml").is_file():
         raise GlassrlError(f"--mismatch {root}: not a run directory (no config.yaml)")
     cfg = load_saved_config(TrainConfig, root / "config.yaml")
-    if cfg.model.lora is not None:
-        raise GlassrlError(f"--mismatch {root}: a LoRA run (model.lora); its policy versions are not recomputed yet")
     held = {0: Path(cfg.model.actor)} | _checkpoints(root, step_dir_name)
     ledgers = ledger_paths(root)
     can = [s for s in ledgers if s - 1 in held]
@@ -114,7 +117,7 @@ def run(args: argparse.Namespace) -> str:
 
     def weights(version: int) -> torch.nn.Module:
         if version not in loaded:
-            loaded[version] = load_causal_lm(_actor(held, version), dtype="float32", device="cpu")
+            loaded[version] = _policy(held, version, "float32", cfg.model.lora)
         return loaded[version]
 
     recompute = Recompute(
@@ -125,7 +128,7 @@ def run(args: argparse.Namespace) -> str:
         token_bytes=byte_lengths(tokenizer),
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
         # a model.dtype run's weights as its trainer loads them (the 16-bit side of the other runs: the cast)
-        load=lambda v, d: load_causal_lm(_actor(held, v), dtype=d, device="cpu") if d == weights_dtype else None,
+        load=lambda v, d: _policy(held, v, d, cfg.model.lora) if d == weights_dtype else None,
     )
     if cfg.rollout.engine != "hf":
         scorer, why = _engine_scorer(cfg, sampler, trainer, weights, held)
@@ -159,10 +162,32 @@ def _engine_scorer(cfg, sampler, trainer, weights, held: dict[int, Path]):
     if unsupported := sorted({d for d in (sampler.dtype, trainer.dtype) if d not in VLLM_DTYPES}):
         return None, f"vLLM here computes in {', '.join(VLLM_DTYPES)}, not {', '.join(unsupported)}"
     truncated = cfg.rollout.top_p < 1.0 or cfg.rollout.top_k > 0
+    # LoRA: the engine holds the base and applies each version's adapter through a LoRARequest, as the
+    # run's engine did (glassrl.rollout.vllm); version 0's adapter (B = 0) adds nothing: the base alone
+    lora = dict(adapter=lambda v: _actor(held, v) if v else None, rank=cfg.model.lora.r) if cfg.model.lora else {}
     scorer = VLLMScorer(
-        lambda v: _actor(held, v), weights, temperature=cfg.rollout.temperature, seed=cfg.seed, truncated=truncated
+        lambda v: _actor(held, 0 if lora else v),
+        weights,
+        temperature=cfg.rollout.temperature,
+        seed=cfg.seed,
+        truncated=truncated,
+        **lora,
     )
     return scorer, ""
+
+
+def _policy(held: dict[int, Path], version: int, dtype: str, lora) -> torch.nn.Module:
+    """The policy of ``version`` in ``dtype`` (float32 or the run's model.dtype), in eval mode. A LoRA
+    run (``lora``: its model.lora): version 0 is the base (the adapters start with B = 0, so they add
+    exact zeros: Hu et al. 2021, §4.1), version K the checkpoint's adapters on the base, loaded as the
+    run's trainer loads them (glassrl.rl.build.with_lora: the base in ``dtype``, peft's adapters)."""
+    from glassrl.models import load_causal_lm
+    from glassrl.models.lora import load_lora_model
+
+    load = partial(load_causal_lm, dtype=dtype, device="cpu")
+    if lora is None or version == 0:
+        return load(_actor(held, version)).eval()
+    return load_lora_model(_actor(held, version), lora.settings(), load).eval()
 
 
 def _actor(held: dict[int, Path], version: int) -> Path:

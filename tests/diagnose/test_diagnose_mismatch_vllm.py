@@ -210,7 +210,7 @@ def test_the_engine_ranks_first_in_9_of_10_seeds(vllm_model_dir):
     params = SamplingParams(max_new_tokens=12, temperature=1.0, top_p=1.0, top_k=0, greedy=False)
     sampler = Side(dtype="bfloat16", layout="decode", version=None, engine="vllm")
     trainer = Side(dtype="bfloat16", layout="packed", version=1, rerender=True)
-    firsts, sums, gaps = [], [], []
+    firsts, sums, gaps, shares = [], [], [], []
     for seed in range(10):
         rng = torch.Generator().manual_seed(seed)
         with torch.no_grad():
@@ -253,6 +253,11 @@ def test_the_engine_ranks_first_in_9_of_10_seeds(vllm_model_dir):
         firsts.append(found.ranked()[0])
         sums.append(abs(found.explained - found.gap) / found.gap)
         gaps.append(found.gap)
+        shares.append(found.parts[-1].share / found.gap)
+    print(
+        f"engine first in {firsts.count('engine')}/10 seeds; G {min(gaps):.3g}–{max(gaps):.3g} nats/token; its share "
+        f"{min(shares):.1%}–{max(shares):.1%}; factors explain {1 - max(sums):.1%}–{1 - min(sums):.1%}"
+    )
     assert sum(f == "engine" for f in firsts) >= 9, (firsts, gaps)
     assert max(sums) <= 0.05, sums
 

@@ -34,9 +34,9 @@ from glassrl.errors import GlassrlError
 
 PROBE_LENGTH = 16  # the Ray and local samplers' probe rows (glassrl.workers.sync_truth: checksums first)
 # vLLM's probe sequence: its repacked layers are seen by the probe alone. At 16 tokens a transposed
-# q_proj in bfloat16 used 0.56 of the tolerance on the reasoning-gym model (missed: the first
+# q_proj in bfloat16 used 0.56 of the tolerance on the reasoning-gym model (missed; likely: the first
 # positions attend to few keys, so q barely counts there); at 48 every planted fault but a tensor one
-# small update behind used 4.5 or more, a clean sync 0.22 at most (docs/debugging.md, the probe's tolerance)
+# small update behind used 2.85 or more, a clean sync 0.22 at most (docs/debugging.md, the probe's tolerance)
 VLLM_PROBE_LENGTH = 48
 
 

@@ -118,8 +118,8 @@ class Tolerance:
     the roundings of the hidden states before it (each layer's attention, MLP, residual stream) reach the
     logits through the head as further multiples of u·s_t, C·u·s_t in all, C set by depth and
     conditioning, not derivable tightly. Measured (vLLM bf16 against the actor's bf16 forward, three
-    builtin models and Qwen2.5-0.5B's width, clean syncs, docs/debugging.md): C ≤ 5.2 (|Δ_t| up to 0.39);
-    ROUNDOFF_FACTOR 16 leaves 3× that. Against |log p_t| no such bound holds (0.06 off at |log p_t| <
+    builtin models and Qwen2.5-0.5B's width, clean syncs, benchmarks/bench_bf16_probe.py): C ≤ 5.1 (|Δ_t|
+    up to 0.39); ROUNDOFF_FACTOR 16 leaves 3× that. Against |log p_t| no such bound holds (0.06 off at |log p_t| <
     0.2: likely tokens at positions of large logits): the logits' error does not shrink with p_t."""
 
     atol: float

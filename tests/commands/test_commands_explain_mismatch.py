@@ -86,36 +86,27 @@ def test_a_synchronous_run_is_reproduced_and_sums(run, capsys):
     assert out.read_text(encoding="utf-8") == text and capsys.readouterr().out == ""
 
 
-def test_stale_samples_put_staleness_first(run, tmp_path, capsys):
-    """Step 3's ledger rewritten as if step 1's policy (version 1) had sampled it: log μ of version 1,
-    as the sampler computes it, on every generated token."""
+def stale_copy(run: Path, out: Path, policy) -> Path:
+    """A copy of ``run`` whose step 3 ledger holds, on every generated token, log μ of ``policy``
+    (version 1) as the sampler computes it (batch decoding), as if version 1 had sampled it."""
     import shutil
 
-    import torch
+    import yaml
 
     from glassrl.diagnose.mismatch import Recompute, Sample, Side, recompute_logprobs
-    from glassrl.models import load_causal_lm, load_tokenizer
-    from glassrl.run.open import open_checkpoint
+    from glassrl.models import load_tokenizer
 
-    stale = tmp_path / "stale"
-    shutil.copytree(run, stale)
-    path = stale / "ledgers" / "step_000003.jsonl"
+    shutil.copytree(run, out)
+    path = out / "ledgers" / "step_000003.jsonl"
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    actor = open_checkpoint(stale / "checkpoints" / "step_00000001").actor
-    tokenizer = load_tokenizer(actor)
+    tokenizer = load_tokenizer(yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))["model"]["actor"])
     heads = [r for r in rows if r["kind"] == "response"]
-    samples = [
-        Sample(
-            tuple(tokenizer.encode(h["prompt_as_seen"], add_special_tokens=False)),
-            tuple(r["token_id"] for r in rows if r["kind"] == "token" and r["response_index"] == h["response_index"]),
-            (),
-            (),
-            (),
-        )
-        for h in heads
-    ]
-    samples = [Sample(s.prompt_ids, s.response_ids, (True,) * len(s.response_ids), (), ()) for s in samples]
-    rc = Recompute(weights=lambda v: load_causal_lm(actor, dtype="float32", device="cpu"), micro_batch=4, pad_id=0)
+    samples = []
+    for h in heads:
+        ids = tuple(r["token_id"] for r in rows if r["kind"] == "token" and r["response_index"] == h["response_index"])
+        prompt = tuple(tokenizer.encode(h["prompt_as_seen"], add_special_tokens=False))
+        samples.append(Sample(prompt, ids, (True,) * len(ids), (), ()))
+    rc = Recompute(weights=lambda v: policy, micro_batch=4, pad_id=0)
     mu = recompute_logprobs(samples, Side(layout="decode", version=1), rc).tolist()
     k = 0
     for r in rows:
@@ -124,7 +115,21 @@ def test_stale_samples_put_staleness_first(run, tmp_path, capsys):
                 r["rollout_logprobs"], r["policy_version"], r["staleness"] = mu[k], 1, 1
             k += 1
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return out
 
+
+def test_stale_samples_put_staleness_first(run, tmp_path, capsys):
+    """Step 3's ledger rewritten as if step 1's policy (version 1) had sampled it: log μ of version 1,
+    as the sampler computes it, on every generated token."""
+    import shutil
+
+    import torch
+
+    from glassrl.models import load_causal_lm
+    from glassrl.run.open import open_checkpoint
+
+    actor = open_checkpoint(run / "checkpoints" / "step_00000001").actor
+    stale = stale_copy(run, tmp_path / "stale", load_causal_lm(actor, dtype="float32", device="cpu"))
     parts = table(capsys, str(stale), "--step", "3")
     named = {f: parts[f] for f in ("precision", "batch", "staleness", "rerender")}
     assert max(named, key=named.get) == "staleness"
@@ -250,8 +255,10 @@ def test_a_bfloat16_weights_run_is_reproduced(tiny_model_dir, prompt_files, tmp_
 
 
 def test_a_lora_run_is_reproduced_with_its_adapters(tiny_model_dir, prompt_files, tmp_path, capsys):
-    """model.lora: each checkpoint holds the adapters alone; π_old of step 3 is the base with step 2's
-    adapters, unmerged, as the trainer computed it (the base alone is far from it: the adapters moved)."""
+    """model.lora: each checkpoint holds the adapters alone; π_old of step N is the base with step
+    N − 1's adapters, unmerged, as the trainer computed it (step 1: the base, B = 0), reproduced at
+    every step (the base alone is far from it: the adapters moved); and a ledger sampled by version
+    1's adapters puts staleness first, its parts summing to the gap."""
     pytest.importorskip("peft")
     import torch
 
@@ -280,10 +287,11 @@ def test_a_lora_run_is_reproduced_with_its_adapters(tiny_model_dir, prompt_files
     ]
     Trainer(load_config(TrainConfig, ROOT / "examples" / "grpo.yaml", overrides), progress=False).train()
     capsys.readouterr()
-    rows = table(capsys, str(out), "--step", "3")
-    assert rows["sum = G"] == pytest.approx(rows["G"], rel=1e-3, abs=1e-12)
-    assert rows["G"] < 1e-5 and abs(rows["trainer not reproduced"]) <= 1e-7
-    assert rows["not reproduced"] <= max(0.05 * rows["G"], 1e-7)
+    for step in (1, 2, 3):  # step 1: the base (B = 0); steps 2 and 3: checkpoint 1's and 2's adapters
+        rows = table(capsys, str(out), "--step", str(step))
+        assert rows["sum = G"] == pytest.approx(rows["G"], rel=1e-3, abs=1e-12)
+        assert rows["G"] < 1e-5 and abs(rows["trainer not reproduced"]) <= 1e-7, (step, rows)
+        assert rows["not reproduced"] <= max(0.05 * rows["G"], 2e-7), (step, rows)  # 2e-7: float32 numbers
 
     # the adapters carry the policy: the base alone is far from π_old, the base with them equal to it
     from glassrl.commands.explain_mismatch import _samples
@@ -303,3 +311,11 @@ def test_a_lora_run_is_reproduced_with_its_adapters(tiny_model_dir, prompt_files
         rc = Recompute(weights=lambda v, m=model.eval(): m, micro_batch=4, pad_id=tokenizer.pad_token_id or 0)
         gaps[name] = float((recompute_logprobs(samples, Side(layout="padded", version=2), rc) - pi_old).abs().max())
     assert gaps["adapters"] < 1e-5 and gaps["base"] > 1e-3, gaps
+
+    # a ledger sampled by version 1's adapters: staleness first, each version's adapters recomputed
+    older = open_checkpoint(out / "checkpoints" / "step_00000001").actor
+    policy = load_lora_model(older, LoraSettings(r=4, alpha=8), lambda p: load_causal_lm(p, device="cpu")).eval()
+    parts = table(capsys, str(stale_copy(out, tmp_path / "stale", policy)), "--step", "3")
+    named = {f: parts[f] for f in ("precision", "batch", "staleness", "rerender")}
+    assert max(named, key=named.get) == "staleness" and parts["G"] > 1e-4, parts
+    assert abs(sum(named.values()) - parts["G"]) <= 0.05 * parts["G"]

@@ -25,9 +25,10 @@ the weights of step N − 1 (the local backend's overlap: the sampling version's
 weights' (``model.dtype``: vLLM runs in it, without autocast), and the engine factor is recomputed
 in vLLM where it is installed (glassrl.diagnose.mismatch_vllm: the ids scored by vLLM's
 ``prompt_logprobs`` at the run's temperature, in float32 or bfloat16; without vllm, or in float16,
-its part stays in "not reproduced"). Only the responses of the ledger sample are recomputed
-(``logging.ledger_samples``); the sampling batch held more, which the "decode" layout cannot
-bring back.
+its part stays in "not reproduced"; a LoRA run's engine holds the base and each version's adapter
+through a LoRARequest of its own, as the run's engine sampled). Only the responses of the ledger
+sample are recomputed (``logging.ledger_samples``); the sampling batch held more, which the
+"decode" layout cannot bring back.
 """
 
 from __future__ import annotations
@@ -128,11 +129,7 @@ def run(args: argparse.Namespace) -> str:
         # a model.dtype run's weights as its trainer loads them (the 16-bit side of the other runs: the cast)
         load=lambda v, d: policy(v, d) if d == weights_dtype else None,
     )
-    if cfg.rollout.engine != "hf" and cfg.model.lora is not None:
-        absent["engine"] = (
-            "a LoRA run: vLLM is not given the adapters to score with here; its part stays in 'not reproduced'"
-        )
-    elif cfg.rollout.engine != "hf":
+    if cfg.rollout.engine != "hf":
         scorer, why = _engine_scorer(cfg, sampler, trainer, weights, held)
         if scorer is None:
             absent["engine"] = f"{why}; its part stays in 'not reproduced'"
@@ -164,8 +161,16 @@ def _engine_scorer(cfg, sampler, trainer, weights, held: dict[int, Path]):
     if unsupported := sorted({d for d in (sampler.dtype, trainer.dtype) if d not in VLLM_DTYPES}):
         return None, f"vLLM here computes in {', '.join(VLLM_DTYPES)}, not {', '.join(unsupported)}"
     truncated = cfg.rollout.top_p < 1.0 or cfg.rollout.top_k > 0
+    # LoRA: the engine holds the base and applies each version's adapter through a LoRARequest, as the
+    # run's engine did (glassrl.rollout.vllm); version 0's adapter (B = 0) adds nothing: the base alone
+    lora = dict(adapter=lambda v: _actor(held, v) if v else None, rank=cfg.model.lora.r) if cfg.model.lora else {}
     scorer = VLLMScorer(
-        lambda v: _actor(held, v), weights, temperature=cfg.rollout.temperature, seed=cfg.seed, truncated=truncated
+        lambda v: _actor(held, 0 if lora else v),
+        weights,
+        temperature=cfg.rollout.temperature,
+        seed=cfg.seed,
+        truncated=truncated,
+        **lora,
     )
     return scorer, ""
 

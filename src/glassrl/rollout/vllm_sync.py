@@ -36,7 +36,8 @@ PROBE_LENGTH = 16  # the Ray and local samplers' probe rows (glassrl.workers.syn
 # vLLM's probe sequence: its repacked layers are seen by the probe alone. At 16 tokens a transposed q_proj
 # in bfloat16 used 0.56 of the tolerance on the reasoning-gym model (missed: the first positions attend to
 # few keys, so q barely counts there); at 48 every planted fault but a tensor one small update behind used
-# 2.85 of it or more, a clean sync 0.22 at most (branch bf16probe's benchmarks/bench_bf16_probe.py)
+# 2.85 of it or more, a clean sync 0.22 at most (benchmarks/bench_bf16_probe.py; docs/debugging.md, "The
+# probe's tolerance")
 VLLM_PROBE_LENGTH = 48
 
 
@@ -108,14 +109,18 @@ class Tolerance:
     """The largest |Δ log-prob| at probe token t that other kernels explain: ``atol + rtol · s_t``, s_t
     the spread of the actor's logits at t (max − min over the vocabulary).
 
-    Why the spread: a 16-bit engine rounds the hidden states and the logits to a unit roundoff u
-    (bfloat16 2^-8), so each logit is off by a multiple of u times the logits' magnitude, and
-    log p_t = z_t − logsumexp(z) carries the error of z_t and of the normaliser; log-softmax is
-    shift-invariant, so the magnitude that counts is the spread (which bounds every |log p_t| but
-    log |V|). Measured (vLLM bf16 against the actor's bf16 forward, three builtin models and
-    Qwen2.5-0.5B's width, clean syncs, docs/debugging.md): |Δ_t| up to 0.39 and up to 5.2·u·s_t;
-    against |log p_t| no such bound holds (0.06 off at |log p_t| < 0.2: likely tokens at positions of
-    large logits)."""
+    Why the spread (first order): with the engine's logits z + δz, Δ log p_t = δz_t − Σ_i p_i δz_i
+    (∂ logsumexp(z) / ∂z_i = p_i), so |Δ_t| ≤ max_i δz_i − min_i δz_i and an error common to every logit
+    cancels. Each rounding to a format of unit roundoff u moves a value x to x(1 + δ), |δ| ≤ u (Higham,
+    Accuracy and Stability of Numerical Algorithms, 2nd ed., Thm 2.2; u = 2^-p for p significant bits:
+    bfloat16 p = 8, u = 2^-8): the logits' own rounding gives |δz_i| ≤ u·|z_i|, and an LM head without
+    bias puts the logits on both sides of 0, so |z_i| ≤ s_t and this rounding alone gives |Δ_t| ≤ 2·u·s_t;
+    the roundings of the hidden states before it (each layer's attention, MLP, residual stream) reach the
+    logits through the head as further multiples of u·s_t, C·u·s_t in all, C set by depth and
+    conditioning, not derivable tightly. Measured (vLLM bf16 against the actor's bf16 forward, three
+    builtin models and Qwen2.5-0.5B's width, clean syncs, benchmarks/bench_bf16_probe.py): C ≤ 5.1 (|Δ_t|
+    up to 0.39); ROUNDOFF_FACTOR 16 leaves 3× that. Against |log p_t| no such bound holds (0.06 off at |log p_t| <
+    0.2: likely tokens at positions of large logits): the logits' error does not shrink with p_t."""
 
     atol: float
     rtol: float = 0.0

@@ -24,9 +24,10 @@ bench_vs_trl.py's ``--models qwen``), preference pairs over them, and calculator
 Measured per case: wall time of the process; peak RSS per phase, exact (``VmHWM`` read and reset through
 ``/proc/self/clear_refs`` at each phase boundary, Linux ≥ 4.0): ``start`` (imports, model loading,
 everything before the first phase), the trainer's own phases (glassrl.rl.metrics.PhaseTimer: generate,
-score, logprobs, rewards, advantages, update), sampling (the HF engine's ``generate``), the supervised
-trainers' reference log-probs, forward+backward, optimiser step and evaluation, and ``other`` (between
-phases: logging, checkpoints, the final save). The memory estimate is what the command itself computed
+score, logprobs, rewards, advantages, update), the RL step's seventh (log, ledger, evaluation,
+checkpoint), sampling (the HF engine's ``generate``), the supervised trainers' reference log-probs,
+forward+backward, optimiser step, evaluation and checkpoints, the run's report, and ``other`` (the rest
+between phases). The memory estimate is what the command itself computed
 before loading (every call of glassrl.models.memory.refuse_if_over is recorded, terms and memory
 available); a refusal is that line, with its per-part figures.
 
@@ -250,7 +251,13 @@ def instrument(phases: Phases, estimates: list[dict]) -> None:
             yield
 
     metrics.PhaseTimer.phase = phase
+    import glassrl.rl.loop as loop
+    from glassrl.run.session import RunCheckpoints
+
     phases.wrap(HFRolloutEngine, "generate", "generate")
+    phases.wrap(loop.Trainer, "_log_and_save", "log, ledger, checkpoint")  # the RL step's seventh phase
+    phases.wrap(RunCheckpoints, "save", "checkpoint")  # the supervised trainers' too
+    phases.wrap(loop, "write_run_report", "report")
     phases.wrap(PreferenceObjective, "_reference", "reference log-probs")
     phases.wrap(supervised, "accumulate", "forward+backward")
     phases.wrap(supervised, "guarded_step", "optimiser step")

@@ -256,6 +256,21 @@ def test_a_part_that_does_not_read_back_is_refused(tmp_path, monkeypatch):
     assert not (tmp_path / "latest").exists()
 
 
+@pytest.mark.parametrize("kind", ["torch", "safetensors"])
+def test_a_tensor_written_wrong_is_refused_at_save(tmp_path, monkeypatch, kind):
+    """The read-back compares the tensor file one tensor at a time: one value off in the file is caught."""
+    real = ckpt.save_file
+
+    def off_by_one(tensors, filename, *args, **kwargs):
+        key = sorted(tensors)[0]
+        return real({**tensors, key: tensors[key] + 1}, filename, *args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "save_file", off_by_one)
+    part = Part(kind, {"w": torch.zeros(3)} if kind == "safetensors" else {"exp_avg": torch.zeros(3), "step": 2})
+    with pytest.raises(GlassrlError, match=f"part 'optimizer' of kind '{kind}' does not read back as written"):
+        CheckpointManager(tmp_path, keep=1).save(1, {"optimizer": part})
+
+
 def test_a_deleted_latest_falls_back_to_the_newest_checkpoint_that_verifies(tmp_path):
     manager = CheckpointManager(tmp_path, keep=3)
     for step in (1, 2, 3):

@@ -191,6 +191,7 @@ class Phases:
         self.seconds: dict[str, float] = {}
         self.order: list[str] = []
         self.lock = threading.Lock()
+        self.on_close = lambda: None  # the worker's progress file, rewritten at each boundary
 
     def _close(self, next_name: str) -> None:
         now, peak = time.perf_counter(), vm("VmHWM")
@@ -200,6 +201,7 @@ class Phases:
         self.seconds[self.name] = self.seconds.get(self.name, 0.0) + now - self.t0
         Path("/proc/self/clear_refs").write_text("5")
         self.name, self.t0 = next_name, now
+        self.on_close()
 
     @contextlib.contextmanager
     def phase(self, name: str):
@@ -227,12 +229,15 @@ class Phases:
 
         setattr(owner, attribute, timed)
 
+    def so_far(self) -> dict:
+        return {"order": self.order, "peak": self.peak, "seconds": self.seconds, "in": self.name}
+
     def result(self) -> dict:
         self._close(self.name)
-        return {"order": self.order, "peak": self.peak, "seconds": self.seconds}
+        return self.so_far()
 
 
-def instrument(phases: Phases, estimates: list[dict]) -> None:
+def instrument(phases: Phases, estimates: list[dict], progress) -> None:
     """The phases to time (module docstring) and every memory estimate the command computes."""
     import glassrl.models.memory as memory
     import glassrl.rl.memory as rl_memory
@@ -268,6 +273,7 @@ def instrument(phases: Phases, estimates: list[dict]) -> None:
     def recorded(terms, available, device, what, lower, detail=""):
         row = {"terms": dict(terms), "available": available, "what": what}
         estimates.append(row)
+        progress()
         try:
             refuse(terms, available, device, what, lower, detail)
         except GlassrlError as err:
@@ -287,7 +293,12 @@ def worker(spec_path: str, out_path: str) -> None:
     torch.set_num_threads(spec["threads"])
     from glassrl import cli
 
-    instrument(phases, estimates)
+    def progress() -> None:  # what a case the guard kills leaves: its estimates and the phases it finished
+        so_far = {"estimates": estimates, "phases": phases.so_far()}
+        Path(out_path + ".progress").write_text(json.dumps(so_far))
+
+    phases.on_close = progress
+    instrument(phases, estimates, progress)
     rc = cli.main(spec["argv"])
     out = {"rc": rc, "wall_s": time.perf_counter() - start, "peak": vm("VmHWM"), "estimates": estimates}
     out["phases"] = phases.result()
@@ -315,6 +326,7 @@ def run_case(name: str, argv: list[str], work: Path, args) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "GLASSRL_THREADS": str(args.threads)}
     env |= {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     start, killed = time.perf_counter(), None
+    Path(str(out) + ".progress").unlink(missing_ok=True)
     with log.open("w") as f:
         command = [sys.executable, __file__, "--worker", str(spec), str(out)]
         child = subprocess.Popen(command, stdout=f, stderr=f, env=env)
@@ -331,7 +343,16 @@ def run_case(name: str, argv: list[str], work: Path, args) -> dict:
                 break
             time.sleep(0.5)
     wall = time.perf_counter() - start
-    result = json.loads(out.read_text()) if out.is_file() else {"rc": child.returncode, "estimates": []}
+    progress = Path(str(out) + ".progress")
+    if out.is_file():
+        result = json.loads(out.read_text())
+    else:  # killed or failed: what it had reached
+        result = {"rc": child.returncode, "estimates": []}
+        if progress.is_file():
+            result |= json.loads(progress.read_text())
+            if killed:
+                killed += f", in its phase '{result['phases']['in']}'"
+    progress.unlink(missing_ok=True)
     result |= {"name": name, "argv": argv, "process_wall_s": wall, "killed": killed}
     lines = log.read_text(errors="replace").splitlines()
     result["error"] = next((line for line in lines if line.startswith("glassrl ") and ": error:" in line), None)

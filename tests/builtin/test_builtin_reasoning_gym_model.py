@@ -29,6 +29,7 @@ def test_a_tiny_build_trains_on_the_training_seed_and_scores_the_evaluation_seed
     train = records(spec.dataset, seed=spec.train_seed, size=spec.sft_examples, config=spec.config())
     assert [(r["prompt"], r["response"]) for r in rows] == [(t.prompt, t.answer) for t in train]
     held_out = info["heldout_reasoning_gym"]
+    assert info["heldout_headroom"]["n"] == 8 and 0 <= info["heldout_headroom"]["pass@16"] <= 1
     assert held_out["n"] == 8 and 0 <= held_out["accuracy"] <= 1 and 0 < held_out["unseen"] <= 1
     assert info["spec"]["eval_seed"] - info["spec"]["train_seed"] >= spec.sft_examples  # Random(seed + i)
     assert BUILTIN_MODELS[RG_MODEL] and REBUILD[RG_MODEL] == "--force --agent reasoning-gym"

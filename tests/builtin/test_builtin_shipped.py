@@ -13,6 +13,7 @@ from rich.console import Console
 
 from glassrl.builtin import agent_model, default_model, research_model, shipped
 from glassrl.builtin.default_model import ensure_default_model
+from glassrl.builtin.reasoning_gym_model import RG_SPEC, RG_VERSION
 from glassrl.errors import GlassrlError
 from glassrl.models.default_model import (
     AGENT_SPEC,
@@ -28,7 +29,7 @@ from glassrl.models.default_model import (
 from glassrl.models.loading import load_causal_lm, load_tokenizer
 
 QUIET = Console(file=io.StringIO())
-SPECS = {VERSION: DEFAULT_SPEC, AGENT_VERSION: AGENT_SPEC, RESEARCH_VERSION: RESEARCH_SPEC}
+SPECS = {VERSION: DEFAULT_SPEC, AGENT_VERSION: AGENT_SPEC, RESEARCH_VERSION: RESEARCH_SPEC, RG_VERSION: RG_SPEC}
 
 
 def _no_build(out_dir, *, seed, console):

@@ -48,7 +48,7 @@ from glassrl.builtin import shipped
 for version, files in shipped.SHIPPED.items():  # every shipped file installed, as pinned
     for name, pinned in files.items():
         assert shipped.sha256(shipped.WEIGHTS / version / name) == pinned, (version, name)
-assert shipped.WEIGHTS.is_relative_to(glassrl.__file__.rsplit("/", 1)[0]) and len(shipped.SHIPPED) == 3
+assert shipped.WEIGHTS.is_relative_to(glassrl.__file__.rsplit("/", 1)[0]) and len(shipped.SHIPPED) == 4
 
 print(glassrl.__file__)
 print(" ".join(presets.names()))

@@ -1,7 +1,7 @@
 """Ship the embedded models' weights with the package: copy each built model from
 ``$GLASSRL_HOME/models/<version>`` (built with ``glassrl init-model``, ``--agent``, ``--agent
-research``, seed 0) into ``src/glassrl/builtin/weights/<version>/``, its ``sft_data.jsonl`` gzipped
-(deterministic: no name, no time in the header), and pin every file's sha256 in
+research``, ``--agent reasoning-gym``, seed 0) into ``src/glassrl/builtin/weights/<version>/``, its
+``sft_data.jsonl`` gzipped (deterministic: no name, no time in the header), and pin every file's sha256 in
 ``src/glassrl/builtin/shipped.py`` (its ``SHIPPED = {...}`` line rewritten).
 
     GLASSRL_HOME=/tmp/models glassrl init-model && ... && GLASSRL_HOME=/tmp/models python tools/ship_models.py
@@ -17,6 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from glassrl.builtin.reasoning_gym_model import RG_VERSION
 from glassrl.models.default_model import AGENT_VERSION, MARKER, RESEARCH_VERSION, VERSION, default_model_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,4 +66,4 @@ def main(versions: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or [VERSION, AGENT_VERSION, RESEARCH_VERSION])
+    main(sys.argv[1:] or [VERSION, AGENT_VERSION, RESEARCH_VERSION, RG_VERSION])

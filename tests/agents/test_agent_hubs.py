@@ -208,3 +208,6 @@ def test_the_chain_sum_example_reads_the_exported_files_beside_the_examples():
     assert cfg.data.train == str(examples / "data" / "rg_chain_sum_train.jsonl")
     assert cfg.data.test == str(examples / "data" / "rg_chain_sum_eval.jsonl")
     assert cfg.model.actor == "default-rg"
+    # what moved greedy accuracy (docs/agentic.md): greedy evaluation, a small annealed lr, groups of 16 at T 0.7
+    assert (cfg.logging.eval_k, cfg.actor_optim.decay, cfg.rollout.n, cfg.rollout.temperature) == (1, "cosine", 16, 0.7)
+    assert cfg.actor_optim.lr <= 5e-5 and cfg.algo.positive_nll_coef > 0

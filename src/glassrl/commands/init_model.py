@@ -29,14 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         const="tool-add",
         choices=AGENTS,
         help="a tool-using agent model: tool-add (the default; default-agent-v1, model.actor: default-agent) or "
-        "research (default-research-v1, model.actor: default-research) or reasoning-gym (default-rg-v1, model.actor: "
+        "research (default-research-v1, model.actor: default-research) or reasoning-gym (default-rg-v2, model.actor: "
         "default-rg)",
     )
     parser.add_argument(
         "--out",
         metavar="DIR",
         help="where to write it (default: $GLASSRL_HOME/models/default-v2, default-agent-v1, default-research-v1 "
-        "or default-rg-v1)",
+        "or default-rg-v2)",
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the weights' initialisation and the SFT data order (default 0)"

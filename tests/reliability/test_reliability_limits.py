@@ -89,27 +89,28 @@ def test_a_reward_that_floods_its_output_reaches_the_terminal_capped(tmp_path, m
 def test_a_batch_that_cannot_fit_is_refused_at_start_with_the_figure(
     capsys, monkeypatch, tmp_path, tiny_model_dir, prompt_files
 ):
-    """batch.prompts_per_step=100000 took 23.7 GB and died by the OOM killer after 157 s, silent.
+    """batch.prompts_per_step=100000 took 23.7 GB and died by the OOM killer after 157 s, silent (the test asks
+    for 1000000: since the estimate counts the longest prompt read, not the limit, 100000 fits in 8 GiB).
     Now the step's memory is estimated before any model loads and the run refused, with the figures
     (the memory available fixed at 8 GiB here, so that the test reads the same on any machine)."""
     import glassrl.rl.memory as memory
 
     monkeypatch.setattr(memory, "available_bytes", lambda device: 8 * 2**30)
     run = tiny_run_overrides(tiny_model_dir, prompt_files, tmp_path / "run")
-    big = ["batch.prompts_per_step=100000", "batch.mini_batch_prompts=100000", "batch.micro_batch_responses=8"]
+    big = ["batch.prompts_per_step=1000000", "batch.mini_batch_prompts=1000000", "batch.micro_batch_responses=8"]
     assert_one_error_line(
         capsys,
         ["train", "grpo", *run, *big],
-        r"batch\.prompts_per_step = 100000 × rollout\.n = 4: one step needs about \d+\.\d GiB \(key-value cache "
+        r"batch\.prompts_per_step = 1000000 × rollout\.n = 4: one step needs about \d+\.\d GiB \(key-value cache "
         r"\d+\.\d, per-token tensors \d+\.\d, weights 0\.0, update activations 0\.0, log-prob chunks 0\.0; "
         r"responses of up to \d+ \+ 16 tokens\), more than the "
         r"8\.0 GiB available on cpu; lower batch\.prompts_per_step",
     )
     assert not (tmp_path / "run" / "checkpoints").exists()
     terms = memory.step_memory(*_resolved([*run, *big]), tiny_model_dir, 48)
-    # the default model: 2 layers, 2 key-value heads of 16; float32; 400,000 responses of 48 + 16 tokens
-    assert terms["key-value cache"] == 400_000 * 2 * 2 * 2 * 16 * 64 * 4
-    assert terms["per-token tensors"] == 400_000 * 64 * 64
+    # the default model: 2 layers, 2 key-value heads of 16; float32; 4,000,000 responses of 48 + 16 tokens
+    assert terms["key-value cache"] == 4_000_000 * 2 * 2 * 2 * 16 * 64 * 4
+    assert terms["per-token tensors"] == 4_000_000 * 64 * 64
 
 
 def _resolved(overrides):

@@ -16,6 +16,8 @@ P + T = the longest prompt in the data, at most the prompt limit, plus ``rollout
   when there is one), once for the reference when a KL needs one;
   under ``model.lora`` once per model (the base is frozen; the adapters' few parameters are left out),
   and no reference of its own (π_ref is the actor with its adapters off) unless ``model.reference`` names one;
+  the decoding loop's reordered copy of the linear weights on a CPU (glassrl.rollout.packed_weights) lives
+  only during the rollout, when the gradients (freed after each optimiser step) do not: inside those 4 times;
 - the update's activations of one micro-batch (issue 40): its tokens (``micro_batch_responses × (P + T)``,
   at most ``batch.max_tokens_per_micro_batch``) × layers × the values a decoder layer keeps per token
   for backward, ``6 × hidden + 3 × intermediate`` (norms, q/k/v/o, the MLP's three products; a floor), or

@@ -236,3 +236,31 @@ def test_chunked_equals_naive_at_the_0_5b_width_with_the_full_vocabulary(qwen_tw
         # Rounding parts them by ≤ 1e-6 of the tensor's largest gradient (measured: 1e-7 … 6e-7); a chunk's
         # gradient lost or counted twice would part them by the order of the gradient itself.
         torch.testing.assert_close(g_c[name], g, rtol=1e-4, atol=1e-5 * g.abs().max().item(), msg=name)
+
+
+def test_fused_head_keeps_the_forwards_logits_with_the_same_gradients_to_the_bit(tiny_lm_path, make_batch, monkeypatch):
+    """Under KEEP_LOGITS_BYTES the backward reuses the forward's logits instead of recomputing them: the same
+    matmul on the same inputs, so every gradient equals the recomputing path's bit for bit; each kept chunk is
+    released as the backward passes it."""
+    ids, mask, P, T = make_batch(PROMPTS, RESPONSES)
+    resp_mask = mask[:, P:].bool()  # (B, T)
+    kept_seen, grads = [], []
+    forward = logprobs_module._FusedHead.forward
+
+    def spy(ctx, *args):
+        out = forward(ctx, *args)
+        kept_seen.append((len(ctx.kept), ctx))
+        return out
+
+    monkeypatch.setattr(logprobs_module._FusedHead, "forward", staticmethod(spy))
+    for budget in (logprobs_module.KEEP_LOGITS_BYTES, 0):
+        monkeypatch.setattr(logprobs_module, "KEEP_LOGITS_BYTES", budget)
+        model = load_causal_lm(tiny_lm_path, device="cpu").train()
+        lp, ent = response_logprobs(model, ids, mask, T, temperature=0.8, chunk_size=2, with_entropy=True)
+        torch.where(resp_mask, lp + 0.1 * ent, 0.0).sum().backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    (kept, ctx_kept), (recomputed, _) = kept_seen
+    assert kept == -(-T // 2) and recomputed == 0
+    assert all(z is None for z in ctx_kept.kept)  # released by the backward
+    for name, g in grads[1].items():
+        assert torch.equal(grads[0][name], g), name

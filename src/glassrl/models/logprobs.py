@@ -19,7 +19,9 @@ unless ``chunk_size`` fixes the positions.
 
 Backward, plain bias-free ``nn.Linear`` head outside autocast (the usual case): :class:`_FusedHead`, which
 holds the head's gradient once and ~3 chunk tensors (measured at T = 4,096, H = 896, log-probs and entropy:
-768 MiB against the naive 9,533 MiB, 12.4×; issue 40, BENCHMARKS.md). Otherwise, autograd:
+768 MiB against the naive 9,533 MiB, 12.4×; issue 40, BENCHMARKS.md), and recomputes each chunk's logits,
+unless all of them fit in :data:`KEEP_LOGITS_BYTES`: then the forward's are kept (one LM-head matmul less).
+Otherwise, autograd:
 
 Autograd: without care, each chunk's backward keeps its float32 logits
 (logsumexp saves its input) and, with entropy, the softmax as well — (B, T, V)
@@ -61,6 +63,10 @@ _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 # float32 logits per LM-head chunk (B · positions · V): 128 positions of a 151,936-token vocabulary.
 CHUNK_LOGITS = 128 * 151_936
+# The fused head backward keeps the forward's logits when all of them take at most this (1,725 positions of
+# Qwen's vocabulary; a 0.5 B GRPO micro-batch of 8 × 128 response tokens holds 0.58 GiB), and recomputes
+# them chunk by chunk above it (at 4,096 positions: 2.3 GiB, where the chunked peak is what issue 40 asks).
+KEEP_LOGITS_BYTES = 2**30
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -102,19 +108,25 @@ class _FusedHead(torch.autograd.Function):
     where autograd through checkpointed chunks held a full-size head gradient per chunk and ~13 chunk
     tensors (Liger Kernel's fused linear cross-entropy, Hsu et al. 2024, §3.3, computes the same
     gradient). A plain bias-free ``nn.Linear`` head only (:func:`logprobs_from_hidden` checks), float32
-    matmuls where the weights are float32, the weights' dtype otherwise, as ``lm_head(hidden)`` would."""
+    matmuls where the weights are float32, the weights' dtype otherwise, as ``lm_head(hidden)`` would.
+    ``keep``: the forward's chunks of logits are kept for the backward instead of recomputed (one LM-head
+    matmul of every position saved: 2.5 of a 0.5 B GRPO update's 43 s), when they all fit in
+    :data:`KEEP_LOGITS_BYTES` (:func:`logprobs_from_hidden` decides)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature, chunk, with_entropy, entropy_grad):
-        lps, ents = [], []
+    def forward(ctx, hidden, weight, targets, temperature, chunk, with_entropy, entropy_grad, keep):
+        lps, ents, kept = [], [], []
         for start in range(0, hidden.shape[1], chunk):
             logits = (hidden[:, start : start + chunk] @ weight.T).float() / temperature  # (B, C, V)
             lse = torch.logsumexp(logits, dim=-1)  # (B, C)
             lps.append(logits.gather(-1, targets[:, start : start + chunk].unsqueeze(-1)).squeeze(-1) - lse)
             if with_entropy:
                 ents.append(lse - (torch.softmax(logits, dim=-1) * logits).sum(-1))
+            if keep:
+                kept.append(logits)
             del logits
         ctx.save_for_backward(hidden, weight, targets)
+        ctx.kept = kept  # intermediates, not inputs or outputs: held on ctx, released chunk by chunk in backward
         ctx.temperature, ctx.chunk, ctx.entropy_grad = temperature, chunk, with_entropy and entropy_grad
         entropy = torch.cat(ents, dim=1) if with_entropy else hidden.new_zeros(0)
         if not ctx.entropy_grad:
@@ -127,10 +139,13 @@ class _FusedHead(torch.autograd.Function):
         tau, chunk = ctx.temperature, ctx.chunk
         grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
-        for start in range(0, hidden.shape[1], chunk):
+        for i, start in enumerate(range(0, hidden.shape[1], chunk)):
             h = hidden[:, start : start + chunk]  # (B, C, H)
             gl = g_lp[:, start : start + chunk].unsqueeze(-1).float()  # (B, C, 1)
-            z = (h @ weight.T).float().div_(tau)  # (B, C, V)
+            if ctx.kept:  # the forward's logits, written over in place below: released as used
+                z, ctx.kept[i] = ctx.kept[i], None  # (B, C, V)
+            else:
+                z = (h @ weight.T).float().div_(tau)  # (B, C, V)
             p = torch.softmax(z, dim=-1)  # (B, C, V)
             if ctx.entropy_grad and g_ent is not None:
                 ge = g_ent[:, start : start + chunk].unsqueeze(-1).float()
@@ -147,7 +162,7 @@ class _FusedHead(torch.autograd.Function):
             if grad_w is not None:
                 grad_w.addmm_(dz.flatten(0, 1).T, h.flatten(0, 1))
             del dz, p
-        return grad_h, grad_w, None, None, None, None, None
+        return grad_h, grad_w, None, None, None, None, None, None
 
 
 def _fused_head(lm_head: nn.Module) -> bool:
@@ -179,7 +194,9 @@ def logprobs_from_hidden(
     grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in lm_head.parameters()))
     chunk = chunk_size or max(1, CHUNK_LOGITS // (max(B, 1) * vocab))
     if grad and T > chunk and _fused_head(lm_head):
-        lp, ent = _FusedHead.apply(hidden, lm_head.weight, targets, temperature, chunk, with_entropy, entropy_grad)
+        keep = B * T * vocab * 4 <= KEEP_LOGITS_BYTES
+        args = (hidden, lm_head.weight, targets, temperature, chunk, with_entropy, entropy_grad, keep)
+        lp, ent = _FusedHead.apply(*args)
         return lp, (ent if with_entropy else None)
     logprobs, entropies = [], []
     for start in range(0, max(T, 1), chunk):  # T = 0 (packed, no real token): empty outputs

@@ -196,7 +196,7 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ptx: PtxTerm | N
     _check_layout(cfg, model)
     dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
     # After wrapping: under FSDP2 the optimiser must hold the sharded parameters.
-    optimizer, scheduler = make_optimizer(dp.module, cfg.actor_optim, resolved.actor_optimizer_steps)
+    optimizer, scheduler = make_optimizer(dp.module, cfg.actor_optim, resolved.actor_optimizer_steps, "actor_optim")
     shared = m.shared_prefix is True
     # phase 3 logs the entropy
     forward = under_autocast(cfg, partial(actor_forward, r.temperature, True, shared_prefix=shared), dp)
@@ -211,7 +211,8 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ptx: PtxTerm | N
             forward=forward,
         )
     }
-    objects["paths"] = {"optimiser": optimizer_path(optimizer)}  # read by the driver's start-up lines
+    # read by the driver's start-up lines
+    objects["paths"] = {"optimiser": optimizer_path(optimizer, cfg.actor_optim, "actor_optim")}
     samplers = cfg.ray.rollout_ranks if cfg.ray.rollout_ranks is not None else ctx.world_size
     bucket_bytes, check = int(cfg.ray.rollout.sync_bucket_mb * 2**20), cfg.check.sync
     if cfg.ray.rollout.placement == "apart":
@@ -280,7 +281,7 @@ def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
     check_master_weights(model, compute_dtype(m.compute_dtype))
     _check_layout(cfg, model)
     dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
-    optimizer, scheduler = make_optimizer(dp.module, cfg.critic_optim, resolved.total_optimizer_steps)
+    optimizer, scheduler = make_optimizer(dp.module, cfg.critic_optim, resolved.total_optimizer_steps, "critic_optim")
     critic = DataParallelCritic(
         dp,
         load_tokenizer(actor),

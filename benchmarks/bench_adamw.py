@@ -10,7 +10,9 @@ Each has a random gradient. The optimiser is glassrl's own (glassrl.optim.make_o
 weight decay on matrices), with malloc set as ``glassrl train`` sets it on CPU (glassrl.models.allocator). One
 thread. The kernels alternate round by round, each round a fresh optimiser whose first step (the moments
 allocated) is not timed, then ``--steps`` timed steps; the median seconds per step of each kernel, their ratio
-and the load average (other processes on this machine) are printed.
+and the load average (other processes on this machine) are printed, and the most memory a step added above
+what the process held before it (peak RSS, VmHWM reset through /proc/self/clear_refs, minus RSS: the
+temporaries of the one-tensor kernel).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -47,16 +50,27 @@ def model_of(shapes: list[tuple[int, ...]]) -> torch.nn.Module:
     return model
 
 
-def seconds_per_step(model: torch.nn.Module, kernel: str, steps: int) -> list[float]:
+def _status(key: str) -> int:
+    """VmRSS or VmHWM of this process, bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {key}")
+
+
+def seconds_per_step(model: torch.nn.Module, kernel: str, steps: int) -> tuple[list[float], int]:
+    """The seconds of each timed step, and the most bytes the steps added above the RSS before them."""
     optimizer, _ = make_optimizer(model, OptimConfig(lr=1e-5, weight_decay=0.1, kernel=kernel), 100)
     assert bool(optimizer.defaults["fused"]) == (kernel == "fused")
     optimizer.step()  # the moments allocated: not timed
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = _status("VmRSS")
     times = []
     for _ in range(steps):
         start = time.perf_counter()
         optimizer.step()
         times.append(time.perf_counter() - start)
-    return times
+    return times, _status("VmHWM") - before
 
 
 def main() -> None:
@@ -72,16 +86,20 @@ def main() -> None:
         model = model_of(qwen_shapes(layers))
         size = sum(p.numel() * p.element_size() for p in model.parameters())
         times: dict[str, list[float]] = {"single": [], "fused": []}
+        added = dict.fromkeys(times, 0)
         load = [os.getloadavg()[0]]
         for _ in range(args.rounds):
             for kernel in times:
-                times[kernel] += seconds_per_step(model, kernel, args.steps)
+                seconds, extra = seconds_per_step(model, kernel, args.steps)
+                times[kernel] += seconds
+                added[kernel] = max(added[kernel], extra)
                 load.append(os.getloadavg()[0])
         single, fused = (statistics.median(times[k]) for k in ("single", "fused"))
         print(
             f"{layers} layers, {size / 1e9:.2f} GB of parameters: single {single:.3f} s/step "
             f"(range {min(times['single']):.3f}-{max(times['single']):.3f}), fused {fused:.3f} s/step "
-            f"(range {min(times['fused']):.3f}-{max(times['fused']):.3f}), {single / fused:.2f}x; "
+            f"(range {min(times['fused']):.3f}-{max(times['fused']):.3f}), {single / fused:.2f}x; a step adds "
+            f"{added['single'] / 2**20:.0f} / {added['fused'] / 2**20:.0f} MiB above the RSS before it; "
             f"load average {min(load):.2f}-{max(load):.2f}",
             flush=True,
         )

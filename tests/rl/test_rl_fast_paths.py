@@ -55,6 +55,22 @@ def test_the_start_up_lines_say_why_a_faster_path_is_off(fast, tmp_path, monkeyp
         trainer.close()
 
 
+def test_the_optimiser_line_names_each_models_kernel(fast, tmp_path):
+    """actor_optim.kernel and critic_optim.kernel as set, each said on the start-up line."""
+    out = io.StringIO()
+    overrides = [*fast, "actor_optim.kernel=single", "critic_optim.kernel=fused"]
+    trainer = preset_trainer("ppo", overrides, console=Console(file=out, width=400))
+    try:
+        line = (
+            "optimiser: AdamW, one tensor at a time (actor_optim.kernel single); "
+            "critic: AdamW, fused kernel (critic_optim.kernel fused)"
+        )
+        assert line in out.getvalue()
+        assert trainer.workers.critic.optimizer.defaults["fused"]
+    finally:
+        trainer.close()
+
+
 def test_a_model_the_decoding_loop_cannot_run_is_said_at_start(fast, tmp_path, monkeypatch):
     """A model whose forward the loop cannot drive (here: its cache argument hidden) samples with
     model.generate, and the first lines say so and why."""

@@ -488,4 +488,5 @@ def build_local_workers(
             update=role_update(cfg, resolved, "critic"),
             load=load_critic_part,
         )
+        paths["optimiser"] += f"; critic: {optimizer_path(c_opt, cfg.critic_optim, 'critic_optim')}"
     return Workers(actor, rollout, LocalReward(build_reward(cfg)), reference, critic, stop, paths, log)

@@ -125,13 +125,14 @@ def seed_everything(seed: int) -> None:
 
 
 # kernel auto runs torch's fused AdamW on CPU from this many bytes of trainable parameters. Below it
-# are the bundled models (default, large, rg, agent, research: a few MB to ~40 MB of float32), whose
-# figures (README, demos, docs) are those of the one-tensor kernel: fused rounds the last bits
-# differently, so they keep that kernel and their numbers to the last bit (the step is ms there:
-# 23 -> 7.5 ms on the large model). Above it the step matters: Qwen2.5-0.5B's 1.98 GB take 2.3-3.5 s
-# one tensor at a time (each op allocates a full-size temporary, fresh mmaps above glibc's 32 MiB
-# heap limit) against 0.59 s fused, and the 2-layer 0.5B-width test model's 0.62 GB likewise
-# (one thread; BENCHMARKS.md, "fused AdamW on CPU", benchmarks/bench_adamw.py).
+# are the bundled models (default 4.15 MiB, agent and rg ~2.2 MiB, research, bench_vs_trl's large
+# ~40 MB: float32), whose figures (README, demos, docs) are those of the one-tensor kernel: fused
+# rounds the last bits differently, so they keep that kernel and their numbers to the last bit (a
+# step is milliseconds there: 23 -> 7.5 ms on the large model). Above it the step matters:
+# Qwen2.5-0.5B's 1.98 GB take 2.31 s one tensor at a time (each op allocates a full-size temporary,
+# 1 GiB a step, a fresh mmap above glibc's 32 MiB heap limit) against 0.60 s fused, the 2-layer
+# 0.5B-width test model's 0.66 GB 1.0-1.1 s against 0.21 s (one thread; BENCHMARKS.md, "fused AdamW
+# on CPU", benchmarks/bench_adamw.py). 256 MiB sits between, a factor ~6 from each.
 FUSED_ON_CPU_FROM = 256 * 2**20
 
 KERNELS = ("auto", "fused", "single")

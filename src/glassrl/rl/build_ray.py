@@ -136,6 +136,8 @@ def build_ray_workers(
                 sync = RayWeightSync(actors, rollouts, device, log=log, probe_every=every)
                 rollout = RayRollout(rollouts, pad)
         paths = _rank0(actors, "paths") | (_rank0(cluster["rollout"], "paths") if apart else {})
+        if resolved.uses_critic:  # the critic's AdamW kernel, from its rank 0, beside the actor's
+            paths["optimiser"] += f"; critic: {_rank0(cluster['critic'], 'paths')['optimiser']}"
         paths["nodes"] = placement_line(placed)
         return Workers(
             actor=RayActor(actors, weight_sync=sync, ptx=ptx),
@@ -291,7 +293,7 @@ def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
         update=role_update(cfg, resolved, "critic", ranks=dp),
         forward=under_autocast(cfg, partial(critic_forward, shared_prefix=m.shared_prefix is True), dp),
     )
-    return {"critic": critic}
+    return {"critic": critic, "paths": {"optimiser": optimizer_path(optimizer, cfg.critic_optim, "critic_optim")}}
 
 
 def reference_rank(cfg: TrainConfig, path: str, ctx) -> dict:

@@ -65,6 +65,15 @@ class OptimConfig:
     grad_clip: float | None = option(
         1.0, help="clip the global gradient norm to this; null = no clipping (the norm is still logged)"
     )
+    kernel: Literal["auto", "fused", "single"] = option(
+        "auto",
+        help=(
+            "AdamW's kernel: fused (torch's fused kernel, every tensor in one pass; refused where it cannot run), "
+            "single (torch's one tensor at a time), or auto: fused on CUDA, and on CPU from 256 MiB of trainable "
+            "parameters (below that the bundled models keep their figures to the last bit); the run's "
+            "start-up line 'optimiser:' says which runs and why"
+        ),
+    )
 
     def check(self, prefix: str) -> None:
         """Ranges, naming keys ``{prefix}.lr`` etc.; GlassrlError."""
@@ -78,6 +87,8 @@ class OptimConfig:
                 fail(f"{prefix}.warmup_ratio", self.warmup_ratio, f"and {prefix}.warmup_steps both set; keep one")
         if self.grad_clip is not None and not self.grad_clip > 0:
             fail(f"{prefix}.grad_clip", self.grad_clip, "must be > 0 (or null)")
+        if self.kernel not in KERNELS:
+            fail(f"{prefix}.kernel", self.kernel, f"must be one of {', '.join(KERNELS)}")
 
     def warmup(self, total_steps: int) -> int:
         """Warm-up optimiser steps: ``warmup_steps``, or ceil(``warmup_ratio`` × ``total_steps``) as
@@ -92,6 +103,7 @@ class OptimConfig:
         return [
             (f"{prefix}learning rate", f"{self.lr:g}", schedule),
             (f"{prefix}grad clip / weight decay", f"{clip} / {self.weight_decay:g}", "global norm / AdamW on matrices"),
+            (f"{prefix}AdamW kernel", self.kernel, KERNEL_UNITS[self.kernel]),
         ]
 
 
@@ -112,42 +124,109 @@ def seed_everything(seed: int) -> None:
     torch.utils.deterministic.fill_uninitialized_memory = False
 
 
+# kernel auto runs torch's fused AdamW on CPU from this many bytes of trainable parameters. Below it
+# are the bundled models (default 4.15 MiB, agent and rg ~2.2 MiB, research, bench_vs_trl's large
+# ~40 MB: float32), whose figures (README, demos, docs) are those of the one-tensor kernel: fused
+# rounds the last bits differently, so they keep that kernel and their numbers to the last bit (a
+# step is milliseconds there: 23 -> 7.5 ms on the large model). Above it the step matters:
+# Qwen2.5-0.5B's 1.98 GB take 2.31 s one tensor at a time (each op allocates a full-size temporary,
+# 1 GiB a step, a fresh mmap above glibc's 32 MiB heap limit) against 0.60 s fused, the 2-layer
+# 0.5B-width test model's 0.66 GB 1.0-1.1 s against 0.21 s (one thread; BENCHMARKS.md, "fused AdamW
+# on CPU", benchmarks/bench_adamw.py). 256 MiB sits between, a factor ~6 from each.
+FUSED_ON_CPU_FROM = 256 * 2**20
+
+KERNELS = ("auto", "fused", "single")
+KERNEL_UNITS = {
+    "auto": "fused on CUDA, and on CPU from 256 MiB of trainable parameters",
+    "fused": "torch's fused kernel",
+    "single": "one tensor at a time",
+}
+
+
+def _size(nbytes: int) -> str:
+    """``16.6 KiB``, ``256 MiB``, ``1.84 GiB``: three digits."""
+    for unit, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if nbytes >= unit:
+            return f"{nbytes / unit:.3g} {name}"
+    return f"{nbytes} bytes"
+
+
+class Kernel(NamedTuple):
+    fused: bool  # torch's fused AdamW; else torch's default (one tensor at a time on CPU) or, kernel single, that
+    why: str  # the start-up line's account: which kernel, and why
+
+
+def choose_kernel(params: list[torch.Tensor], kernel: str, key: str = "optim") -> Kernel:
+    """The AdamW kernel ``kernel`` (OptimConfig.kernel) picks for ``params``, and why.
+
+    torch's fused kernel runs on floating-point tensors of CPU or CUDA (torch.optim.optimizer.
+    _device_dtype_check_for_fused, at the first step); glassrl fuses plain ``nn.Parameter``s only (an FSDP2
+    DTensor shard is not one). ``fused`` where it cannot run is a GlassrlError naming ``{key}.kernel``.
+    """
+    if not params:
+        return Kernel(False, "no trainable parameters")
+    size = sum(p.numel() * p.element_size() for p in params)
+    blocked = sorted(
+        {
+            f"{type(p).__name__} ({p.dtype}, {p.device.type})"
+            for p in params
+            if type(p) is not torch.nn.Parameter or p.device.type not in ("cpu", "cuda") or not p.is_floating_point()
+        }
+    )
+    needs = "the fused kernel needs plain floating-point parameters on CPU or CUDA, these are also " + ", ".join(
+        blocked
+    )
+    if kernel == "single":
+        return Kernel(False, f"one tensor at a time ({key}.kernel single)")
+    if kernel == "fused":
+        if blocked:
+            fail(f"{key}.kernel", kernel, f"{needs}; use auto or single")
+        return Kernel(True, f"fused kernel ({key}.kernel fused)")
+    if any(p.is_cuda for p in params):
+        if blocked:
+            return Kernel(False, f"torch's default kernel; {needs}")
+        return Kernel(True, "fused kernel (CUDA)")
+    if size < FUSED_ON_CPU_FROM:
+        below = f"{_size(size)} of trainable parameters < {_size(FUSED_ON_CPU_FROM)}"
+        auto = f"from which {key}.kernel auto fuses"
+        return Kernel(False, f"one tensor at a time (torch's default on CPU: {below}, {auto})")
+    if blocked:
+        return Kernel(False, f"one tensor at a time (torch's default on CPU); {needs}")
+    return Kernel(True, f"fused kernel (CPU: {_size(size)} of trainable parameters >= {_size(FUSED_ON_CPU_FROM)})")
+
+
 def make_optimizer(
-    model: torch.nn.Module, optim: OptimConfig, total_steps: int
+    model: torch.nn.Module, optim: OptimConfig, total_steps: int, key: str = "optim"
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW (Loshchilov & Hutter 2019) as ``optim`` says, with its learning-rate schedule
     (:func:`lr_lambda`: linear warm-up, then ``optim.decay``) over ``total_steps`` optimiser steps.
 
     Weight decay applies to matrices only, not to norms and biases (1-D tensors), as in
-    GPT-2/nanoGPT. Call ``scheduler.step()`` after each ``optimizer.step()``.
+    GPT-2/nanoGPT. The kernel is ``optim.kernel``'s (:func:`choose_kernel`; ``key`` names the section in
+    its error, "actor_optim"). Call ``scheduler.step()`` after each ``optimizer.step()``.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.ndim >= 2], "weight_decay": optim.weight_decay},
         {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
     ]
-    # On CUDA the fused kernel updates every tensor in a few launches (transformers' default optimiser
-    # there, "adamw_torch_fused"); on CPU torch's default, one tensor at a time, whose figures the
-    # README gives (foreach measured slower there, fused changes the last bits: BENCHMARKS.md).
-    fused = bool(params) and all(type(p) is torch.nn.Parameter and p.is_cuda for p in params)
-    optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=(0.9, 0.95), fused=fused or None)
+    # fused: every tensor in one pass (transformers' default optimiser, "adamw_torch_fused", on CUDA and,
+    # since torch 2.8, on CPU); otherwise torch's default, one tensor at a time on CPU (foreach measured
+    # slower there: BENCHMARKS.md), and kernel single keeps that on CUDA too (foreach off).
+    fused = choose_kernel(params, optim.kernel, key).fused
+    foreach = False if optim.kernel == "single" else None
+    optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=(0.9, 0.95), fused=fused or None, foreach=foreach)
     schedule = lr_lambda(optim.decay, optim.warmup(total_steps), total_steps)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
 
-def optimizer_path(optimizer: torch.optim.Optimizer) -> str:
-    """Which AdamW kernel :func:`make_optimizer`'s ``optimizer`` runs, for the start-up lines: the
-    fused one on CUDA, or why not."""
-    if optimizer.defaults.get("fused"):
-        return "AdamW, fused kernel (CUDA)"
+def optimizer_path(optimizer: torch.optim.Optimizer, optim: OptimConfig, key: str = "optim") -> str:
+    """Which AdamW kernel :func:`make_optimizer`'s ``optimizer`` (built from ``optim``) runs, and why, for
+    the start-up line ``optimiser: ...``."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    if any(p.is_cuda for p in params):
-        kinds = sorted({type(p).__name__ for p in params if type(p) is not torch.nn.Parameter or not p.is_cuda})
-        return (
-            "AdamW, torch's default kernel; the fused one needs plain CUDA parameters, "
-            f"these are also {', '.join(kinds)}"
-        )
-    return "AdamW, one tensor at a time (torch's default on CPU)"
+    kernel = choose_kernel(params, optim.kernel, key)
+    assert kernel.fused == bool(optimizer.defaults.get("fused")), "optimizer not built by make_optimizer from optim"
+    return f"AdamW, {kernel.why}"
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:

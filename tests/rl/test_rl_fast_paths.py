@@ -30,7 +30,9 @@ def test_the_default_model_takes_every_cpu_fast_path(fast, tmp_path):
         assert paths["rollout"].startswith("glassrl's decoding loop (preallocated KV cache")
         assert paths["forward passes"].startswith("packed, each distinct prompt once per chunk")
         assert "auto: in-process on CPU, full attention in every model" in paths["forward passes"]
-        assert paths["optimiser"] == "AdamW, one tensor at a time (torch's default on CPU)"
+        assert paths["optimiser"].startswith("AdamW, one tensor at a time (torch's default on CPU: ")
+        auto = " of trainable parameters < 256 MiB, from which actor_optim.kernel auto fuses)"
+        assert paths["optimiser"].endswith(auto)
         assert paths["memory"].startswith("glibc keeps freed memory for reuse")
         for what, account in paths.items():
             assert f"{what}: {account}" in printed
@@ -49,6 +51,22 @@ def test_the_start_up_lines_say_why_a_faster_path_is_off(fast, tmp_path, monkeyp
     trainer, printed = _start([*fast, "model.shared_prefix=false", f"output_dir={tmp_path / 'padded'}"])
     try:
         assert "forward passes: padded (model.shared_prefix set to false)" in printed
+    finally:
+        trainer.close()
+
+
+def test_the_optimiser_line_names_each_models_kernel(fast, tmp_path):
+    """actor_optim.kernel and critic_optim.kernel as set, each said on the start-up line."""
+    out = io.StringIO()
+    overrides = [*fast, "actor_optim.kernel=single", "critic_optim.kernel=fused"]
+    trainer = preset_trainer("ppo", overrides, console=Console(file=out, width=400))
+    try:
+        line = (
+            "optimiser: AdamW, one tensor at a time (actor_optim.kernel single); "
+            "critic: AdamW, fused kernel (critic_optim.kernel fused)"
+        )
+        assert line in out.getvalue()
+        assert trainer.workers.critic.optimizer.defaults["fused"]
     finally:
         trainer.close()
 

@@ -137,6 +137,8 @@ def test_two_ranks_train_like_one_process(case, local_ray, fast, tmp_path):
     assert type(remote.workers.actor).__name__ == "RayActor" and remote.workers.actor.group.world_size == 2
     if preset == "ppo":
         assert remote.workers.critic.group.world_size == 2
+        # the critic's AdamW kernel on the start-up line, from its rank 0, as one process says it
+        assert "; critic: AdamW, one tensor at a time (torch's default on CPU: " in remote.paths["optimiser"]
     for role in ("actor", "critic") if shared else ():  # each rank's passes run the layout
         group = getattr(remote.workers, role).group
         forward = group.get([group.hosts[0].call.remote(role, "__getattribute__", "_forward")], ranks=[0])[0]

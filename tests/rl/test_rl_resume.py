@@ -25,6 +25,7 @@ def _trainer(preset: str, overrides: list[str], **kwargs):
 CASES = {
     "ppo-epoch-boundary": ("ppo", ["algo.reward_norm=true", "batch.epochs=2"], 4, 2, 3, 2, (0, 8)),
     "grpo-mid-epoch": ("grpo", ["actor_optim.lr=0.001"], 3, 1, 2, 1, (0, 4)),
+    "grpo-fused-adamw": ("grpo", ["actor_optim.lr=0.001", "actor_optim.kernel=fused"], 3, 1, 2, 1, (0, 4)),
 }
 
 

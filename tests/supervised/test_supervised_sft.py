@@ -169,10 +169,12 @@ def test_bad_data_spec_and_too_long_examples(tokenizer):
 def test_cli_sft_with_example_config(tiny_path, tmp_path, capsys):
     """examples/sft.yaml as shipped, pointed at a tiny model by overrides."""
     out = tmp_path / "cli"
-    code = main(["sft", str(EXAMPLE), f"model={tiny_path}", "steps=2", f"output_dir={out}", "device=cpu"])
+    args = [f"model={tiny_path}", "steps=2", f"output_dir={out}", "device=cpu", "optim.kernel=fused"]
+    code = main(["sft", str(EXAMPLE), *args])
     assert code == 0 and (out / "model.safetensors").is_file() and (out / "sft_config.yaml").is_file()
     out_text = capsys.readouterr().out
     assert "glassrl sft: resolved" in out_text and "training length" in out_text  # the table printed at start
+    assert "optimiser: AdamW, fused kernel (optim.kernel fused)" in out_text  # the kernel that runs, and why
     assert main(["sft", str(EXAMPLE), "nonsense=1"]) == 2
     assert "unknown key nonsense" in capsys.readouterr().err
     assert main(["sft", str(EXAMPLE), "batch_size=0"]) == 2

@@ -432,7 +432,7 @@ def build_local_workers(
         enable_gradient_checkpointing(model)
     check_master_weights(model, compute)
     check_layout(model)
-    optimizer, scheduler = make_optimizer(model, cfg.actor_optim, resolved.actor_optimizer_steps)
+    optimizer, scheduler = make_optimizer(model, cfg.actor_optim, resolved.actor_optimizer_steps, "actor_optim")
     actor = LocalActor(
         model,
         tokenizer,
@@ -446,7 +446,7 @@ def build_local_workers(
     generator = torch.Generator(device).manual_seed(cfg.seed + 1)
     engine = rollout_engine(cfg, model, tokenizer)
     rollout = LocalRollout(engine, generator, compute)
-    paths = {"rollout": engine.path, "optimiser": optimizer_path(optimizer)}
+    paths = {"rollout": engine.path, "optimiser": optimizer_path(optimizer, cfg.actor_optim, "actor_optim")}
     stop = rollout.close  # the engine's environment workers or endpoint server (glassrl.rollout.base.close_engine)
     log = SyncLog() if cfg.check.sync else None  # the sync truth check: what moves here is checked
     if log is not None and hasattr(engine, "last_sync"):  # vLLM: the engine's own verified syncs, counted
@@ -478,7 +478,7 @@ def build_local_workers(
             enable_gradient_checkpointing(critic_model)
         check_master_weights(critic_model, compute)
         check_layout(critic_model)
-        c_opt, c_sched = make_optimizer(critic_model, cfg.critic_optim, resolved.total_optimizer_steps)
+        c_opt, c_sched = make_optimizer(critic_model, cfg.critic_optim, resolved.total_optimizer_steps, "critic_optim")
         critic = LocalCritic(
             critic_model,
             tokenizer,
@@ -488,4 +488,5 @@ def build_local_workers(
             update=role_update(cfg, resolved, "critic"),
             load=load_critic_part,
         )
+        paths["optimiser"] += f"; critic: {optimizer_path(c_opt, cfg.critic_optim, 'critic_optim')}"
     return Workers(actor, rollout, LocalReward(build_reward(cfg)), reference, critic, stop, paths, log)

@@ -136,6 +136,8 @@ def build_ray_workers(
                 sync = RayWeightSync(actors, rollouts, device, log=log, probe_every=every)
                 rollout = RayRollout(rollouts, pad)
         paths = _rank0(actors, "paths") | (_rank0(cluster["rollout"], "paths") if apart else {})
+        if resolved.uses_critic:  # the critic's AdamW kernel, from its rank 0, beside the actor's
+            paths["optimiser"] += f"; critic: {_rank0(cluster['critic'], 'paths')['optimiser']}"
         paths["nodes"] = placement_line(placed)
         return Workers(
             actor=RayActor(actors, weight_sync=sync, ptx=ptx),
@@ -196,7 +198,7 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ptx: PtxTerm | N
     _check_layout(cfg, model)
     dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
     # After wrapping: under FSDP2 the optimiser must hold the sharded parameters.
-    optimizer, scheduler = make_optimizer(dp.module, cfg.actor_optim, resolved.actor_optimizer_steps)
+    optimizer, scheduler = make_optimizer(dp.module, cfg.actor_optim, resolved.actor_optimizer_steps, "actor_optim")
     shared = m.shared_prefix is True
     # phase 3 logs the entropy
     forward = under_autocast(cfg, partial(actor_forward, r.temperature, True, shared_prefix=shared), dp)
@@ -211,7 +213,8 @@ def actor_rank(cfg: TrainConfig, resolved: Resolved, path: str, ptx: PtxTerm | N
             forward=forward,
         )
     }
-    objects["paths"] = {"optimiser": optimizer_path(optimizer)}  # read by the driver's start-up lines
+    # read by the driver's start-up lines
+    objects["paths"] = {"optimiser": optimizer_path(optimizer, cfg.actor_optim, "actor_optim")}
     samplers = cfg.ray.rollout_ranks if cfg.ray.rollout_ranks is not None else ctx.world_size
     bucket_bytes, check = int(cfg.ray.rollout.sync_bucket_mb * 2**20), cfg.check.sync
     if cfg.ray.rollout.placement == "apart":
@@ -280,7 +283,7 @@ def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
     check_master_weights(model, compute_dtype(m.compute_dtype))
     _check_layout(cfg, model)
     dp = DataParallelModel(model, ctx, fsdp=cfg.ray.fsdp, compute=m.compute_dtype)
-    optimizer, scheduler = make_optimizer(dp.module, cfg.critic_optim, resolved.total_optimizer_steps)
+    optimizer, scheduler = make_optimizer(dp.module, cfg.critic_optim, resolved.total_optimizer_steps, "critic_optim")
     critic = DataParallelCritic(
         dp,
         load_tokenizer(actor),
@@ -290,7 +293,7 @@ def critic_rank(cfg: TrainConfig, resolved: Resolved, actor: str, ctx) -> dict:
         update=role_update(cfg, resolved, "critic", ranks=dp),
         forward=under_autocast(cfg, partial(critic_forward, shared_prefix=m.shared_prefix is True), dp),
     )
-    return {"critic": critic}
+    return {"critic": critic, "paths": {"optimiser": optimizer_path(optimizer, cfg.critic_optim, "critic_optim")}}
 
 
 def reference_rank(cfg: TrainConfig, path: str, ctx) -> dict:

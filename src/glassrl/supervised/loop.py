@@ -59,7 +59,7 @@ from glassrl.files import disk_errors
 from glassrl.models import resolve_device, resolve_model_path
 from glassrl.models.default_model import MARKER, default_model_dir
 from glassrl.models.threads import set_threads, startup_line
-from glassrl.optim import OptimConfig, guarded_step, make_optimizer, seed_everything
+from glassrl.optim import OptimConfig, guarded_step, make_optimizer, optimizer_path, seed_everything
 from glassrl.report.sinks import JsonlSink
 from glassrl.run import state, stop
 from glassrl.run.atomic import StagedDir, safetensors_os_errors, write_text
@@ -183,7 +183,8 @@ def _train(
     cfg: LoopConfig, obj: Objective, console: Console, run: Checkpointing | None, threads: state.Threads
 ) -> dict[str, float]:
     model, steps, name = obj.model, obj.steps, obj.name
-    optimizer, scheduler = make_optimizer(model, cfg.optim, steps)
+    optimizer, scheduler = make_optimizer(model, cfg.optim, steps, "optim")
+    console.print(f"optimiser: {optimizer_path(optimizer, cfg.optim)}", markup=False, soft_wrap=True)
     batches = batch_indices(len(obj.train), cfg.batch_size, torch.Generator().manual_seed(cfg.seed))
     micro = getattr(cfg, "micro_batch_size", None) or cfg.batch_size  # the preference trainers' accumulation
 

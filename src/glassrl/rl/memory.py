@@ -25,7 +25,9 @@ P + T = the longest prompt in the data, at most the prompt limit, plus ``rollout
 - the chunked log-probs' peak in backward (glassrl.models.logprobs): the LM head's gradient (V × hidden × 4)
   and about 3 float32 tensors of one chunk's logits with the fused head backward (measured 768 MiB at 4,096
   tokens, H = 896, V = 151,936, entropy included: benchmarks/bench_logprobs.py), about 13 under
-  ``model.compute_dtype: bfloat16``, whose autocast takes the checkpointed chunks (measured 1,586 MiB).
+  ``model.compute_dtype: bfloat16``, whose autocast takes the checkpointed chunks (measured 1,586 MiB); plus,
+  without autocast, the micro-batch's logits when the fused backward keeps them (at most 1 GiB,
+  glassrl.models.logprobs.KEEP_LOGITS_BYTES).
 
 It is an upper bound of those terms (a response that stops early holds less; measured on the
 default model, 32,000 responses held about half of it) and leaves out activations, which the
@@ -42,7 +44,7 @@ import torch
 
 from glassrl.errors import GlassrlError
 from glassrl.models.loading import resolve_device, resolve_dtype
-from glassrl.models.logprobs import CHUNK_LOGITS
+from glassrl.models.logprobs import CHUNK_LOGITS, KEEP_LOGITS_BYTES
 from glassrl.models.memory import (
     DTYPE_BYTES,
     available_bytes,
@@ -78,6 +80,8 @@ def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit:
     hidden, layers = int(model["hidden_size"]), int(model["num_hidden_layers"])
     per_layer = hidden if m.gradient_checkpointing else 6 * hidden + 3 * int(model.get("intermediate_size", 4 * hidden))
     vocab = int(model["vocab_size"])
+    kept = micro_tokens * vocab * 4  # the fused head backward's kept logits, when they fit its budget
+    kept = kept if m.compute_dtype != "bfloat16" and kept <= KEEP_LOGITS_BYTES else 0
     return {
         "key-value cache": kv_cache_bytes(model, B, length, dtype),
         "per-token tensors": B * length * _PER_TOKEN_BYTES,
@@ -86,7 +90,8 @@ def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit:
         "log-prob chunks": (_CHECKPOINTED_CHUNK_COPIES if m.compute_dtype == "bfloat16" else _CHUNK_COPIES)
         * min(CHUNK_LOGITS, micro_tokens * vocab)
         * 4
-        + vocab * hidden * 4,
+        + vocab * hidden * 4
+        + kept,
     }
 
 

@@ -113,6 +113,32 @@ def test_a_batch_that_cannot_fit_is_refused_at_start_with_the_figure(
     assert terms["per-token tensors"] == 4_000_000 * 64 * 64
 
 
+def test_the_decoding_loops_reordered_weights_are_counted_where_they_are_held(
+    monkeypatch, tmp_path, tiny_model_dir, prompt_files
+):
+    """On a CPU the decoding loop holds a reordered copy of the linear weights larger than the last-level cache
+    (glassrl.rollout.packed_weights): ``generate``/``eval`` count it; a training step counts it as a term of its
+    own under LoRA only (full training frees the gradients before the rollout: the copy takes their room)."""
+    import torch
+
+    import glassrl.rl.memory as memory
+
+    cpu = torch.device("cpu")
+    weights = memory.weight_bytes(tiny_model_dir, 4)
+    monkeypatch.setattr(memory, "last_level_cache_bytes", lambda: weights - 1)
+    assert memory.reordered_bytes(weights, cpu) == weights
+    assert memory.reordered_bytes(weights, torch.device("cuda")) == 0
+    monkeypatch.setattr(memory, "last_level_cache_bytes", lambda: weights)
+    assert memory.reordered_bytes(weights, cpu) == 0
+    monkeypatch.setattr(memory, "last_level_cache_bytes", lambda: None)  # unknown: 32 MiB assumed
+    assert memory.reordered_bytes(weights, cpu) == 0 and memory.reordered_bytes(2**30, cpu) == 2**30
+    monkeypatch.setattr(memory, "last_level_cache_bytes", lambda: 1)
+    run = tiny_run_overrides(tiny_model_dir, prompt_files, tmp_path / "run")
+    assert "reordered weights" not in memory.step_memory(*_resolved(run), tiny_model_dir, 48)
+    lora = memory.step_memory(*_resolved([*run, "model.lora.r=4"]), tiny_model_dir, 48)
+    assert lora["reordered weights"] == weights
+
+
 def _resolved(overrides):
     from glassrl.config import load_config
     from glassrl.rl.config import TrainConfig

@@ -17,7 +17,8 @@ P + T = the longest prompt in the data, at most the prompt limit, plus ``rollout
   under ``model.lora`` once per model (the base is frozen; the adapters' few parameters are left out),
   and no reference of its own (π_ref is the actor with its adapters off) unless ``model.reference`` names one;
   the decoding loop's reordered copy of the linear weights on a CPU (glassrl.rollout.packed_weights) lives
-  only during the rollout, when the gradients (freed after each optimiser step) do not: inside those 4 times;
+  only during the rollout, when the gradients (freed after each optimiser step) do not: inside those 4 times,
+  and a term of its own under LoRA (the weights once more, when they are larger than the last-level cache);
 - the update's activations of one micro-batch (issue 40): its tokens (``micro_batch_responses × (P + T)``,
   at most ``batch.max_tokens_per_micro_batch``) × layers × the values a decoder layer keeps per token
   for backward, ``6 × hidden + 3 × intermediate`` (norms, q/k/v/o, the MLP's three products; a floor), or
@@ -56,6 +57,7 @@ from glassrl.models.memory import (
 )
 from glassrl.rl.config import TrainConfig
 from glassrl.rl.resolve import Resolved
+from glassrl.rollout.packed_weights import UNKNOWN_CACHE_BYTES, last_level_cache_bytes
 
 _PER_TOKEN_BYTES = 64  # ~16 (B, P + T) tensors of 4 bytes
 # chunk-sized float32 tensors alive at once in a chunk's backward, with the entropy (measured): the fused head
@@ -65,7 +67,8 @@ _CHUNK_COPIES, _CHECKPOINTED_CHUNK_COPIES = 3, 13
 
 def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit: int) -> dict[str, int]:
     """Bytes of each term of the module docstring: {"key-value cache", "per-token tensors", "weights",
-    "update activations", "log-prob chunks"}."""
+    "update activations", "log-prob chunks"}, and "reordered weights" under LoRA on a CPU where the decoding
+    loop reorders them."""
     m = cfg.model
     dtype = DTYPE_BYTES.get(m.compute_dtype if m.compute_dtype != "auto" else m.dtype, 4)
     stored = loaded_bytes(m.dtype, m.device)
@@ -82,6 +85,8 @@ def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit:
     vocab = int(model["vocab_size"])
     kept = micro_tokens * vocab * 4  # the fused head backward's kept logits, when they fit its budget
     kept = kept if m.compute_dtype != "bfloat16" and kept <= KEEP_LOGITS_BYTES else 0
+    # Under LoRA no full-size gradient makes room for the decoding loop's reordered weights (module docstring).
+    reordered = reordered_bytes(weight_bytes(actor, stored), resolve_device(m.device)) if m.lora is not None else 0
     return {
         "key-value cache": kv_cache_bytes(model, B, length, dtype),
         "per-token tensors": B * length * _PER_TOKEN_BYTES,
@@ -92,7 +97,16 @@ def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit:
         * 4
         + vocab * hidden * 4
         + kept,
+        **({"reordered weights": reordered} if reordered else {}),
     }
+
+
+def reordered_bytes(weights: int, device: torch.device) -> int:
+    """The decoding loop's reordered copy of the linear weights (glassrl.rollout.packed_weights): on a CPU,
+    about the weights once (the LM head included, the input embedding not: an upper bound) when they are
+    larger than the last-level cache, where the loop reorders them; else 0."""
+    cache = last_level_cache_bytes() or UNKNOWN_CACHE_BYTES
+    return weights if device.type == "cpu" and weights > cache else 0
 
 
 def loaded_bytes(dtype: str, device: str) -> int:
@@ -160,4 +174,6 @@ def check_sampling_fits(
     stored = loaded_bytes(cfg.model.dtype, cfg.model.device)
     terms["weights"] = weight_bytes(model_dir, stored) + sum(weight_bytes(path, stored) for path in also)
     device = resolve_device(cfg.model.device)
+    if reordered := reordered_bytes(weight_bytes(model_dir, stored), device):
+        terms["reordered weights"] = reordered
     refuse_if_over(terms, available_bytes(device), device, what, lower)

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 MIN_ROWS = 4
 # Assumed when the CPU does not say (sysfs): a server's last-level cache is larger, so the path runs on
 # fewer models than it could rather than on models it slows down.
-_UNKNOWN_CACHE_BYTES = 32 * 2**20
+UNKNOWN_CACHE_BYTES = 32 * 2**20
 _DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -99,7 +99,7 @@ def why_not_packed(model: torch.nn.Module, cache_bytes: int | None = None) -> st
         return "a linear layer's forward is replaced on the instance (accelerate's hooks)"
     cache = cache_bytes if cache_bytes is not None else last_level_cache_bytes()
     known = cache is not None
-    cache = cache if known else _UNKNOWN_CACHE_BYTES
+    cache = cache if known else UNKNOWN_CACHE_BYTES
     weights = _weight_bytes(layers)
     if weights <= cache:
         size = f"the last-level cache ({_mib(cache)})" if known else f"{_mib(cache)} (the CPU's cache size unknown)"

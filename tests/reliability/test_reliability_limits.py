@@ -321,13 +321,15 @@ def test_the_step_estimate_at_0_5b_counts_lora_the_critic_checkpointing_and_log_
     assert full["update activations"] == tokens * 24 * (6 * 896 + 3 * 4864) * 4
     assert terms("model.gradient_checkpointing=true")["update activations"] == tokens * 24 * 896 * 4
     assert terms("batch.max_tokens_per_micro_batch=1024")["update activations"] == 1024 * 24 * (6 * 896 + 3 * 4864) * 4
-    assert full["log-prob chunks"] == 3 * 128 * 151_936 * 4 + 151_936 * 896 * 4
+    kept = 8 * 128 * 151_936 * 4  # the fused head's kept logits: 8 responses × 128 positions, within 1 GiB
+    assert full["log-prob chunks"] == 3 * 128 * 151_936 * 4 + 151_936 * 896 * 4 + kept
+    assert terms("rollout.max_new_tokens=512")["log-prob chunks"] == 3 * 128 * 151_936 * 4 + 151_936 * 896 * 4
     assert terms("model.compute_dtype=bfloat16")["log-prob chunks"] == 13 * 128 * 151_936 * 4 + 151_936 * 896 * 4
     cfg, resolved = _resolved([*base, "algo.advantage=gae"])
     monkeypatch.setattr(memory, "available_bytes", lambda device: 6 * 2**30)
     with pytest.raises(
         GlassrlError,
-        match=r"weights 16\.6, update activations 4\.7, log-prob chunks 0\.7; .*model\.gradient_checkpointing",
+        match=r"weights 16\.6, update activations 4\.7, log-prob chunks 1\.3; .*model\.gradient_checkpointing",
     ):
         memory.check_step_fits(cfg, resolved, tmp_path, 200)
 

@@ -83,7 +83,8 @@ def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit:
     hidden, layers = int(model["hidden_size"]), int(model["num_hidden_layers"])
     per_layer = hidden if m.gradient_checkpointing else 6 * hidden + 3 * int(model.get("intermediate_size", 4 * hidden))
     vocab = int(model["vocab_size"])
-    kept = micro_tokens * vocab * 4  # the fused head backward's kept logits, when they fit its budget
+    # the fused head backward's kept logits (of the response positions only), when they fit its budget
+    kept = min(cfg.batch.micro_batch_responses * cfg.rollout.max_new_tokens, micro_tokens) * vocab * 4
     kept = kept if m.compute_dtype != "bfloat16" and kept <= KEEP_LOGITS_BYTES else 0
     # Under LoRA no full-size gradient makes room for the decoding loop's reordered weights (module docstring).
     reordered = reordered_bytes(weight_bytes(actor, stored), resolve_device(m.device)) if m.lora is not None else 0

@@ -287,3 +287,19 @@ def adam_weights_close(a: dict, b: dict, *, tight: float, lr: float) -> str | No
     if beyond > 1e-3 * total:
         return f"{beyond} of {total} weights differ by more than {tight:g}"
     return None
+
+
+def gradients_before_each_step(model, optimizer) -> list:
+    """Wraps ``optimizer.step`` (after any LR scheduler has wrapped it) so that each call first keeps the model's
+    gradient, every parameter's flattened and concatenated: glassrl.optim.guarded_step frees the gradients right
+    after the step, so a test reads them here."""
+    import torch
+
+    seen, step = [], optimizer.step
+
+    def recording(*args, **kwargs):
+        seen.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+        return step(*args, **kwargs)
+
+    optimizer.step = recording
+    return seen

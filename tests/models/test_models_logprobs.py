@@ -311,7 +311,7 @@ def test_fused_head_under_bf16_autocast_matches_autograd(
     if keep_budget is not None:
         monkeypatch.setattr(logprobs_module, "KEEP_LOGITS_BYTES", keep_budget)
     ids, mask, P, T = make_batch(PROMPTS, RESPONSES)
-    monkeypatch.setattr(logprobs_module, "CHUNK_LOGITS", 12 * 40)  # 12 positions: vocabulary slices of 40 rows of 100
+    monkeypatch.setattr(logprobs_module, "CHUNK_LOGITS", 32 * 15)  # hidden 32: vocabulary slices of 15 rows of 100
     model = load_causal_lm(tiny_lm_path, device="cpu").train()
     head = dict(temperature=temperature, chunk_size=chunk_size, entropy_grad=entropy_grad)
     lp_f, ent_f, g_f = _under_bf16_autocast(model, ids, mask, P, T, monkeypatch, True, **head)
@@ -332,7 +332,7 @@ def test_fused_head_under_bf16_autocast_at_the_0_5b_width(qwen_two_layers, make_
     prompts = [torch.randint(0, 151_643, (n,), generator=gen).tolist() for n in (3, 5)]
     responses = [torch.randint(0, 151_643, (n,), generator=gen).tolist() for n in (20, 13)]
     ids, mask, P, T = make_batch(prompts, responses)
-    monkeypatch.setattr(logprobs_module, "CHUNK_LOGITS", 40 * 40_000)  # 40 positions: 4 vocabulary slices
+    monkeypatch.setattr(logprobs_module, "CHUNK_LOGITS", 896 * 40_000)  # hidden 896: 4 vocabulary slices
     lp_f, ent_f, g_f = _under_bf16_autocast(model, ids, mask, P, T, monkeypatch, True, temperature=0.9, chunk_size=8)
     lp_a, ent_a, g_a = _under_bf16_autocast(model, ids, mask, P, T, monkeypatch, False, temperature=0.9, chunk_size=8)
     model.zero_grad(set_to_none=True)

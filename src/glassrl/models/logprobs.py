@@ -200,8 +200,9 @@ def _backward_cast(ctx, g_lp: torch.Tensor, g_ent: torch.Tensor | None):
     run in float32 on those bfloat16 values, which float32 multiplies exactly (8 + 8 significant bits), so
     the head's gradient is summed in float32, unrounded, and hidden's is rounded to bfloat16 once at the
     end, as autocast's single product is (bfloat16 GEMMs with float32 accumulation, as on a GPU's tensor
-    cores). Alive at once: the head's float32 gradient and ~3 (positions × rows) tiles of
-    :data:`CHUNK_LOGITS` values (the kept logits too, when the forward kept them)."""
+    cores). Alive at once: the head's float32 gradient and ~3 (positions × rows) tiles of at most
+    :data:`CHUNK_LOGITS` values (the kept logits too, when the forward kept them); the slice of the weights,
+    in bfloat16 and float32, within as many."""
     hidden, weight, targets, lse, expected = ctx.saved_tensors
     tau, cast, kept = ctx.temperature, ctx.cast, ctx.kept
     entropy = ctx.entropy_grad and g_ent is not None
@@ -213,7 +214,7 @@ def _backward_cast(ctx, g_lp: torch.Tensor, g_ent: torch.Tensor | None):
     lse, t = lse.reshape(-1, 1), targets.reshape(-1, 1)  # (N, 1) each
     grad_h = torch.zeros_like(h_exact) if ctx.needs_input_grad[0] else None  # float32 accumulator (N, H)
     grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
-    rows = max(1, CHUNK_LOGITS // flat.shape[0])
+    rows = max(1, CHUNK_LOGITS // max(flat.shape[0], flat.shape[1]))  # (N, R) tiles and (R, H) slices within it
     with torch.autocast(hidden.device.type, enabled=False):
         for v in range(0, weight.shape[0], rows):
             w = weight[v : v + rows].to(cast)  # (R, H)

@@ -290,9 +290,9 @@ def _under_bf16_autocast(model, ids, mask, P, T, monkeypatch, fused, **head):
 # Tolerance of the gradients under bfloat16: 2⁻⁶ of each tensor's largest. bfloat16 keeps 8 significant bits
 # (one ulp near a tensor's largest value is 2⁻⁸ of it), and the two paths round differently: autograd adds the
 # head's bfloat16 gradient of every chunk in bfloat16 (one ToCopy node feeds all chunks), the fused backward in
-# float32, and the decoder's gradients inherit the head's bfloat16 products. Measured: 0 to 6.2e-3 of the
-# largest (tiny model; 0.5 B width), up to 7.9e-3 on the bare head; a chunk lost or counted twice moves the
-# gradient by its share of the positions (here ≥ 1/4).
+# float32, and the decoder's gradients inherit the head's bfloat16 products. Measured: at most 3.7e-3 of the
+# largest on the tiny model, 7.0e-3 at the 0.5 B width; a chunk lost or counted twice moves the gradient by its
+# share of the positions (here ≥ 1/5), a vocabulary slice lost its rows' whole gradient.
 _BF16_GRADIENT = 2**-6
 
 
@@ -311,7 +311,7 @@ def test_fused_head_under_bf16_autocast_matches_autograd(
     if keep_budget is not None:
         monkeypatch.setattr(logprobs_module, "KEEP_LOGITS_BYTES", keep_budget)
     ids, mask, P, T = make_batch(PROMPTS, RESPONSES)
-    monkeypatch.setattr(logprobs_module, "CHUNK_LOGITS", 32 * 15)  # hidden 32: vocabulary slices of 15 rows of 100
+    monkeypatch.setattr(logprobs_module, "CHUNK_LOGITS", 2 * 32 * 15)  # hidden 32: vocabulary slices of 15 rows of 100
     model = load_causal_lm(tiny_lm_path, device="cpu").train()
     head = dict(temperature=temperature, chunk_size=chunk_size, entropy_grad=entropy_grad)
     lp_f, ent_f, g_f = _under_bf16_autocast(model, ids, mask, P, T, monkeypatch, True, **head)
@@ -332,7 +332,7 @@ def test_fused_head_under_bf16_autocast_at_the_0_5b_width(qwen_two_layers, make_
     prompts = [torch.randint(0, 151_643, (n,), generator=gen).tolist() for n in (3, 5)]
     responses = [torch.randint(0, 151_643, (n,), generator=gen).tolist() for n in (20, 13)]
     ids, mask, P, T = make_batch(prompts, responses)
-    monkeypatch.setattr(logprobs_module, "CHUNK_LOGITS", 896 * 40_000)  # hidden 896: 4 vocabulary slices
+    monkeypatch.setattr(logprobs_module, "CHUNK_LOGITS", 2 * 896 * 40_000)  # hidden 896: 4 vocabulary slices
     lp_f, ent_f, g_f = _under_bf16_autocast(model, ids, mask, P, T, monkeypatch, True, temperature=0.9, chunk_size=8)
     lp_a, ent_a, g_a = _under_bf16_autocast(model, ids, mask, P, T, monkeypatch, False, temperature=0.9, chunk_size=8)
     model.zero_grad(set_to_none=True)
@@ -356,7 +356,7 @@ def test_fused_head_under_bf16_autocast_is_nearer_the_exact_gradient(
         monkeypatch.setattr(logprobs_module, "KEEP_LOGITS_BYTES", keep_budget)
     gen = torch.Generator().manual_seed(0)
     B, T, H, V = 2, 300, 64, 5_000
-    monkeypatch.setattr(logprobs_module, "CHUNK_LOGITS", B * T * 1_300)  # the backward's vocabulary slices: 4
+    monkeypatch.setattr(logprobs_module, "CHUNK_LOGITS", 2 * B * T * 1_300)  # the backward's vocabulary slices: 4
     hidden0, weight0 = torch.randn(B, T, H, generator=gen), torch.randn(V, H, generator=gen) / 2
     targets = torch.randint(0, V, (B, T), generator=gen)
     g_lp, g_ent = torch.randn(B, T, generator=gen), torch.randn(B, T, generator=gen)

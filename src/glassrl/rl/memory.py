@@ -26,8 +26,8 @@ P + T = the longest prompt in the data, at most the prompt limit, plus ``rollout
 - the chunked log-probs' peak in backward (glassrl.models.logprobs): the LM head's gradient (V × hidden × 4)
   and about 3 float32 tensors of one chunk's logits with the fused head backward (measured 768 MiB at 4,096
   tokens, H = 896, V = 151,936, entropy included: benchmarks/bench_logprobs.py), the same under
-  ``model.compute_dtype: bfloat16``, whose backward takes 3 tiles of as many values in slices of the
-  vocabulary (measured 728 MiB at 2,048 tokens: the gradient's 519 and 2.8 tiles); plus the micro-batch's
+  ``model.compute_dtype: bfloat16``, whose backward takes tiles of half as many values in slices of the
+  vocabulary (measured 712 MiB at 4,096 tokens, 7,399 naive: within the same bound); plus the micro-batch's
   logits when the fused backward keeps them (at most 1 GiB, glassrl.models.logprobs.KEEP_LOGITS_BYTES).
 
 It is an upper bound of those terms (a response that stops early holds less; measured on the
@@ -61,7 +61,7 @@ from glassrl.rollout.packed_weights import UNKNOWN_CACHE_BYTES, last_level_cache
 
 _PER_TOKEN_BYTES = 64  # ~16 (B, P + T) tensors of 4 bytes
 # chunk-sized float32 tensors alive at once in the fused head backward, with the entropy (measured; under bfloat16
-# autocast: tiles of the vocabulary-sliced backward, as many values each)
+# autocast: tiles of the vocabulary-sliced backward, half as many values each, within the same bound)
 _CHUNK_COPIES = 3
 
 

@@ -6,6 +6,10 @@
     .venv/bin/python benchmarks/bench_logprobs.py --backward --tokens 4096 --hidden 896 --chunk 0 --entropy \
         --only chunked+bwd
         # issue 40: 4 k response tokens at Qwen2.5-0.5B's width, log-probs and entropy (≈ 12 GB for naive)
+    .venv/bin/python benchmarks/bench_logprobs.py --backward --tokens 4096 --hidden 896 --chunk 0 --entropy \
+        --bf16 --only chunked+bwd chunked-ckpt+bwd
+        # the same under model.compute_dtype: bfloat16 (autocast over float32 weights); chunked-ckpt: the
+        # checkpointed autograd chunks the fused head backward replaces
 
 Setting: V = 151,936 (a real large vocabulary), T = 1,024 response tokens,
 H = 256, float32, LM head without bias, chunk_size = 128 (the default at this V and B = 1:
@@ -30,6 +34,12 @@ chunked path without torch.utils.checkpoint (what the chunks would keep alive fo
 weight's ``.grad`` is allocated (zeros) before the baseline is read, as in training after the first
 micro-batch: that buffer is the weights' own (the memory estimate counts weights × 4), the same for
 every variant, and the peak is what the log-prob computation adds on top of it.
+
+``--bf16``: every variant runs under ``torch.autocast(dtype=torch.bfloat16)`` over the same float32 inputs, as
+``model.compute_dtype: bfloat16`` trains (float32 master weights; the LM head's matmul in bfloat16, its
+logits made float32 by glassrl and by the naive reference alike). "chunked-ckpt+bwd" (only with ``--only``)
+is the chunked path with the fused head backward switched off: autograd through checkpointed chunks, which
+a wrapped head (LoRA's) takes, and which bfloat16 autocast took before the fused backward handled it.
 """
 
 from __future__ import annotations
@@ -40,15 +50,18 @@ import resource
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 
 import torch
 
+import glassrl.models.logprobs as logprobs_module
 from glassrl.models.logprobs import _chunk, logprobs_from_hidden, naive_entropy, naive_logprobs
 
 V, CHUNK = 151_936, 128
-T, H, ENTROPY = 1_024, 256, False  # set from the command line (main, child)
+T, H, ENTROPY, BF16 = 1_024, 256, False, False  # set from the command line (main, child)
 FORWARD = ["naive", "chunked"]
 BACKWARD = ["naive+bwd", "chunked-no-ckpt+bwd", "chunked+bwd"]
+ONLY = ["chunked-ckpt+bwd"]  # run when named by --only
 
 
 def _inputs(batch: int, device: str, grad: bool):
@@ -79,6 +92,21 @@ def _chunked_no_checkpoint(hidden, head, targets):
 
 
 def _run(variant: str, hidden, head, targets) -> torch.Tensor:
+    casting = torch.autocast(hidden.device.type, dtype=torch.bfloat16) if BF16 else nullcontext()
+    fused = logprobs_module._fused_head
+    if variant.startswith("chunked-ckpt"):
+        logprobs_module._fused_head = lambda *a: False
+    try:
+        with casting:
+            out, entropy = _forward(variant, hidden, head, targets)
+    finally:
+        logprobs_module._fused_head = fused
+    if variant.endswith("+bwd"):
+        (out.sum() + (entropy.sum() if ENTROPY else 0)).backward()
+    return out
+
+
+def _forward(variant: str, hidden, head, targets):
     if variant.startswith("naive"):
         logits = head(hidden)
         out, entropy = naive_logprobs(logits, targets), (naive_entropy(logits) if ENTROPY else None)
@@ -86,9 +114,7 @@ def _run(variant: str, hidden, head, targets) -> torch.Tensor:
         out, entropy = _chunked_no_checkpoint(hidden, head, targets)
     else:
         out, entropy = logprobs_from_hidden(hidden, head, targets, chunk_size=CHUNK or None, with_entropy=ENTROPY)
-    if variant.endswith("+bwd"):
-        (out.sum() + (entropy.sum() if ENTROPY else 0)).backward()
-    return out
+    return out, entropy
 
 
 def child(variant: str, batch: int) -> None:
@@ -121,7 +147,7 @@ def gpu(variant: str, batch: int) -> float:
 
 
 def main() -> None:
-    global T, H, ENTROPY, CHUNK
+    global T, H, ENTROPY, CHUNK, BF16
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--backward", action="store_true", help="also measure forward+backward")
@@ -130,12 +156,13 @@ def main() -> None:
     parser.add_argument("--entropy", action="store_true", help="entropy too (and its gradient with --backward)")
     parser.add_argument("--skip-no-ckpt", action="store_true", help="leave out the chunked path without checkpoint")
     parser.add_argument("--chunk", type=int, default=CHUNK, help="positions per chunk; 0 = glassrl's own choice")
-    parser.add_argument("--only", nargs="+", choices=FORWARD + BACKWARD, help="run these variants only")
-    parser.add_argument("--child", choices=FORWARD + BACKWARD, help=argparse.SUPPRESS)
+    parser.add_argument("--bf16", action="store_true", help="under bfloat16 autocast (model.compute_dtype)")
+    parser.add_argument("--only", nargs="+", choices=FORWARD + BACKWARD + ONLY, help="run these variants only")
+    parser.add_argument("--child", choices=FORWARD + BACKWARD + ONLY, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    T, H, ENTROPY, CHUNK = args.tokens, args.hidden, args.entropy, args.chunk
+    T, H, ENTROPY, CHUNK, BF16 = args.tokens, args.hidden, args.entropy, args.chunk, args.bf16
     shape = ["--batch", str(args.batch), "--tokens", str(T), "--hidden", str(H), "--chunk", str(CHUNK)]
-    shape += ["--entropy"] * ENTROPY
+    shape += ["--entropy"] * ENTROPY + ["--bf16"] * BF16
     if args.child:
         child(args.child, args.batch)
         return
@@ -147,7 +174,8 @@ def main() -> None:
 
     what = "log-probs and entropy" if ENTROPY else "log-probs"
     print(
-        f"per-token {what}, V={V:,} T={T} H={H} B={args.batch} float32, "
+        f"per-token {what}, V={V:,} T={T} H={H} B={args.batch} float32"
+        f"{' under bfloat16 autocast' if BF16 else ''}, "
         f"chunk_size={CHUNK or 'the default, 128 at this V'}"
     )
     print("CPU peak = ru_maxrss after the call minus the RSS after allocating inputs, fresh process per variant")

@@ -161,7 +161,7 @@ def test_gradients_match_naive(tiny_lm_path, make_batch, chunk_size, path, monke
     apply = logprobs_module._FusedHead.apply
     if path == "checkpoint":
         monkeypatch.setattr(logprobs_module._FusedHead, "apply", None)
-        monkeypatch.setattr(logprobs_module, "_fused_head", lambda head: False)
+        monkeypatch.setattr(logprobs_module, "_fused_head", lambda *a: False)
     else:
         monkeypatch.setattr(logprobs_module._FusedHead, "apply", lambda *a: fused.append(1) or apply(*a))
     ids, mask, P, T = make_batch(PROMPTS, RESPONSES)
@@ -264,3 +264,141 @@ def test_fused_head_keeps_the_forwards_logits_with_the_same_gradients_to_the_bit
     assert all(z is None for z in ctx_kept.kept)  # released by the backward
     for name, g in grads[1].items():
         assert torch.equal(grads[0][name], g), name
+
+
+# --- under bfloat16 autocast (model.compute_dtype: bfloat16, float32 master weights) --------------------
+
+
+def _under_bf16_autocast(model, ids, mask, P, T, monkeypatch, fused, **head):
+    """log-probs, entropy (response positions) and every parameter's gradient of lp·g + ent·g' computed under
+    the CPU's bfloat16 autocast, by _FusedHead (``fused``) or by autograd through checkpointed chunks."""
+    calls = []
+    apply = logprobs_module._FusedHead.apply
+    monkeypatch.setattr(logprobs_module._FusedHead, "apply", lambda *a: calls.append(a[-1]) or apply(*a))
+    monkeypatch.setattr(logprobs_module, "_fused_head", lambda *a: fused)
+    model.zero_grad(set_to_none=True)  # the gradients returned before stay with the caller
+    resp_mask = mask[:, P:].bool()  # (B, T)
+    gen = torch.Generator().manual_seed(2)
+    g_lp, g_ent = torch.randn(resp_mask.shape, generator=gen), torch.randn(resp_mask.shape, generator=gen)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        lp, ent = response_logprobs(model, ids, mask, T, with_entropy=True, **head)
+    assert calls == ([torch.bfloat16] if fused else [])  # the fused path, told autocast's dtype
+    torch.where(resp_mask, lp * g_lp + (ent * g_ent if ent.requires_grad else 0), 0.0).sum().backward()
+    return lp.detach()[resp_mask], ent.detach()[resp_mask], {n: p.grad for n, p in model.named_parameters()}
+
+
+# Tolerance of the gradients under bfloat16: 2⁻⁶ of each tensor's largest. bfloat16 keeps 8 significant bits
+# (one ulp near a tensor's largest value is 2⁻⁸ of it), and the two paths round differently: autograd adds the
+# head's bfloat16 gradient of every chunk in bfloat16 (one ToCopy node feeds all chunks), the fused backward in
+# float32, and the decoder's gradients inherit the head's bfloat16 products. Measured: at most 3.7e-3 of the
+# largest on the tiny model, 7.0e-3 at the 0.5 B width; a chunk lost or counted twice moves the gradient by its
+# share of the positions (here ≥ 1/5), a vocabulary slice lost its rows' whole gradient.
+_BF16_GRADIENT = 2**-6
+
+
+@pytest.mark.parametrize(
+    "temperature, chunk_size, entropy_grad, keep_budget",
+    [(0.8, 2, True, None), (0.8, 2, True, 0), (1.0, 1, False, None), (1.0, 1, False, 0)],
+)
+def test_fused_head_under_bf16_autocast_matches_autograd(
+    tiny_lm_path, make_batch, monkeypatch, temperature, chunk_size, entropy_grad, keep_budget
+):
+    """Under ``model.compute_dtype: bfloat16`` (the CPU's bfloat16 autocast, float32 master weights) the fused
+    head backward computes what autocast computes for ``lm_head(hidden).float() / τ``: the same log-probs and
+    entropy as autograd through checkpointed chunks under the same autocast (the same bfloat16 logits, float32
+    reductions), and every parameter's gradient within bfloat16's rounding; the forward's logits kept (the
+    default budget) or recomputed (``keep_budget`` 0), the entropy's gradient on or off (a metric)."""
+    if keep_budget is not None:
+        monkeypatch.setattr(logprobs_module, "KEEP_LOGITS_BYTES", keep_budget)
+    ids, mask, P, T = make_batch(PROMPTS, RESPONSES)
+    monkeypatch.setattr(logprobs_module, "CHUNK_LOGITS", 2 * 32 * 15)  # hidden 32: vocabulary slices of 15 rows of 100
+    model = load_causal_lm(tiny_lm_path, device="cpu").train()
+    head = dict(temperature=temperature, chunk_size=chunk_size, entropy_grad=entropy_grad)
+    lp_f, ent_f, g_f = _under_bf16_autocast(model, ids, mask, P, T, monkeypatch, True, **head)
+    lp_a, ent_a, g_a = _under_bf16_autocast(model, ids, mask, P, T, monkeypatch, False, **head)
+    torch.testing.assert_close(lp_f, lp_a)
+    torch.testing.assert_close(ent_f, ent_a)
+    for name, g in g_a.items():
+        assert g.abs().sum() > 0, name
+        torch.testing.assert_close(g_f[name], g, rtol=0, atol=_BF16_GRADIENT * g.abs().max().item(), msg=name)
+
+
+def test_fused_head_under_bf16_autocast_at_the_0_5b_width(qwen_two_layers, make_batch, monkeypatch):
+    """The same at Qwen2.5-0.5B's width and vocabulary (tied embedding and LM head), 33 positions in chunks of
+    8 recomputed in backward (outside KEEP_LOGITS_BYTES): values equal, every gradient within bfloat16's rounding."""
+    monkeypatch.setattr(logprobs_module, "KEEP_LOGITS_BYTES", 0)
+    model = qwen_two_layers.train()
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 151_643, (n,), generator=gen).tolist() for n in (3, 5)]
+    responses = [torch.randint(0, 151_643, (n,), generator=gen).tolist() for n in (20, 13)]
+    ids, mask, P, T = make_batch(prompts, responses)
+    monkeypatch.setattr(logprobs_module, "CHUNK_LOGITS", 2 * 896 * 40_000)  # hidden 896: 4 vocabulary slices
+    lp_f, ent_f, g_f = _under_bf16_autocast(model, ids, mask, P, T, monkeypatch, True, temperature=0.9, chunk_size=8)
+    lp_a, ent_a, g_a = _under_bf16_autocast(model, ids, mask, P, T, monkeypatch, False, temperature=0.9, chunk_size=8)
+    model.zero_grad(set_to_none=True)
+    torch.testing.assert_close(lp_f, lp_a)
+    torch.testing.assert_close(ent_f, ent_a)
+    assert lp_a.min() < -5  # over 151,936 ids
+    for name, g in g_a.items():
+        assert g.abs().sum() > 0, name
+        torch.testing.assert_close(g_f[name], g, rtol=0, atol=_BF16_GRADIENT * g.abs().max().item(), msg=name)
+
+
+@pytest.mark.parametrize("temperature, entropy_grad, keep_budget", [(0.8, True, None), (0.8, True, 0), (1.0, False, 0)])
+def test_fused_head_under_bf16_autocast_is_nearer_the_exact_gradient(
+    monkeypatch, temperature, entropy_grad, keep_budget
+):
+    """Against the exact (float64) derivative of what autocast computes (the logits rounded to bfloat16), the
+    fused backward's head and hidden gradients are no further off than autograd's (which adds the chunks'
+    bfloat16 head gradients in bfloat16; the fused path in float32), and within 2⁻⁷ of the largest: two
+    bfloat16 roundings, of ∂/∂z and of the product. The forward's logits kept or (``keep_budget`` 0) recomputed."""
+    if keep_budget is not None:
+        monkeypatch.setattr(logprobs_module, "KEEP_LOGITS_BYTES", keep_budget)
+    gen = torch.Generator().manual_seed(0)
+    B, T, H, V = 2, 300, 64, 5_000
+    monkeypatch.setattr(logprobs_module, "CHUNK_LOGITS", 2 * B * T * 1_300)  # the backward's vocabulary slices: 4
+    hidden0, weight0 = torch.randn(B, T, H, generator=gen), torch.randn(V, H, generator=gen) / 2
+    targets = torch.randint(0, V, (B, T), generator=gen)
+    g_lp, g_ent = torch.randn(B, T, generator=gen), torch.randn(B, T, generator=gen)
+
+    def loss(lp, ent):
+        return (lp * g_lp).sum() + ((ent * g_ent).sum() if entropy_grad else 0)
+
+    grads = {}
+    for fused in (True, False):
+        monkeypatch.setattr(logprobs_module, "_fused_head", lambda *a, fused=fused: fused)
+        hidden, head = hidden0.clone().requires_grad_(), torch.nn.Linear(H, V, bias=False)
+        head.weight.data.copy_(weight0)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lp, ent = logprobs_from_hidden(
+                hidden,
+                head,
+                targets,
+                temperature=temperature,
+                chunk_size=32,
+                with_entropy=True,
+                entropy_grad=entropy_grad,
+            )
+        loss(lp, ent).backward()
+        grads[fused] = (hidden.grad.double(), head.weight.grad.double())
+    hidden, weight = hidden0.bfloat16().double().requires_grad_(), weight0.bfloat16().double().requires_grad_()
+    exact = hidden @ weight.T  # (B, T, V), float64 of the bfloat16 inputs
+    z = (exact + (exact.bfloat16().double() - exact).detach()) / temperature  # the value rounded, its derivative 1
+    logp = torch.log_softmax(z, dim=-1)
+    ent = -(logp.exp() * logp).sum(-1)
+    loss(logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), ent if entropy_grad else ent.detach()).backward()
+    for ref, fused, autograd in zip((hidden.grad, weight.grad), grads[True], grads[False]):
+        assert (fused - ref).abs().max() <= (autograd - ref).abs().max()
+        assert (fused - ref).abs().max() <= 2**-7 * ref.abs().max()
+
+
+def test_float16_autocast_keeps_the_autograd_path():
+    """glassrl offers no float16 compute: under its autocast the head stays on checkpointed autograd."""
+    head = torch.nn.Linear(4, 8, bias=False)
+    cpu = torch.device("cpu")
+    assert logprobs_module._fused_head(head, cpu)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert logprobs_module._fused_head(head, cpu)
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert not logprobs_module._fused_head(head, cpu)
+    assert not logprobs_module._fused_head(torch.nn.Linear(4, 8), cpu)  # a bias

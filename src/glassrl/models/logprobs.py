@@ -17,11 +17,16 @@ A chunk holds as many positions as keep its float32 logits within :data:`CHUNK_L
 few hundred, as the default model's),,
 unless ``chunk_size`` fixes the positions.
 
-Backward, plain bias-free ``nn.Linear`` head outside autocast (the usual case): :class:`_FusedHead`, which
+Backward, plain bias-free ``nn.Linear`` head (the usual case): :class:`_FusedHead`, which
 holds the head's gradient once and ~3 chunk tensors (measured at T = 4,096, H = 896, log-probs and entropy:
 768 MiB against the naive 9,533 MiB, 12.4×; issue 40, BENCHMARKS.md), and recomputes each chunk's logits,
 unless all of them fit in :data:`KEEP_LOGITS_BYTES`: then the forward's are kept (one LM-head matmul less).
-Otherwise, autograd:
+Under bfloat16 autocast (``model.compute_dtype: bfloat16``, float32 master weights) it computes what
+autocast does for ``lm_head(hidden)`` — bfloat16 logits, ∂/∂z rounded to bfloat16 — with the backward taken
+in slices of the vocabulary (no bfloat16 copy of the whole head; :func:`_backward_cast`): the same log-probs
+and entropy as autograd under that autocast, and gradients within its rounding, nearer the exact ones
+(tests/models/test_models_logprobs.py); 712 MiB against the naive 7,399 MiB under bf16 (10.4×; autograd
+through checkpointed chunks 944 MiB). Otherwise (a wrapped head such as LoRA's, float16 autocast), autograd:
 
 Autograd: without care, each chunk's backward keeps its float32 logits
 (logsumexp saves its input) and, with entropy, the softmax as well — (B, T, V)
@@ -109,25 +114,41 @@ class _FusedHead(torch.autograd.Function):
     tensors (Liger Kernel's fused linear cross-entropy, Hsu et al. 2024, §3.3, computes the same
     gradient). A plain bias-free ``nn.Linear`` head only (:func:`logprobs_from_hidden` checks), float32
     matmuls where the weights are float32, the weights' dtype otherwise, as ``lm_head(hidden)`` would.
+    ``cast``: the dtype of the caller's autocast on hidden's device (bfloat16) or None: the forward's products
+    take their operands in it, as autocast's ``F.linear`` does, and the backward is :func:`_backward_cast`.
+    Autocast is switched off inside both, so that the forward's ``cast`` alone decides every dtype, whatever
+    autocast the caller holds when it calls ``backward`` (``torch.amp.custom_fwd``/``custom_bwd`` would
+    record the state too, but for one device type fixed where the class is defined).
     ``keep``: the forward's chunks of logits are kept for the backward instead of recomputed (one LM-head
     matmul of every position saved: 2.5 of a 0.5 B GRPO update's 43 s), when they all fit in
     :data:`KEEP_LOGITS_BYTES` (:func:`logprobs_from_hidden` decides)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature, chunk, with_entropy, entropy_grad, keep):
-        lps, ents, kept = [], [], []
-        for start in range(0, hidden.shape[1], chunk):
-            logits = (hidden[:, start : start + chunk] @ weight.T).float() / temperature  # (B, C, V)
-            lse = torch.logsumexp(logits, dim=-1)  # (B, C)
-            lps.append(logits.gather(-1, targets[:, start : start + chunk].unsqueeze(-1)).squeeze(-1) - lse)
-            if with_entropy:
-                ents.append(lse - (torch.softmax(logits, dim=-1) * logits).sum(-1))
-            if keep:
-                kept.append(logits)
-            del logits
-        ctx.save_for_backward(hidden, weight, targets)
+    def forward(ctx, hidden, weight, targets, temperature, chunk, with_entropy, entropy_grad, keep, cast):
+        lps, ents, kept, lses, expected = [], [], [], [], []
+        with torch.autocast(hidden.device.type, enabled=False):  # ``cast`` says the dtype, as autocast would
+            w = weight if cast is None else weight.to(cast)  # (V, H), cast once (autocast: once per region)
+            for start in range(0, hidden.shape[1], chunk):
+                h = hidden[:, start : start + chunk]  # (B, C, H)
+                logits = ((h if cast is None else h.to(cast)) @ w.T).float() / temperature  # (B, C, V)
+                lse = torch.logsumexp(logits, dim=-1)  # (B, C)
+                lps.append(logits.gather(-1, targets[:, start : start + chunk].unsqueeze(-1)).squeeze(-1) - lse)
+                if with_entropy:
+                    expected.append((torch.softmax(logits, dim=-1) * logits).sum(-1))  # E_p[z] (B, C)
+                    ents.append(lse - expected[-1])
+                if keep:
+                    kept.append(logits)
+                lses.append(lse)
+                del logits
+            del w
         ctx.kept = kept  # intermediates, not inputs or outputs: held on ctx, released chunk by chunk in backward
         ctx.temperature, ctx.chunk, ctx.entropy_grad = temperature, chunk, with_entropy and entropy_grad
+        ctx.cast = cast
+        if cast is None:
+            ctx.save_for_backward(hidden, weight, targets)
+        else:  # the vocabulary-sliced backward takes each position's softmax from its logsumexp and E_p[z]
+            moments = (torch.cat(lses, dim=1), torch.cat(expected, dim=1) if ctx.entropy_grad else None)
+            ctx.save_for_backward(hidden, weight, targets, *moments)
         entropy = torch.cat(ents, dim=1) if with_entropy else hidden.new_zeros(0)
         if not ctx.entropy_grad:
             ctx.mark_non_differentiable(entropy)
@@ -135,40 +156,108 @@ class _FusedHead(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_lp, g_ent):
+        if ctx.cast is not None:
+            return (*_backward_cast(ctx, g_lp, g_ent), None, None, None, None, None, None, None)
         hidden, weight, targets = ctx.saved_tensors
         tau, chunk = ctx.temperature, ctx.chunk
         grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
-        for i, start in enumerate(range(0, hidden.shape[1], chunk)):
-            h = hidden[:, start : start + chunk]  # (B, C, H)
-            gl = g_lp[:, start : start + chunk].unsqueeze(-1).float()  # (B, C, 1)
-            if ctx.kept:  # the forward's logits, written over in place below: released as used
-                z, ctx.kept[i] = ctx.kept[i], None  # (B, C, V)
+        with torch.autocast(hidden.device.type, enabled=False):  # not under the caller's autocast, if any
+            for i, start in enumerate(range(0, hidden.shape[1], chunk)):
+                h = hidden[:, start : start + chunk]  # (B, C, H)
+                gl = g_lp[:, start : start + chunk].unsqueeze(-1).float()  # (B, C, 1)
+                if ctx.kept:  # the forward's logits, written over in place below: released as used
+                    z, ctx.kept[i] = ctx.kept[i], None  # (B, C, V)
+                else:
+                    z = (h @ weight.T).float().div_(tau)  # (B, C, V)
+                p = torch.softmax(z, dim=-1)  # (B, C, V)
+                if ctx.entropy_grad and g_ent is not None:
+                    ge = g_ent[:, start : start + chunk].unsqueeze(-1).float()
+                    expected = (p * z).sum(-1, keepdim=True)  # E_p[z] (B, C, 1)
+                    dz = z.sub_(expected).mul_(p).mul_(-ge)  # ge · ∂H/∂z, in z's memory
+                    dz.sub_(p.mul_(gl))  # − gl · p
+                else:
+                    dz = p.mul_(-gl)
+                del z
+                dz.scatter_add_(-1, targets[:, start : start + chunk].unsqueeze(-1), gl)  # + gl · onehot
+                dz = dz.div_(tau).to(weight.dtype)  # ∂/∂(h Wᵀ)
+                if grad_h is not None:
+                    grad_h[:, start : start + chunk] = dz @ weight
+                if grad_w is not None:
+                    grad_w.addmm_(dz.flatten(0, 1).T, h.flatten(0, 1))
+                del dz, p
+        return grad_h, grad_w, None, None, None, None, None, None, None
+
+
+def _backward_cast(ctx, g_lp: torch.Tensor, g_ent: torch.Tensor | None):
+    """:class:`_FusedHead`'s backward under autocast (``ctx.cast``, bfloat16): the gradients autocast's own
+    backward of ``lm_head(hidden).float() / τ`` forms, without a (V, H) copy of the weights in that dtype.
+
+    Autocast rounds ∂/∂z to bfloat16 and multiplies bfloat16 operands, rounding each product to bfloat16
+    (hidden's gradient, and each chunk's head gradient, which autograd then adds up in bfloat16). Here the
+    vocabulary is taken in slices of rows, each slice of the weights cast once: the logits of every
+    position for those rows are recomputed in bfloat16 as in the forward, their softmax taken from the
+    forward's logsumexp (and E_p[z]), ∂/∂z formed in place and rounded to bfloat16; the two products then
+    run in float32 on those bfloat16 values, which float32 multiplies exactly (8 + 8 significant bits), so
+    the head's gradient is summed in float32, unrounded, and hidden's is rounded to bfloat16 once at the
+    end, as autocast's single product is (bfloat16 GEMMs with float32 accumulation, as on a GPU's tensor
+    cores). Alive at once: the head's float32 gradient and ~3 (positions × rows) tiles of at most half
+    :data:`CHUNK_LOGITS` values (the kept logits too, when the forward kept them); the slice of the weights,
+    in bfloat16 and float32, within as many."""
+    hidden, weight, targets, lse, expected = ctx.saved_tensors
+    tau, cast, kept = ctx.temperature, ctx.cast, ctx.kept
+    entropy = ctx.entropy_grad and g_ent is not None
+    flat = hidden.flatten(0, 1)  # (N, H)
+    h_cast = flat.to(cast)  # (N, H)
+    h_exact = h_cast.float()  # its values, in float32
+    gl = g_lp.reshape(-1, 1).float()  # (N, 1)
+    ge = g_ent.reshape(-1, 1).float() if entropy else None
+    lse, t = lse.reshape(-1, 1), targets.reshape(-1, 1)  # (N, 1) each
+    grad_h = torch.zeros_like(h_exact) if ctx.needs_input_grad[0] else None  # float32 accumulator (N, H)
+    grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+    # (N, R) tiles and (R, H) slices of half CHUNK_LOGITS values: 39 MB in float32 at Qwen's vocabulary, above
+    # glibc's 32 MiB mmap threshold (smaller ones stay in the heap when freed: the module docstring)
+    rows = max(1, CHUNK_LOGITS // (2 * max(flat.shape[0], flat.shape[1])))
+    with torch.autocast(hidden.device.type, enabled=False):
+        for v in range(0, weight.shape[0], rows):
+            w = weight[v : v + rows].to(cast)  # (R, H)
+            if kept:
+                z = torch.cat([k[..., v : v + rows] for k in kept], dim=1).flatten(0, 1)  # (N, R)
             else:
-                z = (h @ weight.T).float().div_(tau)  # (B, C, V)
-            p = torch.softmax(z, dim=-1)  # (B, C, V)
-            if ctx.entropy_grad and g_ent is not None:
-                ge = g_ent[:, start : start + chunk].unsqueeze(-1).float()
-                expected = (p * z).sum(-1, keepdim=True)  # E_p[z] (B, C, 1)
-                dz = z.sub_(expected).mul_(p).mul_(-ge)  # ge · ∂H/∂z, in z's memory
+                z = (h_cast @ w.T).float().div_(tau)  # (N, R)
+            p = (z - lse).exp_()  # (N, R)
+            if entropy:
+                dz = z.sub_(expected.reshape(-1, 1)).mul_(p).mul_(-ge)  # ge · ∂H/∂z, in z's memory
                 dz.sub_(p.mul_(gl))  # − gl · p
             else:
                 dz = p.mul_(-gl)
-            del z
-            dz.scatter_add_(-1, targets[:, start : start + chunk].unsqueeze(-1), gl)  # + gl · onehot
-            dz = dz.div_(tau).to(weight.dtype)  # ∂/∂(h Wᵀ)
+            del z, p
+            inside = (t >= v) & (t < v + rows)
+            dz.scatter_add_(1, (t - v).clamp_(0, w.shape[0] - 1), torch.where(inside, gl, 0.0))  # + gl · onehot
+            dz.div_(tau)
+            dz.copy_(dz.to(cast))  # ∂/∂(h Wᵀ) rounded as autocast rounds it, held in float32
             if grad_h is not None:
-                grad_h[:, start : start + chunk] = dz @ weight
+                grad_h.addmm_(dz, w.float())
             if grad_w is not None:
-                grad_w.addmm_(dz.flatten(0, 1).T, h.flatten(0, 1))
-            del dz, p
-        return grad_h, grad_w, None, None, None, None, None, None
+                grad_w[v : v + rows].addmm_(dz.T, h_exact)
+            del dz, w
+    ctx.kept = None
+    if grad_h is not None:
+        grad_h = grad_h.to(cast).to(hidden.dtype).view_as(hidden)
+    return grad_h, grad_w
 
 
-def _fused_head(lm_head: nn.Module) -> bool:
-    """Whether :class:`_FusedHead` computes this head's backward: a plain bias-free nn.Linear outside autocast
-    (under autocast, and for wrapped heads such as LoRA's, autograd through checkpointed chunks does)."""
-    return type(lm_head) is nn.Linear and lm_head.bias is None and not torch.is_autocast_enabled()
+def _autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The dtype autocast computes matrix products in on ``device``, or None where it is off."""
+    return torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+
+
+def _fused_head(lm_head: nn.Module, device: torch.device) -> bool:
+    """Whether :class:`_FusedHead` computes this head's backward: a plain bias-free nn.Linear, outside autocast
+    on ``device`` (hidden's) or under its bfloat16 autocast (``model.compute_dtype``; float16 autocast, which
+    glassrl does not offer, and wrapped heads such as LoRA's take autograd through checkpointed chunks)."""
+    plain = type(lm_head) is nn.Linear and lm_head.bias is None
+    return plain and _autocast_dtype(device) in (None, torch.bfloat16)
 
 
 def logprobs_from_hidden(
@@ -193,9 +282,10 @@ def logprobs_from_hidden(
     vocab = getattr(lm_head, "out_features", None) or lm_head.weight.shape[0]
     grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in lm_head.parameters()))
     chunk = chunk_size or max(1, CHUNK_LOGITS // (max(B, 1) * vocab))
-    if grad and T > chunk and _fused_head(lm_head):
-        keep = B * T * vocab * 4 <= KEEP_LOGITS_BYTES
-        args = (hidden, lm_head.weight, targets, temperature, chunk, with_entropy, entropy_grad, keep)
+    if grad and T > chunk and _fused_head(lm_head, hidden.device):
+        keep = B * T * vocab * 4 <= KEEP_LOGITS_BYTES  # float32 logits, under autocast too
+        cast = _autocast_dtype(hidden.device)
+        args = (hidden, lm_head.weight, targets, temperature, chunk, with_entropy, entropy_grad, keep, cast)
         lp, ent = _FusedHead.apply(*args)
         return lp, (ent if with_entropy else None)
     logprobs, entropies = [], []

@@ -25,10 +25,10 @@ P + T = the longest prompt in the data, at most the prompt limit, plus ``rollout
   ``hidden`` (the layer's input) under ``model.gradient_checkpointing``, in the compute dtype;
 - the chunked log-probs' peak in backward (glassrl.models.logprobs): the LM head's gradient (V × hidden × 4)
   and about 3 float32 tensors of one chunk's logits with the fused head backward (measured 768 MiB at 4,096
-  tokens, H = 896, V = 151,936, entropy included: benchmarks/bench_logprobs.py), about 13 under
-  ``model.compute_dtype: bfloat16``, whose autocast takes the checkpointed chunks (measured 1,586 MiB); plus,
-  without autocast, the micro-batch's logits when the fused backward keeps them (at most 1 GiB,
-  glassrl.models.logprobs.KEEP_LOGITS_BYTES).
+  tokens, H = 896, V = 151,936, entropy included: benchmarks/bench_logprobs.py), the same under
+  ``model.compute_dtype: bfloat16``, whose backward takes tiles of half as many values in slices of the
+  vocabulary (measured 712 MiB at 4,096 tokens, 7,399 naive: within the same bound); plus the micro-batch's
+  logits when the fused backward keeps them (at most 1 GiB, glassrl.models.logprobs.KEEP_LOGITS_BYTES).
 
 It is an upper bound of those terms (a response that stops early holds less; measured on the
 default model, 32,000 responses held about half of it) and leaves out activations, which the
@@ -60,9 +60,9 @@ from glassrl.rl.resolve import Resolved
 from glassrl.rollout.packed_weights import UNKNOWN_CACHE_BYTES, last_level_cache_bytes
 
 _PER_TOKEN_BYTES = 64  # ~16 (B, P + T) tensors of 4 bytes
-# chunk-sized float32 tensors alive at once in a chunk's backward, with the entropy (measured): the fused head
-# backward; the checkpointed chunks (under autocast)
-_CHUNK_COPIES, _CHECKPOINTED_CHUNK_COPIES = 3, 13
+# chunk-sized float32 tensors alive at once in the fused head backward, with the entropy (measured; under bfloat16
+# autocast: tiles of the vocabulary-sliced backward, half as many values each, within the same bound)
+_CHUNK_COPIES = 3
 
 
 def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit: int) -> dict[str, int]:
@@ -85,7 +85,7 @@ def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit:
     vocab = int(model["vocab_size"])
     # the fused head backward's kept logits (of the response positions only), when they fit its budget
     kept = min(cfg.batch.micro_batch_responses * cfg.rollout.max_new_tokens, micro_tokens) * vocab * 4
-    kept = kept if m.compute_dtype != "bfloat16" and kept <= KEEP_LOGITS_BYTES else 0
+    kept = kept if kept <= KEEP_LOGITS_BYTES else 0
     # Under LoRA no full-size gradient makes room for the decoding loop's reordered weights (module docstring).
     reordered = reordered_bytes(weight_bytes(actor, stored), resolve_device(m.device)) if m.lora is not None else 0
     return {
@@ -93,11 +93,7 @@ def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit:
         "per-token tensors": B * length * _PER_TOKEN_BYTES,
         "weights": models * weight_bytes(actor, stored),
         "update activations": micro_tokens * layers * per_layer * dtype,
-        "log-prob chunks": (_CHECKPOINTED_CHUNK_COPIES if m.compute_dtype == "bfloat16" else _CHUNK_COPIES)
-        * min(CHUNK_LOGITS, micro_tokens * vocab)
-        * 4
-        + vocab * hidden * 4
-        + kept,
+        "log-prob chunks": _CHUNK_COPIES * min(CHUNK_LOGITS, micro_tokens * vocab) * 4 + vocab * hidden * 4 + kept,
         **({"reordered weights": reordered} if reordered else {}),
     }
 

@@ -59,6 +59,7 @@ from torch.utils.checkpoint import checkpoint
 
 from glassrl.errors import GlassrlError
 from glassrl.models.packing import unpack
+from glassrl.models.precision import autocast_dtype
 from glassrl.models.shared_prefix import packed_rows
 
 # Config fields by which some architectures transform logits after the LM head
@@ -247,17 +248,12 @@ def _backward_cast(ctx, g_lp: torch.Tensor, g_ent: torch.Tensor | None):
     return grad_h, grad_w
 
 
-def _autocast_dtype(device: torch.device) -> torch.dtype | None:
-    """The dtype autocast computes matrix products in on ``device``, or None where it is off."""
-    return torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
-
-
 def _fused_head(lm_head: nn.Module, device: torch.device) -> bool:
     """Whether :class:`_FusedHead` computes this head's backward: a plain bias-free nn.Linear, outside autocast
     on ``device`` (hidden's) or under its bfloat16 autocast (``model.compute_dtype``; float16 autocast, which
     glassrl does not offer, and wrapped heads such as LoRA's take autograd through checkpointed chunks)."""
     plain = type(lm_head) is nn.Linear and lm_head.bias is None
-    return plain and _autocast_dtype(device) in (None, torch.bfloat16)
+    return plain and autocast_dtype(device.type) in (None, torch.bfloat16)
 
 
 def logprobs_from_hidden(
@@ -284,7 +280,7 @@ def logprobs_from_hidden(
     chunk = chunk_size or max(1, CHUNK_LOGITS // (max(B, 1) * vocab))
     if grad and T > chunk and _fused_head(lm_head, hidden.device):
         keep = B * T * vocab * 4 <= KEEP_LOGITS_BYTES  # float32 logits, under autocast too
-        cast = _autocast_dtype(hidden.device)
+        cast = autocast_dtype(hidden.device.type)
         args = (hidden, lm_head.weight, targets, temperature, chunk, with_entropy, entropy_grad, keep, cast)
         lp, ent = _FusedHead.apply(*args)
         return lp, (ent if with_entropy else None)

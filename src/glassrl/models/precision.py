@@ -38,6 +38,12 @@ def compute_dtype(name: str) -> torch.dtype:
     return COMPUTE_DTYPES[name]
 
 
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype autocast computes matrix products in on this device type ("cpu", "cuda"), or None where it is
+    off (``torch.is_autocast_enabled()`` without an argument reads CUDA's state only)."""
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+
 @contextmanager
 def compute_precision(device: torch.device | str, dtype: torch.dtype) -> Iterator[None]:
     """Run the enclosed forward pass with matrix products in ``dtype`` (autocast); float32: unchanged."""

@@ -87,11 +87,12 @@ def step_memory(cfg: TrainConfig, resolved: Resolved, actor: Path, prompt_limit:
     kept = min(cfg.batch.micro_batch_responses * cfg.rollout.max_new_tokens, micro_tokens) * vocab * 4
     kept = kept if kept <= KEEP_LOGITS_BYTES else 0
     # Under LoRA no full-size gradient makes room for the decoding loop's reordered weights (module docstring).
-    reordered = reordered_bytes(weight_bytes(actor, stored), resolve_device(m.device)) if m.lora is not None else 0
+    actor_bytes = weight_bytes(actor, stored)
+    reordered = reordered_bytes(actor_bytes, resolve_device(m.device)) if m.lora is not None else 0
     return {
         "key-value cache": kv_cache_bytes(model, B, length, dtype),
         "per-token tensors": B * length * _PER_TOKEN_BYTES,
-        "weights": models * weight_bytes(actor, stored),
+        "weights": models * actor_bytes,
         "update activations": micro_tokens * layers * per_layer * dtype,
         "log-prob chunks": _CHUNK_COPIES * min(CHUNK_LOGITS, micro_tokens * vocab) * 4 + vocab * hidden * 4 + kept,
         **({"reordered weights": reordered} if reordered else {}),
@@ -169,8 +170,9 @@ def check_sampling_fits(
     if forward:
         terms["logits"] = logits_bytes(model, forward, length)
     stored = loaded_bytes(cfg.model.dtype, cfg.model.device)
-    terms["weights"] = weight_bytes(model_dir, stored) + sum(weight_bytes(path, stored) for path in also)
+    policy = weight_bytes(model_dir, stored)
+    terms["weights"] = policy + sum(weight_bytes(path, stored) for path in also)
     device = resolve_device(cfg.model.device)
-    if reordered := reordered_bytes(weight_bytes(model_dir, stored), device):
+    if reordered := reordered_bytes(policy, device):
         terms["reordered weights"] = reordered
     refuse_if_over(terms, available_bytes(device), device, what, lower)

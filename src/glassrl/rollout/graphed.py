@@ -45,6 +45,7 @@ import torch
 from torch.distributed.tensor import DTensor
 from transformers.cache_utils import Cache, DynamicCache
 
+from glassrl.models.precision import autocast_dtype
 from glassrl.models.shared_prefix import attention_mask_for, distinct_rows
 from glassrl.rollout.base import SamplingParams
 from glassrl.rollout.decoding import (
@@ -149,10 +150,6 @@ class StaticCache(PreallocatedCache):
 def bucket_of(rows: int, most: int) -> int:
     """The batch bucket that runs ``rows`` rows: the next power of two, at most ``most``."""
     return min(most, 1 << max(0, rows - 1).bit_length())
-
-
-def _autocast_dtype(device: torch.device) -> torch.dtype | None:
-    return torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
 
 
 class GraphedDecoder:
@@ -304,7 +301,7 @@ class GraphedDecoder:
             return self._forward(model, bucket)
         if bucket not in self.graphs:
             device = self.cache.allowed.device
-            self.graphs[bucket] = self._capture(model, bucket, device, _autocast_dtype(device))
+            self.graphs[bucket] = self._capture(model, bucket, device, autocast_dtype(device.type))
         graph, out = self.graphs[bucket]
         graph.replay()
         return out
@@ -312,7 +309,7 @@ class GraphedDecoder:
     def _keep_graphs(self, model, device: torch.device) -> None:
         """Drop the graphs when what they read moved: the cache's buffers, the weights (replaced, not
         updated in place), or the autocast dtype."""
-        key = (self.cache.buffers(), _autocast_dtype(device), tuple(p.data_ptr() for p in model.parameters()))
+        key = (self.cache.buffers(), autocast_dtype(device.type), tuple(p.data_ptr() for p in model.parameters()))
         if key != self.key:
             self.graphs.clear()
             self.key = key

@@ -41,6 +41,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from glassrl.models.precision import autocast_dtype
+
 # A product of fewer rows runs F.linear: at 1 thread, Qwen2.5-0.5B's matrices took 0.14 s by F.linear
 # and 0.17 s by oneDNN at 1 row, 0.17 / 0.19 s at 3, 0.30 / 0.20 s at 5, 0.41 / 0.23 s at 8.
 MIN_ROWS = 4
@@ -120,15 +122,11 @@ def _mib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def _autocast_dtype() -> torch.dtype | None:
-    return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
-
-
 def _packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` by oneDNN with the reordered weight (module docstring); under the
     autocast it was reordered for, in that dtype, as autocast computes it (input, weight and bias cast)."""
     cast = self._glassrl_autocast
-    if x.numel() < MIN_ROWS * x.shape[-1] or torch.is_grad_enabled() or _autocast_dtype() != cast:
+    if x.numel() < MIN_ROWS * x.shape[-1] or torch.is_grad_enabled() or autocast_dtype("cpu") != cast:
         return F.linear(x, self.weight, self.bias)
     bias = self.bias if self.bias is None or cast is None else self.bias.to(cast)
     x = x.to(cast) if cast is not None else x
@@ -151,7 +149,7 @@ class PackedWeights:
     def pack(self) -> None:
         """Reorder the weights as they are now, in the dtype the CPU's autocast computes in when it is on
         (bfloat16: ``model.compute_dtype``), else their own; nothing under a float16 autocast."""
-        cast = _autocast_dtype()
+        cast = autocast_dtype("cpu")
         if cast is not None and cast != torch.bfloat16:
             return
         reordered: dict[int, torch.Tensor] = {}  # a tied weight reordered once
